@@ -1,0 +1,67 @@
+package proto
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// String returns a stable text dump of the rank's epoch state: each local
+// VC's slots (file id, "." empty, "~f" pending on a read of file f), the
+// reads in flight, the buffer and the outstanding pushes. Golden tests
+// compare it.
+func (r *Rank) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rank %d epoch %d held=%d buffered=%d\n", r.me, r.epoch, r.held, r.buffered)
+	for v := 0; v < r.nVC; v++ {
+		fmt.Fprintf(&b, "  vc %d:", r.firstVC+v)
+		for o := 0; o < r.k; o++ {
+			b.WriteByte(' ')
+			b.WriteString(r.slotString(int32(v*r.k + o)))
+		}
+		b.WriteByte('\n')
+	}
+	for pc, rd := range r.reads {
+		if rd != nil {
+			fmt.Fprintf(&b, "  reading pc %d\n", r.firstPC+pc)
+		}
+	}
+	for h := range r.owners {
+		if h != r.me {
+			r.dumpRemote(&b, h)
+		}
+	}
+	return b.String()
+}
+
+func (r *Rank) slotString(x int32) string {
+	switch r.state[x] {
+	case slotValid:
+		return fmt.Sprint(r.slotFile[x])
+	case slotPending:
+		return fmt.Sprintf("~%d", r.slotFile[x])
+	}
+	return "."
+}
+
+func (r *Rank) dumpRemote(b *strings.Builder, h int) {
+	o := &r.owners[h]
+	slots := make([]int32, 0, len(o.buf))
+	for x := range o.buf {
+		slots = append(slots, x)
+	}
+	sort.Slice(slots, func(i, j int) bool { return slots[i] < slots[j] })
+	for _, x := range slots {
+		e := o.buf[x]
+		fmt.Fprintf(b, "  buffer from %d: file %d (push %d for sn %d)\n", h, e.file, e.id, e.sn)
+	}
+	p := &r.peers[h]
+	ids := make([]uint64, 0, len(p.out))
+	for id := range p.out {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		fmt.Fprintf(b, "  pushed to %d: #%d for sn %d, unacked\n", h, id, p.out[id].sn)
+	}
+}

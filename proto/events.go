@@ -1,0 +1,29 @@
+package proto
+
+// An Event is one input to Rank.Step: EpochStart, ClientRequest, ReadDone
+// or a Message from a peer.
+type Event interface{ isEvent() }
+
+// EpochStart begins epoch Epoch with every rank's trace (Traces[r] is the
+// ordered list of files rank r will request). All per-epoch state is
+// cleared. The traces must not share a file.
+type EpochStart struct {
+	Epoch  uint32
+	Traces [][]FileID
+}
+
+// ClientRequest is a local client asking for the file at position Sn of
+// this rank's trace.
+type ClientRequest struct{ Sn int32 }
+
+// ReadDone reports that the read of physical chunk PC finished; Failed
+// when it could not be read.
+type ReadDone struct {
+	PC     int
+	Failed bool
+}
+
+func (EpochStart) isEvent()    {}
+func (ClientRequest) isEvent() {}
+func (ReadDone) isEvent()      {}
+func (Message) isEvent()       {}

@@ -1,0 +1,169 @@
+package proto
+
+import (
+	"fmt"
+	"strings"
+)
+
+// MsgType is the kind of a message between ranks.
+type MsgType uint8
+
+// Message types.
+const (
+	// MsgRequest asks the owner for a file on behalf of a trace position.
+	MsgRequest MsgType = iota + 1
+	// MsgReply answers a request: a file (Status OK), a pointer to a pushed
+	// file (StatusRedirect) or a failure.
+	MsgReply
+	// MsgPush carries prefetched files for upcoming positions.
+	MsgPush
+)
+
+var msgNames = [...]string{"", "request", "reply", "push"}
+
+func (t MsgType) String() string {
+	if int(t) < len(msgNames) && t != 0 {
+		return msgNames[t]
+	}
+	return fmt.Sprintf("msg(%d)", uint8(t))
+}
+
+// Status qualifies a reply or a delivery.
+type Status uint8
+
+// Reply and delivery statuses.
+const (
+	// StatusOK: the file was delivered.
+	StatusOK Status = iota
+	// StatusRedirect: the owner already pushed a file for this position
+	// (push PushID); the requester takes it from its buffer.
+	StatusRedirect
+	// StatusReadFailed: the chunk read that should have produced the file
+	// failed; no file is delivered.
+	StatusReadFailed
+)
+
+var statusNames = [...]string{"ok", "redirect", "read-failed"}
+
+func (s Status) String() string {
+	if int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("status(%d)", uint8(s))
+}
+
+// Ack tells an owner that its push ID was consumed at the requester by the
+// trace position By (which may differ from the position it was pushed for).
+type Ack struct {
+	ID uint64
+	By int32
+}
+
+// Pushed is one prefetched file: push ID, the requester's trace position it
+// is meant for, and the file in the owner's slot for that position.
+type Pushed struct {
+	ID   uint64
+	Sn   int32
+	File FileID
+	Size int64
+}
+
+// Message is what ranks send each other. Fields not used by a type are zero.
+type Message struct {
+	Type  MsgType
+	From  int32
+	To    int32
+	Epoch uint32
+	// Sn is the requester's trace position (request, reply).
+	Sn int32
+	// File is the requested file (request) or the delivered one (reply OK).
+	File FileID
+	// Size is the delivered file's size in bytes (reply OK).
+	Size int64
+	// BufLimit is the buffer bytes the requester grants this owner (request).
+	BufLimit int64
+	// Status qualifies a reply.
+	Status Status
+	// PushID names the push a StatusRedirect reply points to.
+	PushID uint64
+	// Acks are the requester's consumed pushes from this owner (request).
+	Acks []Ack
+	// Pushes are the prefetched files (push).
+	Pushes []Pushed
+}
+
+func (m Message) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d→%d %s", m.From, m.To, m.Type)
+	switch m.Type {
+	case MsgRequest:
+		fmt.Fprintf(&b, " sn=%d file=%d limit=%d", m.Sn, m.File, m.BufLimit)
+		for _, a := range m.Acks {
+			fmt.Fprintf(&b, " ack(%d by %d)", a.ID, a.By)
+		}
+	case MsgReply:
+		fmt.Fprintf(&b, " sn=%d %s", m.Sn, m.Status)
+		switch m.Status {
+		case StatusOK:
+			fmt.Fprintf(&b, " file=%d", m.File)
+		case StatusRedirect:
+			fmt.Fprintf(&b, " push=%d", m.PushID)
+		}
+	case MsgPush:
+		for i, p := range m.Pushes {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, " #%d sn=%d file=%d", p.ID, p.Sn, p.File)
+		}
+	}
+	return b.String()
+}
+
+// Source says where a delivered file came from.
+type Source uint8
+
+// Delivery sources.
+const (
+	// FromMemory: a valid slot of a local VC.
+	FromMemory Source = iota
+	// FromRead: a chunk read issued or joined for this request.
+	FromRead
+	// FromBuffer: a file an owner pushed ahead of time.
+	FromBuffer
+	// FromRemote: the owner's reply to an on-demand request.
+	FromRemote
+)
+
+var sourceNames = [...]string{"memory", "read", "buffer", "remote"}
+
+func (s Source) String() string {
+	if int(s) < len(sourceNames) {
+		return sourceNames[s]
+	}
+	return fmt.Sprintf("source(%d)", uint8(s))
+}
+
+// Delivery hands a file to the local client that asked for trace position
+// Sn. File may differ from the requested file: that is redirection.
+type Delivery struct {
+	Sn     int32
+	File   FileID
+	Size   int64
+	Source Source
+	Status Status
+}
+
+func (d Delivery) String() string {
+	if d.Status != StatusOK {
+		return fmt.Sprintf("sn=%d %s", d.Sn, d.Status)
+	}
+	return fmt.Sprintf("sn=%d file=%d (%s)", d.Sn, d.File, d.Source)
+}
+
+// Read asks the caller to read physical chunk PC whole and to answer with a
+// ReadDone event.
+type Read struct {
+	PC int
+	VC int
+}

@@ -1,0 +1,135 @@
+package prototest
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of datadriven test files")
+
+// Cmd is one command of a datadriven script:
+//
+//	name key=value key=v1,v2 flag
+//	optional input lines
+//	----
+//	expected output
+//
+// Commands are separated by blank lines; "#" starts a comment line.
+type Cmd struct {
+	Pos   string // file:line
+	Name  string
+	Args  map[string]string
+	Order []string // argument keys in the order given
+	Input string
+	Want  string
+	// Comments are the comment lines just before the command.
+	Comments []string
+}
+
+// Has reports whether the command has argument key.
+func (c *Cmd) Has(key string) bool { _, ok := c.Args[key]; return ok }
+
+// ParseScript parses the text of a datadriven file.
+func ParseScript(name, text string) ([]*Cmd, error) {
+	var cmds []*Cmd
+	var comments []string
+	lines := strings.Split(text, "\n")
+	for i := 0; i < len(lines); i++ {
+		line := strings.TrimSpace(lines[i])
+		if strings.HasPrefix(line, "#") {
+			comments = append(comments, line)
+		}
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		cmd := parseCmdLine(fmt.Sprintf("%s:%d", name, i+1), line)
+		cmd.Comments, comments = comments, nil
+		var in []string
+		for i++; i < len(lines) && lines[i] != "----"; i++ {
+			in = append(in, lines[i])
+		}
+		if i == len(lines) {
+			return nil, fmt.Errorf("%s: command %q has no ---- line", cmd.Pos, cmd.Name)
+		}
+		var want []string
+		for i++; i < len(lines) && lines[i] != ""; i++ {
+			want = append(want, lines[i])
+		}
+		cmd.Input, cmd.Want = strings.Join(in, "\n"), strings.Join(want, "\n")
+		cmds = append(cmds, cmd)
+	}
+	return cmds, nil
+}
+
+func parseCmdLine(pos, line string) *Cmd {
+	fields := strings.Fields(line)
+	c := &Cmd{Pos: pos, Name: fields[0], Args: map[string]string{}}
+	for _, f := range fields[1:] {
+		k, v, _ := strings.Cut(f, "=")
+		c.Args[k] = v
+		c.Order = append(c.Order, k)
+	}
+	return c
+}
+
+// String returns the command line as written.
+func (c *Cmd) String() string {
+	var b strings.Builder
+	b.WriteString(c.Name)
+	for _, k := range c.Order {
+		b.WriteByte(' ')
+		b.WriteString(k)
+		if v := c.Args[k]; v != "" {
+			b.WriteByte('=')
+			b.WriteString(v)
+		}
+	}
+	return b.String()
+}
+
+// RunFile runs the script at path through handle, comparing each command's
+// output with the expected one, or rewriting the file with -rewrite.
+func RunFile(t *testing.T, path string, handle func(*Cmd) string) {
+	t.Helper()
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := ParseScript(path, string(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for i, cmd := range cmds {
+		got := strings.TrimRight(handle(cmd), "\n")
+		if !*rewrite && got != cmd.Want {
+			t.Errorf("%s: %s\ngot:\n%s\nwant:\n%s", cmd.Pos, cmd, got, cmd.Want)
+		}
+		if i > 0 {
+			out.WriteByte('\n')
+		}
+		writeCmd(&out, cmd, got)
+	}
+	if *rewrite {
+		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func writeCmd(out *strings.Builder, cmd *Cmd, got string) {
+	for _, l := range cmd.Comments {
+		fmt.Fprintln(out, l)
+	}
+	fmt.Fprintln(out, cmd.String())
+	if cmd.Input != "" {
+		fmt.Fprintln(out, cmd.Input)
+	}
+	fmt.Fprintln(out, "----")
+	if got != "" {
+		fmt.Fprintln(out, got)
+	}
+}

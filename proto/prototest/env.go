@@ -1,0 +1,337 @@
+package prototest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/brandrt/brandrt/proto"
+)
+
+// Env interprets datadriven commands over a Cluster:
+//
+//	init files=12,12 k=4 [mem=0.25] [mem-bytes=4,4] [remote=16] [window=4]
+//	     [variant=full] [seed=1] [size=1 | size-seed=5] [codec]
+//	                                size-seed draws sizes of 1-8 bytes
+//	epoch [e=1] [trace-seed=7] [ranks=0,1]
+//	                                traces drawn at random, or given as
+//	                                input lines "rank: file file …";
+//	                                only the listed ranks start now
+//	join rank=1                     rank 1 starts the current epoch
+//	request rank=0 sn=3[,4,…]       client requests
+//	deliver [from=1] [to=0] [type=push] [idx=2] [n=1]
+//	                                deliver messages in flight, oldest first
+//	complete [rank=0] [pc=3] [n=1] [fail]   finish reads, oldest first
+//
+// deliver and complete act only on what was in flight when they start.
+//	stabilize                       both until nothing is in flight
+//	net                             list messages and reads in flight
+//	state [rank=0]                  dump rank state
+//	stats [rank=0]                  counters
+//	check                           invariants so far
+//	check-complete                  exactly once, every position answered
+//
+// Each command prints the effects it caused, one per line.
+type Env struct {
+	C   *Cluster
+	out strings.Builder
+}
+
+// Handle runs one command and returns its output.
+func (e *Env) Handle(cmd *Cmd) (out string) {
+	e.out.Reset()
+	defer func() {
+		switch p := recover().(type) {
+		case nil:
+		case badArg:
+			out = e.out.String() + "error: " + string(p) + "\n"
+		default:
+			panic(p)
+		}
+	}()
+	if err := checkArgs(cmd); err != nil {
+		return "error: " + err.Error() + "\n"
+	}
+	if err := e.handle(cmd); err != nil {
+		fmt.Fprintf(&e.out, "error: %v\n", err)
+	}
+	return e.out.String()
+}
+
+// badArg is raised by argInt for an argument that is not a number.
+type badArg string
+
+var knownArgs = map[string]string{
+	"init":    "files k mem mem-bytes remote window variant seed size size-seed codec",
+	"epoch":   "e trace-seed ranks", "join": "rank",
+	"request": "rank sn", "deliver": "from to type idx n", "complete": "rank pc n fail",
+	"state": "rank", "stats": "rank",
+}
+
+func checkArgs(cmd *Cmd) error {
+	known := strings.Fields(knownArgs[cmd.Name])
+	for _, k := range cmd.Order {
+		if !slices.Contains(known, k) {
+			return fmt.Errorf("%s: unknown argument %q", cmd.Name, k)
+		}
+	}
+	return nil
+}
+
+func (e *Env) line(s string) { e.out.WriteString(s + "\n") }
+
+func (e *Env) handle(cmd *Cmd) error {
+	if cmd.Name != "init" && e.C == nil {
+		return fmt.Errorf("%s before init", cmd.Name)
+	}
+	switch cmd.Name {
+	case "init":
+		return e.init(cmd)
+	case "epoch":
+		return e.epoch(cmd)
+	case "join":
+		return e.C.JoinEpoch(argInt(cmd, "rank", 0))
+	case "request":
+		return e.request(cmd)
+	case "deliver":
+		return e.deliver(cmd)
+	case "complete":
+		return e.complete(cmd)
+	case "stabilize":
+		return e.C.Stabilize()
+	case "net":
+		e.net()
+	case "state":
+		e.eachRank(cmd, func(r int) { e.out.WriteString(e.C.Ranks[r].String()) })
+	case "stats":
+		e.eachRank(cmd, func(r int) { e.line(fmt.Sprintf("rank %d: %s", r, statsLine(e.C.Ranks[r].Stats()))) })
+	case "check":
+		return e.report(e.C.Check())
+	case "check-complete":
+		return e.report(e.C.CheckComplete())
+	default:
+		return fmt.Errorf("unknown command %q", cmd.Name)
+	}
+	return nil
+}
+
+func (e *Env) report(err error) error {
+	if err == nil {
+		e.line("ok")
+	}
+	return err
+}
+
+func (e *Env) init(cmd *Cmd) error {
+	files, err := ints(cmd.Args["files"])
+	if err != nil {
+		return fmt.Errorf("files: %w", err)
+	}
+	opts := Options{Files: files, K: argInt(cmd, "k", 4), Window: argInt(cmd, "window", 4),
+		RemoteMemBytes: int64(argInt(cmd, "remote", 1<<20)), Seed: uint64(argInt(cmd, "seed", 1)),
+		Codec: cmd.Has("codec")}
+	if opts.MemFraction, err = strconv.ParseFloat(arg(cmd, "mem", "0.25"), 64); err != nil {
+		return fmt.Errorf("mem: %w", err)
+	}
+	if cmd.Has("mem-bytes") {
+		mb, err := ints(cmd.Args["mem-bytes"])
+		if err != nil {
+			return fmt.Errorf("mem-bytes: %w", err)
+		}
+		for _, b := range mb {
+			opts.MemBytes = append(opts.MemBytes, int64(b))
+		}
+	}
+	if opts.Variant, err = proto.ParseVariant(arg(cmd, "variant", "full")); err != nil {
+		return err
+	}
+	opts.Sizes = fixedSizes(files, int64(argInt(cmd, "size", 1)))
+	if cmd.Has("size-seed") {
+		opts.Sizes = randomSizes(files, uint64(argInt(cmd, "size-seed", 0)))
+	}
+	e.C, err = New(opts)
+	if err != nil {
+		return err
+	}
+	e.C.SetOutput(e.line)
+	m := e.C.Mapping
+	for r := range files {
+		firstVC, vcs := m.RankVCs(r)
+		firstPC, pcs := m.RankPCs(r)
+		e.line(fmt.Sprintf("rank %d: pcs %d-%d, vcs %d-%d", r, firstPC, firstPC+pcs-1, firstVC, firstVC+vcs-1))
+	}
+	return nil
+}
+
+func fixedSizes(files []int, size int64) [][]int64 {
+	s := unitSizes(files)
+	for _, rs := range s {
+		for i := range rs {
+			rs[i] = size
+		}
+	}
+	return s
+}
+
+func randomSizes(files []int, seed uint64) [][]int64 {
+	rng := rand.New(rand.NewPCG(seed, 0))
+	s := unitSizes(files)
+	for _, rs := range s {
+		for i := range rs {
+			rs[i] = 1 + rng.Int64N(8)
+		}
+	}
+	return s
+}
+
+func (e *Env) epoch(cmd *Cmd) error {
+	ep := uint32(argInt(cmd, "e", int(e.C.Epoch)+1))
+	traces := GenTraces(e.C.Mapping, uint64(argInt(cmd, "trace-seed", 1)), ep)
+	if cmd.Input != "" {
+		var err error
+		if traces, err = parseTraces(cmd.Input, e.C.Mapping.Ranks()); err != nil {
+			return err
+		}
+	}
+	for r, t := range traces {
+		e.line(fmt.Sprintf("rank %d trace: %v", r, t))
+	}
+	var which []int
+	if cmd.Has("ranks") {
+		var err error
+		if which, err = ints(cmd.Args["ranks"]); err != nil {
+			return fmt.Errorf("ranks: %w", err)
+		}
+	}
+	return e.C.StartEpoch(ep, traces, which)
+}
+
+func parseTraces(input string, ranks int) ([][]proto.FileID, error) {
+	traces := make([][]proto.FileID, ranks)
+	for _, l := range strings.Split(input, "\n") {
+		head, rest, ok := strings.Cut(l, ":")
+		r, err := strconv.Atoi(strings.TrimSpace(head))
+		if !ok || err != nil || r < 0 || r >= ranks {
+			return nil, fmt.Errorf("bad trace line %q (want \"rank: file file …\")", l)
+		}
+		for _, f := range strings.Fields(rest) {
+			id, err := strconv.Atoi(f)
+			if err != nil {
+				return nil, fmt.Errorf("bad file %q in trace of rank %d", f, r)
+			}
+			traces[r] = append(traces[r], proto.FileID(id))
+		}
+	}
+	return traces, nil
+}
+
+func (e *Env) request(cmd *Cmd) error {
+	sns, err := ints(cmd.Args["sn"])
+	if err != nil {
+		return fmt.Errorf("sn: %w", err)
+	}
+	for _, sn := range sns {
+		if err := e.C.Request(argInt(cmd, "rank", 0), int32(sn)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *Env) deliver(cmd *Cmd) error {
+	n := argInt(cmd, "n", -1)
+	// Only messages in flight when the command starts; new ones go after.
+	for i, old := 0, len(e.C.Net); i < old && n != 0; {
+		msg := e.C.Net[i]
+		if !matches(cmd, "idx", i) || !matches(cmd, "from", int(msg.From)) || !matches(cmd, "to", int(msg.To)) ||
+			(cmd.Has("type") && cmd.Args["type"] != msg.Type.String()) {
+			i++
+			continue
+		}
+		if err := e.C.DeliverMsg(i); err != nil {
+			return err
+		}
+		old--
+		n--
+	}
+	return nil
+}
+
+func (e *Env) complete(cmd *Cmd) error {
+	n := argInt(cmd, "n", -1)
+	for r := range e.C.Reads {
+		if !matches(cmd, "rank", r) {
+			continue
+		}
+		// Only reads in flight when the command starts.
+		for i, old := 0, len(e.C.Reads[r]); i < old && n != 0; {
+			if !matches(cmd, "pc", e.C.Reads[r][i]) {
+				i++
+				continue
+			}
+			if err := e.C.CompleteRead(r, i, cmd.Has("fail")); err != nil {
+				return err
+			}
+			old--
+			n--
+		}
+	}
+	return nil
+}
+
+func (e *Env) net() {
+	for _, msg := range e.C.Net {
+		e.line(fmt.Sprintf("in flight: %v", msg))
+	}
+	for r, reads := range e.C.Reads {
+		for _, pc := range reads {
+			e.line(fmt.Sprintf("rank %d reading pc %d", r, pc))
+		}
+	}
+}
+
+func (e *Env) eachRank(cmd *Cmd, f func(r int)) {
+	for r := range e.C.Ranks {
+		if matches(cmd, "rank", r) {
+			f(r)
+		}
+	}
+}
+
+func statsLine(s proto.Stats) string {
+	return fmt.Sprintf("requests=%d local-hits=%d buffer-hits=%d misses=%d reads=%d loaded=%d remote=%d redirects=%d pushed=%d",
+		s.Requests, s.LocalHits, s.BufferHits, s.Misses, s.ChunkReads, s.FilesLoaded, s.RemoteRequests, s.Redirects, s.Pushed)
+}
+
+func matches(cmd *Cmd, key string, v int) bool {
+	return !cmd.Has(key) || argInt(cmd, key, -1) == v
+}
+
+func arg(cmd *Cmd, key, def string) string {
+	if v, ok := cmd.Args[key]; ok {
+		return v
+	}
+	return def
+}
+
+func argInt(cmd *Cmd, key string, def int) int {
+	v, err := strconv.Atoi(arg(cmd, key, strconv.Itoa(def)))
+	if err != nil {
+		panic(badArg(fmt.Sprintf("%s: %s=%q is not a number", cmd.Name, key, cmd.Args[key])))
+	}
+	return v
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

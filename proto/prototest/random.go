@@ -1,0 +1,227 @@
+package prototest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/brandrt/brandrt/proto"
+)
+
+// Schedule is a randomized run: a small random cluster and a random
+// interleaving of client requests (out of order within a window, some
+// clients stopping early), message deliveries (any message in flight, so
+// messages are reordered and delayed), read completions (some failing) and
+// epoch changes (ranks joining late). Every command is recorded as a
+// datadriven script, so a failure can be replayed by hand.
+type Schedule struct {
+	rng    *rand.Rand
+	env    Env
+	script strings.Builder
+	// requested[r][sn] and the position below which rank r stops asking.
+	requested [][]bool
+	stop      []int
+	failures  bool
+}
+
+// RunSchedule runs the schedule drawn from seed and returns an error
+// holding the seed and the script when an invariant breaks.
+func RunSchedule(seed uint64) error {
+	s := &Schedule{rng: rand.New(rand.NewPCG(seed, 0xb4a4d))}
+	if err := s.run(); err != nil {
+		return fmt.Errorf("schedule seed %d: %w\nscript:\n%s", seed, err, s.script.String())
+	}
+	return nil
+}
+
+// do runs one command line (with optional input) and checks the cluster.
+func (s *Schedule) do(line, input string) error {
+	cmd := parseCmdLine("random", line)
+	cmd.Input = input
+	out := s.env.Handle(cmd)
+	s.script.WriteString(cmd.String() + "\n")
+	if input != "" {
+		s.script.WriteString(input + "\n")
+	}
+	s.script.WriteString("----\n" + out + "\n")
+	if strings.Contains(out, "error:") {
+		return fmt.Errorf("%s: %s", line, out)
+	}
+	if s.env.C == nil {
+		return nil
+	}
+	return s.env.C.Check()
+}
+
+func (s *Schedule) run() error {
+	if err := s.do(s.initLine(), ""); err != nil {
+		return err
+	}
+	epochs := 1 + s.rng.IntN(2)
+	for e := 1; e <= epochs; e++ {
+		if err := s.epoch(uint32(e)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Schedule) initLine() string {
+	rng := s.rng
+	n := 1 + rng.IntN(4)
+	files := make([]string, n)
+	for r := range files {
+		files[r] = fmt.Sprint(rng.IntN(30))
+	}
+	if files[0] == "0" {
+		files[0] = "1"
+	}
+	variant := proto.Variants[rng.IntN(len(proto.Variants))]
+	s.failures = rng.IntN(4) == 0
+	return fmt.Sprintf("init files=%s k=%d mem=%.2f remote=%d window=%d variant=%s seed=%d size-seed=%d codec",
+		strings.Join(files, ","), 1+rng.IntN(6), 0.05+rng.Float64(), rng.IntN(24),
+		rng.IntN(7), variant, rng.Uint64()%1000, rng.Uint64()%1000)
+}
+
+// epoch plays one epoch: random traces of uneven lengths, some ranks
+// joining late, then random steps until every client is done, then the
+// checks.
+func (s *Schedule) epoch(e uint32) error {
+	c := s.env.C
+	traces := s.traces(c.Mapping.Files(), c.Mapping.Ranks())
+	late := s.rng.IntN(c.Mapping.Ranks())
+	early := make([]string, 0, late)
+	for r := 0; r < c.Mapping.Ranks()-late; r++ {
+		early = append(early, fmt.Sprint(r))
+	}
+	if err := s.do(fmt.Sprintf("epoch e=%d ranks=%s", e, strings.Join(early, ",")), traces); err != nil {
+		return err
+	}
+	s.requested = make([][]bool, len(c.Traces))
+	s.stop = make([]int, len(c.Traces))
+	for r, t := range c.Traces {
+		s.requested[r] = make([]bool, len(t))
+		s.stop[r] = len(t)
+		if s.rng.IntN(5) == 0 {
+			s.stop[r] = s.rng.IntN(len(t) + 1)
+		}
+	}
+	joined := c.Mapping.Ranks() - late
+	for steps := 0; ; steps++ {
+		if joined < c.Mapping.Ranks() && s.rng.IntN(8) == 0 {
+			if err := s.do(fmt.Sprintf("join rank=%d", joined), ""); err != nil {
+				return err
+			}
+			joined++
+		}
+		line, ok := s.step(joined)
+		if !ok {
+			if joined == c.Mapping.Ranks() {
+				break
+			}
+			continue
+		}
+		if err := s.do(line, ""); err != nil {
+			return err
+		}
+	}
+	return s.finish()
+}
+
+// traces draws a random permutation cut at random points, so that ranks'
+// traces differ in length (some may be empty).
+func (s *Schedule) traces(files, ranks int) string {
+	perm := s.rng.Perm(files)
+	cuts := make([]int, ranks+1)
+	cuts[ranks] = files
+	for r := 1; r < ranks; r++ {
+		cuts[r] = s.rng.IntN(files + 1)
+	}
+	sortInts(cuts)
+	var b strings.Builder
+	for r := 0; r < ranks; r++ {
+		fmt.Fprintf(&b, "%d:", r)
+		for _, f := range perm[cuts[r]:cuts[r+1]] {
+			fmt.Fprintf(&b, " %d", f)
+		}
+		if r < ranks-1 {
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+func sortInts(a []int) {
+	for i := 1; i < len(a); i++ {
+		for j := i; j > 0 && a[j] < a[j-1]; j-- {
+			a[j], a[j-1] = a[j-1], a[j]
+		}
+	}
+}
+
+// step picks one random action among those possible; ok is false when
+// nothing is left to do for the ranks that joined.
+func (s *Schedule) step(joined int) (line string, ok bool) {
+	c := s.env.C
+	var acts []string
+	type pick struct{ r, sn int }
+	var reqs []pick
+	for r := 0; r < joined; r++ {
+		if sn := s.nextRequest(r); sn >= 0 {
+			acts = append(acts, fmt.Sprintf("request rank=%d sn=%d", r, sn))
+			reqs = append(reqs, pick{r, sn})
+		}
+	}
+	for r := 0; r < joined; r++ {
+		for _, pc := range c.Reads[r] {
+			verb := ""
+			if s.failures && s.rng.IntN(10) == 0 {
+				verb = " fail"
+			}
+			acts = append(acts, fmt.Sprintf("complete rank=%d pc=%d n=1%s", r, pc, verb))
+		}
+	}
+	for i := range c.Net {
+		acts = append(acts, fmt.Sprintf("deliver idx=%d n=1", i))
+	}
+	if len(acts) == 0 {
+		return "", false
+	}
+	i := s.rng.IntN(len(acts))
+	if i < len(reqs) {
+		s.requested[reqs[i].r][reqs[i].sn] = true
+	}
+	return acts[i], true
+}
+
+// nextRequest picks one of the first few positions rank r has not asked
+// for yet (several DataLoader workers ask out of order), or -1. The
+// caller marks it requested if it is chosen.
+func (s *Schedule) nextRequest(r int) int {
+	var open []int
+	for sn := 0; sn < s.stop[r] && len(open) < 4; sn++ {
+		if !s.requested[r][sn] {
+			open = append(open, sn)
+		}
+	}
+	if len(open) == 0 {
+		return -1
+	}
+	return open[s.rng.IntN(len(open))]
+}
+
+// finish drains the cluster and checks exactly-once when every client
+// asked for its whole trace and no read failed.
+func (s *Schedule) finish() error {
+	if err := s.do("stabilize", ""); err != nil {
+		return err
+	}
+	complete := !s.failures
+	for r := range s.stop {
+		complete = complete && s.stop[r] == len(s.requested[r])
+	}
+	if complete {
+		return s.do("check-complete", "")
+	}
+	return nil
+}

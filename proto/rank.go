@@ -1,0 +1,276 @@
+package proto
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+)
+
+type slotState uint8
+
+const (
+	slotEmpty   slotState = iota // holds nothing
+	slotPending                  // a read in flight will fill it
+	slotValid                    // holds a file not yet delivered
+)
+
+// req is a request being served by the owner: from a local client (from
+// equals the rank) or from a peer.
+type req struct {
+	from int32
+	sn   int32
+	file FileID
+}
+
+var noReq = req{from: -1}
+
+// read is a chunk read in flight: the local PC and the slots it will fill.
+type read struct {
+	pc    int
+	slots []int32
+}
+
+// Rank is the protocol state of one rank. It is driven by Step and emits its
+// effects through Ready; it performs no I/O and is not safe for concurrent
+// use.
+type Rank struct {
+	cfg    Config
+	m      *Mapping
+	me     int
+	k      int
+	words  int // uint64 words in a per-VC or per-PC slot mask
+	policy Redirector
+
+	firstFile FileID
+	nFiles    int
+	firstPC   int
+	nPC       int
+	firstVC   int
+	nVC       int
+	sizes     []int64
+	pcBytes   []int64
+	budget    int64
+	share     int64 // buffer bytes this rank grants each owner
+
+	epoch   uint32
+	started bool
+	rng     *rand.Rand
+	traces  [][]FileID
+
+	// Local VCs: nVC×K slots, slot index = vc×K + o.
+	slotFile []FileID
+	state    []slotState
+	empty    []uint64 // per VC: slots holding nothing
+	valid    []uint64 // per VC: slots holding a file
+	counted  bitset   // slots whose bytes are in held
+	waiter   []req    // per slot: the request a pending slot will answer
+	queue    map[int32][]req
+	free     []uint64 // per local PC: files not yet loaded this epoch
+	reads    []*read  // per local PC: its read in flight
+	held     int64
+
+	peers     []peer  // owner side, per requester
+	owners    []owner // requester side, per owner
+	requested bitset  // own positions a client asked for
+	awaiting  bitset  // own positions with a remote request outstanding
+	buffered  int64
+
+	deferred []Message
+	stats    Stats
+	rd       Ready
+	cand     []int
+}
+
+// NewRank returns the state machine of rank cfg.Rank. It serves nothing
+// until the first EpochStart.
+func NewRank(cfg Config) (*Rank, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := cfg.Mapping
+	r := &Rank{cfg: cfg, m: m, me: cfg.Rank, k: m.K(), words: (m.K() + 63) / 64, policy: cfg.Redirect, sizes: cfg.Sizes}
+	if r.policy == nil {
+		r.policy = SameSlot{}
+	}
+	r.firstFile, r.nFiles = m.RankFiles(r.me)
+	r.firstPC, r.nPC = m.RankPCs(r.me)
+	r.firstVC, r.nVC = m.RankVCs(r.me)
+	r.budget = m.MemBytes(r.me)
+	if n := m.Ranks() - 1; n > 0 {
+		r.share = cfg.RemoteMemBytes / int64(n)
+	}
+	r.pcBytes = make([]int64, r.nPC)
+	for i, s := range r.sizes {
+		r.pcBytes[i/r.k] += s
+	}
+	slots := r.nVC * r.k
+	r.slotFile = make([]FileID, slots)
+	r.state = make([]slotState, slots)
+	r.empty = make([]uint64, r.nVC*r.words)
+	r.valid = make([]uint64, r.nVC*r.words)
+	r.counted = newBitset(slots)
+	r.waiter = make([]req, slots)
+	r.free = make([]uint64, r.nPC*r.words)
+	r.reads = make([]*read, r.nPC)
+	return r, nil
+}
+
+// Step feeds one event to the rank. Bad input (an unknown position, a
+// malformed peer message) is returned as an error and leaves the state as
+// it was; a broken internal invariant panics.
+func (r *Rank) Step(ev Event) error {
+	var err error
+	switch e := ev.(type) {
+	case EpochStart:
+		err = r.startEpoch(e)
+	case ClientRequest:
+		err = r.clientRequest(e.Sn)
+	case ReadDone:
+		err = r.readDone(e)
+	case Message:
+		err = r.receive(e)
+	default:
+		err = fmt.Errorf("proto: rank %d: unknown event %T", r.me, ev)
+	}
+	r.stats.PeakHeld = max(r.stats.PeakHeld, r.held)
+	r.stats.PeakBuffered = max(r.stats.PeakBuffered, r.buffered)
+	if invariantsEnabled {
+		r.checkInvariants()
+	}
+	return err
+}
+
+// Ready holds the effects of the events stepped since the last Advance.
+type Ready struct {
+	// Reads are PCs to read whole; each is answered by a ReadDone.
+	Reads []Read
+	// Loaded are the files of completed reads that entered memory; the
+	// caller keeps each one's bytes until it is delivered or sent.
+	Loaded []FileID
+	// Sends are messages for peers, in the order they must be sent.
+	Sends []Message
+	// Deliveries are files for local clients.
+	Deliveries []Delivery
+}
+
+// HasReady reports whether Ready has anything for the caller.
+func (r *Rank) HasReady() bool {
+	return len(r.rd.Reads)+len(r.rd.Loaded)+len(r.rd.Sends)+len(r.rd.Deliveries) > 0
+}
+
+// Ready returns the pending effects. They stay valid until Advance.
+func (r *Rank) Ready() Ready { return r.rd }
+
+// Advance acknowledges that rd was carried out.
+func (r *Rank) Advance(rd Ready) {
+	r.rd.Reads = r.rd.Reads[:0]
+	r.rd.Loaded = r.rd.Loaded[:0]
+	r.rd.Sends = r.rd.Sends[:0]
+	r.rd.Deliveries = r.rd.Deliveries[:0]
+}
+
+// Epoch returns the current epoch and whether one has started.
+func (r *Rank) Epoch() (uint32, bool) { return r.epoch, r.started }
+
+// Stats returns the counters of the current epoch.
+func (r *Rank) Stats() Stats { return r.stats }
+
+// Usage returns the bytes held in local VCs and in buffer VCs now.
+func (r *Rank) Usage() (held, buffered int64) { return r.held, r.buffered }
+
+func (r *Rank) startEpoch(e EpochStart) error {
+	if r.started && e.Epoch <= r.epoch {
+		return fmt.Errorf("proto: rank %d: epoch %d does not follow epoch %d", r.me, e.Epoch, r.epoch)
+	}
+	if err := r.checkTraces(e.Traces); err != nil {
+		return err
+	}
+	r.epoch, r.started, r.traces = e.Epoch, true, e.Traces
+	r.rng = rand.New(rand.NewPCG(r.cfg.Seed, uint64(e.Epoch)<<32|uint64(r.me)))
+	r.resetLocal()
+	r.resetRemote()
+	r.stats = Stats{}
+	return r.replayDeferred()
+}
+
+func (r *Rank) checkTraces(traces [][]FileID) error {
+	if len(traces) != r.m.Ranks() {
+		return fmt.Errorf("proto: rank %d: %d traces for %d ranks", r.me, len(traces), r.m.Ranks())
+	}
+	seen := newBitset(r.m.Files())
+	for t, trace := range traces {
+		if len(trace) > MaxFiles {
+			return fmt.Errorf("proto: trace of rank %d is too long (%d)", t, len(trace))
+		}
+		for p, f := range trace {
+			if f < 0 || int(f) >= r.m.Files() {
+				return fmt.Errorf("proto: trace of rank %d, position %d: file %d out of range [0, %d)", t, p, f, r.m.Files())
+			}
+			if seen.has(int(f)) {
+				return fmt.Errorf("proto: trace of rank %d, position %d: file %d appears twice in the epoch's traces", t, p, f)
+			}
+			seen.set(int(f))
+		}
+	}
+	return nil
+}
+
+func (r *Rank) resetLocal() {
+	for i := range r.slotFile {
+		r.slotFile[i] = NoFile
+		r.state[i] = slotEmpty
+		r.waiter[i] = noReq
+	}
+	r.counted.reset()
+	for v := 0; v < r.nVC; v++ {
+		clear(r.validOf(v))
+		bitset(r.emptyOf(v)).setRange(0, r.k)
+	}
+	for pc := 0; pc < r.nPC; pc++ {
+		f := r.freeOf(pc)
+		clear(f)
+		lo, hi := r.pcRange(pc)
+		bitset(f).setRange(0, hi-lo)
+		r.reads[pc] = nil
+	}
+	r.queue = make(map[int32][]req)
+	r.held = 0
+}
+
+func (r *Rank) replayDeferred() error {
+	pending := r.deferred
+	r.deferred = nil
+	var errs []error
+	for _, msg := range pending {
+		if err := r.receive(msg); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Slot masks and layout helpers.
+
+func (r *Rank) emptyOf(v int) []uint64 { return r.empty[v*r.words : (v+1)*r.words] }
+func (r *Rank) validOf(v int) []uint64 { return r.valid[v*r.words : (v+1)*r.words] }
+func (r *Rank) freeOf(pc int) []uint64 { return r.free[pc*r.words : (pc+1)*r.words] }
+
+// pcRange returns the local file indices [lo, hi) of local PC pc.
+func (r *Rank) pcRange(pc int) (lo, hi int) {
+	return pc * r.k, min(pc*r.k+r.k, r.nFiles)
+}
+
+// localIndex returns f's index among this rank's files.
+func (r *Rank) localIndex(f FileID) int { return int(f - r.firstFile) }
+
+func (r *Rank) size(f FileID) int64 { return r.sizes[r.localIndex(f)] }
+
+// slotOf returns the local slot of one of this rank's files.
+func (r *Rank) slotOf(f FileID) int32 {
+	li := r.localIndex(f)
+	return int32(groupOf(li/r.k, r.nVC, r.nPC)*r.k + li%r.k)
+}
+
+func (r *Rank) vcOfPC(pc int) int { return groupOf(pc, r.nVC, r.nPC) }
+
+func (r *Rank) isLocal(f FileID) bool { return f >= r.firstFile && int(f-r.firstFile) < r.nFiles }

@@ -1,0 +1,232 @@
+package proto
+
+import (
+	"fmt"
+	"slices"
+)
+
+// owner is the requester-side state kept for one owner rank H.
+type owner struct {
+	// buf is this rank's buffer VC for H: H-local slot → pushed file.
+	buf map[int32]bufEntry
+	// acks are consumed pushes not yet reported to H.
+	acks []Ack
+	// stolen maps a position a push was meant for, when another position
+	// took that push, to the ack saying so; it is repeated with the
+	// position's own request so that H frees the reservation first.
+	stolen map[int32]Ack
+	// waiting maps a push ID to the position a redirect told to wait for it.
+	waiting map[uint64]int32
+}
+
+type bufEntry struct {
+	id   uint64
+	sn   int32
+	file FileID
+	size int64
+}
+
+func (r *Rank) resetRemote() {
+	n := r.m.Ranks()
+	r.owners = make([]owner, n)
+	r.peers = make([]peer, n)
+	for h := range r.owners {
+		if h == r.me {
+			continue
+		}
+		r.owners[h] = owner{buf: map[int32]bufEntry{}, stolen: map[int32]Ack{}, waiting: map[uint64]int32{}}
+		r.peers[h] = r.newPeer(h)
+	}
+	r.requested = newBitset(len(r.traces[r.me]))
+	r.awaiting = newBitset(len(r.traces[r.me]))
+	r.buffered = 0
+}
+
+// clientRequest serves a local client's request for position sn of this
+// rank's trace (Redox Alg. 1).
+func (r *Rank) clientRequest(sn int32) error {
+	if !r.started {
+		return fmt.Errorf("proto: rank %d: request for sn %d before the first epoch", r.me, sn)
+	}
+	trace := r.traces[r.me]
+	if sn < 0 || int(sn) >= len(trace) {
+		return fmt.Errorf("proto: rank %d: sn %d out of range [0, %d)", r.me, sn, len(trace))
+	}
+	if r.requested.has(int(sn)) {
+		return fmt.Errorf("proto: rank %d: sn %d requested twice in epoch %d", r.me, sn, r.epoch)
+	}
+	r.requested.set(int(sn))
+	r.stats.Requests++
+	f := trace[sn]
+	if r.isLocal(f) {
+		r.serve(req{from: int32(r.me), sn: sn, file: f}, r.slotOf(f))
+		return nil
+	}
+	h, x := r.m.Locate(f)
+	if r.takeBuffered(h, x, sn) {
+		r.stats.BufferHits++
+		return nil
+	}
+	r.requestRemote(h, sn, f)
+	return nil
+}
+
+// takeBuffered delivers the file pushed into buffer slot x of owner h to
+// position sn, if there is one.
+func (r *Rank) takeBuffered(h int, x int32, sn int32) bool {
+	o := &r.owners[h]
+	e, ok := o.buf[x]
+	if !ok {
+		return false
+	}
+	delete(o.buf, x)
+	r.buffered -= e.size
+	r.deliver(Delivery{Sn: sn, File: e.file, Size: e.size, Source: FromBuffer})
+	a := Ack{ID: e.id, By: sn}
+	o.acks = append(o.acks, a)
+	if e.sn != sn {
+		o.stolen[e.sn] = a
+	}
+	return true
+}
+
+// requestRemote asks owner h for position sn (file f), reporting the
+// pushes consumed since the last request (Redox Alg. 4/5, requester side).
+func (r *Rank) requestRemote(h int, sn int32, f FileID) {
+	o := &r.owners[h]
+	acks := o.acks
+	o.acks = nil
+	if a, ok := o.stolen[sn]; ok {
+		if !slices.Contains(acks, a) {
+			acks = append(acks, a)
+		}
+		delete(o.stolen, sn)
+	}
+	r.awaiting.set(int(sn))
+	r.send(Message{Type: MsgRequest, To: int32(h), Sn: sn, File: f, BufLimit: r.share, Acks: acks})
+	r.stats.RemoteRequests++
+}
+
+// receive handles a message from a peer.
+func (r *Rank) receive(msg Message) error {
+	if int(msg.From) < 0 || int(msg.From) >= r.m.Ranks() || int(msg.From) == r.me || int(msg.To) != r.me {
+		return fmt.Errorf("proto: rank %d: message %v has a bad sender or receiver", r.me, msg)
+	}
+	switch {
+	case !r.started || msg.Epoch > r.epoch:
+		r.deferred = append(r.deferred, msg)
+		return nil
+	case msg.Epoch < r.epoch:
+		r.stats.Stale++
+		return nil
+	}
+	switch msg.Type {
+	case MsgRequest:
+		return r.onRequest(msg)
+	case MsgReply:
+		return r.onReply(msg)
+	case MsgPush:
+		return r.onPush(msg)
+	}
+	return fmt.Errorf("proto: rank %d: message of unknown type %d from rank %d", r.me, msg.Type, msg.From)
+}
+
+// onReply handles an owner's answer to an on-demand request.
+func (r *Rank) onReply(msg Message) error {
+	sn := msg.Sn
+	if sn < 0 || int(sn) >= len(r.traces[r.me]) || !r.awaiting.has(int(sn)) {
+		return fmt.Errorf("proto: rank %d: reply from rank %d for sn %d, which awaits none", r.me, msg.From, sn)
+	}
+	h := int(msg.From)
+	switch msg.Status {
+	case StatusOK:
+		if !r.ownedBy(msg.File, h) {
+			return fmt.Errorf("proto: rank %d: rank %d replied with file %d, which it does not store", r.me, h, msg.File)
+		}
+		r.awaiting.clear(int(sn))
+		r.deliver(Delivery{Sn: sn, File: msg.File, Size: msg.Size, Source: FromRemote})
+	case StatusReadFailed:
+		r.awaiting.clear(int(sn))
+		r.deliver(Delivery{Sn: sn, File: NoFile, Status: StatusReadFailed})
+	case StatusRedirect:
+		r.redirected(h, sn, msg.PushID)
+	default:
+		return fmt.Errorf("proto: rank %d: reply from rank %d with unknown status %d", r.me, h, msg.Status)
+	}
+	return nil
+}
+
+// redirected handles the owner's answer that it already pushed a file
+// (push id) for position sn.
+func (r *Rank) redirected(h int, sn int32, id uint64) {
+	r.stats.Redirects++
+	o := &r.owners[h]
+	f := r.traces[r.me][sn]
+	_, x := r.m.Locate(f)
+	if e, ok := o.buf[x]; ok && e.id == id {
+		r.awaiting.clear(int(sn))
+		r.takeBuffered(h, x, sn)
+		return
+	}
+	if a, ok := o.stolen[sn]; ok && a.ID == id {
+		// Another position took the push; ask again, with the ack first.
+		r.requestRemote(h, sn, f)
+		return
+	}
+	o.waiting[id] = sn
+}
+
+// onPush places prefetched files in this rank's buffer VC for the sender,
+// or hands one straight to a position a redirect told to wait for it.
+func (r *Rank) onPush(msg Message) error {
+	h := int(msg.From)
+	o := &r.owners[h]
+	if err := r.checkPushes(msg); err != nil {
+		return err
+	}
+	for _, p := range msg.Pushes {
+		if sn, ok := o.waiting[p.ID]; ok {
+			delete(o.waiting, p.ID)
+			r.awaiting.clear(int(sn))
+			r.deliver(Delivery{Sn: sn, File: p.File, Size: p.Size, Source: FromBuffer})
+			o.acks = append(o.acks, Ack{ID: p.ID, By: sn})
+			continue
+		}
+		_, x := r.m.Locate(p.File)
+		o.buf[x] = bufEntry{id: p.ID, sn: p.Sn, file: p.File, size: p.Size}
+		r.buffered += p.Size
+		r.stats.PushesReceived++
+	}
+	return nil
+}
+
+// checkPushes validates a push message before any of it is applied: each
+// file belongs to the sender, maps to the slot of the position it is meant
+// for, and finds its buffer slot empty.
+func (r *Rank) checkPushes(msg Message) error {
+	h := int(msg.From)
+	trace := r.traces[r.me]
+	used := map[int32]bool{}
+	for _, p := range msg.Pushes {
+		if p.Sn < 0 || int(p.Sn) >= len(trace) || !r.ownedBy(p.File, h) || p.Size < 0 {
+			return fmt.Errorf("proto: rank %d: bad push from rank %d: sn %d file %d size %d", r.me, h, p.Sn, p.File, p.Size)
+		}
+		_, x := r.m.Locate(p.File)
+		if _, want := r.m.Locate(trace[p.Sn]); x != want {
+			return fmt.Errorf("proto: rank %d: push from rank %d: file %d does not share the slot of sn %d", r.me, h, p.File, p.Sn)
+		}
+		if _, waited := r.owners[h].waiting[p.ID]; waited {
+			continue
+		}
+		if _, full := r.owners[h].buf[x]; full || used[x] {
+			return fmt.Errorf("proto: rank %d: push %d from rank %d found buffer slot %d occupied", r.me, p.ID, h, x)
+		}
+		used[x] = true
+	}
+	return nil
+}
+
+func (r *Rank) ownedBy(f FileID, h int) bool {
+	first, n := r.m.RankFiles(h)
+	return f >= first && int(f-first) < n
+}
