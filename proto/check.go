@@ -58,7 +58,7 @@ func (r *Rank) checkSlot(x int32) error {
 		return fmt.Errorf("slot %d holds file %d, which maps elsewhere", x, f)
 	}
 	li := r.localIndex(f)
-	if bitset(r.freeOf(li/r.k)).has(li % r.k) {
+	if bitset(r.freeOf(li / r.k)).has(li % r.k) {
 		return fmt.Errorf("slot %d holds file %d, which is not marked loaded", x, f)
 	}
 	if st == slotValid && (!r.counted.has(int(x)) || r.waiter[x].from >= 0) {

@@ -26,6 +26,7 @@ import (
 //	complete [rank=0] [pc=3] [n=1] [fail]   finish reads, oldest first
 //
 // deliver and complete act only on what was in flight when they start.
+//
 //	stabilize                       both until nothing is in flight
 //	net                             list messages and reads in flight
 //	state [rank=0]                  dump rank state
@@ -64,8 +65,8 @@ func (e *Env) Handle(cmd *Cmd) (out string) {
 type badArg string
 
 var knownArgs = map[string]string{
-	"init":    "files k mem mem-bytes remote window variant seed size size-seed codec",
-	"epoch":   "e trace-seed ranks", "join": "rank",
+	"init":  "files k mem mem-bytes remote window variant seed size size-seed codec",
+	"epoch": "e trace-seed ranks", "join": "rank",
 	"request": "rank sn", "deliver": "from to type idx n", "complete": "rank pc n fail",
 	"state": "rank", "stats": "rank",
 }
