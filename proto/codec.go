@@ -20,10 +20,11 @@ import (
 //	 24    8 size
 //	 32    8 buffer limit
 //	 40    8 push id
-//	 48    1 status
-//	 49    3 zero
-//	 52    4 n: number of acks (request) or pushes (push), else 0
-//	 56      n acks of 12 bytes (id u64, by i32)
+//	 48    4 frontier
+//	 52    1 status
+//	 53    3 zero
+//	 56    4 n: number of acks (request) or pushes (push), else 0
+//	 60      n acks of 12 bytes (id u64, by i32)
 //	         or n pushes of 24 bytes (id u64, sn i32, file i32, size i64)
 //
 // Decode accepts exactly what Encode produces: the length must match n, the
@@ -31,7 +32,7 @@ import (
 const (
 	wireMagic   = "RX"
 	wireVersion = 1
-	headerSize  = 56
+	headerSize  = 60
 	ackSize     = 12
 	pushSize    = 24
 )
@@ -52,6 +53,7 @@ func Encode(dst []byte, m Message) []byte {
 	dst = le.AppendUint64(dst, uint64(m.Size))
 	dst = le.AppendUint64(dst, uint64(m.BufLimit))
 	dst = le.AppendUint64(dst, m.PushID)
+	dst = le.AppendUint32(dst, uint32(m.Frontier))
 	dst = append(dst, byte(m.Status), 0, 0, 0)
 	dst = le.AppendUint32(dst, uint32(len(m.Acks)+len(m.Pushes)))
 	for _, a := range m.Acks {
@@ -85,15 +87,15 @@ func Decode(b []byte) (Message, error) {
 		From: int32(le.Uint32(b[8:])), To: int32(le.Uint32(b[12:])),
 		Sn: int32(le.Uint32(b[16:])), File: FileID(le.Uint32(b[20:])),
 		Size: int64(le.Uint64(b[24:])), BufLimit: int64(le.Uint64(b[32:])),
-		PushID: le.Uint64(b[40:]), Status: Status(b[48]),
+		PushID: le.Uint64(b[40:]), Frontier: int32(le.Uint32(b[48:])), Status: Status(b[52]),
 	}
-	if b[49]|b[50]|b[51] != 0 {
+	if b[53]|b[54]|b[55] != 0 {
 		return Message{}, fmt.Errorf("%w: reserved bytes set", ErrMalformed)
 	}
 	if m.Type < MsgRequest || m.Type > MsgPush || int(m.Status) >= len(statusNames) {
 		return Message{}, fmt.Errorf("%w: type %d status %d", ErrMalformed, m.Type, m.Status)
 	}
-	n := uint64(le.Uint32(b[52:]))
+	n := uint64(le.Uint32(b[56:]))
 	body := b[headerSize:]
 	if err := decodeEntries(&m, n, body); err != nil {
 		return Message{}, err

@@ -30,9 +30,9 @@ type Config struct {
 }
 
 // DefaultConfig returns the defaults: the full protocol with a window of
-// 16 positions; the caller sets Rank, Mapping, Sizes and RemoteMemBytes.
+// 64 positions; the caller sets Rank, Mapping, Sizes and RemoteMemBytes.
 func DefaultConfig() Config {
-	return Config{Variant: Full, Window: 16}
+	return Config{Variant: Full, Window: 64}
 }
 
 // Validate reports every problem of c at once.

@@ -16,10 +16,12 @@ type EpochStart struct {
 // this rank's trace.
 type ClientRequest struct{ Sn int32 }
 
-// ReadDone reports that the read of physical chunk PC finished; Failed
-// when it could not be read.
+// ReadDone reports that the read of physical chunk PC, issued in epoch
+// Epoch, finished; Failed when it could not be read. A read of an earlier
+// epoch is dropped.
 type ReadDone struct {
 	PC     int
+	Epoch  uint32
 	Failed bool
 }
 

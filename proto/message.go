@@ -82,6 +82,9 @@ type Message struct {
 	Size int64
 	// BufLimit is the buffer bytes the requester grants this owner (request).
 	BufLimit int64
+	// Frontier is one past the highest position the requester has asked
+	// for (request); the owner's prefetch window starts there.
+	Frontier int32
 	// Status qualifies a reply.
 	Status Status
 	// PushID names the push a StatusRedirect reply points to.
@@ -97,7 +100,7 @@ func (m Message) String() string {
 	fmt.Fprintf(&b, "%d→%d %s", m.From, m.To, m.Type)
 	switch m.Type {
 	case MsgRequest:
-		fmt.Fprintf(&b, " sn=%d file=%d limit=%d", m.Sn, m.File, m.BufLimit)
+		fmt.Fprintf(&b, " sn=%d file=%d frontier=%d limit=%d", m.Sn, m.File, m.Frontier, m.BufLimit)
 		for _, a := range m.Acks {
 			fmt.Fprintf(&b, " ack(%d by %d)", a.ID, a.By)
 		}
@@ -162,8 +165,9 @@ func (d Delivery) String() string {
 }
 
 // Read asks the caller to read physical chunk PC whole and to answer with a
-// ReadDone event.
+// ReadDone event carrying the same PC and Epoch.
 type Read struct {
-	PC int
-	VC int
+	PC    int
+	VC    int
+	Epoch uint32
 }

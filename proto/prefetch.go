@@ -25,6 +25,7 @@ type peer struct {
 	out      map[uint64]outPush
 	outBytes int64
 	limit    int64
+	frontier int32 // the highest frontier R reported
 	nextID   uint64
 }
 
@@ -62,6 +63,7 @@ func (r *Rank) onRequest(msg Message) error {
 		r.ack(p, a)
 	}
 	p.limit = msg.BufLimit
+	p.frontier = max(p.frontier, msg.Frontier)
 	p.seen.set(int(msg.Sn))
 	if id, ok := p.reserved[msg.Sn]; ok {
 		r.send(Message{Type: MsgReply, To: msg.From, Sn: msg.Sn, Status: StatusRedirect, PushID: id})
@@ -86,6 +88,8 @@ func (r *Rank) checkRequest(msg Message, p *peer) error {
 		return fmt.Errorf("proto: rank %d: rank %d requested sn %d again", r.me, msg.From, sn)
 	case msg.BufLimit < 0:
 		return fmt.Errorf("proto: rank %d: rank %d sent a buffer limit of %d", r.me, msg.From, msg.BufLimit)
+	case msg.Frontier <= sn || int(msg.Frontier) > len(trace):
+		return fmt.Errorf("proto: rank %d: rank %d sent frontier %d with sn %d", r.me, msg.From, msg.Frontier, sn)
 	}
 	for _, a := range msg.Acks {
 		if a.By < 0 || int(a.By) >= len(trace) {
@@ -109,19 +113,24 @@ func (r *Rank) ack(p *peer, a Ack) {
 	p.outBytes -= o.size
 }
 
-// prefetch pushes to requester rq.from, after the reply for position
-// rq.sn from slot x, the files now in memory for its next positions: the
-// window is the next Window positions of its trace whose home is this
-// rank. A position is pushed for when it was never seen nor reserved, its
-// slot here is valid, differs from x, and R's buffer slot is known empty
-// (no outstanding push into it), while R's buffer grant allows.
+// prefetch pushes to requester R = rq.from, after the reply for position
+// rq.sn from slot x, the files now in memory for its upcoming positions.
+// The window is the next Window positions of R's trace whose home is this
+// rank, counted from R's frontier (one past the highest position R has
+// asked for: positions between sn and the frontier are in flight or will
+// come from other workers soon). With one client asking in order the
+// frontier is sn+1, the paper's window. A position is pushed for when it
+// was never seen nor reserved, its slot here is valid, differs from x, and
+// R's buffer slot is known empty (no outstanding push into it), while R's
+// buffer grant allows.
 func (r *Rank) prefetch(rq req, x int32) {
 	if !r.cfg.Variant.Prefetch() || r.cfg.Window == 0 {
 		return
 	}
 	p := &r.peers[rq.from]
 	trace := r.traces[rq.from]
-	i := sort.Search(len(p.pos), func(i int) bool { return p.pos[i] > rq.sn })
+	from := max(rq.sn+1, p.frontier)
+	i := sort.Search(len(p.pos), func(i int) bool { return p.pos[i] >= from })
 	var pushes []Pushed
 	for _, q := range p.pos[i:min(i+r.cfg.Window, len(p.pos))] {
 		if p.seen.has(int(q)) {

@@ -73,6 +73,7 @@ type Rank struct {
 	owners    []owner // requester side, per owner
 	requested bitset  // own positions a client asked for
 	awaiting  bitset  // own positions with a remote request outstanding
+	frontier  int32   // one past the highest own position requested
 	buffered  int64
 
 	deferred []Message
@@ -134,6 +135,7 @@ func (r *Rank) Step(ev Event) error {
 	}
 	r.stats.PeakHeld = max(r.stats.PeakHeld, r.held)
 	r.stats.PeakBuffered = max(r.stats.PeakBuffered, r.buffered)
+	r.stats.PeakMem = max(r.stats.PeakMem, r.held+r.buffered)
 	if invariantsEnabled {
 		r.checkInvariants()
 	}

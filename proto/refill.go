@@ -76,7 +76,7 @@ func (r *Rank) issue(pc, v int, x int32, rq req) {
 	r.waiter[x] = rq
 	r.topUp(rd, v, func(y int32) { r.fill(rd, y, true) })
 	lo, hi := r.pcRange(pc)
-	r.rd.Reads = append(r.rd.Reads, Read{PC: r.firstPC + pc, VC: r.firstVC + v})
+	r.rd.Reads = append(r.rd.Reads, Read{PC: r.firstPC + pc, VC: r.firstVC + v, Epoch: r.epoch})
 	r.stats.ChunkReads++
 	r.stats.FilesRead += int64(hi - lo)
 	r.stats.BytesRead += r.pcBytes[pc]
@@ -110,9 +110,13 @@ func (r *Rank) topUp(rd *read, v int, place func(y int32)) {
 // empty slots it can still fill are filled, and the requests waiting on
 // its slots are answered.
 func (r *Rank) readDone(e ReadDone) error {
+	if r.started && e.Epoch < r.epoch {
+		r.stats.Stale++
+		return nil
+	}
 	pc := e.PC - r.firstPC
-	if pc < 0 || pc >= r.nPC || r.reads[pc] == nil {
-		return fmt.Errorf("proto: rank %d: read of pc %d completed but none is in flight", r.me, e.PC)
+	if !r.started || e.Epoch != r.epoch || pc < 0 || pc >= r.nPC || r.reads[pc] == nil {
+		return fmt.Errorf("proto: rank %d: read of pc %d in epoch %d completed but none is in flight", r.me, e.PC, e.Epoch)
 	}
 	rd := r.reads[pc]
 	r.reads[pc] = nil

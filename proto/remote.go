@@ -40,6 +40,7 @@ func (r *Rank) resetRemote() {
 	r.requested = newBitset(len(r.traces[r.me]))
 	r.awaiting = newBitset(len(r.traces[r.me]))
 	r.buffered = 0
+	r.frontier = 0
 }
 
 // clientRequest serves a local client's request for position sn of this
@@ -56,6 +57,7 @@ func (r *Rank) clientRequest(sn int32) error {
 		return fmt.Errorf("proto: rank %d: sn %d requested twice in epoch %d", r.me, sn, r.epoch)
 	}
 	r.requested.set(int(sn))
+	r.frontier = max(r.frontier, sn+1)
 	r.stats.Requests++
 	f := trace[sn]
 	if r.isLocal(f) {
@@ -103,7 +105,7 @@ func (r *Rank) requestRemote(h int, sn int32, f FileID) {
 		delete(o.stolen, sn)
 	}
 	r.awaiting.set(int(sn))
-	r.send(Message{Type: MsgRequest, To: int32(h), Sn: sn, File: f, BufLimit: r.share, Acks: acks})
+	r.send(Message{Type: MsgRequest, To: int32(h), Sn: sn, File: f, BufLimit: r.share, Frontier: r.frontier, Acks: acks})
 	r.stats.RemoteRequests++
 }
 

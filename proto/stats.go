@@ -34,7 +34,10 @@ type Stats struct {
 	// PeakHeld and PeakBuffered are the most bytes held at once in local
 	// VCs and in buffer VCs.
 	PeakHeld, PeakBuffered int64
-	// Stale counts messages of an earlier epoch that were dropped.
+	// PeakMem is the most bytes held at once in both.
+	PeakMem int64
+	// Stale counts messages and read completions of an earlier epoch that
+	// were dropped.
 	Stale int64
 }
 
@@ -51,6 +54,7 @@ func (s Stats) Add(t Stats) Stats {
 		Redirects: s.Redirects + t.Redirects, Pushed: s.Pushed + t.Pushed,
 		PushedBytes: s.PushedBytes + t.PushedBytes, PushesReceived: s.PushesReceived + t.PushesReceived,
 		PeakHeld: max(s.PeakHeld, t.PeakHeld), PeakBuffered: max(s.PeakBuffered, t.PeakBuffered),
+		PeakMem: max(s.PeakMem, t.PeakMem),
 		Stale: s.Stale + t.Stale,
 	}
 }

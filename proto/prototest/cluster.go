@@ -49,8 +49,8 @@ type Cluster struct {
 
 	// Net holds messages in flight in the order they were sent.
 	Net []proto.Message
-	// Reads holds, per rank, the PCs being read in issue order.
-	Reads [][]int
+	// Reads holds, per rank, the reads in flight in issue order.
+	Reads [][]proto.Read
 
 	// Delivered[r][sn] is the file delivered to rank r for position sn,
 	// or NoFile.
@@ -85,7 +85,7 @@ func New(opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Opts: opts, Mapping: m, Ranks: make([]*proto.Rank, n), Reads: make([][]int, n)}
+	c := &Cluster{Opts: opts, Mapping: m, Ranks: make([]*proto.Rank, n), Reads: make([][]proto.Read, n)}
 	var errs []error
 	for r := range c.Ranks {
 		cfg := proto.DefaultConfig()
@@ -124,10 +124,10 @@ func unitSizes(files []int) [][]int64 {
 // deliveries) as a line to out; nil turns reporting off.
 func (c *Cluster) SetOutput(out func(string)) { c.out = out }
 
+// printf reports a line; callers check c.out first, so that a silent
+// cluster does not pay for formatting.
 func (c *Cluster) printf(format string, args ...any) {
-	if c.out != nil {
-		c.out(fmt.Sprintf(format, args...))
-	}
+	c.out(fmt.Sprintf(format, args...))
 }
 
 // GenTraces returns the traces of epoch e drawn from seed: a uniform random
@@ -150,13 +150,9 @@ func GenTraces(m *proto.Mapping, seed uint64, e uint32) [][]proto.FileID {
 
 // StartEpoch begins epoch e with the given traces on the ranks in which
 // (every rank when which is nil); the others join with JoinEpoch. Reads
-// still in flight belong to the old epoch and are dropped; messages in
-// flight stay, and their receivers drop them as stale.
+// and messages still in flight stay; their receivers drop them as stale.
 func (c *Cluster) StartEpoch(e uint32, traces [][]proto.FileID, which []int) error {
 	c.Epoch, c.Traces = e, traces
-	for r := range c.Reads {
-		c.Reads[r] = nil
-	}
 	c.Delivered = make([][]proto.FileID, len(c.Ranks))
 	c.Order = make([][]int32, len(c.Ranks))
 	c.Outstanding = make([]int, len(c.Ranks))
@@ -195,9 +191,9 @@ func (c *Cluster) DeliverMsg(i int) error {
 
 // CompleteRead finishes read i of rank r, failed or not.
 func (c *Cluster) CompleteRead(r, i int, failed bool) error {
-	pc := c.Reads[r][i]
+	rd := c.Reads[r][i]
 	c.Reads[r] = slices.Delete(c.Reads[r], i, i+1)
-	return c.step(r, proto.ReadDone{PC: pc, Failed: failed})
+	return c.step(r, proto.ReadDone{PC: rd.PC, Epoch: rd.Epoch, Failed: failed})
 }
 
 // Stabilize completes reads and delivers messages, oldest first, until
@@ -223,6 +219,71 @@ func (c *Cluster) Stabilize() error {
 			return nil
 		}
 	}
+}
+
+// Round delivers every message and completes every read that is in
+// flight when it starts, oldest first; what they cause waits for the next
+// round. It is one unit of logical time for the simulator.
+func (c *Cluster) Round() error {
+	for r := range c.Reads {
+		reads := c.Reads[r]
+		c.Reads[r] = nil
+		for i, rd := range reads {
+			if err := c.step(r, proto.ReadDone{PC: rd.PC, Epoch: rd.Epoch}); err != nil {
+				c.Reads[r] = append(reads[i+1:], c.Reads[r]...)
+				return err
+			}
+		}
+	}
+	net := c.Net
+	c.Net = nil
+	for i, msg := range net {
+		if err := c.step(int(msg.To), msg); err != nil {
+			c.Net = append(net[i+1:], c.Net...)
+			return err
+		}
+	}
+	return nil
+}
+
+// PlayEpoch runs epoch e with the given traces to the end: each rank's
+// clients ask for their positions in order, keeping inflight requests
+// outstanding, and each Round every message and read in flight completes.
+// progress, if not nil, is called every few rounds with the requests
+// issued so far and the total. It returns CheckComplete's verdict.
+func (c *Cluster) PlayEpoch(e uint32, traces [][]proto.FileID, inflight int, progress func(done, total int64)) error {
+	if err := c.StartEpoch(e, traces, nil); err != nil {
+		return err
+	}
+	next := make([]int, len(traces))
+	var total, issued int64
+	for _, t := range traces {
+		total += int64(len(t))
+	}
+	for round := 0; ; round++ {
+		for r, t := range traces {
+			for c.Outstanding[r] < inflight && next[r] < len(t) {
+				if err := c.Request(r, int32(next[r])); err != nil {
+					return err
+				}
+				next[r]++
+				issued++
+			}
+		}
+		if progress != nil && round%256 == 0 {
+			progress(issued, total)
+		}
+		if c.Idle() {
+			break
+		}
+		if err := c.Round(); err != nil {
+			return err
+		}
+	}
+	if progress != nil {
+		progress(total, total)
+	}
+	return c.CheckComplete()
 }
 
 // Idle reports whether no message or read is in flight.
@@ -259,7 +320,7 @@ func (c *Cluster) step(r int, ev proto.Event) error {
 }
 
 func (c *Cluster) apply(r int, rd proto.Ready) error {
-	if len(rd.Loaded) > 0 {
+	if len(rd.Loaded) > 0 && c.out != nil {
 		c.printf("rank %d: loaded %v", r, rd.Loaded)
 	}
 	for _, f := range rd.Loaded {
@@ -272,7 +333,9 @@ func (c *Cluster) apply(r int, rd proto.Ready) error {
 		c.record(r, d)
 	}
 	for _, msg := range rd.Sends {
-		c.printf("rank %d: send %v", r, msg)
+		if c.out != nil {
+			c.printf("rank %d: send %v", r, msg)
+		}
 		if c.Opts.Codec {
 			var err error
 			if msg, err = c.roundTrip(msg); err != nil {
@@ -282,8 +345,10 @@ func (c *Cluster) apply(r int, rd proto.Ready) error {
 		c.Net = append(c.Net, msg)
 	}
 	for _, read := range rd.Reads {
-		c.printf("rank %d: read pc %d (vc %d)", r, read.PC, read.VC)
-		c.Reads[r] = append(c.Reads[r], read.PC)
+		if c.out != nil {
+			c.printf("rank %d: read pc %d (vc %d)", r, read.PC, read.VC)
+		}
+		c.Reads[r] = append(c.Reads[r], read)
 	}
 	return nil
 }
@@ -299,7 +364,9 @@ func (c *Cluster) roundTrip(msg proto.Message) (proto.Message, error) {
 
 // record checks and notes one delivery to rank r.
 func (c *Cluster) record(r int, d proto.Delivery) {
-	c.printf("rank %d: deliver %v", r, d)
+	if c.out != nil {
+		c.printf("rank %d: deliver %v", r, d)
+	}
 	c.Outstanding[r]--
 	if d.Status != proto.StatusOK {
 		return

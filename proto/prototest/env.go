@@ -24,9 +24,6 @@ import (
 //	deliver [from=1] [to=0] [type=push] [idx=2] [n=1]
 //	                                deliver messages in flight, oldest first
 //	complete [rank=0] [pc=3] [n=1] [fail]   finish reads, oldest first
-//
-// deliver and complete act only on what was in flight when they start.
-//
 //	stabilize                       both until nothing is in flight
 //	net                             list messages and reads in flight
 //	state [rank=0]                  dump rank state
@@ -34,7 +31,8 @@ import (
 //	check                           invariants so far
 //	check-complete                  exactly once, every position answered
 //
-// Each command prints the effects it caused, one per line.
+// Each command prints the effects it caused, one per line. deliver and
+// complete act only on what was in flight when they start.
 type Env struct {
 	C   *Cluster
 	out strings.Builder
@@ -268,7 +266,7 @@ func (e *Env) complete(cmd *Cmd) error {
 		}
 		// Only reads in flight when the command starts.
 		for i, old := 0, len(e.C.Reads[r]); i < old && n != 0; {
-			if !matches(cmd, "pc", e.C.Reads[r][i]) {
+			if !matches(cmd, "pc", e.C.Reads[r][i].PC) {
 				i++
 				continue
 			}
@@ -287,8 +285,8 @@ func (e *Env) net() {
 		e.line(fmt.Sprintf("in flight: %v", msg))
 	}
 	for r, reads := range e.C.Reads {
-		for _, pc := range reads {
-			e.line(fmt.Sprintf("rank %d reading pc %d", r, pc))
+		for _, rd := range reads {
+			e.line(fmt.Sprintf("rank %d reading pc %d (epoch %d)", r, rd.PC, rd.Epoch))
 		}
 	}
 }
@@ -302,8 +300,8 @@ func (e *Env) eachRank(cmd *Cmd, f func(r int)) {
 }
 
 func statsLine(s proto.Stats) string {
-	return fmt.Sprintf("requests=%d local-hits=%d buffer-hits=%d misses=%d reads=%d loaded=%d remote=%d redirects=%d pushed=%d",
-		s.Requests, s.LocalHits, s.BufferHits, s.Misses, s.ChunkReads, s.FilesLoaded, s.RemoteRequests, s.Redirects, s.Pushed)
+	return fmt.Sprintf("requests=%d local-hits=%d buffer-hits=%d misses=%d reads=%d loaded=%d remote=%d redirects=%d pushed=%d stale=%d",
+		s.Requests, s.LocalHits, s.BufferHits, s.Misses, s.ChunkReads, s.FilesLoaded, s.RemoteRequests, s.Redirects, s.Pushed, s.Stale)
 }
 
 func matches(cmd *Cmd, key string, v int) bool {

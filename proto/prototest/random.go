@@ -173,12 +173,12 @@ func (s *Schedule) step(joined int) (line string, ok bool) {
 		}
 	}
 	for r := 0; r < joined; r++ {
-		for _, pc := range c.Reads[r] {
+		for _, rd := range c.Reads[r] {
 			verb := ""
 			if s.failures && s.rng.IntN(10) == 0 {
 				verb = " fail"
 			}
-			acts = append(acts, fmt.Sprintf("complete rank=%d pc=%d n=1%s", r, pc, verb))
+			acts = append(acts, fmt.Sprintf("complete rank=%d pc=%d n=1%s", r, rd.PC, verb))
 		}
 	}
 	for i := range c.Net {

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// progress reports the advance of long work on stderr: a bar redrawn in
+// place on a terminal, a plain line every few seconds otherwise.
+type progress struct {
+	w     io.Writer
+	tty   bool
+	label string
+	start time.Time
+	last  time.Time
+	every time.Duration
+}
+
+func newProgress(label string) *progress {
+	fi, err := os.Stderr.Stat()
+	tty := err == nil && fi.Mode()&os.ModeCharDevice != 0
+	every := 10 * time.Second
+	if tty {
+		every = 100 * time.Millisecond
+	}
+	now := time.Now()
+	return &progress{w: os.Stderr, tty: tty, label: label, start: now, every: every}
+}
+
+// update reports done of total (both in units); it draws at most every
+// refresh interval, and always when done == total.
+func (p *progress) update(done, total int64, unit string) {
+	now := time.Now()
+	if now.Sub(p.last) < p.every && done < total {
+		return
+	}
+	p.last = now
+	frac := 0.0
+	if total > 0 {
+		frac = float64(done) / float64(total)
+	}
+	el := now.Sub(p.start)
+	rate := float64(done) / max(el.Seconds(), 1e-9)
+	eta := "--"
+	if done > 0 && done < total {
+		eta = time.Duration(float64(total-done) / rate * float64(time.Second)).Round(time.Second).String()
+	}
+	text := fmt.Sprintf("%s %s/%s %s (%s %s/s, ETA %s)", p.label, comma(done), comma(total), unit,
+		comma(int64(rate)), unit, eta)
+	if !p.tty {
+		fmt.Fprintf(p.w, "%s %5.1f%%\n", text, 100*frac)
+		return
+	}
+	const width = 30
+	n := int(frac * width)
+	fmt.Fprintf(p.w, "\r\033[K[%s%s] %5.1f%% %s", strings.Repeat("=", n), strings.Repeat(" ", width-n), 100*frac, text)
+	if done >= total {
+		fmt.Fprintln(p.w)
+	}
+}

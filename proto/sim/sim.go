@@ -1,0 +1,198 @@
+// Package sim runs whole epochs of the protocol for N ranks in one process
+// over a synthetic dataset and reports, per epoch and variant, the traffic
+// (requests, hits, chunk reads, remote requests, prefetch) and how random
+// the delivered order is compared with a true shuffle. It is what
+// `brandrt simulate` prints.
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/brandrt/brandrt/proto"
+	"github.com/brandrt/brandrt/proto/prototest"
+)
+
+// Config describes a simulation. Fields map one-to-one onto the flags of
+// `brandrt simulate`.
+type Config struct {
+	// Files is the number of files of the dataset, split evenly over Ranks.
+	Files int
+	// ChunkFiles is K, the number of files per chunk.
+	ChunkFiles int
+	// Ranks is the number of ranks (nodes).
+	Ranks int
+	// MemFraction is each rank's VC budget as a fraction of its shard.
+	MemFraction float64
+	// RemoteFraction is each rank's buffer limit as a fraction of its VC
+	// budget.
+	RemoteFraction float64
+	// Window is P, the prefetch window in positions.
+	Window int
+	// Variants are run one after the other on the same traces.
+	Variants []proto.Variant
+	// Epochs is the number of epochs per variant.
+	Epochs int
+	// Seed drives the file sizes, the traces and the protocol's choices.
+	Seed uint64
+	// Batch is the batch size for distinct_chunks_per_batch.
+	Batch int
+	// FileSize is the mean file size in bytes.
+	FileSize int64
+	// Lognormal draws sizes from a lognormal distribution with mean
+	// FileSize and shape Sigma; otherwise every file has FileSize bytes.
+	Lognormal bool
+	Sigma     float64
+	// Inflight is the number of requests each rank's clients keep
+	// outstanding (think DataLoader workers × prefetch factor).
+	Inflight int
+	// Progress, if set, is called now and then with the requests done
+	// and the total of the current epoch and variant.
+	Progress func(v proto.Variant, epoch int, done, total int64)
+}
+
+// DefaultConfig is an ImageNet-1k-sized run: 1,281,167 files of 110 KB on
+// average (lognormal), 3 ranks, K=64, a quarter of each shard in memory,
+// a tenth of that for the buffer, a window of 64, the full protocol.
+func DefaultConfig() Config {
+	return Config{
+		Files: 1281167, ChunkFiles: 64, Ranks: 3, MemFraction: 0.25, RemoteFraction: 0.1,
+		Window: 64, Variants: []proto.Variant{proto.Full}, Epochs: 1, Seed: 1, Batch: 256,
+		FileSize: 110_000, Lognormal: true, Sigma: 0.6, Inflight: 8,
+	}
+}
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	check := func(bad bool, format string, args ...any) {
+		if bad {
+			errs = append(errs, fmt.Errorf("sim: "+format, args...))
+		}
+	}
+	check(c.Files < 1 || c.Files > proto.MaxFiles, "files = %d, want 1 to %d", c.Files, proto.MaxFiles)
+	check(c.ChunkFiles < 1, "chunk files = %d, want ≥ 1", c.ChunkFiles)
+	check(c.Ranks < 1 || c.Ranks > 1<<16, "ranks = %d, want 1 to 65536", c.Ranks)
+	check(c.Ranks > c.Files, "%d ranks for %d files: every rank needs a file", c.Ranks, c.Files)
+	check(!(c.MemFraction > 0 && c.MemFraction <= 1), "memory fraction = %g, want in (0, 1]", c.MemFraction)
+	check(!(c.RemoteFraction >= 0), "remote fraction = %g, want ≥ 0", c.RemoteFraction)
+	check(c.Window < 0, "window = %d, want ≥ 0", c.Window)
+	check(len(c.Variants) == 0, "no variant to run")
+	check(c.Epochs < 1, "epochs = %d, want ≥ 1", c.Epochs)
+	check(c.Batch < 1, "batch = %d, want ≥ 1", c.Batch)
+	check(c.FileSize < 1, "file size = %d bytes, want ≥ 1", c.FileSize)
+	check(c.Lognormal && !(c.Sigma >= 0 && c.Sigma <= 4), "sigma = %g, want 0 to 4", c.Sigma)
+	check(c.Inflight < 1, "inflight = %d, want ≥ 1", c.Inflight)
+	return errors.Join(errs...)
+}
+
+// Result is one line of the report: one epoch of one variant.
+type Result struct {
+	Variant     string  `json:"variant"`
+	Epoch       int     `json:"epoch"`
+	Ranks       int     `json:"ranks"`
+	Files       int     `json:"files"`
+	ChunkFiles  int     `json:"chunk_files"`
+	MemFraction float64 `json:"mem_fraction"`
+	Window      int     `json:"window"`
+	Inflight    int     `json:"inflight"`
+	// Bytes is the dataset's size; MemBytes and RemoteMemBytes the
+	// per-rank budgets.
+	Bytes          int64 `json:"bytes"`
+	MemBytes       int64 `json:"mem_bytes"`
+	RemoteMemBytes int64 `json:"remote_mem_bytes"`
+
+	Requests          int64   `json:"requests"`
+	Delivered         int64   `json:"delivered"`
+	LocalHits         int64   `json:"local_hits"`
+	Misses            int64   `json:"misses"`
+	ChunkReads        int64   `json:"chunk_reads"`
+	BytesRead         int64   `json:"bytes_read"`
+	BytesDelivered    int64   `json:"bytes_delivered"`
+	ReadAmplification float64 `json:"read_amplification"`
+	FillRate          float64 `json:"fill_rate"`
+	RemoteRequests    int64   `json:"remote_requests"`
+	Redirects         int64   `json:"redirects"`
+	Prefetched        int64   `json:"prefetched"`
+	PrefetchHits      int64   `json:"prefetch_hits"`
+	PeakMemBytes      int64   `json:"peak_mem_bytes"`
+
+	DistinctChunksPerBatch        float64 `json:"distinct_chunks_per_batch"`
+	DistinctChunksPerBatchShuffle float64 `json:"distinct_chunks_per_batch_shuffle"`
+	ChunkSpan                     float64 `json:"chunk_span"`
+	ChunkSpanShuffle              float64 `json:"chunk_span_shuffle"`
+
+	// Seconds is the wall time the simulation of this epoch took.
+	Seconds float64 `json:"seconds"`
+}
+
+// Run simulates cfg and calls emit with each epoch's result, variant by
+// variant. Every variant sees the same file sizes and the same traces.
+func Run(cfg Config, emit func(Result)) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	sizes := Sizes(cfg)
+	for _, v := range cfg.Variants {
+		if err := runVariant(cfg, sizes, v, emit); err != nil {
+			return fmt.Errorf("sim: %s: %w", v, err)
+		}
+	}
+	return nil
+}
+
+// Sizes draws the file sizes of cfg's dataset, split into one list per
+// rank of Files/Ranks files (±1).
+func Sizes(cfg Config) [][]int64 {
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x51235))
+	mu := math.Log(float64(cfg.FileSize)) - cfg.Sigma*cfg.Sigma/2
+	sizes := make([][]int64, cfg.Ranks)
+	for r := range sizes {
+		n := (r+1)*cfg.Files/cfg.Ranks - r*cfg.Files/cfg.Ranks
+		sizes[r] = make([]int64, n)
+		for i := range sizes[r] {
+			sizes[r][i] = cfg.FileSize
+			if cfg.Lognormal {
+				sizes[r][i] = max(1, int64(math.Exp(mu+cfg.Sigma*rng.NormFloat64())))
+			}
+		}
+	}
+	return sizes
+}
+
+func runVariant(cfg Config, sizes [][]int64, v proto.Variant, emit func(Result)) error {
+	opts := prototest.Options{
+		Files: make([]int, cfg.Ranks), K: cfg.ChunkFiles, Sizes: sizes,
+		MemFraction: cfg.MemFraction, Window: cfg.Window, Variant: v, Seed: cfg.Seed, Light: true,
+	}
+	for r := range sizes {
+		opts.Files[r] = len(sizes[r])
+	}
+	c, err := prototest.New(opts)
+	if err != nil {
+		return err
+	}
+	// The buffer limit is a fraction of the smallest rank's VC budget.
+	opts.RemoteMemBytes = int64(cfg.RemoteFraction * float64(c.Mapping.MemBytes(0)))
+	if c, err = prototest.New(opts); err != nil {
+		return err
+	}
+	for e := 1; e <= cfg.Epochs; e++ {
+		start := time.Now()
+		traces := prototest.GenTraces(c.Mapping, cfg.Seed, uint32(e))
+		var progress func(done, total int64)
+		if cfg.Progress != nil {
+			progress = func(done, total int64) { cfg.Progress(v, e, done, total) }
+		}
+		if err := c.PlayEpoch(uint32(e), traces, cfg.Inflight, progress); err != nil {
+			return fmt.Errorf("epoch %d: %w", e, err)
+		}
+		res := result(cfg, c, v, e)
+		res.Seconds = time.Since(start).Seconds()
+		emit(res)
+	}
+	return nil
+}
