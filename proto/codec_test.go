@@ -44,17 +44,17 @@ func TestCodecRejects(t *testing.T) {
 	good := Encode(nil, Message{Type: MsgRequest, Acks: []Ack{{ID: 1, By: 2}}})
 	mutate := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(good)) }
 	for name, b := range map[string][]byte{
-		"empty":          nil,
-		"short header":   good[:headerSize-1],
-		"bad magic":      mutate(func(b []byte) []byte { b[0] = 'x'; return b }),
-		"newer version":  mutate(func(b []byte) []byte { b[2] = 2; return b }),
-		"unknown type":   mutate(func(b []byte) []byte { b[3] = 9; return b }),
-		"unknown status": mutate(func(b []byte) []byte { b[52] = 7; return b }),
-		"reserved byte":  mutate(func(b []byte) []byte { b[54] = 1; return b }),
-		"truncated body": good[:len(good)-1],
-		"trailing byte":  append(bytes.Clone(good), 0),
-		"count too big":  mutate(func(b []byte) []byte { b[56] = 200; return b }),
-		"huge count":     mutate(func(b []byte) []byte { b[59] = 0xff; return b }),
+		"empty":              nil,
+		"short header":       good[:headerSize-1],
+		"bad magic":          mutate(func(b []byte) []byte { b[0] = 'x'; return b }),
+		"newer version":      mutate(func(b []byte) []byte { b[2] = 2; return b }),
+		"unknown type":       mutate(func(b []byte) []byte { b[3] = 9; return b }),
+		"unknown status":     mutate(func(b []byte) []byte { b[52] = 7; return b }),
+		"reserved byte":      mutate(func(b []byte) []byte { b[54] = 1; return b }),
+		"truncated body":     good[:len(good)-1],
+		"trailing byte":      append(bytes.Clone(good), 0),
+		"count too big":      mutate(func(b []byte) []byte { b[56] = 200; return b }),
+		"huge count":         mutate(func(b []byte) []byte { b[59] = 0xff; return b }),
 		"reply with entries": Encode(nil, Message{Type: MsgReply, Pushes: []Pushed{{ID: 1}}}),
 	} {
 		if _, err := Decode(b); !errors.Is(err, ErrMalformed) {

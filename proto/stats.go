@@ -55,6 +55,6 @@ func (s Stats) Add(t Stats) Stats {
 		PushedBytes: s.PushedBytes + t.PushedBytes, PushesReceived: s.PushesReceived + t.PushesReceived,
 		PeakHeld: max(s.PeakHeld, t.PeakHeld), PeakBuffered: max(s.PeakBuffered, t.PeakBuffered),
 		PeakMem: max(s.PeakMem, t.PeakMem),
-		Stale: s.Stale + t.Stale,
+		Stale:   s.Stale + t.Stale,
 	}
 }
