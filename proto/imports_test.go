@@ -6,7 +6,6 @@ import (
 	"go/token"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,7 +71,10 @@ func checkSeededRand(t *testing.T, fset *token.FileSet, f *ast.File, randName st
 // TestProtoDependsOnlyOnTheStandardLibrary asks the go tool for proto's
 // transitive dependencies: none may come from outside the standard library.
 func TestProtoDependsOnlyOnTheStandardLibrary(t *testing.T) {
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go tool is not on PATH: %v", err)
+	}
 	out, err := exec.Command(gobin, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)

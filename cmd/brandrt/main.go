@@ -4,12 +4,16 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/urfave/cli/v2"
 )
 
-func main() {
+func main() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) }
+
+// run runs the command line args and returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
 	app := &cli.App{
 		Name:  "brandrt",
 		Usage: "feed training data from chunked storage through memory shared across MPI ranks",
@@ -17,11 +21,14 @@ func main() {
 			"of the dataset in memory with file redirection (any unseen file in the same\n" +
 			"memory slot may answer a request), and shares memory across nodes over MPI\n" +
 			"with prefetch driven by the known access traces.",
-		Commands:        []*cli.Command{simulateCommand()},
+		Commands:        []*cli.Command{simulateCommand(), infoCommand()},
 		HideHelpCommand: true,
+		Writer:          stdout,
+		ErrWriter:       stderr,
 	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "brandrt:", err)
-		os.Exit(1)
+	if err := app.Run(args); err != nil {
+		fmt.Fprintln(stderr, "brandrt:", err)
+		return 1
 	}
+	return 0
 }

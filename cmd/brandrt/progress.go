@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// progress reports the advance of long work on stderr: a bar redrawn in
-// place on a terminal, a plain line every few seconds otherwise.
+// progress reports the advance of long work: a bar redrawn in place on a
+// terminal, a plain line every ten seconds otherwise.
 type progress struct {
 	w     io.Writer
 	tty   bool
@@ -19,15 +19,23 @@ type progress struct {
 	every time.Duration
 }
 
-func newProgress(label string) *progress {
-	fi, err := os.Stderr.Stat()
-	tty := err == nil && fi.Mode()&os.ModeCharDevice != 0
+// newProgress reports to w, redrawing in place when w is a terminal.
+func newProgress(w io.Writer, label string) *progress {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		fi, err := f.Stat()
+		tty = err == nil && fi.Mode()&os.ModeCharDevice != 0
+	}
 	every := 10 * time.Second
 	if tty {
 		every = 100 * time.Millisecond
 	}
 	now := time.Now()
-	return &progress{w: os.Stderr, tty: tty, label: label, start: now, every: every}
+	p := &progress{w: w, tty: tty, label: label, start: now, every: every}
+	if !tty {
+		p.last = now // plain lines: the first after one interval, not at once
+	}
+	return p
 }
 
 // update reports done of total (both in units); it draws at most every

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -95,11 +93,11 @@ func runSimulate(c *cli.Context) error {
 	if dir := c.String("memprofile"); dir != "" {
 		defer profile.Start(profile.MemProfile, profile.ProfilePath(dir), profile.Quiet).Stop()
 	}
-	out := os.Stdout
+	out := c.App.Writer
 	var bar *progress
 	cfg.Progress = func(v proto.Variant, e int, done, total int64) {
-		if bar == nil || !strings.HasPrefix(bar.label, v.String()+" ") {
-			bar = newProgress(fmt.Sprintf("%s epoch %d:", v, e))
+		if label := fmt.Sprintf("%s epoch %d:", v, e); bar == nil || bar.label != label {
+			bar = newProgress(c.App.ErrWriter, label)
 		}
 		bar.update(done, total, "requests")
 	}
@@ -135,16 +133,16 @@ func writeTable(w io.Writer, cfg sim.Config, rs []sim.Result, took time.Duration
 		dist = fmt.Sprintf("lognormal σ=%.2g", cfg.Sigma)
 	}
 	fmt.Fprintf(w, "dataset  %s files, %s (mean %s, %s), %d ranks, K=%d\n",
-		comma(int64(r0.Files)), bytes(r0.Bytes), bytes(r0.Bytes/int64(r0.Files)), dist, r0.Ranks, r0.ChunkFiles)
+		comma(int64(r0.Files)), ibytes(r0.Bytes), ibytes(r0.Bytes/int64(r0.Files)), dist, r0.Ranks, r0.ChunkFiles)
 	fmt.Fprintf(w, "memory   %s per rank (%.0f%% of a shard), prefetch buffer %s, window %d, %d requests in flight per rank\n\n",
-		bytes(r0.MemBytes), 100*r0.MemFraction, bytes(r0.RemoteMemBytes), r0.Window, r0.Inflight)
+		ibytes(r0.MemBytes), 100*r0.MemFraction, ibytes(r0.RemoteMemBytes), r0.Window, r0.Inflight)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "variant\tepoch\tlocal hits\tmisses\tchunk reads\tfill\tread amp\tremote req\tprefetched\tpf hits\tpeak mem\tchunks/batch\t(shuffle)\tspan\t(shuffle)\ttime\t")
 	for _, r := range rs {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%.0f%%\t%.2f×\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.3f\t%.3f\t%.1fs\t\n",
 			r.Variant, r.Epoch, comma(r.LocalHits), comma(r.Misses), comma(r.ChunkReads), 100*r.FillRate,
 			r.ReadAmplification, comma(r.RemoteRequests), comma(r.Prefetched), comma(r.PrefetchHits),
-			bytes(r.PeakMemBytes), r.DistinctChunksPerBatch, r.DistinctChunksPerBatchShuffle,
+			ibytes(r.PeakMemBytes), r.DistinctChunksPerBatch, r.DistinctChunksPerBatchShuffle,
 			r.ChunkSpan, r.ChunkSpanShuffle, r.Seconds)
 	}
 	tw.Flush()

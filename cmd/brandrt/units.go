@@ -58,8 +58,8 @@ func (b *byteSize) String() string {
 	return humanize.Bytes(uint64(*b))
 }
 
-// bytes formats n bytes in binary units.
-func bytes(n int64) string { return humanize.IBytes(uint64(max(n, 0))) }
+// ibytes formats n bytes in binary units.
+func ibytes(n int64) string { return humanize.IBytes(uint64(max(n, 0))) }
 
 // comma formats n with thousands separators.
 func comma(n int64) string { return humanize.Comma(n) }

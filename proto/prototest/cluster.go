@@ -1,7 +1,3 @@
-// Package prototest runs N protocol ranks in one process: a Cluster steps
-// them, carries their messages and reads, and checks the protocol's
-// invariants after every step. Datadriven scripts (see Env) and randomized
-// schedules drive it in tests; the simulator drives it at scale.
 package prototest
 
 import (

@@ -1,0 +1,110 @@
+// Package proto is the Redox data-access protocol as a pure, deterministic
+// state machine: one Rank per node, driven by events, emitting the reads,
+// messages and deliveries the caller must carry out. It does no I/O, reads
+// no clock and starts no goroutine; every random choice comes from
+// Config.Seed and the epoch. The reference is Redox §3 (Brand §3.3–3.4 for
+// worked examples); the datadriven scripts in prototest/testdata replay
+// those examples.
+//
+// Use it like this:
+//
+//	r, err := proto.NewRank(cfg)
+//	r.Step(proto.EpochStart{Epoch: 1, Traces: traces})
+//	r.Step(proto.ClientRequest{Sn: 0}) // or a peer Message, or a ReadDone
+//	if r.HasReady() {
+//		rd := r.Ready()
+//		// read rd.Reads whole and answer each with a ReadDone,
+//		// send rd.Sends in order, hand rd.Deliveries to the clients,
+//		// keep the bytes of rd.Loaded until delivered or sent
+//		r.Advance(rd)
+//	}
+//
+// # Mapping
+//
+// Files are numbered rank-major and cut into physical chunks (PCs) of K
+// consecutive files of one rank; a PC is only ever read whole. Each rank
+// has M virtual chunks (VCs) of K slots, M = budget / (K × mean file size),
+// and its PCs are split into M runs of consecutive PCs: run v is the
+// physical chunk set PCS(v) of VC v, as a cache set is to a cache line.
+// File f has slot O(f), its offset in its PC, and lives in slot O(f) of
+// VC(f). See Mapping.
+//
+// # Local protocol
+//
+// A request for f at its home looks at slot O(f) of VC(f). If the slot
+// holds a file, that file answers, whatever it is (redirection), and the
+// slot is emptied (self-invalidation): a file is delivered once per epoch.
+// Otherwise a PC of PCS(VC(f)) whose file for the slot was not yet loaded
+// this epoch is read whole. The full protocol picks the one that fills the
+// most empty slots with unloaded files (max-fill), ties broken at random;
+// the random-selection variants pick any eligible PC. The read fills every
+// empty slot whose file in the PC is unloaded, as far as the byte budget
+// allows; those files count as loaded from then on, and are never loaded
+// again in the epoch. Nothing valid is ever evicted.
+//
+// Reads are asynchronous. A slot a read will fill is pending; a request for
+// it waits as its waiter, a second request queues behind the first. A miss
+// that can be served by a PC already being read joins that read instead of
+// reading the PC again. A failed read returns its files to unloaded, fails
+// its waiters and retries the requests queued behind them.
+//
+// # Messages
+//
+// Ranks exchange three messages (Message; wire format in Encode):
+//
+//   - request (requester R → owner H): position sn of R's trace and its
+//     file, R's frontier (one past its highest requested position), the
+//     buffer bytes R grants H, and acks of pushes R consumed.
+//   - reply (H → R): the file that answers sn (maybe another file of the
+//     same slot), or a redirect to a push already sent for sn, or a failure.
+//   - push (H → R): prefetched files, each tagged with a push ID and the
+//     position of R it is meant for.
+//
+// R first looks in its buffer VC for H: a file pushed into the slot of the
+// requested file answers locally. Otherwise it sends a request; H serves it
+// with the local protocol, replies, then prefetches. Messages may arrive in
+// any order; messages of an earlier epoch are dropped and those of a later
+// one are held until the rank starts it.
+//
+// # Prefetch
+//
+// All ranks know all traces. After replying to R for position sn from slot
+// x, H considers the next Window positions of R's trace whose files it
+// stores, counted from R's frontier (with one client asking in order, the
+// frontier is sn+1 and this is the paper's window). It pushes the file now
+// in a position's slot when the slot is valid at H (prefetch is
+// opportunistic: nothing is read for it), differs from x (the on-demand
+// slot), is not promised to another push R has not yet consumed, the
+// position was never requested nor pushed for, and R's grant allows the
+// bytes. The on-demand reply is sent first.
+//
+// The paper assumes R asks in trace order and shifts its window by sn.
+// Several DataLoader workers ask out of order, so this package tracks
+// pushes explicitly instead: H keeps, per requester, the outstanding push
+// for each slot and each position until R acknowledges it; R acknowledges
+// a push when a request consumes it, with the position that did (which may
+// differ from the one it was meant for: any file of the slot may answer).
+// A push is made into a slot only when H knows R's slot to be empty, so a
+// pushed file always finds its slot free; outstanding bytes never exceed
+// the grant, so R's buffer stays within its limit. When R's request for a
+// position overtakes the push meant for it, H answers with a redirect and R
+// takes the push when it arrives, or, if another position took it
+// meanwhile, asks again with that ack first.
+//
+// # Invariants
+//
+// Checked after every step in tests (prototest), and inside Step when built
+// with the invariants tag:
+//
+//   - at most once: no file is delivered twice in an epoch, on any rank;
+//   - exactly once: if every rank requests its whole trace and the traces
+//     cover the dataset, every file is delivered exactly once;
+//   - memory: bytes held in local VCs ≤ the budget; buffer VCs ≤ the
+//     remote limit;
+//   - no file is loaded into memory twice in an epoch;
+//   - a pushed file always finds its slot empty.
+//
+// Bad input from outside (a client's position, a peer's message) is
+// returned as an error and changes nothing; a broken internal invariant
+// panics with "proto: invariant violated".
+package proto
