@@ -2,7 +2,8 @@ package proto
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -46,22 +47,12 @@ func (r *Rank) slotString(x int32) string {
 
 func (r *Rank) dumpRemote(b *strings.Builder, h int) {
 	o := &r.owners[h]
-	slots := make([]int32, 0, len(o.buf))
-	for x := range o.buf {
-		slots = append(slots, x)
-	}
-	sort.Slice(slots, func(i, j int) bool { return slots[i] < slots[j] })
-	for _, x := range slots {
+	for _, x := range slices.Sorted(maps.Keys(o.buf)) {
 		e := o.buf[x]
 		fmt.Fprintf(b, "  buffer from %d: file %d (push %d for sn %d)\n", h, e.file, e.id, e.sn)
 	}
 	p := &r.peers[h]
-	ids := make([]uint64, 0, len(p.out))
-	for id := range p.out {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(p.out)) {
 		fmt.Fprintf(b, "  pushed to %d: #%d for sn %d, unacked\n", h, id, p.out[id].sn)
 	}
 }

@@ -21,12 +21,7 @@ const (
 
 var msgNames = [...]string{"", "request", "reply", "push"}
 
-func (t MsgType) String() string {
-	if int(t) < len(msgNames) && t != 0 {
-		return msgNames[t]
-	}
-	return fmt.Sprintf("msg(%d)", uint8(t))
-}
+func (t MsgType) String() string { return enumName(t, msgNames[:], "msg") }
 
 // Status qualifies a reply or a delivery.
 type Status uint8
@@ -45,12 +40,7 @@ const (
 
 var statusNames = [...]string{"ok", "redirect", "read-failed"}
 
-func (s Status) String() string {
-	if int(s) < len(statusNames) {
-		return statusNames[s]
-	}
-	return fmt.Sprintf("status(%d)", uint8(s))
-}
+func (s Status) String() string { return enumName(s, statusNames[:], "status") }
 
 // Ack tells an owner that its push ID was consumed at the requester by the
 // trace position By (which may differ from the position it was pushed for).
@@ -140,11 +130,14 @@ const (
 
 var sourceNames = [...]string{"memory", "read", "buffer", "remote"}
 
-func (s Source) String() string {
-	if int(s) < len(sourceNames) {
-		return sourceNames[s]
+func (s Source) String() string { return enumName(s, sourceNames[:], "source") }
+
+// enumName returns the name of v, or "kind(v)" for a value without one.
+func enumName[T ~uint8](v T, names []string, kind string) string {
+	if int(v) < len(names) && names[v] != "" {
+		return names[v]
 	}
-	return fmt.Sprintf("source(%d)", uint8(s))
+	return fmt.Sprintf("%s(%d)", kind, uint8(v))
 }
 
 // Delivery hands a file to the local client that asked for trace position

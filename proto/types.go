@@ -39,12 +39,7 @@ var Variants = []Variant{Full, RandomSelection, NoPrefetching, NoOptimization}
 var variantNames = [...]string{"full", "random-selection", "no-prefetching", "no-optimization"}
 
 // String returns the variant's name as the CLI spells it.
-func (v Variant) String() string {
-	if int(v) < len(variantNames) {
-		return variantNames[v]
-	}
-	return fmt.Sprintf("variant(%d)", uint8(v))
-}
+func (v Variant) String() string { return enumName(v, variantNames[:], "variant") }
 
 // ParseVariant returns the variant named s.
 func ParseVariant(s string) (Variant, error) {

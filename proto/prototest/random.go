@@ -15,13 +15,21 @@ import (
 // epoch changes (ranks joining late). Every command is recorded as a
 // datadriven script, so a failure can be replayed by hand.
 type Schedule struct {
-	rng    *rand.Rand
+	rng    chooser
 	env    Env
 	script strings.Builder
 	// requested[r][sn] and the position below which rank r stops asking.
 	requested [][]bool
 	stop      []int
 	failures  bool
+}
+
+// chooser makes a schedule's decisions: *rand.Rand, or fuzzer bytes.
+type chooser interface {
+	IntN(n int) int
+	Float64() float64
+	Uint64() uint64
+	Perm(n int) []int
 }
 
 // RunSchedule runs the schedule drawn from seed and returns an error
@@ -32,6 +40,56 @@ func RunSchedule(seed uint64) error {
 		return fmt.Errorf("schedule seed %d: %w\nscript:\n%s", seed, err, s.script.String())
 	}
 	return nil
+}
+
+// RunScheduleBytes runs the schedule whose every decision is read from
+// data, so that a coverage-guided fuzzer steers it; once data runs out,
+// every decision takes its first option.
+func RunScheduleBytes(data []byte) error {
+	s := &Schedule{rng: &byteChooser{data: data}}
+	if err := s.run(); err != nil {
+		return fmt.Errorf("schedule of %d bytes: %w\nscript:\n%s", len(data), err, s.script.String())
+	}
+	return nil
+}
+
+// byteChooser draws decisions from a byte string.
+type byteChooser struct{ data []byte }
+
+func (b *byteChooser) next() uint64 {
+	if len(b.data) == 0 {
+		return 0
+	}
+	v := b.data[0]
+	b.data = b.data[1:]
+	return uint64(v)
+}
+
+func (b *byteChooser) IntN(n int) int {
+	if n <= 1 {
+		return 0
+	}
+	v := b.next()
+	if n > 256 {
+		v = v<<8 | b.next()
+	}
+	return int(v % uint64(n))
+}
+
+func (b *byteChooser) Float64() float64 { return float64(b.next()) / 256 }
+
+func (b *byteChooser) Uint64() uint64 { return b.next()<<8 | b.next() }
+
+func (b *byteChooser) Perm(n int) []int {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = i
+	}
+	for i := n - 1; i > 0; i-- {
+		j := b.IntN(i + 1)
+		p[i], p[j] = p[j], p[i]
+	}
+	return p
 }
 
 // do runs one command line (with optional input) and checks the cluster.

@@ -19,12 +19,13 @@ func TestRandomSchedules(t *testing.T) {
 	}
 }
 
+// FuzzSchedule lets the fuzzer make every decision of a schedule.
 func FuzzSchedule(f *testing.F) {
-	for seed := uint64(0); seed < 8; seed++ {
-		f.Add(seed)
-	}
-	f.Fuzz(func(t *testing.T, seed uint64) {
-		if err := RunSchedule(seed); err != nil {
+	f.Add([]byte{})
+	f.Add([]byte{3, 20, 25, 17, 4, 2, 0, 1, 5, 200, 7, 9, 1, 0, 3})
+	f.Add([]byte("a longer seed steers more decisions of the schedule"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if err := RunScheduleBytes(data); err != nil {
 			t.Fatal(err)
 		}
 	})
