@@ -42,6 +42,7 @@ lint: deps
 fuzz: deps
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./proto
 	$(GO) test -run '^$$' -fuzz FuzzSchedule -fuzztime $(FUZZTIME) ./proto/prototest
+	$(GO) test -run '^$$' -fuzz FuzzHostilePeer -fuzztime $(FUZZTIME) ./proto/prototest
 
 # The protocol at ImageNet-1k scale, all four variants on the same traces.
 bench: build

@@ -80,8 +80,8 @@ func (r *Rank) checkBuffers() error {
 			}
 			sum += e.size
 		}
-		if sum > r.share {
-			return fmt.Errorf("buffer of rank %d holds %d bytes, more than its share of %d", h, sum, r.share)
+		if sum > r.share || sum != r.owners[h].bytes {
+			return fmt.Errorf("buffer of rank %d holds %d bytes (counted %d), its share is %d", h, sum, r.owners[h].bytes, r.share)
 		}
 		total += sum
 	}

@@ -1,7 +1,6 @@
 package proto
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 )
@@ -73,6 +72,7 @@ type Rank struct {
 	owners    []owner // requester side, per owner
 	requested bitset  // own positions a client asked for
 	awaiting  bitset  // own positions with a remote request outstanding
+	got       bitset  // files received from peers this epoch
 	frontier  int32   // one past the highest own position requested
 	buffered  int64
 
@@ -153,11 +153,14 @@ type Ready struct {
 	Sends []Message
 	// Deliveries are files for local clients.
 	Deliveries []Delivery
+	// Dropped are peer messages held for this epoch before it started that
+	// proved malformed when it did; each was dropped.
+	Dropped []error
 }
 
 // HasReady reports whether Ready has anything for the caller.
 func (r *Rank) HasReady() bool {
-	return len(r.rd.Reads)+len(r.rd.Loaded)+len(r.rd.Sends)+len(r.rd.Deliveries) > 0
+	return len(r.rd.Reads)+len(r.rd.Loaded)+len(r.rd.Sends)+len(r.rd.Deliveries)+len(r.rd.Dropped) > 0
 }
 
 // Ready returns the pending effects. They stay valid until Advance.
@@ -169,6 +172,7 @@ func (r *Rank) Advance(rd Ready) {
 	r.rd.Loaded = r.rd.Loaded[:0]
 	r.rd.Sends = r.rd.Sends[:0]
 	r.rd.Deliveries = r.rd.Deliveries[:0]
+	r.rd.Dropped = r.rd.Dropped[:0]
 }
 
 // Epoch returns the current epoch and whether one has started.
@@ -180,9 +184,14 @@ func (r *Rank) Stats() Stats { return r.stats }
 // Usage returns the bytes held in local VCs and in buffer VCs now.
 func (r *Rank) Usage() (held, buffered int64) { return r.held, r.buffered }
 
+// startEpoch begins a new epoch. The Ready of the old one must have been
+// carried out and advanced: its deliveries belong to the old epoch.
 func (r *Rank) startEpoch(e EpochStart) error {
 	if r.started && e.Epoch <= r.epoch {
 		return fmt.Errorf("proto: rank %d: epoch %d does not follow epoch %d", r.me, e.Epoch, r.epoch)
+	}
+	if r.HasReady() {
+		return fmt.Errorf("proto: rank %d: epoch %d started before the last Ready was advanced", r.me, e.Epoch)
 	}
 	if err := r.checkTraces(e.Traces); err != nil {
 		return err
@@ -192,7 +201,8 @@ func (r *Rank) startEpoch(e EpochStart) error {
 	r.resetLocal()
 	r.resetRemote()
 	r.stats = Stats{}
-	return r.replayDeferred()
+	r.replayDeferred()
+	return nil
 }
 
 func (r *Rank) checkTraces(traces [][]FileID) error {
@@ -239,16 +249,16 @@ func (r *Rank) resetLocal() {
 	r.held = 0
 }
 
-func (r *Rank) replayDeferred() error {
+// replayDeferred handles the messages held for the epoch just started;
+// those that prove malformed are dropped and reported in Ready.Dropped.
+func (r *Rank) replayDeferred() {
 	pending := r.deferred
 	r.deferred = nil
-	var errs []error
 	for _, msg := range pending {
 		if err := r.receive(msg); err != nil {
-			errs = append(errs, err)
+			r.rd.Dropped = append(r.rd.Dropped, err)
 		}
 	}
-	return errors.Join(errs...)
 }
 
 // Slot masks and layout helpers.

@@ -179,19 +179,18 @@ func (r *Rank) failRead(rd *read) {
 	}
 }
 
-// next serves the first request queued on slot x, which has just become
-// free of its waiter.
+// next serves the requests queued on slot x, which has just lost its
+// waiter, until the slot has a waiter again or the queue is empty.
 func (r *Rank) next(x int32) {
-	q := r.queue[x]
-	if len(q) == 0 {
-		return
-	}
-	if len(q) == 1 {
-		delete(r.queue, x)
-	} else {
-		r.queue[x] = q[1:]
-	}
-	if !r.fromMemory(q[0], x) {
-		r.wait(q[0], x)
+	for len(r.queue[x]) > 0 && (r.state[x] != slotPending || r.waiter[x].from < 0) {
+		q := r.queue[x]
+		if len(q) == 1 {
+			delete(r.queue, x)
+		} else {
+			r.queue[x] = q[1:]
+		}
+		if !r.fromMemory(q[0], x) {
+			r.wait(q[0], x)
+		}
 	}
 }

@@ -48,16 +48,16 @@ type Cluster struct {
 	// Reads holds, per rank, the reads in flight in issue order.
 	Reads [][]proto.Read
 
-	// Delivered[r][sn] is the file delivered to rank r for position sn,
-	// or NoFile.
+	// Delivered[r][sn] is the file delivered to rank r for position sn of
+	// the current epoch, or NoFile.
 	Delivered [][]proto.FileID
-	// Order[r] lists rank r's delivered positions in delivery order.
-	Order [][]int32
-	// Outstanding counts each rank's positions requested and not answered.
+	// Outstanding counts each rank's positions of the current epoch
+	// requested and not answered.
 	Outstanding []int
 
-	byFile     []int32 // per file: 1 + rank it was delivered to, 0 if none
-	loaded     []bool  // per file: entered memory this epoch
+	// cur and prev record the current and the previous epoch: a rank that
+	// has not joined the current epoch yet still works in the previous one.
+	cur, prev  *book
 	violations []string
 	out        func(string)
 	msgBuf     []byte
@@ -144,20 +144,45 @@ func GenTraces(m *proto.Mapping, seed uint64, e uint32) [][]proto.FileID {
 	return traces
 }
 
+// book is the cluster's record of one epoch, against which deliveries are
+// checked.
+type book struct {
+	epoch       uint32
+	traces      [][]proto.FileID
+	delivered   [][]proto.FileID
+	outstanding []int
+	byFile      []int32 // per file: 1 + the rank it was delivered to, 0 if none
+	loaded      []bool  // per file: entered memory in this epoch
+}
+
+func newBook(e uint32, traces [][]proto.FileID, files int) *book {
+	b := &book{epoch: e, traces: traces, delivered: make([][]proto.FileID, len(traces)),
+		outstanding: make([]int, len(traces)), byFile: make([]int32, files), loaded: make([]bool, files)}
+	for r, t := range traces {
+		b.delivered[r] = slices.Repeat([]proto.FileID{proto.NoFile}, len(t))
+	}
+	return b
+}
+
+// bookOf returns the record of the epoch rank r is in, or nil.
+func (c *Cluster) bookOf(r int) *book {
+	e, started := c.Ranks[r].Epoch()
+	for _, b := range []*book{c.cur, c.prev} {
+		if started && b != nil && b.epoch == e {
+			return b
+		}
+	}
+	return nil
+}
+
 // StartEpoch begins epoch e with the given traces on the ranks in which
-// (every rank when which is nil); the others join with JoinEpoch. Reads
-// and messages still in flight stay; their receivers drop them as stale.
+// (every rank when which is nil); the others join with JoinEpoch before
+// the epoch after. Reads and messages still in flight stay; their
+// receivers drop them as stale.
 func (c *Cluster) StartEpoch(e uint32, traces [][]proto.FileID, which []int) error {
 	c.Epoch, c.Traces = e, traces
-	c.Delivered = make([][]proto.FileID, len(c.Ranks))
-	c.Order = make([][]int32, len(c.Ranks))
-	c.Outstanding = make([]int, len(c.Ranks))
-	for r, t := range traces {
-		c.Delivered[r] = slices.Repeat([]proto.FileID{proto.NoFile}, len(t))
-	}
-	c.byFile = make([]int32, c.Mapping.Files())
-	c.loaded = make([]bool, c.Mapping.Files())
-	c.violations = nil
+	c.prev, c.cur = c.cur, newBook(e, traces, c.Mapping.Files())
+	c.Delivered, c.Outstanding = c.cur.delivered, c.cur.outstanding
 	var errs []error
 	for r := range c.Ranks {
 		if which == nil || slices.Contains(which, r) {
@@ -172,10 +197,17 @@ func (c *Cluster) JoinEpoch(r int) error {
 	return c.step(r, proto.EpochStart{Epoch: c.Epoch, Traces: c.Traces})
 }
 
-// Request makes rank r's client ask for position sn.
+// Request makes rank r's client ask for position sn of its epoch.
 func (c *Cluster) Request(r int, sn int32) error {
-	c.Outstanding[r]++
-	return c.step(r, proto.ClientRequest{Sn: sn})
+	b := c.bookOf(r)
+	if b != nil {
+		b.outstanding[r]++
+	}
+	err := c.step(r, proto.ClientRequest{Sn: sn})
+	if err != nil && b != nil {
+		b.outstanding[r]-- // refused: nothing will answer it
+	}
+	return err
 }
 
 // DeliverMsg hands message i of Net to its receiver.
@@ -316,17 +348,25 @@ func (c *Cluster) step(r int, ev proto.Event) error {
 }
 
 func (c *Cluster) apply(r int, rd proto.Ready) error {
+	for _, err := range rd.Dropped {
+		c.violate("rank %d dropped a held message: %v", r, err)
+	}
 	if len(rd.Loaded) > 0 && c.out != nil {
 		c.printf("rank %d: loaded %v", r, rd.Loaded)
 	}
+	b := c.bookOf(r)
+	if b == nil && len(rd.Loaded)+len(rd.Deliveries) > 0 {
+		c.violate("rank %d loads or delivers outside the epochs on record", r)
+		return nil
+	}
 	for _, f := range rd.Loaded {
-		if c.loaded[f] {
-			c.violate("file %d loaded twice in epoch %d (rank %d)", f, c.Epoch, r)
+		if b.loaded[f] {
+			c.violate("file %d loaded twice in epoch %d (rank %d)", f, b.epoch, r)
 		}
-		c.loaded[f] = true
+		b.loaded[f] = true
 	}
 	for _, d := range rd.Deliveries {
-		c.record(r, d)
+		c.record(b, r, d)
 	}
 	for _, msg := range rd.Sends {
 		if c.out != nil {
@@ -358,30 +398,29 @@ func (c *Cluster) roundTrip(msg proto.Message) (proto.Message, error) {
 	return out, nil
 }
 
-// record checks and notes one delivery to rank r.
-func (c *Cluster) record(r int, d proto.Delivery) {
+// record checks and notes one delivery to rank r in epoch b.
+func (c *Cluster) record(b *book, r int, d proto.Delivery) {
 	if c.out != nil {
 		c.printf("rank %d: deliver %v", r, d)
 	}
-	c.Outstanding[r]--
+	b.outstanding[r]--
 	if d.Status != proto.StatusOK {
 		return
 	}
-	if c.Delivered[r][d.Sn] != proto.NoFile {
-		c.violate("rank %d: sn %d delivered twice (files %d and %d)", r, d.Sn, c.Delivered[r][d.Sn], d.File)
+	if prev := b.delivered[r][d.Sn]; prev != proto.NoFile {
+		c.violate("rank %d: sn %d delivered twice (files %d and %d)", r, d.Sn, prev, d.File)
 	}
-	if prev := c.byFile[d.File]; prev != 0 {
-		c.violate("file %d delivered twice in epoch %d (ranks %d and %d)", d.File, c.Epoch, prev-1, r)
+	if prev := b.byFile[d.File]; prev != 0 {
+		c.violate("file %d delivered twice in epoch %d (ranks %d and %d)", d.File, b.epoch, prev-1, r)
 	}
-	if !c.loaded[d.File] {
-		c.violate("file %d delivered to rank %d but never loaded", d.File, r)
+	if !b.loaded[d.File] {
+		c.violate("file %d delivered to rank %d but never loaded in epoch %d", d.File, r, b.epoch)
 	}
-	if want := c.Mapping.Slot(c.Traces[r][d.Sn]); c.Mapping.Slot(d.File) != want {
-		c.violate("rank %d: sn %d got file %d from slot %d, its own slot is %d", r, d.Sn, d.File, c.Mapping.Slot(d.File), want)
+	if c.Mapping.GlobalSlot(b.traces[r][d.Sn]) != c.Mapping.GlobalSlot(d.File) {
+		c.violate("rank %d: sn %d got file %d, which does not share file %d's slot", r, d.Sn, d.File, b.traces[r][d.Sn])
 	}
-	c.byFile[d.File] = int32(r) + 1
-	c.Delivered[r][d.Sn] = d.File
-	c.Order[r] = append(c.Order[r], d.Sn)
+	b.byFile[d.File] = int32(r) + 1
+	b.delivered[r][d.Sn] = d.File
 }
 
 func (c *Cluster) violate(format string, args ...any) {
@@ -399,6 +438,18 @@ func (c *Cluster) Check() error {
 	for r, rank := range c.Ranks {
 		if err := rank.CheckInvariants(); err != nil {
 			errs = append(errs, fmt.Errorf("rank %d: %w", r, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CheckAnswered returns an error unless every request of the current
+// epoch was answered (with a file or a failure): nothing hangs.
+func (c *Cluster) CheckAnswered() error {
+	var errs []error
+	for r, n := range c.Outstanding {
+		if n != 0 {
+			errs = append(errs, fmt.Errorf("rank %d: %d requests of epoch %d never answered", r, n, c.Epoch))
 		}
 	}
 	return errors.Join(errs...)
@@ -422,7 +473,7 @@ func (c *Cluster) CheckComplete() error {
 	for _, t := range c.Traces {
 		covered += len(t)
 	}
-	for f, by := range c.byFile {
+	for f, by := range c.cur.byFile {
 		if by == 0 && covered == c.Mapping.Files() {
 			errs = append(errs, fmt.Errorf("file %d never delivered", f))
 		}

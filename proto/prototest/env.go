@@ -29,6 +29,7 @@ import (
 //	state [rank=0]                  dump rank state
 //	stats [rank=0]                  counters
 //	check                           invariants so far
+//	check-answered                  every request so far was answered
 //	check-complete                  exactly once, every position answered
 //
 // Each command prints the effects it caused, one per line. deliver and
@@ -110,6 +111,8 @@ func (e *Env) handle(cmd *Cmd) error {
 		return e.report(e.C.Check())
 	case "check-complete":
 		return e.report(e.C.CheckComplete())
+	case "check-answered":
+		return e.report(e.C.CheckAnswered())
 	default:
 		return fmt.Errorf("unknown command %q", cmd.Name)
 	}
