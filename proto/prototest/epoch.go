@@ -1,0 +1,210 @@
+package prototest
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/brandrt/brandrt/proto"
+)
+
+// GenTraces returns the traces of epoch e drawn from seed: a uniform random
+// permutation of all files cut into one piece per rank, the lengths
+// differing by at most one.
+func GenTraces(m *proto.Mapping, seed uint64, e uint32) [][]proto.FileID {
+	rng := rand.New(rand.NewPCG(seed, uint64(e)))
+	perm := make([]proto.FileID, m.Files())
+	for i := range perm {
+		perm[i] = proto.FileID(i)
+	}
+	rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+	n := m.Ranks()
+	traces := make([][]proto.FileID, n)
+	for r := range traces {
+		traces[r] = perm[r*len(perm)/n : (r+1)*len(perm)/n]
+	}
+	return traces
+}
+
+// book is the cluster's record of one epoch, against which deliveries are
+// checked.
+type book struct {
+	epoch       uint32
+	traces      [][]proto.FileID
+	delivered   [][]proto.FileID
+	outstanding []int
+	byFile      []int32 // per file: 1 + the rank it was delivered to, 0 if none
+	loaded      []bool  // per file: entered memory in this epoch
+}
+
+func newBook(e uint32, traces [][]proto.FileID, files int) *book {
+	b := &book{epoch: e, traces: traces, delivered: make([][]proto.FileID, len(traces)),
+		outstanding: make([]int, len(traces)), byFile: make([]int32, files), loaded: make([]bool, files)}
+	for r, t := range traces {
+		b.delivered[r] = slices.Repeat([]proto.FileID{proto.NoFile}, len(t))
+	}
+	return b
+}
+
+// bookOf returns the record of the epoch rank r is in, or nil.
+func (c *Cluster) bookOf(r int) *book {
+	e, started := c.Ranks[r].Epoch()
+	for _, b := range []*book{c.cur, c.prev} {
+		if started && b != nil && b.epoch == e {
+			return b
+		}
+	}
+	return nil
+}
+
+// StartEpoch begins epoch e with the given traces on the ranks in which
+// (every rank when which is nil); the others join with JoinEpoch before
+// the epoch after. Reads and messages still in flight stay; their
+// receivers drop them as stale.
+func (c *Cluster) StartEpoch(e uint32, traces [][]proto.FileID, which []int) error {
+	c.Epoch, c.Traces = e, traces
+	c.prev, c.cur = c.cur, newBook(e, traces, c.Mapping.Files())
+	c.Delivered, c.Outstanding = c.cur.delivered, c.cur.outstanding
+	var errs []error
+	for r := range c.Ranks {
+		if which == nil || slices.Contains(which, r) {
+			errs = append(errs, c.JoinEpoch(r))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// JoinEpoch starts the current epoch on rank r.
+func (c *Cluster) JoinEpoch(r int) error {
+	return c.step(r, proto.EpochStart{Epoch: c.Epoch, Traces: c.Traces})
+}
+
+// Request makes rank r's client ask for position sn of its epoch.
+func (c *Cluster) Request(r int, sn int32) error {
+	b := c.bookOf(r)
+	if b != nil {
+		b.outstanding[r]++
+	}
+	err := c.step(r, proto.ClientRequest{Sn: sn})
+	if err != nil && b != nil {
+		b.outstanding[r]-- // refused: nothing will answer it
+	}
+	return err
+}
+
+// DeliverMsg hands message i of Net to its receiver.
+func (c *Cluster) DeliverMsg(i int) error {
+	msg := c.Net[i]
+	c.Net = slices.Delete(c.Net, i, i+1)
+	return c.step(int(msg.To), msg)
+}
+
+// CompleteRead finishes read i of rank r, failed or not.
+func (c *Cluster) CompleteRead(r, i int, failed bool) error {
+	rd := c.Reads[r][i]
+	c.Reads[r] = slices.Delete(c.Reads[r], i, i+1)
+	return c.step(r, proto.ReadDone{PC: rd.PC, Epoch: rd.Epoch, Failed: failed})
+}
+
+// Stabilize completes reads and delivers messages, oldest first, until
+// nothing is in flight.
+func (c *Cluster) Stabilize() error {
+	for {
+		progress := false
+		for r := range c.Reads {
+			for len(c.Reads[r]) > 0 {
+				progress = true
+				if err := c.CompleteRead(r, 0, false); err != nil {
+					return err
+				}
+			}
+		}
+		for len(c.Net) > 0 {
+			progress = true
+			if err := c.DeliverMsg(0); err != nil {
+				return err
+			}
+		}
+		if !progress {
+			return nil
+		}
+	}
+}
+
+// Round delivers every message and completes every read that is in
+// flight when it starts, oldest first; what they cause waits for the next
+// round. It is one unit of logical time for the simulator.
+func (c *Cluster) Round() error {
+	for r := range c.Reads {
+		reads := c.Reads[r]
+		c.Reads[r] = nil
+		for i, rd := range reads {
+			if err := c.step(r, proto.ReadDone{PC: rd.PC, Epoch: rd.Epoch}); err != nil {
+				c.Reads[r] = append(reads[i+1:], c.Reads[r]...)
+				return err
+			}
+		}
+	}
+	net := c.Net
+	c.Net = nil
+	for i, msg := range net {
+		if err := c.step(int(msg.To), msg); err != nil {
+			c.Net = append(net[i+1:], c.Net...)
+			return err
+		}
+	}
+	return nil
+}
+
+// PlayEpoch runs epoch e with the given traces to the end: each rank's
+// clients ask for their positions in order, keeping inflight requests
+// outstanding, and each Round every message and read in flight completes.
+// progress, if not nil, is called every few rounds with the requests
+// issued so far and the total. It returns CheckComplete's verdict.
+func (c *Cluster) PlayEpoch(e uint32, traces [][]proto.FileID, inflight int, progress func(done, total int64)) error {
+	if err := c.StartEpoch(e, traces, nil); err != nil {
+		return err
+	}
+	next := make([]int, len(traces))
+	var total, issued int64
+	for _, t := range traces {
+		total += int64(len(t))
+	}
+	for round := 0; ; round++ {
+		for r, t := range traces {
+			for c.Outstanding[r] < inflight && next[r] < len(t) {
+				if err := c.Request(r, int32(next[r])); err != nil {
+					return err
+				}
+				next[r]++
+				issued++
+			}
+		}
+		if progress != nil && round%256 == 0 {
+			progress(issued, total)
+		}
+		if c.Idle() {
+			break
+		}
+		if err := c.Round(); err != nil {
+			return err
+		}
+	}
+	if progress != nil {
+		progress(total, total)
+	}
+	return c.CheckComplete()
+}
+
+// Idle reports whether no message or read is in flight.
+func (c *Cluster) Idle() bool {
+	if len(c.Net) > 0 {
+		return false
+	}
+	for _, rd := range c.Reads {
+		if len(rd) > 0 {
+			return false
+		}
+	}
+	return true
+}
