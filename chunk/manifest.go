@@ -1,0 +1,114 @@
+package chunk
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"time"
+)
+
+// ManifestName is the dataset manifest's file name in the chunk
+// directory. Its presence marks a complete dataset: pack writes it last.
+const ManifestName = "manifest.json"
+
+const manifestFormat = "brandrt-chunks"
+
+// Manifest describes a packed dataset.
+type Manifest struct {
+	Format  string `json:"format"`
+	Version int    `json:"version"`
+	// K is the number of files per chunk; Ranks the number of shards.
+	K     int    `json:"k"`
+	Ranks int    `json:"ranks"`
+	Seed  uint64 `json:"seed"`
+	// Files and Bytes count the whole dataset.
+	Files int64 `json:"files"`
+	Bytes int64 `json:"bytes"`
+	// Classes names the labels (label i is Classes[i]); empty when the
+	// input had no class directories.
+	Classes []string    `json:"classes"`
+	Created time.Time   `json:"created"`
+	Params  PackParams  `json:"params"`
+	Shards  []ShardInfo `json:"shards"`
+}
+
+// PackParams records how the dataset was packed.
+type PackParams struct {
+	Input    string `json:"input"`
+	Manifest string `json:"manifest,omitempty"`
+	Layout   string `json:"layout"`
+	Workers  int    `json:"workers"`
+	Symlinks string `json:"symlinks"`
+}
+
+// ShardInfo describes one rank's shard.
+type ShardInfo struct {
+	Rank      int    `json:"rank"`
+	FirstFile int64  `json:"first_file"`
+	Files     int64  `json:"files"`
+	Bytes     int64  `json:"bytes"`
+	Chunks    int    `json:"chunks"`
+	IndexCRC  uint32 `json:"index_crc32c"`
+	IndexSize int64  `json:"index_bytes"`
+}
+
+// RankDir returns the name of rank r's directory.
+func RankDir(r int) string { return fmt.Sprintf("rank-%05d", r) }
+
+// ChunkName returns the file name of chunk c inside its rank directory.
+func ChunkName(c int) string { return fmt.Sprintf("chunk-%08d.brc", c) }
+
+// Hash returns a 64-bit FNV-1a hash of the manifest's encoding: ranks
+// compare it to check they serve the same dataset.
+func (m *Manifest) Hash() uint64 {
+	h := fnv.New64a()
+	_ = json.NewEncoder(h).Encode(m)
+	return h.Sum64()
+}
+
+// ReadManifest reads and checks the manifest of the dataset in dir.
+func ReadManifest(fsys FS, dir string) (*Manifest, error) {
+	name := join(dir, ManifestName)
+	f, err := fsys.Open(name, false)
+	if err != nil {
+		return nil, fmt.Errorf("chunk: %s is not a complete dataset: %w", dir, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<30))
+	if err != nil {
+		return nil, fmt.Errorf("chunk: read %s: %w", name, err)
+	}
+	var m Manifest
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("chunk: %s: %w", name, err)
+	}
+	if err := m.check(); err != nil {
+		return nil, fmt.Errorf("chunk: %s: %w", name, err)
+	}
+	return &m, nil
+}
+
+func (m *Manifest) check() error {
+	if m.Format != manifestFormat || m.Version != 1 {
+		return fmt.Errorf("format %q version %d, this brandrt reads %q version 1", m.Format, m.Version, manifestFormat)
+	}
+	if m.K < 1 || m.Ranks < 1 || len(m.Shards) != m.Ranks {
+		return fmt.Errorf("%w: K=%d, %d ranks, %d shards", errCorrupt, m.K, m.Ranks, len(m.Shards))
+	}
+	var files, bytes int64
+	for r, s := range m.Shards {
+		if s.Rank != r || s.FirstFile != files || s.Files < 0 || s.Chunks != int((s.Files+int64(m.K)-1)/int64(m.K)) {
+			return fmt.Errorf("%w: shard %d does not follow shard %d", errCorrupt, r, r-1)
+		}
+		files += s.Files
+		bytes += s.Bytes
+	}
+	if files != m.Files || bytes != m.Bytes {
+		return fmt.Errorf("%w: shards hold %d files and %d bytes, the manifest says %d and %d", errCorrupt, files, bytes, m.Files, m.Bytes)
+	}
+	return nil
+}

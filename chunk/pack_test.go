@@ -1,0 +1,373 @@
+package chunk_test
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/brandrt/brandrt/chunk"
+	"github.com/brandrt/brandrt/chunk/chunktest"
+)
+
+const genSeed = 7
+
+// gen writes a small labelled dataset: 5 classes, n files of about 3 KB,
+// a few of them empty.
+func gen(t *testing.T, n int) (string, []chunktest.GenFile) {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "input")
+	files, err := chunktest.Generate(root, chunktest.GenConfig{Classes: 5, Files: n, MeanSize: 3000, Sigma: 0.8, MaxSize: 40000, Zero: 3, Seed: genSeed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, files
+}
+
+type packOpts struct {
+	fsys    chunk.FS
+	k       int
+	ranks   int
+	workers int
+	force   bool
+	layout  chunk.Layout
+}
+
+func pack(t *testing.T, input, out string, o packOpts) (*chunk.Manifest, error) {
+	t.Helper()
+	if o.fsys == nil {
+		o.fsys = chunk.OS
+	}
+	if o.layout == "" {
+		o.layout = chunk.LayoutAuto
+	}
+	inputs, classes, layout, err := chunk.ScanDir(o.fsys, input, o.layout)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := chunk.NewPlan(inputs, classes, o.k, o.ranks, 1, chunk.PackParams{Input: input, Layout: string(layout)})
+	if err != nil {
+		return nil, err
+	}
+	return chunk.Pack(chunk.PackConfig{FS: o.fsys, Out: out, Force: o.force, Workers: max(1, o.workers)}, plan)
+}
+
+// checkDataset reads every file of the dataset in out, whole-chunk and
+// selectively, and compares it with what the generator wrote.
+func checkDataset(t *testing.T, fsys chunk.FS, out string, files []chunktest.GenFile) {
+	t.Helper()
+	m, err := chunk.ReadManifest(fsys, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPath := map[string]int{}
+	for i, f := range files {
+		byPath[f.Rel] = i
+	}
+	if m.Files != int64(len(files)) {
+		t.Fatalf("manifest counts %d files, the input has %d", m.Files, len(files))
+	}
+	seen := make([]bool, len(files))
+	rng := rand.New(rand.NewPCG(1, 1))
+	for r := 0; r < m.Ranks; r++ {
+		s, err := chunk.OpenShard(fsys, out, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ix := s.Index()
+		if ix.First() != m.Shards[r].FirstFile || int64(ix.Len()) != m.Shards[r].Files {
+			t.Fatalf("rank %d: index holds files [%d, +%d), manifest says [%d, +%d)", r, ix.First(), ix.Len(), m.Shards[r].FirstFile, m.Shards[r].Files)
+		}
+		for c := 0; c < ix.Chunks(); c++ {
+			whole, err := s.ReadChunk(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var slots []int
+			for i := 0; i < whole.Slots(); i++ {
+				if rng.IntN(2) == 0 {
+					slots = append(slots, i)
+				}
+			}
+			part, err := s.ReadSlots(c, slots)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for slot := 0; slot < whole.Slots(); slot++ {
+				e := ix.Entry(c*ix.K() + slot)
+				i, ok := byPath[e.Path]
+				if !ok || seen[i] {
+					t.Fatalf("file %d: path %q unknown or seen twice", e.ID, e.Path)
+				}
+				seen[i] = true
+				want := chunktest.Content(nil, genSeed, i, files[i].Size)
+				if !bytes.Equal(whole.File(slot), want) || e.Label != files[i].Label {
+					t.Fatalf("file %d (%s): %d bytes label %d, want %d bytes label %d", e.ID, e.Path, len(whole.File(slot)), e.Label, len(want), files[i].Label)
+				}
+				if got := part.File(slot); (got != nil || len(want) == 0) && !bytes.Equal(got, want) {
+					t.Fatalf("file %d (%s): selective read differs", e.ID, e.Path)
+				}
+			}
+			whole.Release()
+			part.Release()
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, ok := range seen {
+		if !ok {
+			t.Fatalf("%s was not packed", files[i].Rel)
+		}
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	input, files := gen(t, 301)
+	for _, c := range []struct{ k, ranks, workers int }{{4, 3, 3}, {64, 1, 1}, {1, 2, 2}, {7, 5, 4}} {
+		out := filepath.Join(t.TempDir(), "chunks")
+		m, err := pack(t, input, out, packOpts{k: c.k, ranks: c.ranks, workers: c.workers})
+		if err != nil {
+			t.Fatalf("K=%d ranks=%d: %v", c.k, c.ranks, err)
+		}
+		if m.Ranks != c.ranks || len(m.Classes) != 5 || m.Classes[2] != "class-002" {
+			t.Fatalf("manifest: %d ranks, classes %v", m.Ranks, m.Classes)
+		}
+		lo, hi := m.Shards[0].Files, m.Shards[0].Files
+		for _, s := range m.Shards {
+			lo, hi = min(lo, s.Files), max(hi, s.Files)
+		}
+		if hi-lo > int64(c.k) {
+			t.Fatalf("K=%d: ranks hold between %d and %d files, more than a chunk apart", c.k, lo, hi)
+		}
+		checkDataset(t, chunk.OS, out, files)
+		leftovers, _ := filepath.Glob(filepath.Join(out, ".brandrt-pack-*"))
+		if len(leftovers) > 0 {
+			t.Fatalf("temporary directories left behind: %v", leftovers)
+		}
+	}
+}
+
+func TestPlainLayoutAndManifestInput(t *testing.T) {
+	input, files := gen(t, 40)
+	out := filepath.Join(t.TempDir(), "plain")
+	m, err := pack(t, input, out, packOpts{k: 8, ranks: 2, layout: chunk.LayoutPlain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := chunk.OpenShard(chunk.OS, out, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if len(m.Classes) != 0 || s.Index().Entry(0).Label != -1 {
+		t.Fatalf("plain layout: classes %v, label %d", m.Classes, s.Index().Entry(0).Label)
+	}
+	// A manifest mixing both line forms, with labels of its own.
+	var lines []string
+	for i, f := range files {
+		if i%2 == 0 {
+			lines = append(lines, f.Rel+"\t"+string(rune('0'+i%10)))
+		} else {
+			lines = append(lines, `{"path": "`+f.Rel+`", "label": `+string(rune('0'+i%10))+`}`)
+		}
+	}
+	mf := filepath.Join(t.TempDir(), "list.txt")
+	if err := os.WriteFile(mf, []byte(strings.Join(lines, "\n")+"\n\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inputs, err := chunk.ScanManifest(chunk.OS, mf, input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, in := range inputs {
+		if in.Label != int32(i%10) || in.Rel != files[i].Rel || in.Size != files[i].Size {
+			t.Fatalf("manifest line %d: %+v", i+1, in)
+		}
+	}
+}
+
+// expectFailure checks that a failed pack names what it must and left
+// nothing that looks like a dataset, nor temporary directories.
+func expectFailure(t *testing.T, out string, err error, want ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("pack succeeded, want an error with %q", want)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+	if _, err := chunk.ReadManifest(chunk.OS, out); err == nil {
+		t.Errorf("%s holds a manifest after a failed pack", out)
+	}
+	if ranks, _ := filepath.Glob(filepath.Join(out, "rank-*")); len(ranks) > 0 {
+		t.Errorf("rank directories after a failed pack: %v", ranks)
+	}
+	if tmps, _ := filepath.Glob(filepath.Join(out, ".brandrt-pack-*")); len(tmps) > 0 {
+		t.Errorf("temporary directories after a failed pack: %v", tmps)
+	}
+}
+
+func TestBadInputs(t *testing.T) {
+	input, _ := gen(t, 30)
+	victim := filepath.Join(input, "class-001", "img-0000010.bin")
+	outDir := func() string { return filepath.Join(t.TempDir(), "out") }
+
+	t.Run("unreadable file", func(t *testing.T) {
+		fsys := chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpOpen, Path: "img-0000010.bin", Err: syscall.EACCES})
+		out := outDir()
+		_, err := pack(t, input, out, packOpts{fsys: fsys, k: 4, ranks: 2, workers: 2})
+		expectFailure(t, out, err, victim, "permission denied")
+	})
+	t.Run("unreadable directory", func(t *testing.T) {
+		fsys := chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpReadDir, Path: "class-003", Err: syscall.EACCES})
+		out := outDir()
+		_, err := pack(t, input, out, packOpts{fsys: fsys, k: 4, ranks: 2})
+		expectFailure(t, out, err, "class-003", "permission denied")
+	})
+	t.Run("empty input", func(t *testing.T) {
+		out := outDir()
+		_, err := pack(t, t.TempDir(), out, packOpts{k: 4, ranks: 1})
+		expectFailure(t, out, err, "no files found")
+	})
+	t.Run("file too large", func(t *testing.T) {
+		dir, _ := gen(t, 10)
+		big := filepath.Join(dir, "class-000", "huge.bin")
+		if err := os.WriteFile(big, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(big, chunk.MaxFileSize+1); err != nil { // sparse: no disk used
+			t.Fatal(err)
+		}
+		out := outDir()
+		_, err := pack(t, dir, out, packOpts{k: 4, ranks: 1})
+		expectFailure(t, out, err, big, "more than the format's limit")
+	})
+	t.Run("name not UTF-8", func(t *testing.T) {
+		dir, _ := gen(t, 10)
+		if err := os.WriteFile(filepath.Join(dir, "class-000", "bad\xff.bin"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := outDir()
+		_, err := pack(t, dir, out, packOpts{k: 4, ranks: 1})
+		expectFailure(t, out, err, `bad\xff.bin`, "not valid UTF-8")
+	})
+	t.Run("symlinks", func(t *testing.T) {
+		dir, _ := gen(t, 10)
+		if err := os.Symlink(filepath.Join(dir, "class-000", "img-0000000.bin"), filepath.Join(dir, "class-001", "linked.bin")); err != nil {
+			t.Fatal(err)
+		}
+		out := outDir()
+		m, err := pack(t, dir, out, packOpts{k: 4, ranks: 1})
+		if err != nil || m.Files != 11 {
+			t.Fatalf("a symlink to a file must be packed: %v, %+v", err, m)
+		}
+		if err := os.Symlink(filepath.Join(dir, "class-000"), filepath.Join(dir, "class-001", "dirlink")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join(dir, "missing"), filepath.Join(dir, "class-002", "broken")); err != nil {
+			t.Fatal(err)
+		}
+		out = outDir()
+		_, err = pack(t, dir, out, packOpts{k: 4, ranks: 1})
+		expectFailure(t, out, err, "dirlink: symlink to a directory", "broken: broken symlink")
+	})
+	t.Run("disk full", func(t *testing.T) {
+		fsys := chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpWrite, Path: "chunk-00000002.brc", After: 100, Err: syscall.ENOSPC})
+		out := outDir()
+		_, err := pack(t, input, out, packOpts{fsys: fsys, k: 4, ranks: 1, workers: 2})
+		expectFailure(t, out, err, filepath.Join(out, "rank-00000", "chunk-00000002.brc"), "no space left on device")
+	})
+	t.Run("file changes while packing", func(t *testing.T) {
+		fsys := chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpRead, Path: "img-0000010.bin", Err: syscall.EIO})
+		out := outDir()
+		_, err := pack(t, input, out, packOpts{fsys: fsys, k: 4, ranks: 1})
+		expectFailure(t, out, err, victim, "input/output error")
+	})
+	t.Run("more ranks than chunks", func(t *testing.T) {
+		out := outDir()
+		_, err := pack(t, input, out, packOpts{k: 16, ranks: 3})
+		expectFailure(t, out, err, "30 files make 2 chunks of 16, too few for 3 ranks")
+	})
+}
+
+func TestManifestProblems(t *testing.T) {
+	input, files := gen(t, 10)
+	mf := filepath.Join(t.TempDir(), "list.tsv")
+	text := files[0].Rel + "\t0\n" + files[1].Rel + "\tcat\n" + files[2].Rel + "\n" + files[0].Rel + "\t1\n" +
+		`{"path": 3}` + "\n" + `{"label": 2}` + "\n" + "class-000/nope.bin\t1\n"
+	if err := os.WriteFile(mf, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := chunk.ScanManifest(chunk.OS, mf, input)
+	for _, want := range []string{
+		mf + `:2: label "cat" is not a non-negative integer`,
+		mf + ":4: " + files[0].Rel + " is listed again (first on line 1)",
+		mf + ":5: not a JSON object",
+		mf + `:6: JSON line without a "path"`,
+		mf + ":7: chunk: lstat " + filepath.Join(input, "class-000/nope.bin") + ": no such file or directory",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+}
+
+func TestOutputDirectory(t *testing.T) {
+	input, files := gen(t, 50)
+	out := filepath.Join(t.TempDir(), "out")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	keep := filepath.Join(out, "notes.txt")
+	if err := os.WriteFile(keep, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := pack(t, input, out, packOpts{k: 4, ranks: 3})
+	if err == nil || !strings.Contains(err.Error(), "not empty (1 entries); pass --force") {
+		t.Fatalf("non-empty output without --force: %v", err)
+	}
+	if _, err := pack(t, input, out, packOpts{k: 4, ranks: 3, force: true}); err != nil {
+		t.Fatal(err)
+	}
+	// Replace it with fewer ranks: the stale rank directory must go, the
+	// user's file must stay.
+	if _, err := pack(t, input, out, packOpts{k: 5, ranks: 2, force: true}); err != nil {
+		t.Fatal(err)
+	}
+	checkDataset(t, chunk.OS, out, files)
+	if _, err := os.Stat(filepath.Join(out, "rank-00002")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stale rank-00002 after repacking with 2 ranks: %v", err)
+	}
+	if b, err := os.ReadFile(keep); err != nil || string(b) != "mine" {
+		t.Fatalf("--force touched a file that is not brandrt's: %v", err)
+	}
+	// An interrupted pack leaves a temporary directory: the output is not
+	// complete without the manifest, and a new pack needs --force.
+	if err := os.Rename(filepath.Join(out, chunk.ManifestName), filepath.Join(t.TempDir(), "m")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(out, ".brandrt-pack-dead-0", "rank-00000"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chunk.ReadManifest(chunk.OS, out); err == nil {
+		t.Fatal("a dataset without manifest reads as complete")
+	}
+	_, err = pack(t, input, out, packOpts{k: 4, ranks: 2})
+	if err == nil || !strings.Contains(err.Error(), "an interrupted pack (.brandrt-pack-dead-0)") {
+		t.Fatalf("pack over an interrupted one: %v", err)
+	}
+	if _, err := pack(t, input, out, packOpts{k: 4, ranks: 2, force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if tmps, _ := filepath.Glob(filepath.Join(out, ".brandrt-pack-*")); len(tmps) > 0 {
+		t.Fatalf("--force left the interrupted pack: %v", tmps)
+	}
+	checkDataset(t, chunk.OS, out, files)
+}

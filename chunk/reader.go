@@ -1,0 +1,292 @@
+package chunk
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"syscall"
+)
+
+// Shard reads one rank's chunks: whole (one sequential read of the chunk
+// file) or selectively (only some slots, neighbouring slots coalesced
+// into one read). Reads bypass the page cache where the file system
+// allows (O_DIRECT), else drop what they brought in, so that memory holds
+// only what the caller keeps. Every read file's checksum is verified. A
+// Shard is safe for concurrent use.
+type Shard struct {
+	fsys FS
+	dir  string
+	idx  *Index
+	pool bufPool
+	// Gap is the largest hole between two wanted slots that a selective
+	// read reads through rather than issuing a second request.
+	Gap int64
+}
+
+// OpenShard opens rank's shard of the dataset in dir.
+func OpenShard(fsys FS, dir string, rank int) (*Shard, error) {
+	rdir := join(dir, RankDir(rank))
+	idx, err := OpenIndex(fsys, rdir, rank)
+	if err != nil {
+		return nil, err
+	}
+	return &Shard{fsys: fsys, dir: rdir, idx: idx, Gap: 256 << 10}, nil
+}
+
+// Index returns the shard's index.
+func (s *Shard) Index() *Index { return s.idx }
+
+// Close releases the index and the read buffers.
+func (s *Shard) Close() error {
+	s.pool.drain()
+	return s.idx.Close()
+}
+
+// Chunk holds the files read from one chunk. Release it when done.
+type Chunk struct {
+	// Rank and Index name the chunk; BytesRead is what was read from
+	// storage for it.
+	Rank, Index int
+	BytesRead   int64
+	files       [][]byte
+	buf         *buffer
+	pool        *bufPool
+}
+
+// File returns the bytes of slot i, or nil when the slot was not read. They
+// stay valid until Release.
+func (c *Chunk) File(i int) []byte { return c.files[i] }
+
+// Slots returns the number of files in the chunk.
+func (c *Chunk) Slots() int { return len(c.files) }
+
+// Release returns the chunk's memory for reuse.
+func (c *Chunk) Release() {
+	if c.buf != nil {
+		c.pool.put(c.buf)
+		c.buf, c.files = nil, nil
+	}
+}
+
+func (s *Shard) path(c int) string { return join(s.dir, ChunkName(c)) }
+
+func (s *Shard) errorf(c int, format string, args ...any) error {
+	return fmt.Errorf("chunk: rank %d chunk %d (%s): %w", s.idx.rank, c, s.path(c), fmt.Errorf(format, args...))
+}
+
+// entries returns the index entries of chunk c.
+func (s *Shard) entries(c int) ([]Entry, error) {
+	if c < 0 || c >= s.idx.Chunks() {
+		return nil, fmt.Errorf("chunk: rank %d has no chunk %d (it has %d)", s.idx.rank, c, s.idx.Chunks())
+	}
+	es := make([]Entry, s.idx.ChunkFiles(c))
+	for i := range es {
+		es[i] = s.idx.Entry(c*s.idx.k + i)
+		if es[i].Chunk != c || es[i].Slot != i {
+			return nil, fmt.Errorf("chunk: rank %d index: %w: file %d names chunk %d slot %d, expected %d/%d",
+				s.idx.rank, errCorrupt, es[i].ID, es[i].Chunk, es[i].Slot, c, i)
+		}
+	}
+	return es, nil
+}
+
+// ReadChunk reads chunk c whole and verifies its header against the index
+// and every file's checksum.
+func (s *Shard) ReadChunk(c int) (*Chunk, error) {
+	es, err := s.entries(c)
+	if err != nil {
+		return nil, err
+	}
+	last := es[len(es)-1]
+	length := last.Offset + int64(last.Size)
+	ch, data, err := s.read(c, []extent{{0, length}})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkWhole(c, es, data[0]); err != nil {
+		ch.Release()
+		return nil, err
+	}
+	for i, e := range es {
+		ch.files[i] = data[0][e.Offset : e.Offset+int64(e.Size)]
+	}
+	return ch, nil
+}
+
+func (s *Shard) checkWhole(c int, es []Entry, b []byte) error {
+	h, err := decodeHeader(b, s.idx.rank, c, len(es))
+	if err != nil {
+		return s.errorf(c, "%w", err)
+	}
+	for i, e := range es {
+		t := h.Files[i]
+		if t.Offset != e.Offset || t.Size != e.Size || t.CRC != e.CRC {
+			return s.errorf(c, "%w: slot %d (%s): chunk table and index disagree", errCorrupt, i, e.Path)
+		}
+		if err := s.verify(c, e, b[e.Offset:e.Offset+int64(e.Size)]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Shard) verify(c int, e Entry, data []byte) error {
+	if got := checksum(data); got != e.CRC {
+		return s.errorf(c, "%w: slot %d (%s): checksum %08x, expected %08x", errCorrupt, e.Slot, e.Path, got, e.CRC)
+	}
+	return nil
+}
+
+// ReadSlots reads only the given slots of chunk c, coalescing slots whose
+// gap is at most Gap into one request, and verifies their checksums.
+func (s *Shard) ReadSlots(c int, slots []int) (*Chunk, error) {
+	es, err := s.entries(c)
+	if err != nil {
+		return nil, err
+	}
+	want := slices.Clone(slots)
+	slices.Sort(want)
+	want = slices.Compact(want)
+	var exts []extent
+	for _, i := range want {
+		if i < 0 || i >= len(es) {
+			return nil, s.errorf(c, "no slot %d (the chunk has %d)", i, len(es))
+		}
+		e := es[i]
+		exts = append(exts, extent{e.Offset, e.Offset + int64(e.Size)})
+	}
+	ranges := coalesce(exts, s.Gap)
+	ch, data, err := s.read(c, ranges)
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range want {
+		e := es[i]
+		b := locate(data, ranges, e.Offset, int64(e.Size))
+		if err := s.verify(c, e, b); err != nil {
+			ch.Release()
+			return nil, err
+		}
+		ch.files[i] = b
+	}
+	return ch, nil
+}
+
+// extent is a byte range [lo, hi) of a chunk file.
+type extent struct{ lo, hi int64 }
+
+// coalesce merges sorted extents whose gap is at most gap.
+func coalesce(exts []extent, gap int64) []extent {
+	var out []extent
+	for _, e := range exts {
+		if n := len(out); n > 0 && e.lo-out[n-1].hi <= gap {
+			out[n-1].hi = max(out[n-1].hi, e.hi)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// locate returns the bytes [off, off+n) of the chunk file from the
+// buffers holding the ranges.
+func locate(data [][]byte, ranges []extent, off, n int64) []byte {
+	for i, r := range ranges {
+		if off >= r.lo && off+n <= r.hi {
+			return data[i][off-r.lo : off-r.lo+n]
+		}
+	}
+	return nil
+}
+
+// read reads the given ranges of chunk c into one pooled buffer, each at
+// an aligned place, and returns the chunk (files not yet set) and the
+// bytes of each range.
+func (s *Shard) read(c int, ranges []extent) (*Chunk, [][]byte, error) {
+	f, err := s.fsys.Open(s.path(c), true)
+	if err != nil {
+		return nil, nil, s.errorf(c, "%w", unwrapPath(err))
+	}
+	defer f.Close()
+	a := int64(f.Align())
+	total := int64(0)
+	for _, r := range ranges {
+		total += alignUp(r.hi, a) - alignDown(r.lo, a)
+	}
+	buf, err := s.pool.get(total)
+	if err != nil {
+		return nil, nil, s.errorf(c, "%w", err)
+	}
+	ch := &Chunk{Rank: s.idx.rank, Index: c, files: make([][]byte, s.idx.ChunkFiles(c)), buf: buf, pool: &s.pool}
+	data := make([][]byte, len(ranges))
+	at := int64(0)
+	for i, r := range ranges {
+		lo, hi := alignDown(r.lo, a), alignUp(r.hi, a)
+		n, err := f.ReadAt(buf.b[at:at+hi-lo], lo)
+		if int64(n) < r.hi-lo {
+			ch.Release()
+			if err == nil || errors.Is(err, io.EOF) {
+				return nil, nil, s.errorf(c, "%w: the file ends at %d bytes, the index needs %d", errCorrupt, lo+int64(n), r.hi)
+			}
+			return nil, nil, s.errorf(c, "%w", unwrapPath(err))
+		}
+		ch.BytesRead += int64(n)
+		data[i] = buf.b[at+r.lo-lo : at+r.hi-lo]
+		at += hi - lo
+	}
+	return ch, data, nil
+}
+
+func alignUp(x, a int64) int64   { return (x + a - 1) / a * a }
+func alignDown(x, a int64) int64 { return x / a * a }
+
+// buffer is page-aligned memory from an anonymous mapping, as O_DIRECT
+// needs, obtained without unsafe.
+type buffer struct{ b []byte }
+
+// bufPool keeps released buffers for reuse.
+type bufPool struct {
+	mu   sync.Mutex
+	free []*buffer
+}
+
+const poolKeep = 8
+
+func (p *bufPool) get(n int64) (*buffer, error) {
+	p.mu.Lock()
+	for i, b := range p.free {
+		if int64(len(b.b)) >= n {
+			p.free = slices.Delete(p.free, i, i+1)
+			p.mu.Unlock()
+			return b, nil
+		}
+	}
+	p.mu.Unlock()
+	size := alignUp(max(n, 1), 1<<20)
+	m, err := syscall.Mmap(-1, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return nil, fmt.Errorf("allocate %d bytes: %w", size, err)
+	}
+	return &buffer{b: m}, nil
+}
+
+func (p *bufPool) put(b *buffer) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.free) < poolKeep {
+		p.free = append(p.free, b)
+		return
+	}
+	_ = syscall.Munmap(b.b)
+}
+
+func (p *bufPool) drain() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, b := range p.free {
+		_ = syscall.Munmap(b.b)
+	}
+	p.free = nil
+}

@@ -1,0 +1,232 @@
+package chunk_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/brandrt/brandrt/chunk"
+	"github.com/brandrt/brandrt/chunk/chunktest"
+)
+
+// packed returns a packed dataset of n generated files, 2 ranks, K=8.
+func packed(t *testing.T, n int) (string, []chunktest.GenFile) {
+	t.Helper()
+	input, files := gen(t, n)
+	out := filepath.Join(t.TempDir(), "chunks")
+	if _, err := pack(t, input, out, packOpts{k: 8, ranks: 2, workers: 2}); err != nil {
+		t.Fatal(err)
+	}
+	return out, files
+}
+
+// flipByte damages one byte of a file on disk.
+func flipByte(t *testing.T, name string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x40
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCorruptionIsNamed(t *testing.T) {
+	out, _ := packed(t, 100)
+	s, err := chunk.OpenShard(chunk.OS, out, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	e := s.Index().Entry(2*8 + 3) // chunk 2, slot 3 of rank 1
+	for e.Size == 0 {
+		t.Fatal("the chosen file is empty; pick another")
+	}
+	name := filepath.Join(out, "rank-00001", "chunk-00000002.brc")
+	flipByte(t, name, e.Offset+int64(e.Size)/2)
+	want := []string{"rank 1 chunk 2", name, "slot 3", e.Path, "checksum"}
+	_, err = s.ReadChunk(2)
+	mustContain(t, "whole read", err, want...)
+	if !chunk.ErrCorrupt(err) {
+		t.Errorf("whole read: %v is not marked corrupt", err)
+	}
+	_, err = s.ReadSlots(2, []int{3})
+	mustContain(t, "selective read", err, want...)
+	if ch, err := s.ReadSlots(2, []int{0, 7}); err != nil {
+		t.Fatalf("other slots of the damaged chunk: %v", err)
+	} else {
+		ch.Release()
+	}
+	_, rep, err := chunk.Verify(chunk.VerifyConfig{FS: chunk.OS, Dir: out, Workers: 2})
+	if err != nil || len(rep.Problems) != 1 {
+		t.Fatalf("verify: %v, problems %v", err, rep.Problems)
+	}
+	mustContain(t, "verify", rep.Problems[0], want...)
+	// A damaged header is caught too.
+	flipByte(t, filepath.Join(out, "rank-00000", "chunk-00000001.brc"), 13)
+	_, rep, _ = chunk.Verify(chunk.VerifyConfig{FS: chunk.OS, Dir: out, Workers: 2})
+	if len(rep.Problems) != 2 {
+		t.Fatalf("verify after header damage: %v", rep.Problems)
+	}
+}
+
+func TestDamagedIndexAndMissingPieces(t *testing.T) {
+	out, _ := packed(t, 60)
+	flipByte(t, filepath.Join(out, "rank-00000", "index.bri"), 100)
+	_, err := chunk.OpenShard(chunk.OS, out, 0)
+	mustContain(t, "damaged index", err, "index", "rank-00000", "checksum")
+	_, rep, err := chunk.Verify(chunk.VerifyConfig{FS: chunk.OS, Dir: out, Workers: 1})
+	if err != nil || len(rep.Problems) != 1 || rep.Ranks != 1 {
+		t.Fatalf("verify: %v %+v", err, rep)
+	}
+	if err := os.Remove(filepath.Join(out, "rank-00001", "chunk-00000000.brc")); err != nil {
+		t.Fatal(err)
+	}
+	_, rep, _ = chunk.Verify(chunk.VerifyConfig{FS: chunk.OS, Dir: out, Workers: 1})
+	mustContain(t, "missing chunk", joinErrs(rep.Problems), "rank 1 chunk 0", "no such file")
+	if err := os.RemoveAll(filepath.Join(out, "rank-00001")); err != nil {
+		t.Fatal(err)
+	}
+	_, rep, _ = chunk.Verify(chunk.VerifyConfig{FS: chunk.OS, Dir: out, Workers: 1, Local: true})
+	if len(rep.Skipped) != 1 || rep.Skipped[0] != 1 {
+		t.Fatalf("a node-local verify must skip the absent rank: %+v", rep)
+	}
+}
+
+// TestUncachedReadsLeaveNoPageCache reads chunks through O_DIRECT and
+// through the fallback (read, then fadvise DONTNEED) and checks with
+// fincore that none of the chunk file stays in the page cache.
+func TestUncachedReadsLeaveNoPageCache(t *testing.T) {
+	if _, err := exec.LookPath("fincore"); err != nil {
+		t.Skip("fincore (util-linux) not installed")
+	}
+	out, files := packed(t, 200)
+	for name, fsys := range map[string]chunk.FS{"O_DIRECT": chunk.OS, "fadvise fallback": chunk.OSNoDirect} {
+		file := filepath.Join(out, "rank-00000", "chunk-00000003.brc")
+		dropCache(t, file)
+		s, err := chunk.OpenShard(fsys, out, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, err := s.ReadChunk(3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := resident(t, file); res != 0 {
+			t.Errorf("%s: %d bytes of the chunk file stay in the page cache after a whole read", name, res)
+		}
+		part, err := s.ReadSlots(3, []int{1, 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := resident(t, file); res != 0 {
+			t.Errorf("%s: %d bytes stay in the page cache after a selective read", name, res)
+		}
+		ch.Release()
+		part.Release()
+		s.Close()
+	}
+	checkDataset(t, chunk.OSNoDirect, out, files)
+}
+
+func dropCache(t *testing.T, name string) {
+	f, err := chunk.OS.Open(name, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.DropCache(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// resident returns the bytes of name in the page cache, per fincore.
+func resident(t *testing.T, name string) int64 {
+	t.Helper()
+	out, err := exec.Command("fincore", "--bytes", "--noheadings", "--output", "RES", name).Output()
+	if err != nil {
+		t.Fatalf("fincore: %v", err)
+	}
+	var n int64
+	if _, err := fmt.Sscan(string(out), &n); err != nil {
+		t.Fatalf("fincore output %q: %v", out, err)
+	}
+	return n
+}
+
+func TestInjectedReadErrors(t *testing.T) {
+	out, _ := packed(t, 60)
+	fsys := chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpRead, Path: "chunk-00000001.brc", Flip: 200})
+	s, err := chunk.OpenShard(fsys, out, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, err = s.ReadChunk(1)
+	mustContain(t, "flipped byte in transit", err, "rank 0 chunk 1", "checksum")
+	if ch, err := s.ReadChunk(0); err != nil {
+		t.Fatal(err)
+	} else {
+		ch.Release()
+	}
+}
+
+func TestFindAndExtract(t *testing.T) {
+	out, files := packed(t, 40)
+	var byPath = map[string]int{}
+	for i, f := range files {
+		byPath[f.Rel] = i
+	}
+	e, err := chunk.Find(chunk.OS, out, "37")
+	if err != nil || e.ID != 37 || e.Rank != 1 {
+		t.Fatalf("find 37: %+v %v", e, err)
+	}
+	i := byPath[e.Path]
+	data, err := chunk.Extract(chunk.OS, out, e)
+	if err != nil || !bytes.Equal(data, chunktest.Content(nil, genSeed, i, files[i].Size)) {
+		t.Fatalf("extract %s: %v", e.Path, err)
+	}
+	e2, err := chunk.Find(chunk.OS, out, e.Path)
+	if err != nil || e2 != e {
+		t.Fatalf("find by path: %+v %v", e2, err)
+	}
+	_, err = chunk.Find(chunk.OS, out, "40")
+	mustContain(t, "id beyond the dataset", err, "no file 40", "files 0 to 39")
+	_, err = chunk.Find(chunk.OS, out, "class-009/none.bin")
+	mustContain(t, "unknown path", err, `no file "class-009/none.bin"`)
+	sum, err := chunk.Summarize(chunk.OS, out)
+	if err != nil || len(sum.Present) != 2 || sum.Sizes.Min != 0 || sum.ClassFiles[0] != 8 {
+		t.Fatalf("summary: %+v %v", sum, err)
+	}
+}
+
+func mustContain(t *testing.T, what string, err error, want ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: no error, want one containing %q", what, want)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%s: error %q lacks %q", what, err, w)
+		}
+	}
+}
+
+func joinErrs(errs []error) error {
+	var s []string
+	for _, e := range errs {
+		s = append(s, e.Error())
+	}
+	return fmt.Errorf("%s", strings.Join(s, "; "))
+}
