@@ -87,12 +87,12 @@ func (osFS) Create(name string) (File, error) {
 	return &osFile{f: f, align: 1}, nil
 }
 
-func (osFS) MkdirAll(dir string) error                  { return os.MkdirAll(dir, 0o755) }
-func (osFS) Rename(from, to string) error               { return os.Rename(from, to) }
-func (osFS) RemoveAll(path string) error                { return os.RemoveAll(path) }
-func (osFS) ReadDir(dir string) ([]fs.DirEntry, error)  { return os.ReadDir(dir) }
-func (osFS) Stat(name string) (fs.FileInfo, error)      { return os.Stat(name) }
-func (osFS) Lstat(name string) (fs.FileInfo, error)     { return os.Lstat(name) }
+func (osFS) MkdirAll(dir string) error                 { return os.MkdirAll(dir, 0o755) }
+func (osFS) Rename(from, to string) error              { return os.Rename(from, to) }
+func (osFS) RemoveAll(path string) error               { return os.RemoveAll(path) }
+func (osFS) ReadDir(dir string) ([]fs.DirEntry, error) { return os.ReadDir(dir) }
+func (osFS) Stat(name string) (fs.FileInfo, error)     { return os.Stat(name) }
+func (osFS) Lstat(name string) (fs.FileInfo, error)    { return os.Lstat(name) }
 
 func (osFS) SyncDir(dir string) error {
 	d, err := os.Open(dir)

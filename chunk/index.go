@@ -146,8 +146,6 @@ func parseIndex(b []byte, rank int) (*Index, error) {
 	return ix, nil
 }
 
-
-
 // CRC returns the checksum of the index's records and paths, which the
 // manifest records.
 func (ix *Index) CRC() uint32 { return ix.crc }
@@ -243,4 +241,3 @@ func (o *osFile) mmap() ([]byte, func() error, error) {
 	}
 	return data, func() error { return syscall.Munmap(data) }, nil
 }
-
