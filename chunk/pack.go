@@ -20,7 +20,7 @@ type Group interface {
 }
 
 // Solo is the group of a single process.
-var Solo Group = solo{}
+var Solo Broadcaster = solo{}
 
 type solo struct{}
 
@@ -68,18 +68,20 @@ func Pack(cfg PackConfig, plan *Plan) (*Manifest, error) {
 		return nil, fmt.Errorf("chunk: a node-local output (%s) needs one process per rank: %d ranks, %d processes", RankPlaceholder, plan.Ranks, g.Size())
 	}
 	out := strings.ReplaceAll(cfg.Out, RankPlaceholder, fmt.Sprint(g.Rank()))
-	// A run id shared by the processes names their temporary directories,
-	// so that what earlier runs left behind can be told apart.
-	id := int64(0)
+	// Member 0's clock gives the run an id, which names the temporary
+	// directories so that what earlier runs left can be told apart, and
+	// the creation time every copy of the manifest records.
+	v := []int64{0, 0}
 	if g.Rank() == 0 {
-		id = time.Now().UnixNano()&(1<<48-1) | int64(os.Getpid()&0x7fff)<<48
+		now := time.Now()
+		v = []int64{now.UnixNano()&(1<<48-1) | int64(os.Getpid()&0x7fff)<<48, now.Unix()}
 	}
-	ids, err := g.AllreduceSum([]int64{id})
+	v, err := g.AllreduceSum(v)
 	if err != nil {
 		return nil, fmt.Errorf("chunk: %w", err)
 	}
-	run := fmt.Sprintf("%s%x-", tmpPrefix, ids[0])
-	p := &packer{cfg: cfg, g: g, plan: plan, out: out, local: local, runPrefix: run,
+	run := fmt.Sprintf("%s%x-", tmpPrefix, v[0])
+	p := &packer{cfg: cfg, g: g, plan: plan, out: out, local: local, runPrefix: run, created: time.Unix(v[1], 0).UTC(),
 		tmp: join(out, fmt.Sprintf("%s%d", run, g.Rank()))}
 	m, err := p.run()
 	if p.staged {
@@ -95,6 +97,7 @@ type packer struct {
 	out       string
 	tmp       string
 	runPrefix string // this run's temporary directories start with it
+	created   time.Time
 	local     bool
 	staged    bool
 }
@@ -247,7 +250,7 @@ func (p *packer) gather(mine map[int]ShardInfo) ([]ShardInfo, error) {
 
 func (p *packer) manifest(shards []ShardInfo) *Manifest {
 	m := &Manifest{Format: manifestFormat, Version: 1, K: p.plan.K, Ranks: p.plan.Ranks, Seed: p.plan.Seed,
-		Classes: p.plan.Classes, Created: time.Now().UTC().Truncate(time.Second), Params: p.plan.Params, Shards: shards}
+		Classes: p.plan.Classes, Created: p.created, Params: p.plan.Params, Shards: shards}
 	if m.Classes == nil {
 		m.Classes = []string{}
 	}

@@ -44,5 +44,22 @@ func (w *World) AllreduceSum(in []int64) ([]int64, error) {
 	return out, nil
 }
 
+// bcastPiece bounds each MPI_Bcast: MPI counts are C ints.
+const bcastPiece = 1 << 30
+
+// Bcast sends root's b to every rank and returns it there (root gets b
+// back). Any length works: it goes in pieces of at most 1 GiB.
+func (w *World) Bcast(b []byte, root int) ([]byte, error) {
+	n := []int64{int64(len(b))}
+	w.comm.Bcast(n, root)
+	if w.Rank() != root {
+		b = make([]byte, n[0])
+	}
+	for off := int64(0); off < n[0]; off += bcastPiece {
+		w.comm.Bcast(b[off:min(off+bcastPiece, n[0])], root)
+	}
+	return b, nil
+}
+
 // Finalize shuts MPI down; call it from the thread that called Init.
 func (w *World) Finalize() { w.m.Stop() }

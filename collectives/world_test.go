@@ -1,15 +1,15 @@
 package collectives
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/brandrt/brandrt/launch"
 )
 
 func init() { runtime.LockOSThread() }
@@ -44,14 +44,18 @@ func child() error {
 	if want := n * (n + 1) / 2; sum[0] != want || sum[1] != n {
 		return fmt.Errorf("rank %d: allreduce gave %v, want [%d %d]", r, sum, want, n)
 	}
+	msg := []byte(nil)
+	if r == n-1 {
+		msg = []byte(strings.Repeat("brandrt", 1000))
+	}
+	got, err := w.Bcast(msg, int(n-1))
+	if err != nil || string(got) != strings.Repeat("brandrt", 1000) {
+		return fmt.Errorf("rank %d: bcast gave %d bytes, %v", r, len(got), err)
+	}
 	w.Barrier()
 	fmt.Printf("rank %d of %d ok\n", r, n)
 	return nil
 }
-
-// MpirunArgs are the mpirun options this machine needs: root, more ranks
-// than cores, and no binding (a bound rank gets one core).
-var mpirunArgs = []string{"--allow-run-as-root", "--oversubscribe", "--bind-to", "none"}
 
 func TestCollectivesUnderMpirun(t *testing.T) {
 	mpirun, err := exec.LookPath("mpirun")
@@ -59,8 +63,8 @@ func TestCollectivesUnderMpirun(t *testing.T) {
 		t.Fatal("mpirun not found: install Open MPI (make deps)")
 	}
 	for _, np := range []int{1, 3} {
-		args := append(append([]string{}, mpirunArgs...), "-np", fmt.Sprint(np), os.Args[0], "-test.run=^$")
-		out, err := runGroup(60*time.Second, mpirun, args, childEnv+"=1")
+		args := append(append([]string{}, launch.MpirunArgs...), "-np", fmt.Sprint(np), os.Args[0], "-test.run=^$")
+		out, err := launch.Run(60*time.Second, []string{childEnv + "=1"}, mpirun, args...)
 		if err != nil {
 			t.Fatalf("mpirun -np %d: %v\n%s", np, err, out)
 		}
@@ -68,27 +72,6 @@ func TestCollectivesUnderMpirun(t *testing.T) {
 			t.Fatalf("mpirun -np %d: %d ranks reported ok\n%s", np, got, out)
 		}
 	}
-}
-
-// runGroup runs a command in its own process group with a deadline; on
-// timeout the whole group (mpirun and its ranks) gets SIGTERM, then
-// SIGKILL, so that nothing outlives the test.
-func runGroup(timeout time.Duration, name string, args []string, env ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
-	cmd.WaitDelay = 5 * time.Second
-	out, err := cmd.CombinedOutput()
-	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // stragglers, if any
-	}
-	if ctx.Err() != nil {
-		return out, fmt.Errorf("timed out after %v: %w", timeout, err)
-	}
-	return out, err
 }
 
 func TestLibraryVersion(t *testing.T) {

@@ -38,9 +38,10 @@ func newProgress(w io.Writer, label string) *progress {
 	return p
 }
 
-// update reports done of total (both in units); it draws at most every
-// refresh interval, and always when done == total.
-func (p *progress) update(done, total int64, unit string) {
+// update reports done of total, each shown by show (comma or ibytes) and
+// followed by unit, then extra; it draws at most every refresh interval,
+// and always when done == total.
+func (p *progress) update(done, total int64, show func(int64) string, unit, extra string) {
 	now := time.Now()
 	if now.Sub(p.last) < p.every && done < total {
 		return
@@ -50,14 +51,15 @@ func (p *progress) update(done, total int64, unit string) {
 	if total > 0 {
 		frac = float64(done) / float64(total)
 	}
-	el := now.Sub(p.start)
-	rate := float64(done) / max(el.Seconds(), 1e-9)
+	rate := float64(done) / max(now.Sub(p.start).Seconds(), 1e-9)
 	eta := "--"
 	if done > 0 && done < total {
 		eta = time.Duration(float64(total-done) / rate * float64(time.Second)).Round(time.Second).String()
 	}
-	text := fmt.Sprintf("%s %s/%s %s (%s %s/s, ETA %s)", p.label, comma(done), comma(total), unit,
-		comma(int64(rate)), unit, eta)
+	if unit != "" {
+		unit = " " + unit
+	}
+	text := fmt.Sprintf("%s %s/%s%s (%s%s/s, ETA %s)%s", p.label, show(done), show(total), unit, show(int64(rate)), unit, eta, extra)
 	if !p.tty {
 		fmt.Fprintf(p.w, "%s %5.1f%%\n", text, 100*frac)
 		return

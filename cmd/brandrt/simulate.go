@@ -99,7 +99,7 @@ func runSimulate(c *cli.Context) error {
 		if label := fmt.Sprintf("%s epoch %d:", v, e); bar == nil || bar.label != label {
 			bar = newProgress(c.App.ErrWriter, label)
 		}
-		bar.update(done, total, "requests")
+		bar.update(done, total, comma, "requests", "")
 	}
 	start := time.Now()
 	var results []sim.Result

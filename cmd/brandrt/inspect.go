@@ -1,0 +1,141 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/brandrt/brandrt/chunk"
+)
+
+func inspectCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "inspect",
+		Usage: "summarise a packed dataset, or extract one file from it",
+		Description: "Without --file: files, bytes, K, chunks per rank, the file-size\n" +
+			"distribution and the classes. With --file ID|PATH --out F: writes that file\n" +
+			"(by id, or by its path in the input) byte-exactly to F (- for stdout),\n" +
+			"after checking its checksum.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "chunks", Required: true, Usage: "dataset directory"},
+			&cli.StringFlag{Name: "file", Usage: "file id or original path to extract"},
+			&cli.StringFlag{Name: "out", Usage: "where to write the extracted file (- for stdout)"},
+			&cli.BoolFlag{Name: "force", Usage: "overwrite --out if it exists"},
+		},
+		Action: runInspect,
+	}
+}
+
+func runInspect(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return fmt.Errorf("inspect takes no arguments, got %q", c.Args().Slice())
+	}
+	dir, _, err := chunkDir(c.String("chunks"))
+	if err != nil {
+		return err
+	}
+	if c.String("file") == "" {
+		if c.String("out") != "" {
+			return errors.New("--out goes with --file")
+		}
+		s, err := chunk.Summarize(chunk.OS, dir)
+		if err != nil {
+			return err
+		}
+		printSummary(c.App.Writer, dir, s)
+		return nil
+	}
+	if c.String("out") == "" {
+		return errors.New("--file needs --out FILE (or --out - for stdout)")
+	}
+	e, err := chunk.Find(chunk.OS, dir, c.String("file"))
+	if err != nil {
+		return err
+	}
+	data, err := chunk.Extract(chunk.OS, dir, e)
+	if err != nil {
+		return err
+	}
+	if err := writeOut(c, c.String("out"), data); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.ErrWriter, "file %d (%s, label %d): %s from rank %d chunk %d slot %d, checksum ok\n",
+		e.ID, e.Path, e.Label, ibytes(int64(len(data))), e.Rank, e.Chunk, e.Slot)
+	return nil
+}
+
+// writeOut writes data to name (or stdout for "-") under a temporary name
+// renamed on success.
+func writeOut(c *cli.Context, name string, data []byte) error {
+	if name == "-" {
+		_, err := c.App.Writer.Write(data)
+		return err
+	}
+	if _, err := os.Stat(name); err == nil && !c.Bool("force") {
+		return fmt.Errorf("%s exists; pass --force to overwrite it", name)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".tmp-")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(data)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), name)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+func printSummary(w io.Writer, dir string, s *chunk.Summary) {
+	m := s.Manifest
+	fmt.Fprintf(w, "dataset  %s (created %s, seed %d)\n", dir, m.Created.Format("2006-01-02 15:04 MST"), m.Seed)
+	fmt.Fprintf(w, "files    %s, %s, K=%d, %d ranks\n", comma(m.Files), ibytes(m.Bytes), m.K, m.Ranks)
+	for _, sh := range m.Shards {
+		here := ""
+		if !slices.Contains(s.Present, sh.Rank) {
+			here = " (not in this directory)"
+		}
+		fmt.Fprintf(w, "rank %-3d %s files, %s, %s chunks, ids %s–%s%s\n", sh.Rank, comma(sh.Files), ibytes(sh.Bytes),
+			comma(int64(sh.Chunks)), comma(sh.FirstFile), comma(sh.FirstFile+sh.Files-1), here)
+	}
+	z := s.Sizes
+	fmt.Fprintf(w, "sizes    min %s, median %s, p90 %s, p99 %s, max %s, mean %s\n",
+		ibytes(z.Min), ibytes(z.P50), ibytes(z.P90), ibytes(z.P99), ibytes(z.Max), ibytes(int64(z.Mean)))
+	fmt.Fprintf(w, "classes  %s\n", classLine(m.Classes, s.ClassFiles, s.Unlabelled))
+	p := m.Params
+	src := p.Input
+	if p.Manifest != "" {
+		src = p.Manifest + " (manifest)"
+	}
+	fmt.Fprintf(w, "input    %s, layout %s, %d workers\n", src, p.Layout, p.Workers)
+}
+
+func classLine(names []string, counts []int64, unlabelled int64) string {
+	if len(names) == 0 {
+		if unlabelled > 0 {
+			return "none (no labels)"
+		}
+		return "none named (labels from a manifest)"
+	}
+	show := func(i int) string { return fmt.Sprintf("%s (%s)", names[i], comma(counts[i])) }
+	var parts []string
+	if len(names) <= 6 {
+		for i := range names {
+			parts = append(parts, show(i))
+		}
+	} else {
+		parts = []string{show(0), show(1), show(2), show(3), fmt.Sprintf("… %d more …", len(names)-5), show(len(names) - 1)}
+	}
+	return fmt.Sprintf("%d: %s", len(names), strings.Join(parts, ", "))
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/klauspost/cpuid/v2"
+	"github.com/urfave/cli/v2"
+
+	"github.com/brandrt/brandrt/chunk"
+)
+
+func packCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "pack",
+		Usage:     "pack a dataset into chunks of K files, one shard per rank",
+		ArgsUsage: " ",
+		Description: "Reads a directory tree (ImageFolder: one subdirectory per class, labels in\n" +
+			"sorted order; or plain: every file, no labels) or a manifest (one file per\n" +
+			"line: path, or path<TAB>label, or {\"path\": …, \"label\": …}). Shuffles the\n" +
+			"files with --seed, cuts them into chunks of --chunk-files and splits the\n" +
+			"chunks over --ranks. Writes DIR/rank-NNNNN/ (chunk files and that rank's\n" +
+			"index) and DIR/manifest.json, which is written last: a pack that fails or is\n" +
+			"interrupted leaves no manifest and removes what it wrote.\n\n" +
+			"Hidden files are skipped. Symlinks to files are followed; symlinks to\n" +
+			"directories, broken symlinks and special files are errors. Files may not\n" +
+			"exceed 1 GiB; empty files are fine.\n\n" +
+			"Under mpirun -np N, rank 0 lists the input and each process writes its\n" +
+			"shards. With {rank} in --out (e.g. /scratch/chunks-{rank}), each process\n" +
+			"writes its shard and a copy of the manifest into its own, node-local\n" +
+			"directory; --ranks must then equal N.\n\n" +
+			"Example: brandrt pack --input /data/imagenet/train --out /scratch/chunks --chunk-files 64 --ranks 4",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "input", Usage: "input directory (with --manifest: the root of its relative paths)"},
+			&cli.StringFlag{Name: "manifest", Usage: "file listing the files to pack, instead of scanning --input"},
+			&cli.StringFlag{Name: "out", Required: true, Usage: "output directory; {rank} makes it per process"},
+			&cli.IntFlag{Name: "chunk-files", Value: 64, Usage: "K, files per chunk"},
+			&cli.IntFlag{Name: "ranks", Usage: "shards to write (default: the number of MPI processes, or 1)"},
+			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the shuffle"},
+			&cli.IntFlag{Name: "workers", Value: defaultWorkers(), Usage: "chunks written at once by each process"},
+			&cli.StringFlag{Name: "layout", Value: string(chunk.LayoutAuto), Usage: "auto, imagefolder or plain"},
+			&cli.BoolFlag{Name: "force", Usage: "replace a dataset already in --out (only brandrt's own files)"},
+		},
+		Action: runPack,
+	}
+}
+
+// defaultWorkers: packing waits on storage more than on the CPU, so it
+// keeps a few chunks in flight per physical core.
+func defaultWorkers() int { return 4 * max(1, cpuid.CPU.PhysicalCores) }
+
+func runPack(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return fmt.Errorf("pack takes no arguments, got %q (use --input)", c.Args().Slice())
+	}
+	input, list := c.String("input"), c.String("manifest")
+	if input == "" && list == "" {
+		return fmt.Errorf("pack needs --input DIR or --manifest FILE")
+	}
+	g, env, done, err := joinGroup()
+	if err != nil {
+		return err
+	}
+	defer done()
+	start := time.Now()
+	listing, err := chunk.Share(g, func() (chunk.Listing, error) { return scanInput(input, list, chunk.Layout(c.String("layout"))) })
+	if err != nil {
+		return err
+	}
+	ranks := c.Int("ranks")
+	if ranks == 0 {
+		ranks = env.Size
+	}
+	params := chunk.PackParams{Input: input, Manifest: list, Layout: string(listing.Layout), Workers: c.Int("workers"), Symlinks: "files followed, directories refused"}
+	plan, err := chunk.NewPlan(listing.Inputs, listing.Classes, c.Int("chunk-files"), ranks, c.Uint64("seed"), params)
+	if err != nil {
+		return err
+	}
+	cfg := chunk.PackConfig{FS: chunk.OS, Out: c.String("out"), Force: c.Bool("force"), Workers: c.Int("workers"), Group: g}
+	if g.Rank() == 0 {
+		bar := newProgress(c.App.ErrWriter, "pack:")
+		cfg.Progress = func(files, totalFiles, b, totalBytes int64) {
+			bar.update(b, totalBytes, ibytes, "", fmt.Sprintf(", %s of %s files", comma(files), comma(totalFiles)))
+		}
+	}
+	m, err := chunk.Pack(cfg, plan)
+	if err != nil {
+		return err
+	}
+	if g.Rank() == 0 {
+		took := time.Since(start)
+		fmt.Fprintf(c.App.Writer, "packed %s files (%s) into %s chunks of %d for %d ranks in %s (%s/s) → %s\n",
+			comma(m.Files), ibytes(m.Bytes), comma(int64(plan.Chunks())), m.K, m.Ranks, took.Round(10*time.Millisecond),
+			ibytes(int64(float64(m.Bytes)/took.Seconds())), c.String("out"))
+	}
+	return nil
+}
+
+func scanInput(input, list string, layout chunk.Layout) (chunk.Listing, error) {
+	if list != "" {
+		root := input
+		if root == "" {
+			root = filepath.Dir(list)
+		}
+		inputs, err := chunk.ScanManifest(chunk.OS, list, root)
+		return chunk.Listing{Inputs: inputs, Layout: "manifest"}, err
+	}
+	inputs, classes, layout, err := chunk.ScanDir(chunk.OS, input, layout)
+	return chunk.Listing{Inputs: inputs, Classes: classes, Layout: layout}, err
+}
