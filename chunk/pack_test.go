@@ -290,6 +290,41 @@ func TestBadInputs(t *testing.T) {
 		_, err := pack(t, input, out, packOpts{fsys: fsys, k: 4, ranks: 1})
 		expectFailure(t, out, err, victim, "input/output error")
 	})
+	for _, change := range []struct {
+		name string
+		do   func(path string, size int64) error
+		want string
+	}{
+		{"file grows between scan and pack", func(p string, _ int64) error {
+			f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.Write(make([]byte, 5000))
+			return err
+		}, "file grew while packing"},
+		{"file shrinks between scan and pack", func(p string, size int64) error { return os.Truncate(p, size/2) }, "file shrank to"},
+	} {
+		t.Run(change.name, func(t *testing.T) {
+			dir, _ := gen(t, 20)
+			inputs, classes, _, err := chunk.ScanDir(chunk.OS, dir, chunk.LayoutAuto)
+			if err != nil {
+				t.Fatal(err)
+			}
+			victim := inputs[9]
+			if err := change.do(victim.Source, victim.Size); err != nil {
+				t.Fatal(err)
+			}
+			plan, err := chunk.NewPlan(inputs, classes, 2, 1, 1, chunk.PackParams{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := outDir()
+			_, err = chunk.Pack(chunk.PackConfig{FS: chunk.OS, Out: out, Workers: 2}, plan)
+			expectFailure(t, out, err, victim.Source, change.want)
+		})
+	}
 	t.Run("more ranks than chunks", func(t *testing.T) {
 		out := outDir()
 		_, err := pack(t, input, out, packOpts{k: 16, ranks: 3})

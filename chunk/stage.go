@@ -16,6 +16,7 @@ type stager struct {
 	tmp     string // the temporary directory holding rank directories
 	out     string // where they will end up, for error messages
 	workers int
+	pool    bufPool
 	files   atomic.Int64
 	bytes   atomic.Int64
 	failed  atomic.Bool
@@ -37,13 +38,14 @@ func (s *stager) stageShard(r int) (crc uint32, size int64, err error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var buf []byte
+			in, out := &scratch{pool: &s.pool}, &scratch{pool: &s.pool}
+			defer in.release()
+			defer out.release()
 			for c := range jobs {
 				if s.failed.Load() {
 					continue
 				}
-				var err error
-				if buf, err = s.writeChunk(r, c-c0, c, buf, entries[int64(c-c0)*int64(s.plan.K):]); err != nil {
+				if err := s.writeChunk(r, c-c0, c, in, out, entries[int64(c-c0)*int64(s.plan.K):]); err != nil {
 					s.failed.Store(true)
 					errs <- err
 				}
@@ -63,56 +65,91 @@ func (s *stager) stageShard(r int) (crc uint32, size int64, err error) {
 }
 
 // writeChunk reads the inputs of global chunk c (chunk local of rank r)
-// into buf, writes the chunk file, and fills the entries of its files.
-func (s *stager) writeChunk(r, local, c int, buf []byte, entries []Entry) ([]byte, error) {
+// through the scratch buffer in, assembles the chunk file in out, writes
+// it, and fills the entries of its files.
+func (s *stager) writeChunk(r, local, c int, in, out *scratch, entries []Entry) error {
 	ins, ext, length := s.plan.chunkLayout(c)
-	if int64(cap(buf)) < length {
-		buf = make([]byte, length)
+	buf, err := out.get(length)
+	if err != nil {
+		return fmt.Errorf("chunk: %w", err)
 	}
-	buf = buf[:length]
-	for i, in := range ins {
-		data := buf[ext[i].Offset : ext[i].Offset+in.Size]
-		if err := s.readInput(in, data); err != nil {
-			return buf, err
+	for i, input := range ins {
+		data := buf[ext[i].Offset : ext[i].Offset+input.Size]
+		if err := s.readInput(input, data, in); err != nil {
+			return err
 		}
 		ext[i].CRC = checksum(data)
 		entries[i] = Entry{ID: int64(c*s.plan.K + i), Rank: r, Chunk: local, Slot: i, Offset: ext[i].Offset,
-			Size: ext[i].Size, CRC: ext[i].CRC, Label: in.Label, Path: in.Rel}
+			Size: ext[i].Size, CRC: ext[i].CRC, Label: input.Label, Path: input.Rel}
 		s.files.Add(1)
-		s.bytes.Add(in.Size)
+		s.bytes.Add(input.Size)
 	}
 	_, _, first, _ := s.plan.Shard(r)
 	h := &ChunkHeader{Rank: r, Chunk: local, FirstFile: first + int64(local*s.plan.K), Length: length, Files: ext}
 	copy(buf, encodeHeader(h))
-	name := join(RankDir(r), ChunkName(local))
-	return buf, s.writeFile(name, buf)
+	return s.writeFile(join(RankDir(r), ChunkName(local)), buf)
 }
 
-// readInput reads in whole into data and checks that the file still has
-// the size the scan found.
-func (s *stager) readInput(in Input, data []byte) error {
-	f, err := s.fsys.Open(in.Source, false)
+// readInput reads in whole into data, uncached (O_DIRECT where allowed,
+// through an aligned scratch buffer), and checks that the file still has
+// the size the scan found: it asks for more than that size, so one read
+// also tells whether the file grew.
+func (s *stager) readInput(in Input, data []byte, sc *scratch) error {
+	f, err := s.fsys.Open(in.Source, true)
 	if err != nil {
 		return fmt.Errorf("chunk: %w", err)
 	}
 	defer f.Close()
-	n, err := f.ReadAt(data, 0)
-	if n < len(data) {
-		if err == nil || errors.Is(err, io.EOF) {
-			err = fmt.Errorf("file shrank to %d bytes while packing (was %d)", n, len(data))
-		}
+	want := alignUp(in.Size+1, int64(f.Align()))
+	b, err := sc.get(want)
+	if err != nil {
 		return fmt.Errorf("chunk: read %s: %w", in.Source, err)
 	}
-	var probe [1]byte
-	if n, _ := f.ReadAt(probe[:], int64(len(data))); n > 0 {
-		return fmt.Errorf("chunk: read %s: file grew while packing (was %d bytes)", in.Source, len(data))
+	n, err := f.ReadAt(b, 0)
+	switch {
+	case int64(n) > in.Size:
+		return fmt.Errorf("chunk: read %s: file grew while packing (was %d bytes)", in.Source, in.Size)
+	case int64(n) < in.Size && (err == nil || errors.Is(err, io.EOF)):
+		return fmt.Errorf("chunk: read %s: file shrank to %d bytes while packing (was %d)", in.Source, n, in.Size)
+	case int64(n) < in.Size:
+		return fmt.Errorf("chunk: read %s: %w", in.Source, unwrapPath(err))
 	}
-	_ = f.DropCache()
+	copy(data, b[:n])
 	return nil
 }
 
-// writeFile writes data to tmp/name durably, and drops it from the page
-// cache. Errors name the file's final place.
+// scratch is a worker's page-aligned buffer (as O_DIRECT reads need),
+// grown as needed and reused from chunk to chunk.
+type scratch struct {
+	pool *bufPool
+	buf  *buffer
+}
+
+func (sc *scratch) get(n int64) ([]byte, error) {
+	n = max(n, 0)
+	room := alignUp(n+1, directAlign)
+	if sc.buf == nil || int64(len(sc.buf.b)) < room {
+		sc.release()
+		b, err := sc.pool.get(room)
+		if err != nil {
+			return nil, err
+		}
+		sc.buf = b
+	}
+	return sc.buf.b[:n:room], nil
+}
+
+func (sc *scratch) release() {
+	if sc.buf != nil {
+		sc.pool.put(sc.buf)
+		sc.buf = nil
+	}
+}
+
+// writeFile writes data to tmp/name durably and drops it from the page
+// cache. Errors name the file's final place. (Buffered writes followed by
+// fsync measured faster here than O_DIRECT writes, and leave the cache
+// as clean.)
 func (s *stager) writeFile(name string, data []byte) error {
 	f, err := s.fsys.Create(join(s.tmp, name))
 	if err == nil {
@@ -121,7 +158,7 @@ func (s *stager) writeFile(name string, data []byte) error {
 			err = f.Sync()
 		}
 		if err == nil {
-			_ = f.DropCache()
+			err = f.DropCache()
 		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
