@@ -20,8 +20,8 @@ func infoCommand() *cli.Command {
 		Description: "Useful in a batch script before a long job: run it under mpirun\n" +
 			"(mpirun -np 2 brandrt info) to see what every rank sees.",
 		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return fmt.Errorf("info takes no arguments, got %q", c.Args().Slice())
+			if err := noArgs(c, ""); err != nil {
+				return err
 			}
 			env, err := launch.FromEnv()
 			if err != nil {

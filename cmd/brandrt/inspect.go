@@ -33,8 +33,8 @@ func inspectCommand() *cli.Command {
 }
 
 func runInspect(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return fmt.Errorf("inspect takes no arguments, got %q", c.Args().Slice())
+	if err := noArgs(c, ""); err != nil {
+		return err
 	}
 	dir, _, err := chunkDir(c.String("chunks"))
 	if err != nil {

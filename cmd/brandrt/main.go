@@ -32,3 +32,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// noArgs refuses positional arguments, which no command takes; hint says
+// which flag the user probably meant.
+func noArgs(c *cli.Context, hint string) error {
+	if c.NArg() == 0 {
+		return nil
+	}
+	if hint != "" {
+		hint = " " + hint
+	}
+	return fmt.Errorf("%s takes no arguments, got %q%s", c.Command.Name, c.Args().Slice(), hint)
+}

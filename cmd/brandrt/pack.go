@@ -51,8 +51,8 @@ func packCommand() *cli.Command {
 func defaultWorkers() int { return 4 * max(1, cpuid.CPU.PhysicalCores) }
 
 func runPack(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return fmt.Errorf("pack takes no arguments, got %q (use --input)", c.Args().Slice())
+	if err := noArgs(c, "(use --input)"); err != nil {
+		return err
 	}
 	input, list := c.String("input"), c.String("manifest")
 	if input == "" && list == "" {

@@ -80,8 +80,8 @@ func simConfig(c *cli.Context) (sim.Config, error) {
 }
 
 func runSimulate(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return fmt.Errorf("simulate takes no arguments, got %q", c.Args().Slice())
+	if err := noArgs(c, ""); err != nil {
+		return err
 	}
 	cfg, err := simConfig(c)
 	if err != nil {

@@ -42,8 +42,8 @@ func chunkDir(dir string) (string, bool, error) {
 }
 
 func runVerify(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return fmt.Errorf("verify takes no arguments, got %q (use --chunks)", c.Args().Slice())
+	if err := noArgs(c, "(use --chunks)"); err != nil {
+		return err
 	}
 	dir, local, err := chunkDir(c.String("chunks"))
 	if err != nil {
