@@ -330,8 +330,7 @@ func (p *packer) writeManifest(m *Manifest) error {
 	if err != nil {
 		return fmt.Errorf("chunk: %w", err)
 	}
-	s := &stager{fsys: p.cfg.FS, tmp: p.tmp, out: p.out}
-	if err := s.writeFile(ManifestName, append(data, '\n')); err != nil {
+	if err := writeDurable(p.cfg.FS, p.tmp, p.out, ManifestName, append(data, '\n')); err != nil {
 		return err
 	}
 	if err := p.cfg.FS.Rename(join(p.tmp, ManifestName), join(p.out, ManifestName)); err != nil {

@@ -1,6 +1,7 @@
 package chunk
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -146,12 +147,16 @@ func (sc *scratch) release() {
 	}
 }
 
-// writeFile writes data to tmp/name durably and drops it from the page
-// cache. Errors name the file's final place. (Buffered writes followed by
-// fsync measured faster here than O_DIRECT writes, and leave the cache
-// as clean.)
 func (s *stager) writeFile(name string, data []byte) error {
-	f, err := s.fsys.Create(join(s.tmp, name))
+	return writeDurable(s.fsys, s.tmp, s.out, name, data)
+}
+
+// writeDurable writes data to tmp/name durably and drops it from the page
+// cache. Errors name the file's final place, out/name. (Buffered writes
+// followed by fsync measured faster here than O_DIRECT writes, and leave
+// the cache as clean.)
+func writeDurable(fsys FS, tmp, out, name string, data []byte) error {
+	f, err := fsys.Create(join(tmp, name))
 	if err == nil {
 		_, err = f.Write(data)
 		if err == nil {
@@ -165,23 +170,19 @@ func (s *stager) writeFile(name string, data []byte) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("chunk: write %s: %w", join(s.out, name), unwrapPath(err))
+		return fmt.Errorf("chunk: write %s: %w", join(out, name), unwrapPath(err))
 	}
 	return nil
 }
 
 func (s *stager) writeIndex(r int, first int64, entries []Entry) (uint32, int64, error) {
-	var b sizedBuffer
+	var b bytes.Buffer
 	crc, err := writeIndexTo(&b, r, s.plan.K, first, entries)
 	if err != nil {
 		return 0, 0, err
 	}
-	return crc, int64(len(b.data)), s.writeFile(join(RankDir(r), indexName), b.data)
+	return crc, int64(b.Len()), s.writeFile(join(RankDir(r), indexName), b.Bytes())
 }
-
-type sizedBuffer struct{ data []byte }
-
-func (b *sizedBuffer) Write(p []byte) (int, error) { b.data = append(b.data, p...); return len(p), nil }
 
 // unwrapPath strips the path of an fs.PathError, so that messages name
 // the final file rather than the temporary one.
