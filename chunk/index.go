@@ -172,18 +172,33 @@ func (ix *Index) ChunkFiles(c int) int { return min(ix.k, ix.n-c*ix.k) }
 // checked to lie inside the path table; a damaged record gives an entry
 // whose checks fail later rather than a panic.
 func (ix *Index) Entry(i int) Entry {
+	e := ix.record(i)
+	e.Path = ix.path(i)
+	return e
+}
+
+// record returns the i-th entry without its path, which chunk reads need
+// only to name a damaged file.
+func (ix *Index) record(i int) Entry {
 	le := binary.LittleEndian
 	r := ix.records[recordSize*i:]
-	plen, poff := uint64(le.Uint32(r[28:])), le.Uint64(r[32:])
-	path := ""
-	if poff <= uint64(len(ix.paths)) && plen <= uint64(len(ix.paths))-poff {
-		path = string(ix.paths[poff : poff+plen])
-	}
 	return Entry{
 		ID: ix.first + int64(i), Rank: ix.rank,
 		Chunk: int(le.Uint32(r)), Slot: int(le.Uint32(r[4:])), Offset: int64(le.Uint64(r[8:])),
-		Size: le.Uint32(r[16:]), CRC: le.Uint32(r[20:]), Label: int32(le.Uint32(r[24:])), Path: path,
+		Size: le.Uint32(r[16:]), CRC: le.Uint32(r[20:]), Label: int32(le.Uint32(r[24:])),
 	}
+}
+
+// path returns the i-th file's input path, or "" when its record points
+// outside the path table.
+func (ix *Index) path(i int) string {
+	le := binary.LittleEndian
+	r := ix.records[recordSize*i:]
+	plen, poff := uint64(le.Uint32(r[28:])), le.Uint64(r[32:])
+	if poff > uint64(len(ix.paths)) || plen > uint64(len(ix.paths))-poff {
+		return ""
+	}
+	return string(ix.paths[poff : poff+plen])
 }
 
 // Close releases the index's memory.
