@@ -3,6 +3,8 @@ package collectives
 import (
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 
 	mpi "github.com/sbromberger/gompi"
 )
@@ -12,6 +14,8 @@ type World struct {
 	m    *mpi.MPI
 	comm *mpi.Communicator
 }
+
+var _ Comm = (*World)(nil)
 
 // Init starts MPI with MPI_THREAD_MULTIPLE. Call it once, from the locked
 // main thread.
@@ -33,7 +37,10 @@ func (w *World) Rank() int { return w.comm.Rank() }
 func (w *World) Size() int { return w.comm.Size() }
 
 // Barrier waits until every rank has called it.
-func (w *World) Barrier() { w.comm.Barrier() }
+func (w *World) Barrier() error {
+	w.comm.Barrier()
+	return nil
+}
 
 // AllreduceSum returns the element-wise sum of in over all ranks.
 func (w *World) AllreduceSum(in []int64) ([]int64, error) {
@@ -42,6 +49,110 @@ func (w *World) AllreduceSum(in []int64) ([]int64, error) {
 		return nil, fmt.Errorf("collectives: allreduce: %w", err)
 	}
 	return out, nil
+}
+
+// AllreduceMax returns the element-wise maximum of in over all ranks.
+func (w *World) AllreduceMax(in []int64) ([]int64, error) {
+	out := make([]int64, len(in))
+	if err := w.comm.Allreduce(out, in, mpi.OpMax); err != nil {
+		return nil, fmt.Errorf("collectives: allreduce: %w", err)
+	}
+	return out, nil
+}
+
+// allgatherLimit bounds the elements one MPI_Allgatherv gathers: its
+// counts and displacements are C ints. A variable so tests can lower it.
+var allgatherLimit = 1<<31 - 1
+
+// Allgatherv concatenates every rank's send in rank order and returns it
+// with each rank's count. Totals over allgatherLimit elements go in
+// rounds: in round i each rank sends its elements [i*piece, (i+1)*piece),
+// piece = allgatherLimit/Size().
+func (w *World) Allgatherv(send []int32) ([]int32, []int, error) {
+	counts, err := w.lengths(len(send))
+	if err != nil {
+		return nil, nil, err
+	}
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	all := make([]int32, total)
+	piece := max(allgatherLimit/len(counts), 1)
+	var buf []int32 // one round's elements, if there are several rounds
+	if slices.Max(counts) > piece {
+		buf = make([]int32, piece*len(counts))
+	}
+	for lo := 0; lo < slices.Max(counts); lo += piece {
+		if err := allgatherRound(send, all, buf, counts, lo, piece); err != nil {
+			return nil, nil, err
+		}
+	}
+	return all, counts, nil
+}
+
+// lengths returns every rank's n.
+func (w *World) lengths(n int) ([]int, error) {
+	v := make([]int64, w.Size())
+	v[w.Rank()] = int64(n)
+	sums, err := w.AllreduceSum(v)
+	if err != nil {
+		return nil, err
+	}
+	counts := make([]int, len(sums))
+	for r, s := range sums {
+		counts[r] = int(s)
+	}
+	return counts, nil
+}
+
+// allgatherRound gathers elements [lo, lo+piece) of every rank's send
+// (of counts[r] elements) into buf, then copies them to their places in
+// all. With no buf there is one round, gathered in place.
+func allgatherRound(send, all, buf []int32, counts []int, lo, piece int) error {
+	part, displs := make([]int32, len(counts)), make([]int32, len(counts))
+	n := 0
+	for r, c := range counts {
+		part[r], displs[r] = int32(min(max(c-lo, 0), piece)), int32(n)
+		n += int(part[r])
+	}
+	if buf == nil {
+		return allgatherv(send, all, part, displs)
+	}
+	mine := send[min(lo, len(send)):min(lo+piece, len(send))]
+	if err := allgatherv(mine, buf[:n], part, displs); err != nil {
+		return err
+	}
+	start := 0
+	for r, c := range counts {
+		copy(all[start+lo:], buf[displs[r]:displs[r]+part[r]])
+		start += c
+	}
+	return nil
+}
+
+// Isend starts sending b to rank dst with tag (MPI_Isend). b must not
+// change until Test reports the request done; the Status it reports is
+// zero.
+func (w *World) Isend(b []byte, dst, tag int) (Request, error) { return isend(b, dst, tag) }
+
+// Irecv starts receiving into b a message from src, or AnySource, with
+// tag, or AnyTag (MPI_Irecv). Test reports its source, tag and length.
+func (w *World) Irecv(b []byte, src, tag int) (Request, error) { return irecv(b, src, tag) }
+
+// Iprobe reports whether a message from any rank with any tag can be
+// received now (MPI_Iprobe), and if so its source, tag and length.
+func (w *World) Iprobe() (bool, Status, error) { return iprobe() }
+
+// Recv receives the message Iprobe reported from src with tag into b,
+// which must be exactly as long as the message (MPI_Recv).
+func (w *World) Recv(b []byte, src, tag int) error { return recv(b, src, tag) }
+
+// Abort ends every rank of the job with code (MPI_Abort); it does not
+// return.
+func (w *World) Abort(code int) {
+	w.comm.Abort(code)
+	os.Exit(code) // MPI_Abort should not return; make sure
 }
 
 // bcastPiece bounds each MPI_Bcast: MPI counts are C ints.

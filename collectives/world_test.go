@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,31 +30,89 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// child checks rank, size, Allreduce and Barrier in every rank.
+// child runs the checks in every rank and prints "rank R of N ok" once
+// all of this rank's pass. A failing rank aborts the job, so mpirun exits
+// non-zero and no rank is left waiting for it.
 func child() error {
 	w, err := Init()
 	if err != nil {
 		return err
 	}
-	defer w.Finalize()
+	for _, check := range []func(*World) error{checkReduce, checkBcast, checkAllgatherv, checkPointToPoint} {
+		if err := check(w); err != nil {
+			fmt.Fprintf(os.Stderr, "rank %d: %v\n", w.Rank(), err)
+			w.Abort(1)
+		}
+	}
+	w.Barrier()
+	fmt.Printf("rank %d of %d ok\n", w.Rank(), w.Size())
+	w.Finalize()
+	return nil
+}
+
+func checkReduce(w *World) error {
 	n, r := int64(w.Size()), int64(w.Rank())
 	sum, err := w.AllreduceSum([]int64{r + 1, 1})
 	if err != nil {
 		return err
 	}
 	if want := n * (n + 1) / 2; sum[0] != want || sum[1] != n {
-		return fmt.Errorf("rank %d: allreduce gave %v, want [%d %d]", r, sum, want, n)
+		return fmt.Errorf("allreduce sum gave %v, want [%d %d]", sum, want, n)
 	}
-	msg := []byte(nil)
-	if r == n-1 {
-		msg = []byte(strings.Repeat("brandrt", 1000))
+	mx, err := w.AllreduceMax([]int64{r, -r, 7})
+	if err != nil || !slices.Equal(mx, []int64{n - 1, 0, 7}) {
+		return fmt.Errorf("allreduce max gave %v, %v; want [%d 0 7]", mx, err, n-1)
 	}
-	got, err := w.Bcast(msg, int(n-1))
-	if err != nil || string(got) != strings.Repeat("brandrt", 1000) {
-		return fmt.Errorf("rank %d: bcast gave %d bytes, %v", r, len(got), err)
+	return nil
+}
+
+func checkBcast(w *World) error {
+	want := strings.Repeat("brandrt", 1000)
+	msg, root := []byte(nil), w.Size()-1
+	if w.Rank() == root {
+		msg = []byte(want)
 	}
-	w.Barrier()
-	fmt.Printf("rank %d of %d ok\n", r, n)
+	got, err := w.Bcast(msg, root)
+	if err != nil || string(got) != want {
+		return fmt.Errorf("bcast gave %d bytes, %v", len(got), err)
+	}
+	return nil
+}
+
+// gatherPart is what rank r contributes to the Allgatherv check: ranks
+// 1, 4, 7, … send nothing, the others 3+4r distinct values.
+func gatherPart(r int) []int32 {
+	if r%3 == 1 {
+		return nil
+	}
+	part := make([]int32, 3+4*r)
+	for i := range part {
+		part[i] = int32(1000*r + i)
+	}
+	return part
+}
+
+// checkAllgatherv gathers gatherPart in one round, then with
+// allgatherLimit lowered so it takes several, then with nothing to send.
+func checkAllgatherv(w *World) error {
+	defer func(l int) { allgatherLimit = l }(allgatherLimit)
+	var want []int32
+	var counts []int
+	for r := range w.Size() {
+		want = append(want, gatherPart(r)...)
+		counts = append(counts, len(gatherPart(r)))
+	}
+	for _, limit := range []int{allgatherLimit, 7, 2} {
+		allgatherLimit = limit
+		all, c, err := w.Allgatherv(gatherPart(w.Rank()))
+		if err != nil || !slices.Equal(all, want) || !slices.Equal(c, counts) {
+			return fmt.Errorf("allgatherv (limit %d) gave %v %v, %v; want %v %v", limit, all, c, err, want, counts)
+		}
+	}
+	all, c, err := w.Allgatherv(nil)
+	if err != nil || len(all) != 0 || slices.ContainsFunc(c, func(n int) bool { return n != 0 }) || len(c) != w.Size() {
+		return fmt.Errorf("empty allgatherv gave %v %v, %v", all, c, err)
+	}
 	return nil
 }
 
