@@ -41,7 +41,9 @@ const MaxFileSize = 1 << 30
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // checksum returns the CRC32C of b.
-func checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+// Checksum returns the CRC32C (Castagnoli) of b, the checksum chunk files
+// and the index keep for every file.
+func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 // ChunkHeader is the decoded header and offset table of a chunk file.
 type ChunkHeader struct {
@@ -79,7 +81,7 @@ func encodeHeader(h *ChunkHeader) []byte {
 		le.PutUint32(t[8:], e.Size)
 		le.PutUint32(t[12:], e.CRC)
 	}
-	le.PutUint32(b[headerCRCAt:], checksum(b))
+	le.PutUint32(b[headerCRCAt:], Checksum(b))
 	return b
 }
 
@@ -108,7 +110,7 @@ func decodeHeader(b []byte, rank, chunk, files int) (*ChunkHeader, error) {
 	hb := append([]byte(nil), b[:HeaderSize(n)]...)
 	want := le.Uint32(hb[headerCRCAt:])
 	le.PutUint32(hb[headerCRCAt:], 0)
-	if got := checksum(hb); got != want {
+	if got := Checksum(hb); got != want {
 		return nil, fmt.Errorf("%w: header checksum %08x, stored %08x", errCorrupt, got, want)
 	}
 	h := &ChunkHeader{Rank: int(le.Uint32(b[12:])), Chunk: int(le.Uint32(b[16:])),

@@ -89,9 +89,9 @@ func writeIndexTo(f io.Writer, rank, k int, first int64, entries []Entry) (uint3
 	le.PutUint32(h[32:], uint32(k))
 	le.PutUint32(h[36:], recordSize)
 	le.PutUint64(h[40:], uint64(len(paths)))
-	c := crc32Update(checksum(recs), paths)
+	c := crc32Update(Checksum(recs), paths)
 	le.PutUint32(h[48:], c)
-	le.PutUint32(h[52:], checksum(h))
+	le.PutUint32(h[52:], Checksum(h))
 	for _, b := range [][]byte{h, recs, paths} {
 		if _, err := f.Write(b); err != nil {
 			return 0, err
@@ -128,7 +128,7 @@ func parseIndex(b []byte, rank int) (*Index, error) {
 	h := append([]byte(nil), b[:indexHeader]...)
 	want := le.Uint32(h[52:])
 	le.PutUint32(h[52:], 0)
-	if got := checksum(h); got != want {
+	if got := Checksum(h); got != want {
 		return nil, fmt.Errorf("%w: header checksum %08x, stored %08x", errCorrupt, got, want)
 	}
 	ix := &Index{rank: int(le.Uint32(b[12:])), first: int64(le.Uint64(b[16:])), n: int(le.Uint64(b[24:])), k: int(le.Uint32(b[32:]))}
@@ -139,7 +139,7 @@ func parseIndex(b []byte, rank int) (*Index, error) {
 	}
 	ix.records = b[indexHeader : indexHeader+recordSize*ix.n]
 	ix.paths = b[indexHeader+recordSize*ix.n:]
-	if got := crc32Update(checksum(ix.records), ix.paths); got != le.Uint32(b[48:]) {
+	if got := crc32Update(Checksum(ix.records), ix.paths); got != le.Uint32(b[48:]) {
 		return nil, fmt.Errorf("%w: records checksum %08x, stored %08x", errCorrupt, got, le.Uint32(b[48:]))
 	}
 	ix.crc = le.Uint32(b[48:])
@@ -172,14 +172,14 @@ func (ix *Index) ChunkFiles(c int) int { return min(ix.k, ix.n-c*ix.k) }
 // checked to lie inside the path table; a damaged record gives an entry
 // whose checks fail later rather than a panic.
 func (ix *Index) Entry(i int) Entry {
-	e := ix.record(i)
+	e := ix.Record(i)
 	e.Path = ix.path(i)
 	return e
 }
 
-// record returns the i-th entry without its path, which chunk reads need
-// only to name a damaged file.
-func (ix *Index) record(i int) Entry {
+// Record returns the i-th entry without its path, which costs an
+// allocation and which readers need only to name a damaged file.
+func (ix *Index) Record(i int) Entry {
 	le := binary.LittleEndian
 	r := ix.records[recordSize*i:]
 	return Entry{

@@ -83,7 +83,7 @@ func (s *Shard) entries(c int) ([]Entry, error) {
 	}
 	es := make([]Entry, s.idx.ChunkFiles(c))
 	for i := range es {
-		es[i] = s.idx.record(c*s.idx.k + i)
+		es[i] = s.idx.Record(c*s.idx.k + i)
 		if es[i].Chunk != c || es[i].Slot != i {
 			return nil, fmt.Errorf("chunk: rank %d index: %w: file %d names chunk %d slot %d, expected %d/%d",
 				s.idx.rank, errCorrupt, es[i].ID, es[i].Chunk, es[i].Slot, c, i)
@@ -133,7 +133,7 @@ func (s *Shard) checkWhole(c int, es []Entry, b []byte) error {
 }
 
 func (s *Shard) verify(c int, e Entry, data []byte) error {
-	if got := checksum(data); got != e.CRC {
+	if got := Checksum(data); got != e.CRC {
 		return s.errorf(c, "%w: slot %d (%s): checksum %08x, expected %08x", errCorrupt, e.Slot, s.idx.path(int(e.ID-s.idx.first)), got, e.CRC)
 	}
 	return nil

@@ -79,7 +79,7 @@ func (s *stager) writeChunk(r, local, c int, in, out *scratch, entries []Entry) 
 		if err := s.readInput(input, data, in); err != nil {
 			return err
 		}
-		ext[i].CRC = checksum(data)
+		ext[i].CRC = Checksum(data)
 		entries[i] = Entry{ID: int64(c*s.plan.K + i), Rank: r, Chunk: local, Slot: i, Offset: ext[i].Offset,
 			Size: ext[i].Size, CRC: ext[i].CRC, Label: input.Label, Path: input.Rel}
 		s.files.Add(1)

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/pkg/profile"
+	"github.com/urfave/cli/v2"
+
+	"github.com/brandrt/brandrt/collectives"
+	"github.com/brandrt/brandrt/launch"
+	"github.com/brandrt/brandrt/proto"
+	"github.com/brandrt/brandrt/rt"
+)
+
+func serveCommand() *cli.Command {
+	d := rt.DefaultConfig()
+	mem := memBudget{bytes: halfRAM()}
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "serve a packed dataset, one rank per node: mpirun -np N brandrt serve --chunks DIR",
+		Description: "Each rank serves its shard of the dataset: it keeps up to --mem of its files\n" +
+			"in memory, reads chunks whole, answers the other ranks' requests over MPI and\n" +
+			"pushes them the files their traces ask for next. Every epoch, each rank's\n" +
+			"trace is its part of a permutation of the dataset drawn from --seed and the\n" +
+			"epoch; every file is delivered exactly once per epoch across the ranks.\n\n" +
+			"--consume W starts W in-process readers per rank that read the whole trace\n" +
+			"and verify every file (for tests and benchmarks without Python).\n\n" +
+			"Rank 0 prints each epoch's statistics, summed over the ranks.\n\n" +
+			"Example: mpirun -np 4 --map-by ppr:1:node --bind-to none \\\n" +
+			"           brandrt serve --chunks /scratch/chunks --mem 12GiB --consume 4 --epochs 2",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "chunks", Required: true, Usage: "dataset directory ({rank} is replaced by the rank, for node-local copies)"},
+			&cli.GenericFlag{Name: "mem", Value: &mem, Usage: "memory for this rank's own files: bytes (12GiB) or a percentage of its shard (25%); default half of this node's RAM"},
+			&cli.GenericFlag{Name: "remote-mem", Value: &memBudget{}, Usage: "memory for files other ranks push ahead of time (bytes); default a tenth of --mem"},
+			&cli.StringFlag{Name: "variant", Value: d.Variant.String(), Usage: "full, random-selection, no-prefetching or no-optimization"},
+			&cli.IntFlag{Name: "window", Value: d.Window, Usage: "P, upcoming trace positions an owner considers for prefetch (0: none)"},
+			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the traces and refill choices"},
+			&cli.IntFlag{Name: "epochs", Value: d.Epochs, Usage: "epochs to serve"},
+			&cli.IntFlag{Name: "io-workers", Value: d.IOWorkers, Usage: "chunk reads in flight at once"},
+			&cli.IntFlag{Name: "consume", Value: d.Consume, Usage: "in-process readers per rank"},
+			&cli.IntFlag{Name: "depth", Value: d.Depth, Usage: "requests each in-process reader keeps in flight"},
+			&cli.StringFlag{Name: "stats-json", Usage: "write each epoch's statistics to this file, one JSON object per line (rank 0)"},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (cpu.pprof) into this directory (every rank: use {rank})"},
+			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile (mem.pprof) into this directory (every rank: use {rank})"},
+		},
+		Action: runServe,
+	}
+}
+
+// memBudget is a flag value: bytes, or a percentage of the rank's shard.
+type memBudget struct {
+	bytes    int64
+	fraction float64
+}
+
+func (m *memBudget) Set(s string) error {
+	if p, ok := strings.CutSuffix(strings.TrimSpace(s), "%"); ok {
+		v, err := strconv.ParseFloat(p, 64)
+		if err != nil || v <= 0 || v > 100 {
+			return fmt.Errorf("%q is not a percentage in (0, 100]", s)
+		}
+		*m = memBudget{fraction: v / 100}
+		return nil
+	}
+	var b byteSize
+	if err := b.Set(s); err != nil {
+		return err
+	}
+	*m = memBudget{bytes: int64(b)}
+	return nil
+}
+
+func (m *memBudget) String() string {
+	if m.fraction > 0 {
+		return strconv.FormatFloat(m.fraction*100, 'g', -1, 64) + "%"
+	}
+	b := byteSize(m.bytes)
+	return b.String()
+}
+
+func halfRAM() int64 {
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) != nil {
+		return 1 << 30
+	}
+	return int64(si.Totalram) * int64(si.Unit) / 2
+}
+
+func serveConfig(c *cli.Context) (rt.Config, error) {
+	cfg := rt.DefaultConfig()
+	var err error
+	cfg.Chunks = c.String("chunks")
+	mem := c.Generic("mem").(*memBudget)
+	cfg.MemBytes, cfg.MemFraction = mem.bytes, mem.fraction
+	if c.IsSet("remote-mem") {
+		rm := c.Generic("remote-mem").(*memBudget)
+		if rm.fraction > 0 {
+			return cfg, errors.New("--remote-mem takes bytes (e.g. 1GiB), not a percentage")
+		}
+		cfg.RemoteMemBytes = rm.bytes
+	}
+	if cfg.Variant, err = proto.ParseVariant(c.String("variant")); err != nil {
+		return cfg, err
+	}
+	cfg.Window, cfg.Seed, cfg.Epochs = c.Int("window"), c.Uint64("seed"), c.Int("epochs")
+	cfg.IOWorkers, cfg.Consume, cfg.Depth = c.Int("io-workers"), c.Int("consume"), c.Int("depth")
+	cfg.Log = c.App.ErrWriter
+	return cfg, cfg.Validate()
+}
+
+func runServe(c *cli.Context) error {
+	if err := noArgs(c, "(use --chunks DIR)"); err != nil {
+		return err
+	}
+	cfg, err := serveConfig(c)
+	if err != nil {
+		return err
+	}
+	comm, done, err := joinWorld()
+	if err != nil {
+		return err
+	}
+	defer done()
+	for _, kind := range []struct {
+		flag string
+		mode func(*profile.Profile)
+	}{{"cpuprofile", profile.CPUProfile}, {"memprofile", profile.MemProfile}} {
+		if dir := c.String(kind.flag); dir != "" {
+			defer profile.Start(kind.mode, profile.ProfilePath(rt.RankDir(dir, comm.Rank())), profile.Quiet, profile.NoShutdownHook).Stop()
+		}
+	}
+	report, closeReport, err := reporter(c, comm.Rank())
+	if err != nil {
+		return err
+	}
+	defer closeReport()
+	cfg.Report = report
+	return serve(cfg, comm)
+}
+
+// serve runs the node until its epochs are done or a signal stops it. An
+// error after start-up ends the whole job (MPI_Abort), so that no rank
+// waits forever for one that gave up.
+func serve(cfg rt.Config, comm collectives.Comm) error {
+	n, err := rt.Open(cfg, comm)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if _, err := n.Serve(ctx); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("rank %d: interrupted; stopped", comm.Rank())
+		}
+		fmt.Fprintf(cfg.Log, "brandrt: rank %d: %v\nbrandrt: rank %d: ending the job\n", comm.Rank(), err, comm.Rank())
+		comm.Abort(1)
+	}
+	return nil
+}
+
+// joinWorld returns the MPI world when a launcher started several
+// processes, else a world of one without MPI.
+func joinWorld() (collectives.Comm, func(), error) {
+	env, err := launch.FromEnv()
+	if err != nil {
+		return nil, nil, err
+	}
+	if env.Size <= 1 {
+		return collectives.NewLocal(1)[0], func() {}, nil
+	}
+	w, err := collectives.Init()
+	if err != nil {
+		return nil, nil, err
+	}
+	return w, w.Finalize, nil
+}
+
+// reporter returns what prints each epoch's statistics: on rank 0, to
+// stdout and, with --stats-json, to a file; elsewhere nothing.
+func reporter(c *cli.Context, rank int) (func(rt.EpochStats), func(), error) {
+	if rank != 0 {
+		return nil, func() {}, nil
+	}
+	var js *json.Encoder
+	closeFn := func() {}
+	if name := c.String("stats-json"); name != "" {
+		f, err := os.Create(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		js, closeFn = json.NewEncoder(f), func() { _ = f.Close() }
+	}
+	w, epochs := c.App.Writer, c.Int("epochs")
+	return func(s rt.EpochStats) {
+		printEpoch(w, s, epochs)
+		if js != nil {
+			_ = js.Encode(s)
+		}
+	}, closeFn, nil
+}
+
+func printEpoch(w io.Writer, s rt.EpochStats, epochs int) {
+	fmt.Fprintf(w, "epoch %d/%d: %s files, %s delivered by %d ranks in %.2fs: %s files/s, %s/s\n",
+		s.Epoch, epochs, comma(s.FilesDelivered), ibytes(s.BytesDelivered), s.Ranks, s.Seconds,
+		comma(int64(s.FilesPerSecond)), ibytes(int64(s.BytesPerSecond)))
+	fmt.Fprintf(w, "  storage  %s chunk reads, %s read (%.2f× what was delivered)\n",
+		comma(s.ChunkReads), ibytes(s.BytesRead), s.ReadAmplification)
+	fmt.Fprintf(w, "  memory   %s local hits; at most %s held by one rank\n", comma(s.LocalHits), ibytes(s.PeakMemBytes))
+	fmt.Fprintf(w, "  network  %s remote requests, %s files pushed ahead, %s prefetch hits; %s files (%s) from other ranks, %s sent\n",
+		comma(s.RemoteRequests), comma(s.PrefetchPushes), comma(s.PrefetchHits), comma(s.RemoteFiles), ibytes(s.RemoteBytes), ibytes(s.NetworkBytes))
+	fmt.Fprintf(w, "  clients  waited %.2fs in all\n", s.StallSeconds)
+	if s.OK() {
+		fmt.Fprintf(w, "  check    every file delivered exactly once; bytes and labels match the index\n")
+		return
+	}
+	fmt.Fprintf(w, "  CHECK FAILED: %s expected, %s delivered, %s duplicates, %s missing, %s failed, %s checksum errors, %s left in memory\n",
+		comma(s.FilesExpected), comma(s.FilesDelivered), comma(s.DuplicateDeliveries), comma(s.FilesMissing),
+		comma(s.FailedDeliveries), comma(s.ChecksumErrors), comma(s.FilesLeft))
+}

@@ -1,0 +1,118 @@
+package rt
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/brandrt/brandrt/proto"
+)
+
+// carry carries out everything proto asked for since the last Advance.
+func (l *loop) carry() error {
+	for l.p.HasReady() {
+		rd := l.p.Ready()
+		if len(rd.Dropped) > 0 {
+			return fmt.Errorf("rt: rank %d: %w", l.n.me, errors.Join(rd.Dropped...))
+		}
+		for _, r := range rd.Reads {
+			l.io.add(r)
+		}
+		for _, f := range rd.Loaded {
+			l.load(f)
+		}
+		l.keepOrCopy() // before any of the files leaves the loop
+		for _, m := range rd.Sends {
+			if err := l.send(m); err != nil {
+				return err
+			}
+		}
+		for _, d := range rd.Deliveries {
+			l.deliver(d)
+		}
+		l.p.Advance(rd)
+	}
+	return nil
+}
+
+// load keeps file f of the chunk just read.
+func (l *loop) load(f proto.FileID) {
+	li := int(f - l.n.first)
+	res := l.just
+	if res == nil || res.ch == nil || res.ch.Index != li/l.n.k {
+		panic(fmt.Sprintf("rt: rank %d: file %d loaded without its chunk", l.n.me, f))
+	}
+	e := l.n.shard.Index().Record(li)
+	res.buf.hold()
+	kf := &file{id: f, data: res.ch.File(li % l.n.k), label: e.Label, crc: e.CRC, buf: res.buf}
+	res.kept = append(res.kept, kf)
+	res.keptBytes += int64(len(kf.data))
+	l.files[f] = kf
+}
+
+// keepOrCopy lets go of the chunk just read. When the files kept from it
+// fill less than half its buffer, they are copied out so that the buffer
+// can go at once: memory then stays within twice what proto accounts for.
+func (l *loop) keepOrCopy() {
+	res := l.just
+	if res == nil || res.buf == nil {
+		return
+	}
+	defer func() { res.buf = nil }()
+	if res.keptBytes*2 < res.ch.BytesRead {
+		for _, f := range res.kept {
+			f.data = append([]byte(nil), f.data...)
+			f.buf = nil
+			res.buf.release()
+		}
+	}
+	res.buf.release()
+}
+
+// send frames m with the files it carries and starts sending it. The
+// files leave this rank's memory when the send completes.
+func (l *loop) send(m proto.Message) error {
+	ids := carried(&m)
+	files := make([]*file, len(ids))
+	for i, id := range ids {
+		if files[i] = l.files[id]; files[i] == nil {
+			panic(fmt.Sprintf("rt: rank %d: sending file %d, which it does not hold", l.n.me, id))
+		}
+		delete(l.files, id)
+	}
+	b := encodeFrame(m, files)
+	req, err := l.comm.Isend(b, int(m.To), tagMsg)
+	if err != nil {
+		return err
+	}
+	l.stats.framesOut++
+	l.stats.bytesOut += int64(len(b))
+	// The frame holds copies: the files can go now, the frame when sent.
+	for _, f := range files {
+		f.release()
+	}
+	l.sends = append(l.sends, pendingSend{req: req, frame: b})
+	return nil
+}
+
+// deliver hands a file to the client waiting for its position.
+func (l *loop) deliver(d proto.Delivery) {
+	reply, ok := l.waiting[d.Sn]
+	if !ok {
+		panic(fmt.Sprintf("rt: rank %d: delivery for position %d, which no client asked for", l.n.me, d.Sn))
+	}
+	delete(l.waiting, d.Sn)
+	if d.Status != proto.StatusOK {
+		reply <- Delivery{Sn: d.Sn, File: proto.NoFile, Err: fmt.Errorf("rt: rank %d: position %d: %s", l.n.me, d.Sn, d.Status)}
+		return
+	}
+	f := l.files[d.File]
+	if f == nil {
+		panic(fmt.Sprintf("rt: rank %d: delivering file %d, which it does not hold", l.n.me, d.File))
+	}
+	delete(l.files, d.File)
+	if d.Source == proto.FromRemote || d.Source == proto.FromBuffer {
+		l.stats.remoteFiles++
+		l.stats.remoteBytes += int64(len(f.data))
+	}
+	reply <- Delivery{Sn: d.Sn, File: d.File, Label: f.label, Data: f.data, CRC: f.crc, f: f}
+}

@@ -1,0 +1,80 @@
+package rt
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/brandrt/brandrt/chunk"
+	"github.com/brandrt/brandrt/proto"
+)
+
+// Config configures one rank of the runtime. Flags of `brandrt serve` map
+// onto its fields one to one.
+type Config struct {
+	// Chunks is the packed dataset's directory; "{rank}" in it is replaced
+	// by the rank, for node-local copies.
+	Chunks string
+	// MemBytes is the rank's budget in bytes for its own files in memory
+	// (its local VCs). When zero, MemFraction of the rank's shard is used.
+	MemBytes    int64
+	MemFraction float64
+	// RemoteMemBytes bounds the bytes of files other ranks push ahead of
+	// time into this rank's memory (its buffer VCs); −1 means a tenth of
+	// the rank's budget.
+	RemoteMemBytes int64
+	// Variant and Window configure the protocol (proto.Config).
+	Variant proto.Variant
+	Window  int
+	// Seed drives the traces (with the epoch) and the refill choices.
+	Seed uint64
+	// Epochs is the number of epochs to serve.
+	Epochs int
+	// IOWorkers bounds the chunk reads in flight.
+	IOWorkers int
+	// Consume is the number of in-process consumers per rank, each reading
+	// its share of the rank's trace and verifying every file; Depth is
+	// the requests each keeps in flight.
+	Consume, Depth int
+	// Report, when set, is called on every rank with each epoch's
+	// statistics, summed over the ranks.
+	Report func(EpochStats)
+	// Log receives messages about this rank (failed reads).
+	Log io.Writer
+	// FS is the file system the chunks are read through.
+	FS chunk.FS
+}
+
+// DefaultConfig returns the defaults; the caller sets Chunks and the
+// memory.
+func DefaultConfig() Config {
+	return Config{Variant: proto.Full, Window: 64, RemoteMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 2, Depth: 4,
+		Log: io.Discard, FS: chunk.OS}
+}
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("rt: "+format, args...))
+		}
+	}
+	add(c.Chunks != "", "no chunk directory (--chunks)")
+	add(c.MemBytes > 0 || (c.MemFraction > 0 && c.MemFraction <= 1), "memory budget: %d bytes or a fraction %g of the shard, want one of them positive (and the fraction ≤ 1)", c.MemBytes, c.MemFraction)
+	add(c.RemoteMemBytes >= -1, "remote memory %d bytes, want ≥ 0 (or −1 for a tenth of the budget)", c.RemoteMemBytes)
+	add(int(c.Variant) < len(proto.Variants), "unknown variant %d", c.Variant)
+	add(c.Window >= 0, "window %d, want ≥ 0", c.Window)
+	add(c.Epochs >= 1, "%d epochs, want ≥ 1", c.Epochs)
+	add(c.IOWorkers >= 1, "%d I/O workers, want ≥ 1", c.IOWorkers)
+	add(c.Consume >= 1 && c.Consume <= 1024, "%d consumers, want 1 to 1024 (nothing else reads yet)", c.Consume)
+	add(c.Depth >= 1 && c.Depth <= 1024, "depth %d, want 1 to 1024", c.Depth)
+	add(c.FS != nil && c.Log != nil, "no file system or log")
+	return errors.Join(errs...)
+}
+
+// RankDir returns dir with chunk.RankPlaceholder replaced by rank.
+func RankDir(dir string, rank int) string {
+	return strings.ReplaceAll(dir, chunk.RankPlaceholder, fmt.Sprint(rank))
+}

@@ -1,0 +1,92 @@
+package rt
+
+import (
+	"sync"
+
+	"github.com/brandrt/brandrt/chunk"
+	"github.com/brandrt/brandrt/proto"
+)
+
+// readResult is a finished chunk read, and then what the loop kept of it.
+type readResult struct {
+	read    proto.Read
+	ch      *chunk.Chunk
+	buf     *chunkBuf
+	err     error
+	corrupt bool
+	// kept are the files proto loaded from the chunk.
+	kept      []*file
+	keptBytes int64
+}
+
+// ioPool runs chunk reads in worker goroutines, at most workers at once.
+// Only the loop calls its methods.
+type ioPool struct {
+	queue    chan proto.Read
+	done     chan readResult
+	backlog  []proto.Read
+	inflight int // reads added and not yet stepped back
+	wg       sync.WaitGroup
+}
+
+func newIOPool(shard *chunk.Shard, firstPC, workers int) *ioPool {
+	p := &ioPool{queue: make(chan proto.Read, workers), done: make(chan readResult, 2*workers+1)}
+	for range workers {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for r := range p.queue {
+				p.done <- readChunk(shard, r, r.PC-firstPC)
+			}
+		}()
+	}
+	return p
+}
+
+func readChunk(shard *chunk.Shard, r proto.Read, c int) readResult {
+	ch, err := shard.ReadChunk(c)
+	res := readResult{read: r, ch: ch, err: err, corrupt: chunk.ErrCorrupt(err)}
+	if ch != nil {
+		res.buf = newChunkBuf(ch)
+	}
+	return res
+}
+
+// add queues a read.
+func (p *ioPool) add(r proto.Read) {
+	p.inflight++
+	p.backlog = append(p.backlog, r)
+	p.flush()
+}
+
+// flush hands queued reads to the workers while they have room.
+func (p *ioPool) flush() bool {
+	moved := false
+	for len(p.backlog) > 0 {
+		select {
+		case p.queue <- p.backlog[0]:
+			p.backlog = p.backlog[1:]
+			moved = true
+		default:
+			return moved
+		}
+	}
+	return moved
+}
+
+func (p *ioPool) idle() bool { return p.inflight == 0 }
+
+// close stops the workers once the reads in flight finished; their
+// results are dropped.
+func (p *ioPool) close() {
+	close(p.queue)
+	go func() {
+		for res := range p.done {
+			if res.buf != nil {
+				res.buf.release()
+			}
+		}
+	}()
+	p.wg.Wait()
+	close(p.done)
+}

@@ -1,0 +1,292 @@
+package rt
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/brandrt/brandrt/collectives"
+	"github.com/brandrt/brandrt/proto"
+)
+
+// Request asks the rank for the file at position Sn of its trace; the
+// delivery goes to Reply, which must have room for it (the loop never
+// waits on a client).
+type Request struct {
+	Sn    int32
+	Reply chan<- Delivery
+}
+
+// Delivery is a file handed to a client: the file that answers position
+// Sn (with redirection, not necessarily the one the trace names there).
+type Delivery struct {
+	Sn    int32
+	File  proto.FileID
+	Label int32
+	// Data is the file's bytes, valid until Release; CRC is the checksum
+	// the file's owner keeps for it in its index.
+	Data []byte
+	CRC  uint32
+	// Err is set when no file could be delivered (a failed chunk read).
+	Err error
+	f   *file
+}
+
+// Release hands the delivered bytes back to the runtime.
+func (d *Delivery) Release() {
+	if d.f != nil {
+		d.f.release()
+		d.f = nil
+	}
+	d.Data = nil
+}
+
+// loop is the event loop of one epoch. It alone calls into MPI and proto;
+// chunk reads run in I/O workers and clients talk to it through channels.
+type loop struct {
+	n       *Node
+	p       *proto.Rank
+	comm    collectives.Comm
+	io      *ioPool
+	reqs    <-chan Request
+	waiting map[int32]chan<- Delivery
+	files   map[proto.FileID]*file
+	just    *readResult // the read whose ReadDone is being carried out
+	sends   []pendingSend
+	done    bool // local clients finished; tagDone sent
+	doneIn  int  // peers whose tagDone arrived
+	stats   loopStats
+}
+
+// loopStats counts what the loop itself sees.
+type loopStats struct {
+	framesOut, bytesOut, framesIn, bytesIn int64
+	readErrors, corruptReads               int64
+	remoteFiles, remoteBytes               int64 // delivered files other ranks sent
+}
+
+// pendingSend is a send in flight; frame must live until it completes.
+type pendingSend struct {
+	req   collectives.Request
+	frame []byte
+}
+
+// serve runs the epoch until the local clients are done (clientsDone is
+// closed), every peer said it is done, and nothing is in flight.
+func (l *loop) serve(ctx context.Context, clientsDone <-chan struct{}) error {
+	idle := 0
+	for {
+		progress, err := l.step(clientsDone)
+		if err != nil {
+			return err
+		}
+		if l.finished() {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if progress {
+			idle = 0
+			continue
+		}
+		if idle++; idle < spinRounds {
+			runtime.Gosched()
+			continue
+		}
+		if err := l.wait(ctx, clientsDone); err != nil {
+			return err
+		}
+	}
+}
+
+// spinRounds is how many empty rounds the loop spins (yielding) before it
+// sleeps; a round takes a few microseconds.
+const spinRounds = 200
+
+// wait blocks until a client or an I/O worker has something, or a
+// millisecond passes (MPI has no channel to wait on).
+func (l *loop) wait(ctx context.Context, clientsDone <-chan struct{}) error {
+	t := time.NewTimer(time.Millisecond)
+	defer t.Stop()
+	select {
+	case r := <-l.reqs:
+		return l.request(r)
+	case res := <-l.io.done:
+		return l.readDone(res)
+	case <-l.doneSignal(clientsDone):
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return nil
+}
+
+// doneSignal returns clientsDone until the loop has acted on it.
+func (l *loop) doneSignal(clientsDone <-chan struct{}) <-chan struct{} {
+	if l.done {
+		return nil
+	}
+	return clientsDone
+}
+
+func (l *loop) finished() bool {
+	return l.done && l.doneIn == l.n.size-1 && len(l.sends) == 0 && l.io.idle() && len(l.waiting) == 0
+}
+
+// step does one round of everything and reports whether anything moved.
+func (l *loop) step(clientsDone <-chan struct{}) (bool, error) {
+	progress := false
+	for range 64 {
+		select {
+		case r := <-l.reqs:
+			progress = true
+			if err := l.request(r); err != nil {
+				return progress, err
+			}
+			continue
+		case res := <-l.io.done:
+			progress = true
+			if err := l.readDone(res); err != nil {
+				return progress, err
+			}
+			continue
+		default:
+		}
+		break
+	}
+	got, err := l.receive()
+	if err != nil {
+		return progress, err
+	}
+	sent, err := l.testSends()
+	if err != nil {
+		return progress, err
+	}
+	progress = progress || got || l.io.flush() || sent
+	if !l.done {
+		select {
+		case <-clientsDone:
+			progress = true
+			if err := l.sayDone(); err != nil {
+				return progress, err
+			}
+		default:
+		}
+	}
+	return progress, nil
+}
+
+// request steps a client's request.
+func (l *loop) request(r Request) error {
+	if _, dup := l.waiting[r.Sn]; dup {
+		r.Reply <- Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: position %d is already requested", l.n.me, r.Sn)}
+		return nil
+	}
+	if err := l.p.Step(proto.ClientRequest{Sn: r.Sn}); err != nil {
+		r.Reply <- Delivery{Sn: r.Sn, Err: err}
+		return nil
+	}
+	l.waiting[r.Sn] = r.Reply
+	return l.carry()
+}
+
+// readDone steps a finished chunk read.
+func (l *loop) readDone(res readResult) error {
+	l.io.inflight--
+	if res.err != nil {
+		l.stats.readErrors++
+		if res.corrupt {
+			l.stats.corruptReads++
+		}
+		fmt.Fprintf(l.n.cfg.Log, "brandrt: rank %d: %v\n", l.n.me, res.err)
+	}
+	l.just = &res
+	err := l.p.Step(proto.ReadDone{PC: res.read.PC, Epoch: res.read.Epoch, Failed: res.err != nil})
+	if err == nil {
+		err = l.carry()
+	}
+	l.keepOrCopy()
+	l.just = nil
+	return err
+}
+
+// sayDone tells every peer that this rank will request nothing more.
+func (l *loop) sayDone() error {
+	l.done = true
+	for r := range l.n.size {
+		if r == l.n.me {
+			continue
+		}
+		req, err := l.comm.Isend(nil, r, tagDone)
+		if err != nil {
+			return err
+		}
+		l.sends = append(l.sends, pendingSend{req: req})
+	}
+	return nil
+}
+
+// receive takes one message from a peer, if one is waiting.
+func (l *loop) receive() (bool, error) {
+	ok, st, err := l.comm.Iprobe()
+	if !ok || err != nil {
+		return false, err
+	}
+	b := make([]byte, st.Len)
+	if err := l.comm.Recv(b, st.Source, st.Tag); err != nil {
+		return true, err
+	}
+	switch st.Tag {
+	case tagDone:
+		l.doneIn++
+		return true, nil
+	case tagMsg:
+		l.stats.framesIn++
+		l.stats.bytesIn += int64(len(b))
+		return true, l.message(st.Source, b)
+	}
+	return true, fmt.Errorf("rt: rank %d: message with unknown tag %d from rank %d", l.n.me, st.Tag, st.Source)
+}
+
+// message steps a peer's framed message; the files it carries are held
+// until delivered.
+func (l *loop) message(src int, b []byte) error {
+	m, files, err := decodeFrame(b)
+	if err == nil && int(m.From) != src {
+		err = fmt.Errorf("rt: message from rank %d claims to come from rank %d", src, m.From)
+	}
+	for _, f := range files {
+		if err == nil && l.files[f.id] != nil {
+			err = fmt.Errorf("rt: rank %d sent file %d, which this rank already holds", src, f.id)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("rt: rank %d: from rank %d: %w", l.n.me, src, err)
+	}
+	for _, f := range files {
+		l.files[f.id] = f
+	}
+	if err := l.p.Step(m); err != nil {
+		return fmt.Errorf("rt: rank %d: from rank %d: %w", l.n.me, src, err)
+	}
+	return l.carry()
+}
+
+// testSends forgets the sends that completed.
+func (l *loop) testSends() (bool, error) {
+	kept := l.sends[:0]
+	for _, s := range l.sends {
+		done, _, err := s.req.Test()
+		if err != nil {
+			return false, err
+		}
+		if !done {
+			kept = append(kept, s)
+		}
+	}
+	moved := len(kept) < len(l.sends)
+	clear(l.sends[len(kept):])
+	l.sends = kept
+	return moved, nil
+}

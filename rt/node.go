@@ -1,0 +1,158 @@
+package rt
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/brandrt/brandrt/chunk"
+	"github.com/brandrt/brandrt/collectives"
+	"github.com/brandrt/brandrt/proto"
+)
+
+// Node is one rank of the runtime: its shard of the dataset, its protocol
+// state, and its communicator to the other ranks. Open and Serve must be
+// called on every rank; they run collectives.
+type Node struct {
+	cfg      Config
+	comm     collectives.Comm
+	me, size int
+	dir      string
+	man      *chunk.Manifest
+	shard    *chunk.Shard
+	m        *proto.Mapping
+	p        *proto.Rank
+	first    proto.FileID
+	k        int
+	// sums of the shard's index, to check what the consumers received
+	crcSum, labelSum int64
+}
+
+// Open opens this rank's shard and builds the protocol state. Every rank
+// must call it: it checks with the others that they all opened the same
+// dataset, and fails on every rank when one of them could not.
+func Open(cfg Config, comm collectives.Comm) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, comm: comm, me: comm.Rank(), size: comm.Size(), dir: RankDir(cfg.Chunks, comm.Rank())}
+	err := n.agree(n.open())
+	if err == nil {
+		err = n.sameDataset()
+	}
+	if err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// Close releases the shard.
+func (n *Node) Close() {
+	if n.shard != nil {
+		_ = n.shard.Close()
+		n.shard = nil
+	}
+}
+
+// Manifest returns the served dataset's manifest.
+func (n *Node) Manifest() *chunk.Manifest { return n.man }
+
+// Mapping returns the protocol's mapping of the dataset.
+func (n *Node) Mapping() *proto.Mapping { return n.m }
+
+func (n *Node) open() error {
+	man, err := chunk.ReadManifest(n.cfg.FS, n.dir)
+	if err != nil {
+		return err
+	}
+	if man.Ranks != n.size {
+		return fmt.Errorf("rt: %s was packed for %d ranks and this job has %d: run %d ranks, or pack again with --ranks %d",
+			n.dir, man.Ranks, n.size, man.Ranks, n.size)
+	}
+	n.man, n.k = man, man.K
+	if n.shard, err = chunk.OpenShard(n.cfg.FS, n.dir, n.me); err != nil {
+		return err
+	}
+	idx := n.shard.Index()
+	if info := man.Shards[n.me]; idx.First() != info.FirstFile || int64(idx.Len()) != info.Files || idx.CRC() != info.IndexCRC {
+		return fmt.Errorf("rt: %s: the index of rank %d does not match the manifest; run brandrt verify", n.dir, n.me)
+	}
+	sizes := make([]int64, idx.Len())
+	for i := range sizes {
+		e := idx.Record(i)
+		sizes[i] = int64(e.Size)
+		n.crcSum += int64(e.CRC)
+		n.labelSum += int64(e.Label)
+	}
+	return n.newRank(sizes)
+}
+
+// newRank builds the mapping from the manifest and the budget, and the
+// protocol state of this rank.
+func (n *Node) newRank(sizes []int64) error {
+	d := proto.Dataset{K: n.k}
+	for _, s := range n.man.Shards {
+		mem := n.cfg.MemBytes
+		if mem == 0 {
+			mem = int64(n.cfg.MemFraction * float64(s.Bytes))
+		}
+		d.Shards = append(d.Shards, proto.Shard{Files: int(s.Files), Bytes: s.Bytes, MemBytes: mem})
+	}
+	m, err := proto.NewMapping(d)
+	if err != nil {
+		return err
+	}
+	n.m = m
+	n.first, _ = m.RankFiles(n.me)
+	pc := proto.DefaultConfig()
+	pc.Rank, pc.Mapping, pc.Sizes = n.me, m, sizes
+	pc.Variant, pc.Window, pc.RemoteMemBytes, pc.Seed = n.cfg.Variant, n.cfg.Window, n.cfg.RemoteMemBytes, n.cfg.Seed
+	if pc.RemoteMemBytes < 0 {
+		pc.RemoteMemBytes = m.MemBytes(n.me) / 10
+	}
+	n.p, err = proto.NewRank(pc)
+	return err
+}
+
+// agree tells every rank which ranks failed to start. A rank that failed
+// returns its own error; the others name the ranks that failed.
+func (n *Node) agree(err error) error {
+	v := make([]int64, n.size)
+	if err != nil {
+		v[n.me] = 1
+	}
+	all, cerr := n.comm.AllreduceSum(v)
+	if cerr != nil {
+		return errors.Join(err, cerr)
+	}
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", n.me, err)
+	}
+	var failed []int
+	for r, f := range all {
+		if f != 0 {
+			failed = append(failed, r)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("rt: rank %d: ranks %v could not start (their messages say why)", n.me, failed)
+	}
+	return nil
+}
+
+// sameDataset checks that every rank read the same manifest.
+func (n *Node) sameDataset() error {
+	h := n.man.Hash()
+	v := []int64{int64(h >> 32), int64(h & 0xffffffff)}
+	v = append(v, -v[0], -v[1])
+	got, err := n.comm.AllreduceMax(v)
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(got[:2], []int64{-got[2], -got[3]}) {
+		return fmt.Errorf("rt: rank %d: the ranks do not all see the same dataset (this rank reads %s, manifest hash %016x): check --chunks on every node",
+			n.me, n.dir, h)
+	}
+	return nil
+}

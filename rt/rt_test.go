@@ -1,0 +1,110 @@
+package rt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/brandrt/brandrt/chunk"
+	"github.com/brandrt/brandrt/chunk/chunktest"
+	"github.com/brandrt/brandrt/collectives"
+	"github.com/brandrt/brandrt/proto"
+)
+
+// packed generates a dataset of files files and packs it for ranks ranks
+// with k files per chunk.
+func packed(t testing.TB, files, ranks, k int) string {
+	t.Helper()
+	dir := t.TempDir()
+	input := filepath.Join(dir, "input")
+	if _, err := chunktest.Generate(input, chunktest.GenConfig{Classes: 7, Files: files, MeanSize: 4000, Sigma: 0.9, MaxSize: 60000, Zero: 2, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	inputs, classes, layout, err := chunk.ScanDir(chunk.OS, input, chunk.LayoutAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := chunk.NewPlan(inputs, classes, k, ranks, 5, chunk.PackParams{Input: input, Layout: string(layout)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "chunks")
+	if _, err := chunk.Pack(chunk.PackConfig{FS: chunk.OS, Out: out, Workers: 2}, plan); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// serveLocal runs every rank of cfg in-process and returns rank 0's
+// statistics.
+func serveLocal(t *testing.T, ranks int, cfg Config) []EpochStats {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	comms := collectives.NewLocal(ranks)
+	stats := make([][]EpochStats, ranks)
+	errs := make([]error, ranks)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := Open(cfg, c)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer n.Close()
+			stats[r], errs[r] = n.Serve(ctx)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for r := 1; r < ranks; r++ {
+		if fmt.Sprint(stats[r]) != fmt.Sprint(stats[0]) {
+			t.Fatalf("rank %d reports %+v, rank 0 %+v", r, stats[r], stats[0])
+		}
+	}
+	return stats[0]
+}
+
+func TestServeExactlyOnce(t *testing.T) {
+	dir := packed(t, 700, 3, 8)
+	cases := []struct {
+		name    string
+		variant proto.Variant
+		mem     float64
+		window  int
+	}{
+		{"full, a quarter in memory", proto.Full, 0.25, 64},
+		{"full, everything in memory", proto.Full, 1, 64},
+		{"no prefetch", proto.NoPrefetching, 0.25, 64},
+		{"random selection, small window", proto.RandomSelection, 0.3, 4},
+		{"no optimization", proto.NoOptimization, 0.1, 64},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes = dir, tc.mem, 200_000
+			cfg.Variant, cfg.Window, cfg.Epochs, cfg.Consume, cfg.Depth = tc.variant, tc.window, 2, 3, 3
+			for _, st := range serveLocal(t, 3, cfg) {
+				t.Logf("epoch %d: %d files, %d local hits, %d chunk reads, %d remote requests, %d pushes, %d prefetch hits", st.Epoch, st.FilesDelivered, st.LocalHits, st.ChunkReads, st.RemoteRequests, st.PrefetchPushes, st.PrefetchHits)
+				if !st.OK() || st.FilesExpected != 700 {
+					t.Fatalf("epoch %d: %+v", st.Epoch, st)
+				}
+				if tc.variant.Prefetch() != (st.PrefetchPushes > 0) {
+					t.Errorf("epoch %d: %d pushes with %s", st.Epoch, st.PrefetchPushes, tc.variant)
+				}
+				if st.RemoteFiles == 0 || st.ChunkReads == 0 {
+					t.Errorf("epoch %d: no remote files or no reads: %+v", st.Epoch, st)
+				}
+			}
+		})
+	}
+}

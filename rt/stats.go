@@ -1,0 +1,136 @@
+package rt
+
+import (
+	"github.com/brandrt/brandrt/proto"
+)
+
+// EpochStats is one epoch's statistics, summed (or, for peaks and time,
+// maximised) over all ranks.
+type EpochStats struct {
+	Epoch int `json:"epoch"`
+	Ranks int `json:"ranks"`
+	// FilesExpected is the number of trace positions of all ranks (every
+	// file of the dataset once). FilesDelivered counts files handed to
+	// clients; DuplicateDeliveries the deliveries of a file beyond its
+	// first; FilesMissing the files never delivered; FailedDeliveries
+	// the positions answered with an error.
+	FilesExpected       int64 `json:"files_expected"`
+	FilesDelivered      int64 `json:"files_delivered"`
+	DuplicateDeliveries int64 `json:"duplicate_deliveries"`
+	FilesMissing        int64 `json:"files_missing"`
+	FailedDeliveries    int64 `json:"failed_deliveries"`
+	// ChecksumErrors counts delivered files whose CRC32C differs from the
+	// index, and chunk reads that found damage.
+	ChecksumErrors int64 `json:"checksum_errors"`
+	BytesDelivered int64 `json:"bytes_delivered"`
+	// ChunkReads and BytesRead count reads from storage;
+	// ReadAmplification is BytesRead / BytesDelivered.
+	ChunkReads        int64   `json:"chunk_reads"`
+	BytesRead         int64   `json:"bytes_read"`
+	ReadAmplification float64 `json:"read_amplification"`
+	// LocalHits counts requests answered from memory without a read.
+	LocalHits int64 `json:"local_hits"`
+	// RemoteRequests counts requests sent to other ranks; RemoteFiles and
+	// RemoteBytes the delivered files that came from other ranks (on
+	// request or pushed ahead); NetworkBytes all bytes sent between ranks.
+	RemoteRequests int64 `json:"remote_requests"`
+	RemoteFiles    int64 `json:"remote_files"`
+	RemoteBytes    int64 `json:"remote_bytes"`
+	NetworkBytes   int64 `json:"network_bytes"`
+	// PrefetchPushes counts files pushed ahead of a request; PrefetchHits
+	// the requests a pushed file answered.
+	PrefetchPushes int64 `json:"prefetch_pushes"`
+	PrefetchHits   int64 `json:"prefetch_hits"`
+	// PeakMemBytes is the most any rank held at once, as proto accounts.
+	PeakMemBytes int64 `json:"peak_mem_bytes"`
+	// StallSeconds is the time clients spent waiting for deliveries,
+	// summed over clients.
+	StallSeconds float64 `json:"client_stall_seconds"`
+	// Seconds is the slowest rank's time to serve the epoch.
+	Seconds        float64 `json:"seconds"`
+	FilesPerSecond float64 `json:"files_per_second"`
+	BytesPerSecond float64 `json:"bytes_per_second"`
+	// Sums of the delivered files' CRC32C and labels, and of the index's:
+	// they are equal when every file arrived once with the right bytes.
+	DeliveredCRCSum   int64 `json:"delivered_crc_sum"`
+	IndexCRCSum       int64 `json:"index_crc_sum"`
+	DeliveredLabelSum int64 `json:"delivered_label_sum"`
+	IndexLabelSum     int64 `json:"index_label_sum"`
+	// FilesLeft counts files still held when the epoch ended (a leak).
+	FilesLeft int64 `json:"files_left_in_memory"`
+}
+
+// epochCounts is one rank's raw counts of an epoch.
+type epochCounts struct {
+	proto    proto.Stats
+	loop     loopStats
+	cons     consumerStats
+	left     int64
+	seconds  float64
+	expected int64
+}
+
+// reduce sums the ranks' counts and checks the per-file delivery counts.
+func (n *Node) reduce(e uint32, c epochCounts, cons *consumers) (EpochStats, error) {
+	ps, ls, cs := c.proto, c.loop, c.cons
+	sums := []int64{cs.files, cs.failed, cs.checksumErrors + ls.corruptReads, cs.bytes, ps.ChunkReads, ps.BytesRead,
+		ps.LocalHits, ps.RemoteRequests, ls.remoteFiles, ls.remoteBytes, ls.bytesOut, ps.Pushed, ps.BufferHits,
+		int64(cs.stall), cs.crcSum, n.crcSum, cs.labelSum, n.labelSum, c.left}
+	s, err := n.comm.AllreduceSum(sums)
+	if err != nil {
+		return EpochStats{}, err
+	}
+	mx, err := n.comm.AllreduceMax([]int64{ps.PeakMem, int64(c.seconds * 1e9)})
+	if err != nil {
+		return EpochStats{}, err
+	}
+	dup, missing, err := n.perFile(cons)
+	if err != nil {
+		return EpochStats{}, err
+	}
+	st := EpochStats{Epoch: int(e), Ranks: n.size, FilesExpected: c.expected,
+		FilesDelivered: s[0], FailedDeliveries: s[1], ChecksumErrors: s[2], BytesDelivered: s[3],
+		ChunkReads: s[4], BytesRead: s[5], LocalHits: s[6], RemoteRequests: s[7], RemoteFiles: s[8],
+		RemoteBytes: s[9], NetworkBytes: s[10], PrefetchPushes: s[11], PrefetchHits: s[12],
+		StallSeconds: float64(s[13]) / 1e9, DeliveredCRCSum: s[14], IndexCRCSum: s[15],
+		DeliveredLabelSum: s[16], IndexLabelSum: s[17], FilesLeft: s[18],
+		DuplicateDeliveries: dup, FilesMissing: missing, PeakMemBytes: mx[0], Seconds: float64(mx[1]) / 1e9}
+	if st.BytesDelivered > 0 {
+		st.ReadAmplification = float64(st.BytesRead) / float64(st.BytesDelivered)
+	}
+	if st.Seconds > 0 {
+		st.FilesPerSecond = float64(st.FilesDelivered) / st.Seconds
+		st.BytesPerSecond = float64(st.BytesDelivered) / st.Seconds
+	}
+	return st, nil
+}
+
+// perFile sums every rank's deliveries per file and counts the files
+// delivered more than once (the extra deliveries) and never.
+func (n *Node) perFile(cons *consumers) (dup, missing int64, err error) {
+	v := make([]int64, len(cons.counts))
+	for i := range v {
+		v[i] = int64(cons.counts[i].Load())
+	}
+	all, err := n.comm.AllreduceSum(v)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, c := range all {
+		switch {
+		case c == 0:
+			missing++
+		case c > 1:
+			dup += c - 1
+		}
+	}
+	return dup, missing, nil
+}
+
+// OK reports whether the epoch delivered every file exactly once with the
+// bytes and label its index records, and left nothing behind.
+func (s EpochStats) OK() bool {
+	return s.FilesDelivered == s.FilesExpected && s.DuplicateDeliveries == 0 && s.FilesMissing == 0 &&
+		s.FailedDeliveries == 0 && s.ChecksumErrors == 0 && s.FilesLeft == 0 &&
+		s.DeliveredCRCSum == s.IndexCRCSum && s.DeliveredLabelSum == s.IndexLabelSum
+}
