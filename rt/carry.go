@@ -58,7 +58,7 @@ func (l *loop) keepOrCopy() {
 		return
 	}
 	defer func() { res.buf = nil }()
-	if res.keptBytes*2 < res.ch.BytesRead {
+	if res.keptBytes*2 < res.ch.BytesRead && l.io.resident == nil {
 		for _, f := range res.kept {
 			f.data = append([]byte(nil), f.data...)
 			f.buf = nil

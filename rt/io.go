@@ -14,6 +14,8 @@ type readResult struct {
 	buf     *chunkBuf
 	err     error
 	corrupt bool
+	// resident: the chunk came from memory, not storage.
+	resident bool
 	// kept are the files proto loaded from the chunk.
 	kept      []*file
 	keptBytes int64
@@ -27,6 +29,11 @@ type ioPool struct {
 	backlog  []proto.Read
 	inflight int // reads added and not yet stepped back
 	wg       sync.WaitGroup
+	// resident keeps every chunk read, for the rest of the run, when the
+	// rank's budget holds its whole shard: later epochs are then served
+	// from memory. Reads of kept chunks wait in ready. nil otherwise.
+	resident map[int]*chunkBuf
+	ready    []readResult
 }
 
 func newIOPool(shard *chunk.Shard, firstPC, workers int) *ioPool {
@@ -52,9 +59,14 @@ func readChunk(shard *chunk.Shard, r proto.Read, c int) readResult {
 	return res
 }
 
-// add queues a read.
+// add queues a read, or answers it from a resident chunk.
 func (p *ioPool) add(r proto.Read) {
 	p.inflight++
+	if b := p.resident[r.PC]; b != nil {
+		b.hold()
+		p.ready = append(p.ready, readResult{read: r, ch: b.ch, buf: b, resident: true})
+		return
+	}
 	p.backlog = append(p.backlog, r)
 	p.flush()
 }
@@ -76,6 +88,29 @@ func (p *ioPool) flush() bool {
 
 func (p *ioPool) idle() bool { return p.inflight == 0 }
 
+// next returns a finished read without waiting, if there is one.
+func (p *ioPool) next() (readResult, bool) {
+	if n := len(p.ready); n > 0 {
+		res := p.ready[n-1]
+		p.ready = p.ready[:n-1]
+		return res, true
+	}
+	select {
+	case res := <-p.done:
+		return res, true
+	default:
+		return readResult{}, false
+	}
+}
+
+// keep makes res's chunk resident, if the pool keeps chunks.
+func (p *ioPool) keep(res *readResult) {
+	if p.resident != nil && res.buf != nil && !res.resident {
+		res.buf.hold()
+		p.resident[res.read.PC] = res.buf
+	}
+}
+
 // close stops the workers once the reads in flight finished; their
 // results are dropped.
 func (p *ioPool) close() {
@@ -89,4 +124,8 @@ func (p *ioPool) close() {
 	}()
 	p.wg.Wait()
 	close(p.done)
+	for _, b := range p.resident {
+		b.release()
+	}
+	p.resident = nil
 }

@@ -64,6 +64,7 @@ type loopStats struct {
 	framesOut, bytesOut, framesIn, bytesIn int64
 	readErrors, corruptReads               int64
 	remoteFiles, remoteBytes               int64 // delivered files other ranks sent
+	storageReads, storageBytes             int64 // chunk reads that went to storage
 }
 
 // pendingSend is a send in flight; frame must live until it completes.
@@ -138,16 +139,17 @@ func (l *loop) finished() bool {
 func (l *loop) step(clientsDone <-chan struct{}) (bool, error) {
 	progress := false
 	for range 64 {
+		if res, ok := l.io.next(); ok {
+			progress = true
+			if err := l.readDone(res); err != nil {
+				return progress, err
+			}
+			continue
+		}
 		select {
 		case r := <-l.reqs:
 			progress = true
 			if err := l.request(r); err != nil {
-				return progress, err
-			}
-			continue
-		case res := <-l.io.done:
-			progress = true
-			if err := l.readDone(res); err != nil {
 				return progress, err
 			}
 			continue
@@ -194,6 +196,11 @@ func (l *loop) request(r Request) error {
 // readDone steps a finished chunk read.
 func (l *loop) readDone(res readResult) error {
 	l.io.inflight--
+	if !res.resident && res.ch != nil {
+		l.stats.storageReads++
+		l.stats.storageBytes += res.ch.BytesRead
+		l.io.keep(&res)
+	}
 	if res.err != nil {
 		l.stats.readErrors++
 		if res.corrupt {

@@ -15,6 +15,9 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 	firstPC, _ := n.m.RankPCs(n.me)
 	io := newIOPool(n.shard, firstPC, n.cfg.IOWorkers)
 	defer io.close()
+	if n.m.MemBytes(n.me) >= n.m.ShardBytes(n.me) {
+		io.resident = make(map[int]*chunkBuf)
+	}
 	reqs := make(chan Request, 1024)
 	var all []EpochStats
 	for e := 1; e <= n.cfg.Epochs; e++ {

@@ -23,11 +23,16 @@ type EpochStats struct {
 	// index, and chunk reads that found damage.
 	ChecksumErrors int64 `json:"checksum_errors"`
 	BytesDelivered int64 `json:"bytes_delivered"`
-	// ChunkReads and BytesRead count reads from storage;
-	// ReadAmplification is BytesRead / BytesDelivered.
+	// ChunkReads counts whole chunks loaded into memory and BytesLoaded
+	// their bytes; ReadAmplification is BytesLoaded / BytesDelivered.
+	// StorageReads and BytesRead count the loads that went to storage:
+	// when a rank's budget holds its whole shard, its chunks stay in
+	// memory after their first read.
 	ChunkReads        int64   `json:"chunk_reads"`
-	BytesRead         int64   `json:"bytes_read"`
+	BytesLoaded       int64   `json:"bytes_loaded"`
 	ReadAmplification float64 `json:"read_amplification"`
+	StorageReads      int64   `json:"storage_reads"`
+	BytesRead         int64   `json:"bytes_read"`
 	// LocalHits counts requests answered from memory without a read.
 	LocalHits int64 `json:"local_hits"`
 	// RemoteRequests counts requests sent to other ranks; RemoteFiles and
@@ -75,7 +80,7 @@ func (n *Node) reduce(e uint32, c epochCounts, cons *consumers) (EpochStats, err
 	ps, ls, cs := c.proto, c.loop, c.cons
 	sums := []int64{cs.files, cs.failed, cs.checksumErrors + ls.corruptReads, cs.bytes, ps.ChunkReads, ps.BytesRead,
 		ps.LocalHits, ps.RemoteRequests, ls.remoteFiles, ls.remoteBytes, ls.bytesOut, ps.Pushed, ps.BufferHits,
-		int64(cs.stall), cs.crcSum, n.crcSum, cs.labelSum, n.labelSum, c.left}
+		int64(cs.stall), cs.crcSum, n.crcSum, cs.labelSum, n.labelSum, c.left, ls.storageReads, ls.storageBytes}
 	s, err := n.comm.AllreduceSum(sums)
 	if err != nil {
 		return EpochStats{}, err
@@ -90,13 +95,13 @@ func (n *Node) reduce(e uint32, c epochCounts, cons *consumers) (EpochStats, err
 	}
 	st := EpochStats{Epoch: int(e), Ranks: n.size, FilesExpected: c.expected,
 		FilesDelivered: s[0], FailedDeliveries: s[1], ChecksumErrors: s[2], BytesDelivered: s[3],
-		ChunkReads: s[4], BytesRead: s[5], LocalHits: s[6], RemoteRequests: s[7], RemoteFiles: s[8],
+		ChunkReads: s[4], BytesLoaded: s[5], StorageReads: s[19], BytesRead: s[20], LocalHits: s[6], RemoteRequests: s[7], RemoteFiles: s[8],
 		RemoteBytes: s[9], NetworkBytes: s[10], PrefetchPushes: s[11], PrefetchHits: s[12],
 		StallSeconds: float64(s[13]) / 1e9, DeliveredCRCSum: s[14], IndexCRCSum: s[15],
 		DeliveredLabelSum: s[16], IndexLabelSum: s[17], FilesLeft: s[18],
 		DuplicateDeliveries: dup, FilesMissing: missing, PeakMemBytes: mx[0], Seconds: float64(mx[1]) / 1e9}
 	if st.BytesDelivered > 0 {
-		st.ReadAmplification = float64(st.BytesRead) / float64(st.BytesDelivered)
+		st.ReadAmplification = float64(st.BytesLoaded) / float64(st.BytesDelivered)
 	}
 	if st.Seconds > 0 {
 		st.FilesPerSecond = float64(st.FilesDelivered) / st.Seconds

@@ -213,8 +213,8 @@ func printEpoch(w io.Writer, s rt.EpochStats, epochs int) {
 	fmt.Fprintf(w, "epoch %d/%d: %s files, %s delivered by %d ranks in %.2fs: %s files/s, %s/s\n",
 		s.Epoch, epochs, comma(s.FilesDelivered), ibytes(s.BytesDelivered), s.Ranks, s.Seconds,
 		comma(int64(s.FilesPerSecond)), ibytes(int64(s.BytesPerSecond)))
-	fmt.Fprintf(w, "  storage  %s chunk reads, %s read (%.2f× what was delivered)\n",
-		comma(s.ChunkReads), ibytes(s.BytesRead), s.ReadAmplification)
+	fmt.Fprintf(w, "  chunks   %s loaded whole, %s (%.2f× what was delivered); %s read from storage (%s)\n",
+		comma(s.ChunkReads), ibytes(s.BytesLoaded), s.ReadAmplification, comma(s.StorageReads), ibytes(s.BytesRead))
 	fmt.Fprintf(w, "  memory   %s local hits; at most %s held by one rank\n", comma(s.LocalHits), ibytes(s.PeakMemBytes))
 	fmt.Fprintf(w, "  network  %s remote requests, %s files pushed ahead, %s prefetch hits; %s files (%s) from other ranks, %s sent\n",
 		comma(s.RemoteRequests), comma(s.PrefetchPushes), comma(s.PrefetchHits), comma(s.RemoteFiles), ibytes(s.RemoteBytes), ibytes(s.NetworkBytes))
