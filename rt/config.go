@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/proto"
@@ -37,6 +38,10 @@ type Config struct {
 	// its share of the rank's trace and verifying every file; Depth is
 	// the requests each keeps in flight.
 	Consume, Depth int
+	// Pause makes the in-process consumers wait this long at the start of
+	// each epoch, as a training script busy elsewhere would; the rank is
+	// idle meanwhile, and the CPU it uses then is reported.
+	Pause time.Duration
 	// Report, when set, is called on every rank with each epoch's
 	// statistics, summed over the ranks.
 	Report func(EpochStats)
@@ -70,6 +75,7 @@ func (c Config) Validate() error {
 	add(c.IOWorkers >= 1, "%d I/O workers, want ≥ 1", c.IOWorkers)
 	add(c.Consume >= 1 && c.Consume <= 1024, "%d consumers, want 1 to 1024 (nothing else reads yet)", c.Consume)
 	add(c.Depth >= 1 && c.Depth <= 1024, "depth %d, want 1 to 1024", c.Depth)
+	add(c.Pause >= 0, "pause %v, want ≥ 0", c.Pause)
 	add(c.FS != nil && c.Log != nil, "no file system or log")
 	return errors.Join(errs...)
 }

@@ -39,12 +39,16 @@ func (s *consumerStats) add(t consumerStats) {
 
 // startConsumers starts w consumers over positions [0, length); done is
 // closed when all have finished.
-func startConsumers(ctx context.Context, w, depth, length, files int, reqs chan<- Request) *consumers {
+func startConsumers(ctx context.Context, w, depth, length, files int, pause time.Duration, reqs chan<- Request) *consumers {
 	c := &consumers{done: make(chan struct{}), counts: make([]atomic.Int32, files)}
 	for i := range w {
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
+			select {
+			case <-time.After(pause):
+			case <-ctx.Done():
+			}
 			s := c.consume(ctx, int32(i), int32(w), depth, int32(length), reqs)
 			c.mu.Lock()
 			c.total.add(s)

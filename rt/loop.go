@@ -57,6 +57,17 @@ type loop struct {
 	done    bool // local clients finished; tagDone sent
 	doneIn  int  // peers whose tagDone arrived
 	stats   loopStats
+	// start, cpu0: when the epoch began and the process's CPU time then;
+	// first: when the first client request came; idleCPU: the CPU time
+	// the process used in between.
+	start, first  time.Time
+	cpu0, idleCPU time.Duration
+}
+
+// markFirst notes the end of the idle stretch at the start of the epoch.
+func (l *loop) markFirst() {
+	l.first = time.Now()
+	l.idleCPU = processCPU() - l.cpu0
 }
 
 // loopStats counts what the loop itself sees.
@@ -74,9 +85,13 @@ type pendingSend struct {
 }
 
 // serve runs the epoch until the local clients are done (clientsDone is
-// closed), every peer said it is done, and nothing is in flight.
+// closed), every peer said it is done, and nothing is in flight. While a
+// client waits or a read or send is in flight it spins, yielding; with
+// nothing at all to do, after a while, it sleeps between polls of MPI,
+// longer and longer up to maxNap. Clients and I/O workers wake it at once.
 func (l *loop) serve(ctx context.Context, clientsDone <-chan struct{}) error {
 	idle := 0
+	nap := minNap
 	for {
 		progress, err := l.step(clientsDone)
 		if err != nil {
@@ -89,27 +104,33 @@ func (l *loop) serve(ctx context.Context, clientsDone <-chan struct{}) error {
 			return ctx.Err()
 		}
 		if progress {
-			idle = 0
+			idle, nap = 0, minNap
 			continue
 		}
-		if idle++; idle < spinRounds {
+		if idle++; idle < spinRounds || l.busy() {
 			runtime.Gosched()
 			continue
 		}
-		if err := l.wait(ctx, clientsDone); err != nil {
+		if err := l.wait(ctx, clientsDone, nap); err != nil {
 			return err
 		}
+		nap = min(2*nap, maxNap)
 	}
 }
 
 // spinRounds is how many empty rounds the loop spins (yielding) before it
-// sleeps; a round takes a few microseconds.
-const spinRounds = 200
+// sleeps; a round takes a few microseconds. minNap and maxNap bound its
+// sleeps: a peer's message waits at most maxNap for an idle rank.
+const (
+	spinRounds = 200
+	minNap     = time.Millisecond
+	maxNap     = 16 * time.Millisecond
+)
 
-// wait blocks until a client or an I/O worker has something, or a
-// millisecond passes (MPI has no channel to wait on).
-func (l *loop) wait(ctx context.Context, clientsDone <-chan struct{}) error {
-	t := time.NewTimer(time.Millisecond)
+// wait blocks until a client or an I/O worker has something, or nap
+// passes (MPI has no channel to wait on).
+func (l *loop) wait(ctx context.Context, clientsDone <-chan struct{}, nap time.Duration) error {
+	t := time.NewTimer(nap)
 	defer t.Stop()
 	select {
 	case r := <-l.reqs:
@@ -129,6 +150,12 @@ func (l *loop) doneSignal(clientsDone <-chan struct{}) <-chan struct{} {
 		return nil
 	}
 	return clientsDone
+}
+
+// busy reports whether something is in flight that the loop must notice
+// quickly: clients waiting (perhaps for a peer's reply), reads, sends.
+func (l *loop) busy() bool {
+	return len(l.waiting) > 0 || !l.io.idle() || len(l.sends) > 0
 }
 
 func (l *loop) finished() bool {
@@ -181,6 +208,9 @@ func (l *loop) step(clientsDone <-chan struct{}) (bool, error) {
 
 // request steps a client's request.
 func (l *loop) request(r Request) error {
+	if l.first.IsZero() {
+		l.markFirst()
+	}
 	if _, dup := l.waiting[r.Sn]; dup {
 		r.Reply <- Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: position %d is already requested", l.n.me, r.Sn)}
 		return nil

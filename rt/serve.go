@@ -3,6 +3,7 @@ package rt
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/brandrt/brandrt/proto"
@@ -50,10 +51,13 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, reqs chan Reques
 	if err := l.carry(); err != nil {
 		return EpochStats{}, err
 	}
-	start := time.Now()
-	cons := startConsumers(ctx, n.cfg.Consume, n.cfg.Depth, len(own), files, reqs)
+	l.start, l.cpu0 = time.Now(), processCPU()
+	cons := startConsumers(ctx, n.cfg.Consume, n.cfg.Depth, len(own), files, n.cfg.Pause, reqs)
 	err = l.serve(ctx, cons.done)
-	secs := time.Since(start).Seconds()
+	if l.first.IsZero() { // no request at all: the whole epoch was idle
+		l.markFirst()
+	}
+	secs := time.Since(l.first).Seconds()
 	if err != nil {
 		return EpochStats{}, err
 	}
@@ -66,5 +70,14 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, reqs chan Reques
 		return EpochStats{}, err
 	}
 	return n.reduce(e, epochCounts{proto: n.p.Stats(), loop: l.stats, cons: cons.total, left: left, seconds: secs,
-		expected: int64(files)}, cons)
+		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, expected: int64(files)}, cons)
+}
+
+// processCPU returns the CPU time this process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -1,6 +1,8 @@
 package rt
 
 import (
+	"time"
+
 	"github.com/brandrt/brandrt/proto"
 )
 
@@ -51,7 +53,13 @@ type EpochStats struct {
 	// StallSeconds is the time clients spent waiting for deliveries,
 	// summed over clients.
 	StallSeconds float64 `json:"client_stall_seconds"`
-	// Seconds is the slowest rank's time to serve the epoch.
+	// IdleSeconds is how long the ranks waited for the first request of
+	// the epoch (see Config.Pause), and IdleCPUSeconds the most CPU time
+	// a rank's process used meanwhile.
+	IdleSeconds    float64 `json:"idle_seconds"`
+	IdleCPUSeconds float64 `json:"idle_cpu_seconds"`
+	// Seconds is the slowest rank's time to serve the epoch, from its
+	// first request.
 	Seconds        float64 `json:"seconds"`
 	FilesPerSecond float64 `json:"files_per_second"`
 	BytesPerSecond float64 `json:"bytes_per_second"`
@@ -72,6 +80,8 @@ type epochCounts struct {
 	cons     consumerStats
 	left     int64
 	seconds  float64
+	idle     float64
+	idleCPU  time.Duration
 	expected int64
 }
 
@@ -85,7 +95,7 @@ func (n *Node) reduce(e uint32, c epochCounts, cons *consumers) (EpochStats, err
 	if err != nil {
 		return EpochStats{}, err
 	}
-	mx, err := n.comm.AllreduceMax([]int64{ps.PeakMem, int64(c.seconds * 1e9)})
+	mx, err := n.comm.AllreduceMax([]int64{ps.PeakMem, int64(c.seconds * 1e9), int64(c.idle * 1e9), int64(c.idleCPU)})
 	if err != nil {
 		return EpochStats{}, err
 	}
@@ -99,7 +109,8 @@ func (n *Node) reduce(e uint32, c epochCounts, cons *consumers) (EpochStats, err
 		RemoteBytes: s[9], NetworkBytes: s[10], PrefetchPushes: s[11], PrefetchHits: s[12],
 		StallSeconds: float64(s[13]) / 1e9, DeliveredCRCSum: s[14], IndexCRCSum: s[15],
 		DeliveredLabelSum: s[16], IndexLabelSum: s[17], FilesLeft: s[18],
-		DuplicateDeliveries: dup, FilesMissing: missing, PeakMemBytes: mx[0], Seconds: float64(mx[1]) / 1e9}
+		DuplicateDeliveries: dup, FilesMissing: missing, PeakMemBytes: mx[0], Seconds: float64(mx[1]) / 1e9,
+		IdleSeconds: float64(mx[2]) / 1e9, IdleCPUSeconds: float64(mx[3]) / 1e9}
 	if st.BytesDelivered > 0 {
 		st.ReadAmplification = float64(st.BytesLoaded) / float64(st.BytesDelivered)
 	}

@@ -44,6 +44,9 @@ func benchCommand() *cli.Command {
 				&cli.IntFlag{Name: "workers", Value: defaultWorkers(), Usage: "pack workers"},
 			},
 			Action: func(c *cli.Context) error {
+				if err := noArgs(c, ""); err != nil {
+					return err
+				}
 				cfg := chunkbench.DefaultConfig()
 				cfg.Dir, cfg.Files, cfg.MeanSize = c.String("dir"), int(files), int64(size)
 				cfg.K, cfg.Ranks, cfg.Workers = c.Int("chunk-files"), c.Int("ranks"), c.Int("workers")
@@ -65,6 +68,6 @@ func benchCommand() *cli.Command {
 					chunkbench.Trials, rates(r.ChunkReads[:]), rates(r.FioRead[:]), rates(r.FioWall[:]))
 				return nil
 			},
-		}},
+		}, benchServeCommand()},
 	}
 }

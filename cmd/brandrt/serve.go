@@ -48,6 +48,7 @@ func serveCommand() *cli.Command {
 			&cli.IntFlag{Name: "io-workers", Value: d.IOWorkers, Usage: "chunk reads in flight at once"},
 			&cli.IntFlag{Name: "consume", Value: d.Consume, Usage: "in-process readers per rank"},
 			&cli.IntFlag{Name: "depth", Value: d.Depth, Usage: "requests each in-process reader keeps in flight"},
+			&cli.DurationFlag{Name: "pause", Usage: "in-process readers wait this long at the start of each epoch (the rank's idle CPU use is then printed)"},
 			&cli.StringFlag{Name: "stats-json", Usage: "write each epoch's statistics to this file, one JSON object per line (rank 0)"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (cpu.pprof) into this directory (every rank: use {rank})"},
 			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile (mem.pprof) into this directory (every rank: use {rank})"},
@@ -112,7 +113,7 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 		return cfg, err
 	}
 	cfg.Window, cfg.Seed, cfg.Epochs = c.Int("window"), c.Uint64("seed"), c.Int("epochs")
-	cfg.IOWorkers, cfg.Consume, cfg.Depth = c.Int("io-workers"), c.Int("consume"), c.Int("depth")
+	cfg.IOWorkers, cfg.Consume, cfg.Depth, cfg.Pause = c.Int("io-workers"), c.Int("consume"), c.Int("depth"), c.Duration("pause")
 	cfg.Log = c.App.ErrWriter
 	return cfg, cfg.Validate()
 }
@@ -130,14 +131,7 @@ func runServe(c *cli.Context) error {
 		return err
 	}
 	defer done()
-	for _, kind := range []struct {
-		flag string
-		mode func(*profile.Profile)
-	}{{"cpuprofile", profile.CPUProfile}, {"memprofile", profile.MemProfile}} {
-		if dir := c.String(kind.flag); dir != "" {
-			defer profile.Start(kind.mode, profile.ProfilePath(rt.RankDir(dir, comm.Rank())), profile.Quiet, profile.NoShutdownHook).Stop()
-		}
-	}
+	defer startProfiles(c, comm.Rank())()
 	report, closeReport, err := reporter(c, comm.Rank())
 	if err != nil {
 		return err
@@ -145,6 +139,26 @@ func runServe(c *cli.Context) error {
 	defer closeReport()
 	cfg.Report = report
 	return serve(cfg, comm)
+}
+
+// startProfiles starts the profiles --cpuprofile and --memprofile ask
+// for, in directories named for the rank; call the result to stop them.
+func startProfiles(c *cli.Context, rank int) func() {
+	var stops []func()
+	for _, kind := range []struct {
+		flag string
+		mode func(*profile.Profile)
+	}{{"cpuprofile", profile.CPUProfile}, {"memprofile", profile.MemProfile}} {
+		if dir := c.String(kind.flag); dir != "" {
+			p := profile.Start(kind.mode, profile.ProfilePath(rt.RankDir(dir, rank)), profile.Quiet, profile.NoShutdownHook)
+			stops = append(stops, p.Stop)
+		}
+	}
+	return func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
 }
 
 // serve runs the node until its epochs are done or a signal stops it. An
@@ -219,6 +233,10 @@ func printEpoch(w io.Writer, s rt.EpochStats, epochs int) {
 	fmt.Fprintf(w, "  network  %s remote requests, %s files pushed ahead, %s prefetch hits; %s files (%s) from other ranks, %s sent\n",
 		comma(s.RemoteRequests), comma(s.PrefetchPushes), comma(s.PrefetchHits), comma(s.RemoteFiles), ibytes(s.RemoteBytes), ibytes(s.NetworkBytes))
 	fmt.Fprintf(w, "  clients  waited %.2fs in all\n", s.StallSeconds)
+	if s.IdleSeconds >= 0.1 {
+		fmt.Fprintf(w, "  idle     %.2fs before the first request, using at most %.1f%% of a core on any rank\n",
+			s.IdleSeconds, 100*s.IdleCPUSeconds/s.IdleSeconds)
+	}
 	if s.OK() {
 		fmt.Fprintf(w, "  check    every file delivered exactly once; bytes and labels match the index\n")
 		return

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/brandrt/brandrt/rt"
+)
+
+func benchServeCommand() *cli.Command {
+	serve := serveCommand()
+	msg := byteSize(110_000)
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "serve epochs and compare with MPI's own point-to-point bandwidth, in one run",
+		Description: "Run it like serve, under mpirun. First every rank streams --messages\n" +
+			"messages of --message-size to the next rank while receiving from the previous\n" +
+			"one (Isend, Iprobe, Recv: what serve uses), which gives MPI's point-to-point\n" +
+			"bandwidth per rank; then the epochs are served with in-process readers\n" +
+			"(--consume). Prints, per epoch, files per second per rank and the bytes per\n" +
+			"second each rank received from the others as a fraction of that bandwidth.\n\n" +
+			"Example: mpirun -np 2 --bind-to none brandrt bench serve --chunks DIR --mem 100% --consume 4 --epochs 3",
+		Flags: append(serve.Flags,
+			&cli.GenericFlag{Name: "message-size", Value: &msg, Usage: "size of the point-to-point messages (the dataset's mean file size is a fair choice)"},
+			&cli.IntFlag{Name: "messages", Value: 20000, Usage: "messages each rank sends"},
+		),
+		Action: runBenchServe,
+	}
+}
+
+func runBenchServe(c *cli.Context) error {
+	if err := noArgs(c, ""); err != nil {
+		return err
+	}
+	cfg, err := serveConfig(c)
+	if err != nil {
+		return err
+	}
+	comm, done, err := joinWorld()
+	if err != nil {
+		return err
+	}
+	defer done()
+	defer startProfiles(c, comm.Rank())()
+	var p2p rt.P2P
+	if comm.Size() > 1 {
+		if p2p, err = rt.MeasureP2P(comm, int(*c.Generic("message-size").(*byteSize)), c.Int("messages")); err != nil {
+			return err
+		}
+	}
+	var w io.Writer = io.Discard
+	if comm.Rank() == 0 {
+		w = c.App.Writer
+		if p2p.Messages > 0 {
+			fmt.Fprintf(w, "mpi      %d ranks, each streaming %s messages of %s to the next: %s/s received per rank (%.2fs)\n",
+				comm.Size(), comma(int64(p2p.Messages)), ibytes(int64(p2p.MessageBytes)), ibytes(int64(p2p.BytesPerSecond)), p2p.Seconds)
+		}
+	}
+	cfg.Report = func(s rt.EpochStats) {
+		printEpoch(w, s, cfg.Epochs)
+		perRank := s.FilesPerSecond / float64(s.Ranks)
+		remote := float64(s.RemoteBytes) / s.Seconds / float64(s.Ranks)
+		fmt.Fprintf(w, "  bench    %s files/s per rank; %s/s per rank from other ranks", comma(int64(perRank)), ibytes(int64(remote)))
+		if p2p.BytesPerSecond > 0 {
+			fmt.Fprintf(w, " = %.0f%% of MPI point-to-point", 100*remote/p2p.BytesPerSecond)
+		}
+		fmt.Fprintln(w)
+	}
+	return serve(cfg, comm)
+}
