@@ -183,6 +183,7 @@ func (l *Local) Isend(b []byte, dst, tag int) (Request, error) {
 		}
 	}
 	h.inbox[dst] = append(h.inbox[dst], e)
+	h.cond.Broadcast() // a Recv may wait for it
 	return &localReq{done: true}, nil
 }
 
@@ -230,23 +231,24 @@ func (l *Local) Iprobe() (bool, Status, error) {
 	return true, Status{Source: e.src, Tag: e.tag, Len: len(e.data)}, nil
 }
 
-// Recv takes the first waiting message from src with tag into b.
+// Recv takes the first message from src with tag into b, waiting for it
+// if it has not arrived, as MPI_Recv does.
 func (l *Local) Recv(b []byte, src, tag int) error {
 	h := l.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.aborted != nil {
-		return h.aborted
-	}
-	for i, e := range h.inbox[l.rank] {
-		if matches(src, tag, e) {
-			if len(e.data) != len(b) {
-				return fmt.Errorf("collectives: message of %d bytes from rank %d into %d bytes", len(e.data), e.src, len(b))
+	for h.aborted == nil {
+		for i, e := range h.inbox[l.rank] {
+			if matches(src, tag, e) {
+				if len(e.data) != len(b) {
+					return fmt.Errorf("collectives: message of %d bytes from rank %d into %d bytes", len(e.data), e.src, len(b))
+				}
+				h.inbox[l.rank] = slices.Delete(h.inbox[l.rank], i, i+1)
+				copy(b, e.data)
+				return nil
 			}
-			h.inbox[l.rank] = slices.Delete(h.inbox[l.rank], i, i+1)
-			copy(b, e.data)
-			return nil
 		}
+		h.cond.Wait()
 	}
-	return fmt.Errorf("collectives: rank %d: no message from rank %d tag %d to receive", l.rank, src, tag)
+	return h.aborted
 }

@@ -68,8 +68,8 @@ func (l *loop) keepOrCopy() {
 	res.buf.release()
 }
 
-// send frames m with the files it carries and starts sending it. The
-// files leave this rank's memory when the send completes.
+// send starts sending m's frame, then each file it carries straight from
+// memory. The files leave this rank's memory when their sends complete.
 func (l *loop) send(m proto.Message) error {
 	ids := carried(&m)
 	files := make([]*file, len(ids))
@@ -80,17 +80,26 @@ func (l *loop) send(m proto.Message) error {
 		delete(l.files, id)
 	}
 	b := encodeFrame(m, files)
-	req, err := l.comm.Isend(b, int(m.To), tagMsg)
-	if err != nil {
+	if err := l.isend(b, nil, int(m.To), tagMsg); err != nil {
 		return err
 	}
 	l.stats.framesOut++
-	l.stats.bytesOut += int64(len(b))
-	// The frame holds copies: the files can go now, the frame when sent.
 	for _, f := range files {
-		f.release()
+		if err := l.isend(f.data, f, int(m.To), tagData); err != nil {
+			return err
+		}
 	}
-	l.sends = append(l.sends, pendingSend{req: req, frame: b})
+	return nil
+}
+
+// isend starts a send of b, which f (if any) holds until it completes.
+func (l *loop) isend(b []byte, f *file, to, tag int) error {
+	req, err := l.comm.Isend(b, to, tag)
+	if err != nil {
+		return err
+	}
+	l.stats.bytesOut += int64(len(b))
+	l.sends = append(l.sends, pendingSend{req: req, frame: b, file: f})
 	return nil
 }
 

@@ -49,6 +49,7 @@ type loop struct {
 	p       *proto.Rank
 	comm    collectives.Comm
 	io      *ioPool
+	pool    *recvPool
 	reqs    <-chan Request
 	waiting map[int32]chan<- Delivery
 	files   map[proto.FileID]*file
@@ -78,10 +79,12 @@ type loopStats struct {
 	storageReads, storageBytes             int64 // chunk reads that went to storage
 }
 
-// pendingSend is a send in flight; frame must live until it completes.
+// pendingSend is a send in flight; frame must live, and file keep its
+// bytes, until it completes.
 type pendingSend struct {
 	req   collectives.Request
 	frame []byte
+	file  *file
 }
 
 // serve runs the epoch until the local clients are done (clientsDone is
@@ -286,17 +289,24 @@ func (l *loop) receive() (bool, error) {
 	return true, fmt.Errorf("rt: rank %d: message with unknown tag %d from rank %d", l.n.me, st.Tag, st.Source)
 }
 
-// message steps a peer's framed message; the files it carries are held
-// until delivered.
+// message steps a peer's frame, after receiving the bytes of the files
+// it carries; they are held until delivered.
 func (l *loop) message(src int, b []byte) error {
 	m, files, err := decodeFrame(b)
 	if err == nil && int(m.From) != src {
 		err = fmt.Errorf("rt: message from rank %d claims to come from rank %d", src, m.From)
 	}
-	for _, f := range files {
-		if err == nil && l.files[f.id] != nil {
-			err = fmt.Errorf("rt: rank %d sent file %d, which this rank already holds", src, f.id)
+	for i, f := range files {
+		if err != nil {
+			break
 		}
+		if l.files[f.id] != nil {
+			err = fmt.Errorf("rt: rank %d sent file %d, which this rank already holds", src, f.id)
+			break
+		}
+		f.data, f.pool = l.pool.get(int(fileSize(&m, i))), l.pool
+		err = l.comm.Recv(f.data, src, tagData)
+		l.stats.bytesIn += int64(len(f.data))
 	}
 	if err != nil {
 		return fmt.Errorf("rt: rank %d: from rank %d: %w", l.n.me, src, err)
@@ -320,6 +330,8 @@ func (l *loop) testSends() (bool, error) {
 		}
 		if !done {
 			kept = append(kept, s)
+		} else if s.file != nil {
+			s.file.release()
 		}
 	}
 	moved := len(kept) < len(l.sends)

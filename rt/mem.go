@@ -1,6 +1,8 @@
 package rt
 
 import (
+	"math/bits"
+	"sync"
 	"sync/atomic"
 
 	"github.com/brandrt/brandrt/chunk"
@@ -14,16 +16,22 @@ type file struct {
 	data  []byte
 	label int32
 	crc   uint32
-	// buf is the chunk read whose buffer data lives in; nil when data is
-	// ordinary Go memory (a received frame, a copy).
-	buf *chunkBuf
+	// buf is the chunk read whose buffer data lives in, pool the pool
+	// that lent data; both nil when data is ordinary Go memory (a copy).
+	buf  *chunkBuf
+	pool *recvPool
 }
 
-// release gives up f's hold on its chunk buffer.
+// release gives up f's bytes: its hold on its chunk buffer, or its
+// buffer from the pool.
 func (f *file) release() {
 	if f.buf != nil {
 		f.buf.release()
 		f.buf = nil
+	}
+	if f.pool != nil {
+		f.pool.put(f.data)
+		f.pool = nil
 	}
 	f.data = nil
 }
@@ -47,4 +55,48 @@ func (b *chunkBuf) release() {
 	if b.refs.Add(-1) == 0 {
 		b.ch.Release()
 	}
+}
+
+// recvPool recycles the buffers that files from other ranks are received
+// into, by power-of-two size class: a fresh buffer would cost the zeroing
+// of its pages and later the garbage collector's work. Safe for
+// concurrent use (clients release files from their own goroutines).
+type recvPool struct {
+	mu   sync.Mutex
+	free [32][][]byte
+}
+
+// poolKeep bounds the buffers kept per size class.
+const poolKeep = 64
+
+func sizeClass(n int) int { return bits.Len(uint(max(n, 1) - 1)) }
+
+// get returns a buffer of n bytes.
+func (p *recvPool) get(n int) []byte {
+	c := sizeClass(n)
+	if c >= len(p.free) {
+		return make([]byte, n)
+	}
+	p.mu.Lock()
+	if k := len(p.free[c]); k > 0 {
+		b := p.free[c][k-1]
+		p.free[c] = p.free[c][:k-1]
+		p.mu.Unlock()
+		return b[:n]
+	}
+	p.mu.Unlock()
+	return make([]byte, n, 1<<c)
+}
+
+// put takes back a buffer get returned.
+func (p *recvPool) put(b []byte) {
+	c := sizeClass(cap(b))
+	if c >= len(p.free) || cap(b) != 1<<c {
+		return
+	}
+	p.mu.Lock()
+	if len(p.free[c]) < poolKeep {
+		p.free[c] = append(p.free[c], b[:0])
+	}
+	p.mu.Unlock()
 }

@@ -11,10 +11,14 @@ import (
 // P2P is the point-to-point bandwidth of the communicator, measured the
 // way the loop moves files: every rank streams messages of one size to
 // the next rank while receiving from the previous one, with Isend, Iprobe
-// and Recv, a few sends in flight.
+// and Recv, eight sends in flight.
 type P2P struct {
 	MessageBytes int
 	Messages     int
+	// SpreadBytes is the memory each side's messages are spread over:
+	// with a few messages' worth they stay in the CPU's cache; with many
+	// megabytes they come from and go to memory, as served files do.
+	SpreadBytes int64
 	// Seconds is the slowest rank's time; BytesPerSecond what one rank
 	// received per second.
 	Seconds        float64
@@ -24,18 +28,24 @@ type P2P struct {
 // tagBench is the tag of P2P's messages, used before serving starts.
 const tagBench = 3
 
-// MeasureP2P streams messages of size bytes from each rank to the next;
-// every rank must call it. It needs at least two ranks.
-func MeasureP2P(comm collectives.Comm, size, messages int) (P2P, error) {
+// p2pInflight is the number of sends each rank keeps in flight.
+const p2pInflight = 8
+
+// MeasureP2P streams messages of size bytes from each rank to the next,
+// sent from and received into buffers spread over about spread bytes on
+// each side (at least eight messages' worth); every rank must call it. It
+// needs at least two ranks.
+func MeasureP2P(comm collectives.Comm, size, messages int, spread int64) (P2P, error) {
 	n, me := comm.Size(), comm.Rank()
 	if n < 2 {
 		return P2P{}, fmt.Errorf("rt: point-to-point bandwidth needs two ranks or more, not %d", n)
 	}
+	nb := max(1, int(spread/int64(max(size, 1)))/p2pInflight) * p2pInflight
 	if err := comm.Barrier(); err != nil {
 		return P2P{}, err
 	}
 	start := time.Now()
-	if err := stream(comm, (me+1)%n, size, messages); err != nil {
+	if err := stream(comm, (me+1)%n, size, messages, nb); err != nil {
 		return P2P{}, err
 	}
 	secs, err := comm.AllreduceMax([]int64{int64(time.Since(start))})
@@ -43,18 +53,18 @@ func MeasureP2P(comm collectives.Comm, size, messages int) (P2P, error) {
 		return P2P{}, err
 	}
 	s := float64(secs[0]) / 1e9
-	return P2P{MessageBytes: size, Messages: messages, Seconds: s, BytesPerSecond: float64(size*messages) / s}, nil
+	return P2P{MessageBytes: size, Messages: messages, SpreadBytes: int64(nb * size), Seconds: s,
+		BytesPerSecond: float64(size*messages) / s}, nil
 }
 
-// stream sends messages to dst and receives as many, keeping up to eight
-// sends in flight.
-func stream(comm collectives.Comm, dst, size, messages int) error {
-	const inflight = 8
-	bufs := make([][]byte, inflight)
-	reqs := make([]collectives.Request, inflight)
-	for i := range bufs {
-		bufs[i] = make([]byte, size)
-	}
+// stream sends messages to dst and receives as many, over nb buffers on
+// each side (a multiple of p2pInflight). Send slot i uses buffers i,
+// i+p2pInflight, …, so that a buffer is reused only after its send
+// completed.
+func stream(comm collectives.Comm, dst, size, messages, nb int) error {
+	out, in := buffers(nb, size), buffers(nb, size)
+	reqs := make([]collectives.Request, p2pInflight)
+	uses := make([]int, p2pInflight)
 	sent, got := 0, 0
 	for sent < messages || got < messages {
 		progress := false
@@ -67,10 +77,12 @@ func stream(comm collectives.Comm, dst, size, messages int) error {
 				}
 			}
 			if done && sent < messages {
+				b := out[(i+p2pInflight*uses[i])%nb]
 				var err error
-				if reqs[i], err = comm.Isend(bufs[i], dst, tagBench); err != nil {
+				if reqs[i], err = comm.Isend(b, dst, tagBench); err != nil {
 					return err
 				}
+				uses[i]++
 				sent, progress = sent+1, true
 			}
 		}
@@ -79,8 +91,10 @@ func stream(comm collectives.Comm, dst, size, messages int) error {
 			return err
 		}
 		if ok {
-			b := make([]byte, st.Len)
-			if err := comm.Recv(b, st.Source, st.Tag); err != nil {
+			if st.Len != size {
+				return fmt.Errorf("rt: rank %d sent a %d-byte message during the bandwidth test", st.Source, st.Len)
+			}
+			if err := comm.Recv(in[got%nb], st.Source, st.Tag); err != nil {
 				return err
 			}
 			got, progress = got+1, true
@@ -90,6 +104,18 @@ func stream(comm collectives.Comm, dst, size, messages int) error {
 		}
 	}
 	return drain(reqs)
+}
+
+// buffers returns n buffers of size bytes, their pages touched.
+func buffers(n, size int) [][]byte {
+	bs := make([][]byte, n)
+	for i := range bs {
+		bs[i] = make([]byte, size)
+		for j := 0; j < size; j += 4096 {
+			bs[i][j] = 1
+		}
+	}
+	return bs
 }
 
 func drain(reqs []collectives.Request) error {

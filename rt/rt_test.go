@@ -53,6 +53,12 @@ func serveLocal(t *testing.T, ranks int, cfg Config) []EpochStats {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() {
+				if errs[r] != nil { // end the others' waits, as MPI_Abort would
+					defer func() { _ = recover() }()
+					c.Abort(1)
+				}
+			}()
 			n, err := Open(cfg, c)
 			if err != nil {
 				errs[r] = err

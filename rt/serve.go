@@ -20,9 +20,10 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 		io.resident = make(map[int]*chunkBuf)
 	}
 	reqs := make(chan Request, 1024)
+	pool := new(recvPool)
 	var all []EpochStats
 	for e := 1; e <= n.cfg.Epochs; e++ {
-		st, err := n.epoch(ctx, uint32(e), io, reqs)
+		st, err := n.epoch(ctx, uint32(e), io, pool, reqs)
 		if err != nil {
 			return all, err
 		}
@@ -36,7 +37,7 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 
 // epoch serves one epoch: traces are gathered, the loop runs until every
 // rank's clients are done, then the statistics are reduced.
-func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, reqs chan Request) (EpochStats, error) {
+func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, reqs chan Request) (EpochStats, error) {
 	files := n.m.Files()
 	own := GeneratedTrace(files, n.size, n.me, n.cfg.Seed, e)
 	traces, err := gatherTraces(n.comm, own)
@@ -46,7 +47,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, reqs chan Reques
 	if err := n.p.Step(proto.EpochStart{Epoch: e, Traces: traces}); err != nil {
 		return EpochStats{}, fmt.Errorf("rt: rank %d: epoch %d: %w", n.me, e, err)
 	}
-	l := &loop{n: n, p: n.p, comm: n.comm, io: io, reqs: reqs,
+	l := &loop{n: n, p: n.p, comm: n.comm, io: io, pool: pool, reqs: reqs,
 		waiting: make(map[int32]chan<- Delivery), files: make(map[proto.FileID]*file)}
 	if err := l.carry(); err != nil {
 		return EpochStats{}, err
