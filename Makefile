@@ -17,7 +17,7 @@ MPIRUN    ?= mpirun --allow-run-as-root --oversubscribe --bind-to none
 BENCH_DIR ?= /var/tmp/brandrt-bench
 DEMO_DIR  ?= /tmp/brandrt-demo
 
-.PHONY: all deps build test race lint fuzz bench bench-proto bench-storage check demo clean
+.PHONY: all deps build test race lint fuzz bench bench-proto bench-storage bench-serve check demo clean
 
 all: build
 
@@ -48,7 +48,7 @@ fuzz: deps
 	$(GO) test -run '^$$' -fuzz FuzzSchedule -fuzztime $(FUZZTIME) ./proto/prototest
 	$(GO) test -run '^$$' -fuzz FuzzHostilePeer -fuzztime $(FUZZTIME) ./proto/prototest
 
-bench: bench-proto bench-storage
+bench: bench-proto bench-storage bench-serve
 
 # The protocol at ImageNet-1k scale, all four variants on the same traces.
 bench-proto: build
@@ -63,6 +63,18 @@ bench-storage: build
 	$(GO) test -run '^$$' -bench IndexOpen -benchtime 10x ./chunk
 	$(BIN) bench storage --dir $(BENCH_DIR)
 
+# Serving: 30,000 files of ~110 KB, the budget holding every rank's shard
+# (epoch 1 reads the chunks, later epochs serve from memory); one rank,
+# then two against MPI's own point-to-point bandwidth; then two ranks
+# idle for 3 s at the start of each epoch, to show what an idle rank costs.
+bench-serve: build
+	@test -d $(BENCH_DIR)/serve-input || $(GO) run ./examples/gendata --out $(BENCH_DIR)/serve-input --files 30000 --classes 100 --mean-size 110KB
+	@for n in 1 2; do test -f $(BENCH_DIR)/serve-$$n/manifest.json || \
+		$(BIN) pack --input $(BENCH_DIR)/serve-input --out $(BENCH_DIR)/serve-$$n --chunk-files 64 --ranks $$n --force; done
+	$(MPIRUN) -np 1 $(BIN) bench serve --chunks $(BENCH_DIR)/serve-1 --mem 100% --consume 4 --epochs 4
+	$(MPIRUN) -np 2 $(BIN) bench serve --chunks $(BENCH_DIR)/serve-2 --mem 100% --consume 4 --epochs 4
+	$(MPIRUN) -np 2 $(BIN) serve --chunks $(BENCH_DIR)/serve-2 --mem 25% --consume 4 --epochs 2 --pause 3s
+
 check: lint test
 
 demo: build
@@ -75,6 +87,9 @@ demo: build
 	$(MPIRUN) -np 3 $(BIN) pack --input $(DEMO_DIR)/input --out $(DEMO_DIR)/chunks --chunk-files 64
 	$(BIN) verify --chunks $(DEMO_DIR)/chunks
 	$(BIN) inspect --chunks $(DEMO_DIR)/chunks
+	@echo
+	@echo "== serving it: 3 ranks under mpirun, a quarter of each shard in memory, 2 in-process readers per rank, 2 epochs"
+	$(MPIRUN) -np 3 $(BIN) serve --chunks $(DEMO_DIR)/chunks --mem 25% --consume 2 --epochs 2
 	rm -rf $(DEMO_DIR)
 	@echo
 	@echo "== the protocol on a small generated dataset: 3 ranks, 120,000 files, a quarter in memory"
