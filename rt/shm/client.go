@@ -1,0 +1,176 @@
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Client is the Go side of an attached client, the twin of the Python
+// reader; the tests use it.
+type Client struct {
+	conn   *net.UnixConn
+	ring   *Ring
+	id     uint32
+	rank   uint32
+	readAt uint64 // data bytes read so far
+}
+
+// ErrRankGone is returned when the rank's side of the socket closed.
+var ErrRankGone = errors.New("shm: the brandrt rank went away")
+
+// Attach connects to the rank serving dir.
+func Attach(dir string) (*Client, error) {
+	sock := filepath.Join(dir, SocketName)
+	conn, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("shm: attach to %s: %w (is brandrt serve running?)", sock, err)
+	}
+	hello := make([]byte, helloBytes)
+	copy(hello, helloMagic)
+	binary.LittleEndian.PutUint32(hello[8:], version)
+	binary.LittleEndian.PutUint32(hello[12:], uint32(os.Getpid()))
+	if _, err := conn.Write(hello); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("shm: attach to %s: %w", sock, err)
+	}
+	c, err := welcome(conn)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("shm: attach to %s: %w", sock, err)
+	}
+	return c, nil
+}
+
+func welcome(conn *net.UnixConn) (*Client, error) {
+	b, oob := make([]byte, 64), make([]byte, syscall.CmsgSpace(4))
+	n, oobn, _, _, err := conn.ReadMsgUnix(b, oob)
+	if err != nil {
+		return nil, err
+	}
+	le := binary.LittleEndian
+	if n != welcomeBytes || string(b[:8]) != welcomeMagic || le.Uint32(b[8:]) != version {
+		return nil, errors.New("the answer is not a welcome")
+	}
+	msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return nil, errors.New("no ring descriptor came with the welcome")
+	}
+	fds, err := syscall.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		return nil, errors.New("no ring descriptor came with the welcome")
+	}
+	ring, err := mapRing(fds[0])
+	syscall.Close(fds[0])
+	if err != nil {
+		return nil, err
+	}
+	return &Client{conn: conn, ring: ring, id: le.Uint32(b[12:]), rank: le.Uint32(b[16:])}, nil
+}
+
+// Close detaches: the rank frees the rings.
+func (c *Client) Close() error {
+	c.ring.Close()
+	return c.conn.Close()
+}
+
+// Request asks for trace position sn. At most the ring's slot count may
+// be outstanding.
+func (c *Client) Request(sn int32) error {
+	head := atomic.LoadUint32(c.ring.u32(offReqHead))
+	for head-atomic.LoadUint32(c.ring.u32(offReqTail)) >= c.ring.slots {
+		if err := c.alive(); err != nil {
+			return err
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	s := c.ring.mem[headerBytes+uint64(head%c.ring.slots)*slotBytes:]
+	binary.LittleEndian.PutUint32(s, uint32(sn))
+	binary.LittleEndian.PutUint32(s[4:], KindRead)
+	atomic.StoreUint32(c.ring.u32(offReqHead), head+1)
+	if atomic.LoadUint32(c.ring.u32(offRankSleeping)) != 0 {
+		futexWake(c.ring.u32(offReqHead))
+	}
+	return nil
+}
+
+// Next returns the next reply; its Data aliases the ring until Release.
+func (c *Client) Next(timeout time.Duration) (Record, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if rec, ok := c.record(); ok {
+			return rec, nil
+		}
+		if err := c.alive(); err != nil {
+			return Record{}, err
+		}
+		if time.Now().After(deadline) {
+			return Record{}, fmt.Errorf("shm: no reply within %v", timeout)
+		}
+		c.sleep()
+	}
+}
+
+// record reads the record at readAt, skipping padding.
+func (c *Client) record() (Record, bool) {
+	r, le := c.ring, binary.LittleEndian
+	for c.readAt < atomic.LoadUint64(r.u64(offDataHead)) {
+		h := r.mem[r.dataOff+c.readAt%r.dataBytes:]
+		n := uint64(le.Uint32(h))
+		rec := Record{Kind: le.Uint32(h[4:]), Sn: int32(le.Uint32(h[8:])), File: int32(le.Uint32(h[12:])),
+			Label: int32(le.Uint32(h[16:])), CRC: le.Uint32(h[24:])}
+		size := le.Uint32(h[20:])
+		c.readAt += n
+		if rec.Kind == RecPad {
+			continue
+		}
+		rec.Data, rec.end = h[recordHeader:recordHeader+size:recordHeader+size], c.readAt
+		return rec, true
+	}
+	return Record{}, false
+}
+
+// Release gives the ring back the room of rec and of every record before
+// it.
+func (c *Client) Release(rec Record) {
+	atomic.StoreUint64(c.ring.u64(offDataTail), rec.end)
+}
+
+// sleep waits for the rank to publish a reply, at most 100 ms.
+func (c *Client) sleep() {
+	head := c.ring.u32(offRepHead)
+	seen := atomic.LoadUint32(head)
+	atomic.StoreUint32(c.ring.u32(offClientSleeping), 1)
+	if c.readAt == atomic.LoadUint64(c.ring.u64(offDataHead)) {
+		futexWait(head, seen, 100*time.Millisecond)
+	}
+	atomic.StoreUint32(c.ring.u32(offClientSleeping), 0)
+}
+
+// alive checks the socket without blocking: end of file, or an error,
+// means the rank is gone.
+func (c *Client) alive() error {
+	raw, err := c.conn.SyscallConn()
+	if err != nil {
+		return ErrRankGone
+	}
+	var n int
+	var rerr error
+	b := make([]byte, 1)
+	if err := raw.Read(func(fd uintptr) bool {
+		n, _, rerr = syscall.Recvfrom(int(fd), b, syscall.MSG_DONTWAIT|syscall.MSG_PEEK)
+		return true
+	}); err != nil {
+		return ErrRankGone
+	}
+	if errors.Is(rerr, syscall.EAGAIN) || (rerr == nil && n > 0) {
+		return nil
+	}
+	return ErrRankGone
+}

@@ -1,0 +1,68 @@
+// Package shm hands files from a brandrt rank to the training processes of
+// its node through shared memory: one ring pair per client process.
+//
+// # Attach
+//
+// A rank listens on a Unix socket (SOCK_SEQPACKET) named attach.sock in
+// its attach directory: $BRANDRT_ATTACH when set, else
+// /dev/shm/brandrt-<uid>/rank-<rank>. A client connects and sends a hello
+// (below); the rank answers with a welcome and, as SCM_RIGHTS ancillary
+// data, the file descriptor of a memfd holding the client's rings. The
+// connection stays open for the client's life: when the client dies the
+// rank reads EOF and frees the rings; when the rank dies the client sees
+// EOF or an error on the socket, which it checks while it waits.
+//
+//	hello, 16 bytes:   magic "BRTHELLO", version u32 (1), pid u32
+//	welcome, 32 bytes: magic "BRTWELCM", version u32, client id u32,
+//	                   rank u32, ring bytes u32, reserved u64 (0)
+//
+// # Rings
+//
+// The memfd holds, little-endian, with offsets in bytes:
+//
+//	off   size  field                  written by
+//	  0      8  magic "BRTRING1"        rank
+//	  8      4  header bytes (4096)     rank
+//	 12      4  request slots R         rank (a power of two)
+//	 16      8  data offset             rank (4096 + 16 R, rounded up to 4096)
+//	 24      8  data bytes D            rank (a multiple of 4096)
+//	 32      4  rank                    rank
+//	 36      4  client id               rank
+//	 64      4  req head                client: requests written (futex word)
+//	128      4  req tail                rank: requests taken
+//	192      4  rep head                rank: replies written (futex word)
+//	256      4  rank sleeping           rank: 1 while it waits on req head
+//	320      4  client sleeping         client: 1 while it waits on rep head
+//	384      8  data head               rank: bytes written to the data ring
+//	448      8  data tail               client: bytes it released
+//
+// Counters only grow (32-bit ones wrap); each lives on its own 64-byte
+// line. A request is slot (head mod R), 16 bytes: sn i32, kind u32 (1:
+// read the file at trace position sn), 8 reserved bytes. The client
+// writes the slot, then advances req head; if rank sleeping is 1 it wakes
+// the rank with FUTEX_WAKE on req head. The rank answers in any order with
+// one record per request in the data ring, at data offset + (data head mod
+// D), 64-byte aligned:
+//
+//	 0  4  record bytes (header and data, rounded up to 64)
+//	 4  4  kind: 1 file, 2 error (data is a UTF-8 message), 3 padding
+//	 8  4  sn
+//	12  4  file id
+//	16  4  label (−1: none)
+//	20  4  data bytes
+//	24  4  CRC32C of the data, from the owner's index
+//	28  4  reserved
+//	32  …  data
+//
+// A record never wraps: when it does not fit before the end of the ring,
+// a padding record fills the rest. The rank writes the record, advances
+// data head and rep head (one per non-padding record), and wakes the
+// client if client sleeping is 1. The client reads records in order,
+// passes data on without copying it (a memoryview over the mapping), and
+// advances data tail past a record once it is done with its bytes; the
+// rank waits for that room. Waits spin briefly, then sleep on the futex
+// with a timeout, so that a dead peer is noticed.
+//
+// ring_test.go and python/tests read testdata/layout.golden, which pins
+// these offsets on both sides.
+package shm

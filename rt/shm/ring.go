@@ -1,0 +1,253 @@
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// Offsets and sizes of the ring layout (see the package documentation).
+const (
+	ringMagic   = "BRTRING1"
+	headerBytes = 4096
+
+	offMagic          = 0
+	offHeaderBytes    = 8
+	offSlots          = 12
+	offDataOff        = 16
+	offDataBytes      = 24
+	offRank           = 32
+	offClient         = 36
+	offReqHead        = 64
+	offReqTail        = 128
+	offRepHead        = 192
+	offRankSleeping   = 256
+	offClientSleeping = 320
+	offDataHead       = 384
+	offDataTail       = 448
+
+	slotBytes    = 16
+	recordHeader = 32
+	recordAlign  = 64
+
+	// KindRead is the request kind: read the file at a trace position.
+	KindRead = 1
+	// Record kinds.
+	RecFile  = 1
+	RecError = 2
+	RecPad   = 3
+)
+
+// Ring is a client's ring pair, mapped in this process.
+type Ring struct {
+	mem       []byte
+	slots     uint32
+	dataOff   uint64
+	dataBytes uint64
+}
+
+// layout returns the data offset and total size for slots request slots
+// and data bytes of replies.
+func layout(slots uint32, data uint64) (dataOff, total uint64) {
+	dataOff = (headerBytes + uint64(slots)*slotBytes + 4095) &^ 4095
+	return dataOff, dataOff + data
+}
+
+// newRing creates the rings of a client in a memfd and maps them.
+func newRing(slots uint32, data uint64, rank, client uint32) (*Ring, int, error) {
+	if slots == 0 || slots&(slots-1) != 0 || data == 0 || data%4096 != 0 {
+		return nil, -1, fmt.Errorf("shm: ring of %d slots and %d data bytes: slots must be a power of two, data a multiple of 4096", slots, data)
+	}
+	fd, err := memfd("brandrt-ring")
+	if err != nil {
+		return nil, -1, err
+	}
+	dataOff, total := layout(slots, data)
+	if err := syscall.Ftruncate(fd, int64(total)); err != nil {
+		syscall.Close(fd)
+		return nil, -1, fmt.Errorf("shm: size a ring of %d bytes: %w", total, err)
+	}
+	r, err := mapRing(fd)
+	if err != nil {
+		syscall.Close(fd)
+		return nil, -1, err
+	}
+	le := binary.LittleEndian
+	copy(r.mem[offMagic:], ringMagic)
+	le.PutUint32(r.mem[offHeaderBytes:], headerBytes)
+	le.PutUint32(r.mem[offSlots:], slots)
+	le.PutUint64(r.mem[offDataOff:], dataOff)
+	le.PutUint64(r.mem[offDataBytes:], data)
+	le.PutUint32(r.mem[offRank:], rank)
+	le.PutUint32(r.mem[offClient:], client)
+	r.slots, r.dataOff, r.dataBytes = slots, dataOff, data
+	return r, fd, nil
+}
+
+// mapRing maps the rings in fd, checking their header.
+func mapRing(fd int) (*Ring, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("shm: ring: %w", err)
+	}
+	mem, err := syscall.Mmap(fd, 0, int(st.Size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("shm: map a ring of %d bytes: %w", st.Size, err)
+	}
+	r := &Ring{mem: mem}
+	if st.Size == 0 || string(mem[:8]) == "\x00\x00\x00\x00\x00\x00\x00\x00" {
+		return r, nil // being created
+	}
+	return r, r.check()
+}
+
+// check validates a mapped header.
+func (r *Ring) check() error {
+	le := binary.LittleEndian
+	if len(r.mem) < headerBytes || string(r.mem[:8]) != ringMagic {
+		return errors.New("shm: not a brandrt ring")
+	}
+	r.slots = le.Uint32(r.mem[offSlots:])
+	r.dataOff, r.dataBytes = le.Uint64(r.mem[offDataOff:]), le.Uint64(r.mem[offDataBytes:])
+	if want, total := layoutOK(r.slots, r.dataOff, r.dataBytes); !want || total != uint64(len(r.mem)) {
+		return fmt.Errorf("shm: ring header does not fit its %d bytes", len(r.mem))
+	}
+	return nil
+}
+
+func layoutOK(slots uint32, dataOff, data uint64) (bool, uint64) {
+	if slots == 0 || slots&(slots-1) != 0 || data%4096 != 0 {
+		return false, 0
+	}
+	off, total := layout(slots, data)
+	return off == dataOff, total
+}
+
+// Close unmaps the rings.
+func (r *Ring) Close() error {
+	if r.mem == nil {
+		return nil
+	}
+	err := syscall.Munmap(r.mem)
+	r.mem = nil
+	return err
+}
+
+func (r *Ring) u32(off uint64) *uint32 { return (*uint32)(unsafe.Pointer(&r.mem[off])) }
+func (r *Ring) u64(off uint64) *uint64 { return (*uint64)(unsafe.Pointer(&r.mem[off])) }
+
+// Request is one request slot.
+type Request struct {
+	Sn   int32
+	Kind uint32
+}
+
+// takeRequests appends the requests written since the last call.
+func (r *Ring) takeRequests(dst []Request) []Request {
+	head, tail := atomic.LoadUint32(r.u32(offReqHead)), atomic.LoadUint32(r.u32(offReqTail))
+	le := binary.LittleEndian
+	for ; tail != head; tail++ {
+		s := r.mem[headerBytes+uint64(tail%r.slots)*slotBytes:]
+		dst = append(dst, Request{Sn: int32(le.Uint32(s)), Kind: le.Uint32(s[4:])})
+	}
+	atomic.StoreUint32(r.u32(offReqTail), tail)
+	return dst
+}
+
+// waitRequests sleeps until the client writes a request, or d passes.
+func (r *Ring) waitRequests(d time.Duration) {
+	head := r.u32(offReqHead)
+	seen := atomic.LoadUint32(head)
+	atomic.StoreUint32(r.u32(offRankSleeping), 1)
+	if seen == atomic.LoadUint32(r.u32(offReqTail)) {
+		futexWait(head, seen, d)
+	}
+	atomic.StoreUint32(r.u32(offRankSleeping), 0)
+}
+
+// Record is one reply for the data ring.
+type Record struct {
+	Kind     uint32
+	Sn, File int32
+	Label    int32
+	CRC      uint32
+	Data     []byte
+	end      uint64 // client side: where the record ends in the data ring
+}
+
+func recordBytes(n int) uint64 {
+	return (uint64(recordHeader+n) + recordAlign - 1) &^ (recordAlign - 1)
+}
+
+// room reports whether n bytes fit in the data ring now.
+func (r *Ring) room(n uint64) bool {
+	head, tail := atomic.LoadUint64(r.u64(offDataHead)), atomic.LoadUint64(r.u64(offDataTail))
+	return r.dataBytes-(head-tail) >= n
+}
+
+// putRecord writes rec into the data ring, waiting (until deadline, or
+// while alive says so) for the client to release room.
+func (r *Ring) putRecord(rec Record, alive func() bool) error {
+	n := recordBytes(len(rec.Data))
+	if n > r.dataBytes/2 {
+		return fmt.Errorf("%w: a file of %d bytes, a ring of %d (a file may take half)", errTooBig, len(rec.Data), r.dataBytes)
+	}
+	head := atomic.LoadUint64(r.u64(offDataHead))
+	if pad := r.dataBytes - head%r.dataBytes; pad < n { // no wrapping inside a record
+		if err := r.waitRoom(pad, alive); err != nil {
+			return err
+		}
+		r.writeHeader(head, Record{Kind: RecPad}, pad)
+		head += pad
+		atomic.StoreUint64(r.u64(offDataHead), head)
+	}
+	if err := r.waitRoom(n, alive); err != nil {
+		return err
+	}
+	r.writeHeader(head, rec, n)
+	copy(r.mem[r.dataOff+head%r.dataBytes+recordHeader:], rec.Data)
+	atomic.StoreUint64(r.u64(offDataHead), head+n)
+	atomic.AddUint32(r.u32(offRepHead), 1)
+	if atomic.LoadUint32(r.u32(offClientSleeping)) != 0 {
+		futexWake(r.u32(offRepHead))
+	}
+	return nil
+}
+
+func (r *Ring) writeHeader(head uint64, rec Record, n uint64) {
+	h := r.mem[r.dataOff+head%r.dataBytes:]
+	le := binary.LittleEndian
+	le.PutUint32(h, uint32(n))
+	le.PutUint32(h[4:], rec.Kind)
+	le.PutUint32(h[8:], uint32(rec.Sn))
+	le.PutUint32(h[12:], uint32(rec.File))
+	le.PutUint32(h[16:], uint32(rec.Label))
+	le.PutUint32(h[20:], uint32(len(rec.Data)))
+	le.PutUint32(h[24:], rec.CRC)
+	le.PutUint32(h[28:], 0)
+}
+
+// errClientGone is returned when a client died while the rank waited;
+// errTooBig when a reply cannot fit the client's ring.
+var (
+	errClientGone = errors.New("shm: client gone")
+	errTooBig     = errors.New("shm: reply too large for the ring")
+)
+
+// waitRoom waits until n bytes are free: the client releases records at
+// its own pace and does not wake the rank, so this polls, backing off.
+func (r *Ring) waitRoom(n uint64, alive func() bool) error {
+	nap := 20 * time.Microsecond
+	for !r.room(n) {
+		if !alive() {
+			return errClientGone
+		}
+		time.Sleep(nap)
+		nap = min(2*nap, 2*time.Millisecond)
+	}
+	return nil
+}

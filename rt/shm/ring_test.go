@@ -1,0 +1,205 @@
+package shm
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/brandrt/brandrt/chunk"
+	"github.com/brandrt/brandrt/proto"
+	"github.com/brandrt/brandrt/rt"
+)
+
+// TestLayoutGolden pins the ring layout that the Python reader shares.
+func TestLayoutGolden(t *testing.T) {
+	ours := map[string]string{
+		"ring_magic": ringMagic, "hello_magic": helloMagic, "welcome_magic": welcomeMagic,
+	}
+	for k, v := range map[string]int{
+		"version": version, "hello_bytes": helloBytes, "welcome_bytes": welcomeBytes, "header_bytes": headerBytes,
+		"off_magic": offMagic, "off_header_bytes": offHeaderBytes, "off_slots": offSlots, "off_data_off": offDataOff,
+		"off_data_bytes": offDataBytes, "off_rank": offRank, "off_client": offClient, "off_req_head": offReqHead,
+		"off_req_tail": offReqTail, "off_rep_head": offRepHead, "off_rank_sleeping": offRankSleeping,
+		"off_client_sleeping": offClientSleeping, "off_data_head": offDataHead, "off_data_tail": offDataTail,
+		"slot_bytes": slotBytes, "record_header": recordHeader, "record_align": recordAlign,
+		"kind_read": KindRead, "rec_file": RecFile, "rec_error": RecError, "rec_pad": RecPad,
+	} {
+		ours[k] = fmt.Sprint(v)
+	}
+	f, err := os.Open("testdata/layout.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	seen := 0
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, _ := strings.Cut(line, " ")
+		if ours[k] != v {
+			t.Errorf("golden %s = %s, Go has %q", k, v, ours[k])
+		}
+		seen++
+	}
+	if seen != len(ours) {
+		t.Errorf("golden has %d entries, Go %d", seen, len(ours))
+	}
+}
+
+// fakeLoop answers every request with a file whose bytes derive from sn,
+// until reqs closes.
+func fakeLoop(reqs <-chan rt.Request) {
+	for r := range reqs {
+		data := content(r.Sn)
+		r.Reply <- rt.Delivery{Sn: r.Sn, File: proto.FileID(1000 + r.Sn), Label: r.Sn % 7, Data: data, CRC: chunk.Checksum(data)}
+	}
+}
+
+func content(sn int32) []byte {
+	return bytes.Repeat([]byte{byte(sn), byte(sn >> 8), 0xa5}, int(sn%97)*350)
+}
+
+func listen(t *testing.T, slots uint32, data uint64) (*Server, chan rt.Request) {
+	t.Helper()
+	reqs := make(chan rt.Request, 64)
+	go fakeLoop(reqs)
+	s, err := Listen(t.TempDir(), 0, slots, data, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(); close(reqs) })
+	return s, reqs
+}
+
+// TestClientsReadThroughRings: three clients at once, each keeping up to
+// its slot count in flight through a ring small enough to wrap many times.
+func TestClientsReadThroughRings(t *testing.T) {
+	s, _ := listen(t, 8, 256<<10)
+	errs := make(chan error, 3)
+	for i := range 3 {
+		go func() { errs <- readAll(s.Dir(), int32(i), 3, 600, 8) }()
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// readAll asks for positions first, first+step, … below n, with up to
+// depth in flight, and checks every reply.
+func readAll(dir string, first, step, n int32, depth int) error {
+	c, err := Attach(dir)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	next, inflight, got := first, 0, map[int32]bool{}
+	for next < n || inflight > 0 {
+		for ; inflight < depth && next < n; next += step {
+			if err := c.Request(next); err != nil {
+				return err
+			}
+			inflight++
+		}
+		rec, err := c.Next(5 * time.Second)
+		if err != nil {
+			return err
+		}
+		inflight--
+		if rec.Kind != RecFile || rec.File != 1000+rec.Sn || !bytes.Equal(rec.Data, content(rec.Sn)) ||
+			rec.CRC != chunk.Checksum(rec.Data) || got[rec.Sn] {
+			return fmt.Errorf("client at %d: bad reply %+v (%d bytes)", first, rec, len(rec.Data))
+		}
+		got[rec.Sn] = true
+		c.Release(rec)
+	}
+	return nil
+}
+
+// TestDeadClientIsFreed: a client that goes away is noticed and its
+// resources freed; the server then accepts a new one.
+func TestDeadClientIsFreed(t *testing.T) {
+	s, _ := listen(t, 4, 256<<10)
+	c, err := Attach(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for sn := range int32(4) {
+		c.Request(sn)
+	}
+	c.Close() // with replies still coming
+	for end := time.Now().Add(5 * time.Second); s.Gone.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the server did not notice the client leave")
+		}
+	}
+	if err := readAll(s.Dir(), 0, 1, 50, 4); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRankGoneIsAnError: when the rank stops, a waiting client gets an
+// error within a second instead of hanging.
+func TestRankGoneIsAnError(t *testing.T) {
+	reqs := make(chan rt.Request, 4) // nobody answers
+	s, err := Listen(t.TempDir(), 0, 4, 256<<10, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Attach(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Request(0)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		(<-reqs).Reply <- rt.Delivery{Err: errors.New("x")}
+		s.Close()
+	}()
+	start := time.Now()
+	for {
+		_, err := c.Next(10 * time.Second)
+		if errors.Is(err, ErrRankGone) {
+			break
+		}
+		if err != nil || time.Since(start) > 5*time.Second {
+			t.Fatalf("after %v: %v", time.Since(start), err)
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("noticed after %v", d)
+	}
+}
+
+func TestSecondServerRefused(t *testing.T) {
+	s, _ := listen(t, 4, 64<<10)
+	if _, err := Listen(s.Dir(), 0, 4, 64<<10, nil); err == nil || !strings.Contains(err.Error(), "another brandrt rank serves") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// TestTooLargeForTheRing: a file that cannot fit the ring comes back as an
+// error record naming the sizes.
+func TestTooLargeForTheRing(t *testing.T) {
+	s, _ := listen(t, 4, 64<<10)
+	c, err := Attach(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Request(96) // 96×350×3 bytes
+	rec, err := c.Next(5 * time.Second)
+	if err != nil || rec.Kind != RecError || !strings.Contains(string(rec.Data), "a file of 100800 bytes, a ring of 65536") {
+		t.Fatalf("%+v %q %v", rec, rec.Data, err)
+	}
+}

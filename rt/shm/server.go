@@ -1,0 +1,289 @@
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/brandrt/brandrt/rt"
+)
+
+// Hello and welcome messages of the attach protocol.
+const (
+	helloMagic   = "BRTHELLO"
+	welcomeMagic = "BRTWELCM"
+	version      = 1
+	helloBytes   = 16
+	welcomeBytes = 32
+	// SocketName is the attach socket's name in the attach directory.
+	SocketName = "attach.sock"
+	// EnvAttach names the environment variable that overrides the attach
+	// directory.
+	EnvAttach = "BRANDRT_ATTACH"
+)
+
+// DefaultDir returns the attach directory of rank: $BRANDRT_ATTACH, else
+// /dev/shm/brandrt-<uid>/rank-<rank>.
+func DefaultDir(rank int) string {
+	if d := os.Getenv(EnvAttach); d != "" {
+		return d
+	}
+	return fmt.Sprintf("/dev/shm/brandrt-%d/rank-%d", os.Getuid(), rank)
+}
+
+// Server accepts clients on a rank's attach socket and serves their
+// requests through the rank's loop.
+type Server struct {
+	dir   string
+	ln    *net.UnixListener
+	rank  uint32
+	slots uint32
+	data  uint64
+	reqs  chan<- rt.Request
+
+	mu      sync.Mutex
+	clients map[uint32]*client
+	next    uint32
+	wg      sync.WaitGroup
+	// Attached counts clients that attached; Gone those that went away.
+	Attached, Gone atomic.Int64
+}
+
+// Listen creates dir and its attach socket. Requests go to reqs; each
+// client gets slots request slots and data bytes of replies.
+func Listen(dir string, rank int, slots uint32, data uint64, reqs chan<- rt.Request) (*Server, error) {
+	if _, total := layout(slots, data); slots == 0 || slots&(slots-1) != 0 || data%4096 != 0 || total > 1<<34 {
+		return nil, fmt.Errorf("shm: %d slots and %d data bytes per client: want a power of two and a multiple of 4096", slots, data)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("shm: attach directory: %w", err)
+	}
+	sock := filepath.Join(dir, SocketName)
+	if err := clearStale(sock); err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("shm: listen on %s: %w", sock, err)
+	}
+	s := &Server{dir: dir, ln: ln, rank: uint32(rank), slots: slots, data: data, reqs: reqs, clients: make(map[uint32]*client)}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+// clearStale removes a socket that no process listens on any more (left
+// by a rank that was killed); a live one is an error.
+func clearStale(sock string) error {
+	if _, err := os.Lstat(sock); err != nil {
+		return nil
+	}
+	if c, err := net.Dial("unixpacket", sock); err == nil {
+		c.Close()
+		return fmt.Errorf("shm: another brandrt rank serves on %s (set %s to use another directory)", sock, EnvAttach)
+	}
+	return os.Remove(sock)
+}
+
+// Dir returns the attach directory.
+func (s *Server) Dir() string { return s.dir }
+
+// Close stops accepting, drops every client and removes the socket.
+func (s *Server) Close() error {
+	err := s.ln.Close()
+	s.mu.Lock()
+	for _, c := range s.clients {
+		c.conn.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	os.Remove(filepath.Join(s.dir, SocketName))
+	os.Remove(s.dir)
+	return err
+}
+
+func (s *Server) accept() {
+	defer s.wg.Done()
+	for {
+		conn, err := s.ln.AcceptUnix()
+		if err != nil {
+			return // closed
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.attach(conn); err != nil {
+				fmt.Fprintf(os.Stderr, "brandrt: rank %d: %v\n", s.rank, err)
+			}
+		}()
+	}
+}
+
+// attach greets a client, hands it its rings, and serves it until it
+// goes away.
+func (s *Server) attach(conn *net.UnixConn) error {
+	defer conn.Close()
+	pid, err := readHello(conn)
+	if errors.Is(err, io.EOF) {
+		return nil // a probe (clearStale of another rank), not a client
+	}
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.next++
+	id := s.next
+	s.mu.Unlock()
+	ring, fd, err := newRing(s.slots, s.data, s.rank, id)
+	if err != nil {
+		return err
+	}
+	defer ring.Close()
+	err = sendWelcome(conn, id, s.rank, len(ring.mem), fd)
+	syscall.Close(fd) // the client holds its own descriptor now
+	if err != nil {
+		return fmt.Errorf("shm: client %d (pid %d): %w", id, pid, err)
+	}
+	c := &client{id: id, pid: pid, conn: conn, ring: ring, replies: make(chan rt.Delivery, s.slots)}
+	s.mu.Lock()
+	s.clients[id] = c
+	s.mu.Unlock()
+	s.Attached.Add(1)
+	c.serve(s.reqs)
+	s.mu.Lock()
+	delete(s.clients, id)
+	s.mu.Unlock()
+	s.Gone.Add(1)
+	return nil
+}
+
+func readHello(conn *net.UnixConn) (uint32, error) {
+	b := make([]byte, 64)
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := conn.Read(b)
+	conn.SetReadDeadline(time.Time{})
+	if err != nil {
+		return 0, fmt.Errorf("shm: attach: %w", err)
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	le := binary.LittleEndian
+	if n != helloBytes || string(b[:8]) != helloMagic || le.Uint32(b[8:]) != version {
+		return 0, fmt.Errorf("shm: attach: a client sent %d bytes that are not a version %d hello", n, version)
+	}
+	return le.Uint32(b[12:]), nil
+}
+
+func sendWelcome(conn *net.UnixConn, id, rank uint32, size, fd int) error {
+	b := make([]byte, welcomeBytes)
+	le := binary.LittleEndian
+	copy(b, welcomeMagic)
+	le.PutUint32(b[8:], version)
+	le.PutUint32(b[12:], id)
+	le.PutUint32(b[16:], rank)
+	le.PutUint32(b[20:], uint32(size))
+	_, _, err := conn.WriteMsgUnix(b, syscall.UnixRights(fd), nil)
+	return err
+}
+
+// client is one attached process, served by two goroutines: one takes
+// its requests to the loop, the other writes the loop's deliveries into
+// its ring.
+type client struct {
+	id, pid uint32
+	conn    *net.UnixConn
+	ring    *Ring
+	replies chan rt.Delivery
+	pending atomic.Int32 // requests handed to the loop, not yet written back
+	dead    atomic.Bool
+}
+
+func (c *client) alive() bool { return !c.dead.Load() }
+
+// serve runs until the client goes away and every delivery meant for it
+// has come back from the loop.
+func (c *client) serve(reqs chan<- rt.Request) {
+	watched, written := make(chan struct{}), make(chan struct{})
+	go func() { defer close(watched); c.watch() }()
+	go func() { defer close(written); c.write() }()
+	c.read(reqs)
+	<-written
+	<-watched
+}
+
+// watch waits for the connection to close: the client died or detached.
+func (c *client) watch() {
+	b := make([]byte, 64)
+	for {
+		if _, err := c.conn.Read(b); err != nil {
+			c.dead.Store(true)
+			futexWake(c.ring.u32(offReqHead)) // wake read
+			return
+		}
+	}
+}
+
+// read takes the client's requests to the loop, never more at once than
+// the replies channel holds, so that the loop never waits on a client.
+func (c *client) read(reqs chan<- rt.Request) {
+	var batch []Request
+	for c.alive() {
+		if int(c.pending.Load()) >= cap(c.replies) {
+			time.Sleep(50 * time.Microsecond)
+			continue
+		}
+		batch = c.ring.takeRequests(batch[:0])
+		if len(batch) == 0 {
+			c.ring.waitRequests(100 * time.Millisecond)
+			continue
+		}
+		for _, r := range batch {
+			c.pending.Add(1)
+			reqs <- rt.Request{Sn: r.Sn, Reply: c.replies}
+		}
+	}
+}
+
+// write copies deliveries into the ring; after the client died it only
+// releases them, until none is pending.
+func (c *client) write() {
+	for {
+		if c.dead.Load() && c.pending.Load() == 0 {
+			return
+		}
+		select {
+		case d := <-c.replies:
+			c.put(&d)
+			d.Release()
+			c.pending.Add(-1)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (c *client) put(d *rt.Delivery) {
+	if !c.alive() {
+		return
+	}
+	rec := Record{Kind: RecFile, Sn: d.Sn, File: int32(d.File), Label: d.Label, CRC: d.CRC, Data: d.Data}
+	if d.Err != nil {
+		rec = Record{Kind: RecError, Sn: d.Sn, File: -1, Label: -1, Data: []byte(d.Err.Error())}
+	}
+	err := c.ring.putRecord(rec, c.alive)
+	if errors.Is(err, errTooBig) { // tell the client rather than hang it
+		err = c.ring.putRecord(Record{Kind: RecError, Sn: d.Sn, File: -1, Label: -1, Data: []byte(err.Error())}, c.alive)
+	}
+	if err != nil && !errors.Is(err, errClientGone) {
+		fmt.Fprintf(os.Stderr, "brandrt: client %d (pid %d): %v\n", c.id, c.pid, err)
+		c.conn.Close()
+	}
+}
