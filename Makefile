@@ -12,6 +12,9 @@ FUZZTIME  ?= 30s
 # mpirun on this kind of machine: root, more ranks than cores, no binding
 # (a bound rank gets a single core).
 MPIRUN    ?= mpirun --allow-run-as-root --oversubscribe --bind-to none
+# Debian's python3-torch is installed for this interpreter, which need not
+# be the first python3 on PATH.
+PYTHON    ?= /usr/bin/python3
 
 # Scratch space for make bench-storage, on the disk to measure.
 BENCH_DIR ?= /var/tmp/brandrt-bench
@@ -30,6 +33,7 @@ build: deps
 # Every test, with the protocol's internal invariants checked after every
 # step, then again under the race detector (shorter randomized runs).
 test: deps
+	$(PYTHON) -m unittest discover -s python/tests -p 'test_*.py'
 	$(GO) test -tags invariants -count=1 ./...
 	$(GO) test -race -short -count=1 ./...
 

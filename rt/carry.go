@@ -110,7 +110,9 @@ func (l *loop) deliver(d proto.Delivery) {
 		panic(fmt.Sprintf("rt: rank %d: delivery for position %d, which no client asked for", l.n.me, d.Sn))
 	}
 	delete(l.waiting, d.Sn)
+	l.answered++
 	if d.Status != proto.StatusOK {
+		l.stats.failed++
 		reply <- Delivery{Sn: d.Sn, File: proto.NoFile, Err: fmt.Errorf("rt: rank %d: position %d: %s", l.n.me, d.Sn, d.Status)}
 		return
 	}
@@ -119,9 +121,19 @@ func (l *loop) deliver(d proto.Delivery) {
 		panic(fmt.Sprintf("rt: rank %d: delivering file %d, which it does not hold", l.n.me, d.File))
 	}
 	delete(l.files, d.File)
+	l.count(f)
 	if d.Source == proto.FromRemote || d.Source == proto.FromBuffer {
 		l.stats.remoteFiles++
 		l.stats.remoteBytes += int64(len(f.data))
 	}
 	reply <- Delivery{Sn: d.Sn, File: d.File, Label: f.label, Data: f.data, CRC: f.crc, f: f}
+}
+
+// count adds a delivered file to the epoch's tallies.
+func (l *loop) count(f *file) {
+	l.stats.delivered++
+	l.stats.deliveredBytes += int64(len(f.data))
+	l.stats.crcSum += int64(f.crc)
+	l.stats.labelSum += int64(f.label)
+	l.n.counts[f.id]++
 }

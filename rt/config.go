@@ -36,8 +36,12 @@ type Config struct {
 	IOWorkers int
 	// Consume is the number of in-process consumers per rank, each reading
 	// its share of the rank's trace and verifying every file; Depth is
-	// the requests each keeps in flight.
+	// the requests each keeps in flight. With none, other clients (shared
+	// memory) send requests to Node.Requests.
 	Consume, Depth int
+	// OnEpoch, when set, is called on every rank when an epoch starts,
+	// with this rank's trace length.
+	OnEpoch func(epoch uint32, positions int)
 	// Pause makes the in-process consumers wait this long at the start of
 	// each epoch, as a training script busy elsewhere would; the rank is
 	// idle meanwhile, and the CPU it uses then is reported.
@@ -73,7 +77,7 @@ func (c Config) Validate() error {
 	add(c.Window >= 0, "window %d, want ≥ 0", c.Window)
 	add(c.Epochs >= 1, "%d epochs, want ≥ 1", c.Epochs)
 	add(c.IOWorkers >= 1, "%d I/O workers, want ≥ 1", c.IOWorkers)
-	add(c.Consume >= 1 && c.Consume <= 1024, "%d consumers, want 1 to 1024 (nothing else reads yet)", c.Consume)
+	add(c.Consume >= 0 && c.Consume <= 1024, "%d consumers, want 0 to 1024", c.Consume)
 	add(c.Depth >= 1 && c.Depth <= 1024, "depth %d, want 1 to 1024", c.Depth)
 	add(c.Pause >= 0, "pause %v, want ≥ 0", c.Pause)
 	add(c.FS != nil && c.Log != nil, "no file system or log")

@@ -10,11 +10,17 @@ import (
 	"github.com/brandrt/brandrt/proto"
 )
 
-// Request asks the rank for the file at position Sn of its trace; the
-// delivery goes to Reply, which must have room for it (the loop never
-// waits on a client).
+// Request asks the rank for the file at position Sn of its trace in epoch
+// Epoch; the delivery goes to Reply, which must have room for it (the
+// loop never waits on a client). A request for a later epoch waits for
+// it; one for an earlier epoch gets an error. With End set, it asks for
+// nothing but says that the clients will ask for nothing more this epoch:
+// the rank then ends it once the requests in flight are answered, even
+// if some positions were never asked for.
 type Request struct {
+	Epoch uint32
 	Sn    int32
+	End   bool
 	Reply chan<- Delivery
 }
 
@@ -55,9 +61,14 @@ type loop struct {
 	files   map[proto.FileID]*file
 	just    *readResult // the read whose ReadDone is being carried out
 	sends   []pendingSend
-	done    bool // local clients finished; tagDone sent
-	doneIn  int  // peers whose tagDone arrived
-	stats   loopStats
+	epoch   uint32
+	// traceLen is this rank's trace length; answered counts the positions
+	// answered so far; ended is set when a client ended the epoch.
+	traceLen, answered int
+	ended              bool
+	done               bool // local clients finished; tagDone sent
+	doneIn             int  // peers whose tagDone arrived
+	stats              loopStats
 	// start, cpu0: when the epoch began and the process's CPU time then;
 	// first: when the first client request came; idleCPU: the CPU time
 	// the process used in between.
@@ -77,6 +88,10 @@ type loopStats struct {
 	readErrors, corruptReads               int64
 	remoteFiles, remoteBytes               int64 // delivered files other ranks sent
 	storageReads, storageBytes             int64 // chunk reads that went to storage
+	// files delivered to clients, their bytes, and the sums of their
+	// checksums and labels as their owners' indexes have them
+	delivered, deliveredBytes, failed int64
+	crcSum, labelSum                  int64
 }
 
 // pendingSend is a send in flight; frame must live, and file keep its
@@ -87,16 +102,17 @@ type pendingSend struct {
 	file  *file
 }
 
-// serve runs the epoch until the local clients are done (clientsDone is
-// closed), every peer said it is done, and nothing is in flight. While a
+// serve runs the epoch until every position of the rank's trace was
+// answered (or a client ended the epoch), every peer said it is done, and
+// nothing is in flight. While a
 // client waits or a read or send is in flight it spins, yielding; with
 // nothing at all to do, after a while, it sleeps between polls of MPI,
 // longer and longer up to maxNap. Clients and I/O workers wake it at once.
-func (l *loop) serve(ctx context.Context, clientsDone <-chan struct{}) error {
+func (l *loop) serve(ctx context.Context) error {
 	idle := 0
 	nap := minNap
 	for {
-		progress, err := l.step(clientsDone)
+		progress, err := l.step()
 		if err != nil {
 			return err
 		}
@@ -114,7 +130,7 @@ func (l *loop) serve(ctx context.Context, clientsDone <-chan struct{}) error {
 			runtime.Gosched()
 			continue
 		}
-		if err := l.wait(ctx, clientsDone, nap); err != nil {
+		if err := l.wait(ctx, nap); err != nil {
 			return err
 		}
 		nap = min(2*nap, maxNap)
@@ -132,7 +148,7 @@ const (
 
 // wait blocks until a client or an I/O worker has something, or nap
 // passes (MPI has no channel to wait on).
-func (l *loop) wait(ctx context.Context, clientsDone <-chan struct{}, nap time.Duration) error {
+func (l *loop) wait(ctx context.Context, nap time.Duration) error {
 	t := time.NewTimer(nap)
 	defer t.Stop()
 	select {
@@ -140,19 +156,10 @@ func (l *loop) wait(ctx context.Context, clientsDone <-chan struct{}, nap time.D
 		return l.request(r)
 	case res := <-l.io.done:
 		return l.readDone(res)
-	case <-l.doneSignal(clientsDone):
 	case <-ctx.Done():
 	case <-t.C:
 	}
 	return nil
-}
-
-// doneSignal returns clientsDone until the loop has acted on it.
-func (l *loop) doneSignal(clientsDone <-chan struct{}) <-chan struct{} {
-	if l.done {
-		return nil
-	}
-	return clientsDone
 }
 
 // busy reports whether something is in flight that the loop must notice
@@ -166,7 +173,7 @@ func (l *loop) finished() bool {
 }
 
 // step does one round of everything and reports whether anything moved.
-func (l *loop) step(clientsDone <-chan struct{}) (bool, error) {
+func (l *loop) step() (bool, error) {
 	progress := false
 	for range 64 {
 		if res, ok := l.io.next(); ok {
@@ -196,14 +203,10 @@ func (l *loop) step(clientsDone <-chan struct{}) (bool, error) {
 		return progress, err
 	}
 	progress = progress || got || l.io.flush() || sent
-	if !l.done {
-		select {
-		case <-clientsDone:
-			progress = true
-			if err := l.sayDone(); err != nil {
-				return progress, err
-			}
-		default:
+	if !l.done && (l.answered == l.traceLen || (l.ended && len(l.waiting) == 0)) {
+		progress = true
+		if err := l.sayDone(); err != nil {
+			return progress, err
 		}
 	}
 	return progress, nil
@@ -213,6 +216,17 @@ func (l *loop) step(clientsDone <-chan struct{}) (bool, error) {
 func (l *loop) request(r Request) error {
 	if l.first.IsZero() {
 		l.markFirst()
+	}
+	switch {
+	case r.Epoch > l.epoch:
+		l.n.held = append(l.n.held, r)
+		return nil
+	case r.Epoch < l.epoch:
+		r.Reply <- Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: epoch %d is over (this is epoch %d)", l.n.me, r.Epoch, l.epoch)}
+		return nil
+	case r.End:
+		l.ended = true
+		return nil
 	}
 	if _, dup := l.waiting[r.Sn]; dup {
 		r.Reply <- Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: position %d is already requested", l.n.me, r.Sn)}

@@ -26,6 +26,13 @@ type Node struct {
 	k        int
 	// sums of the shard's index, to check what the consumers received
 	crcSum, labelSum int64
+	maxSize          int64
+	// reqs carries clients' requests to the loop; held are those for an
+	// epoch that has not started yet.
+	reqs chan Request
+	held []Request
+	// counts holds this epoch's deliveries on this rank per file id.
+	counts []int32
 }
 
 // Open opens this rank's shard and builds the protocol state. Every rank
@@ -35,7 +42,8 @@ func Open(cfg Config, comm collectives.Comm) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, comm: comm, me: comm.Rank(), size: comm.Size(), dir: RankDir(cfg.Chunks, comm.Rank())}
+	n := &Node{cfg: cfg, comm: comm, me: comm.Rank(), size: comm.Size(), dir: RankDir(cfg.Chunks, comm.Rank()),
+		reqs: make(chan Request, 1024)}
 	err := n.agree(n.open())
 	if err == nil {
 		err = n.sameDataset()
@@ -54,6 +62,12 @@ func (n *Node) Close() {
 		n.shard = nil
 	}
 }
+
+// Requests returns where clients send their requests.
+func (n *Node) Requests() chan<- Request { return n.reqs }
+
+// MaxFileSize returns the size of this rank's largest file.
+func (n *Node) MaxFileSize() int64 { return n.maxSize }
 
 // Manifest returns the served dataset's manifest.
 func (n *Node) Manifest() *chunk.Manifest { return n.man }
@@ -82,6 +96,7 @@ func (n *Node) open() error {
 	for i := range sizes {
 		e := idx.Record(i)
 		sizes[i] = int64(e.Size)
+		n.maxSize = max(n.maxSize, sizes[i])
 		n.crcSum += int64(e.CRC)
 		n.labelSum += int64(e.Label)
 	}

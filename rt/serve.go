@@ -19,7 +19,7 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 	if n.m.MemBytes(n.me) >= n.m.ShardBytes(n.me) {
 		io.resident = make(map[int]*chunkBuf)
 	}
-	reqs := make(chan Request, 1024)
+	reqs := n.reqs
 	pool := new(recvPool)
 	var all []EpochStats
 	for e := 1; e <= n.cfg.Epochs; e++ {
@@ -47,14 +47,25 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	if err := n.p.Step(proto.EpochStart{Epoch: e, Traces: traces}); err != nil {
 		return EpochStats{}, fmt.Errorf("rt: rank %d: epoch %d: %w", n.me, e, err)
 	}
-	l := &loop{n: n, p: n.p, comm: n.comm, io: io, pool: pool, reqs: reqs,
+	n.counts = make([]int32, files)
+	l := &loop{n: n, p: n.p, comm: n.comm, io: io, pool: pool, reqs: reqs, epoch: e, traceLen: len(own),
 		waiting: make(map[int32]chan<- Delivery), files: make(map[proto.FileID]*file)}
 	if err := l.carry(); err != nil {
 		return EpochStats{}, err
 	}
 	l.start, l.cpu0 = time.Now(), processCPU()
-	cons := startConsumers(ctx, n.cfg.Consume, n.cfg.Depth, len(own), files, n.cfg.Pause, reqs)
-	err = l.serve(ctx, cons.done)
+	if n.cfg.OnEpoch != nil {
+		n.cfg.OnEpoch(e, len(own))
+	}
+	held := n.held
+	n.held = nil
+	for _, r := range held {
+		if err := l.request(r); err != nil {
+			return EpochStats{}, err
+		}
+	}
+	cons := startConsumers(ctx, n.cfg.Consume, n.cfg.Depth, e, len(own), n.cfg.Pause, reqs)
+	err = l.serve(ctx)
 	if l.first.IsZero() { // no request at all: the whole epoch was idle
 		l.markFirst()
 	}
@@ -71,7 +82,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		return EpochStats{}, err
 	}
 	return n.reduce(e, epochCounts{proto: n.p.Stats(), loop: l.stats, cons: cons.total, left: left, seconds: secs,
-		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, expected: int64(files)}, cons)
+		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, expected: int64(files), verified: n.cfg.Consume > 0})
 }
 
 // processCPU returns the CPU time this process has used, user and system.

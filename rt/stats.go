@@ -22,7 +22,8 @@ type EpochStats struct {
 	FilesMissing        int64 `json:"files_missing"`
 	FailedDeliveries    int64 `json:"failed_deliveries"`
 	// ChecksumErrors counts delivered files whose CRC32C differs from the
-	// index, and chunk reads that found damage.
+	// index (checked by the in-process readers; shared-memory clients
+	// check their own), and chunk reads that found damage.
 	ChecksumErrors int64 `json:"checksum_errors"`
 	BytesDelivered int64 `json:"bytes_delivered"`
 	// ChunkReads counts whole chunks loaded into memory and BytesLoaded
@@ -63,12 +64,18 @@ type EpochStats struct {
 	Seconds        float64 `json:"seconds"`
 	FilesPerSecond float64 `json:"files_per_second"`
 	BytesPerSecond float64 `json:"bytes_per_second"`
-	// Sums of the delivered files' CRC32C and labels, and of the index's:
-	// they are equal when every file arrived once with the right bytes.
+	// Sums of the CRC32C and labels the owners' indexes keep for the
+	// delivered files, and for all files: with no duplicate, no missing
+	// file and no checksum error, every file arrived once with its bytes
+	// and label.
 	DeliveredCRCSum   int64 `json:"delivered_crc_sum"`
 	IndexCRCSum       int64 `json:"index_crc_sum"`
 	DeliveredLabelSum int64 `json:"delivered_label_sum"`
 	IndexLabelSum     int64 `json:"index_label_sum"`
+	// Verified says that in-process readers checked every delivered
+	// file's bytes (ChecksumErrors counts what they found) and measured
+	// their waits (StallSeconds); shared-memory clients do their own.
+	Verified bool `json:"verified"`
 	// FilesLeft counts files still held when the epoch ended (a leak).
 	FilesLeft int64 `json:"files_left_in_memory"`
 }
@@ -83,14 +90,15 @@ type epochCounts struct {
 	idle     float64
 	idleCPU  time.Duration
 	expected int64
+	verified bool
 }
 
 // reduce sums the ranks' counts and checks the per-file delivery counts.
-func (n *Node) reduce(e uint32, c epochCounts, cons *consumers) (EpochStats, error) {
+func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 	ps, ls, cs := c.proto, c.loop, c.cons
-	sums := []int64{cs.files, cs.failed, cs.checksumErrors + ls.corruptReads, cs.bytes, ps.ChunkReads, ps.BytesRead,
+	sums := []int64{ls.delivered, ls.failed, cs.checksumErrors + ls.corruptReads, ls.deliveredBytes, ps.ChunkReads, ps.BytesRead,
 		ps.LocalHits, ps.RemoteRequests, ls.remoteFiles, ls.remoteBytes, ls.bytesOut, ps.Pushed, ps.BufferHits,
-		int64(cs.stall), cs.crcSum, n.crcSum, cs.labelSum, n.labelSum, c.left, ls.storageReads, ls.storageBytes}
+		int64(cs.stall), ls.crcSum, n.crcSum, ls.labelSum, n.labelSum, c.left, ls.storageReads, ls.storageBytes}
 	s, err := n.comm.AllreduceSum(sums)
 	if err != nil {
 		return EpochStats{}, err
@@ -99,7 +107,7 @@ func (n *Node) reduce(e uint32, c epochCounts, cons *consumers) (EpochStats, err
 	if err != nil {
 		return EpochStats{}, err
 	}
-	dup, missing, err := n.perFile(cons)
+	dup, missing, err := n.perFile()
 	if err != nil {
 		return EpochStats{}, err
 	}
@@ -110,7 +118,7 @@ func (n *Node) reduce(e uint32, c epochCounts, cons *consumers) (EpochStats, err
 		StallSeconds: float64(s[13]) / 1e9, DeliveredCRCSum: s[14], IndexCRCSum: s[15],
 		DeliveredLabelSum: s[16], IndexLabelSum: s[17], FilesLeft: s[18],
 		DuplicateDeliveries: dup, FilesMissing: missing, PeakMemBytes: mx[0], Seconds: float64(mx[1]) / 1e9,
-		IdleSeconds: float64(mx[2]) / 1e9, IdleCPUSeconds: float64(mx[3]) / 1e9}
+		IdleSeconds: float64(mx[2]) / 1e9, IdleCPUSeconds: float64(mx[3]) / 1e9, Verified: c.verified}
 	if st.BytesDelivered > 0 {
 		st.ReadAmplification = float64(st.BytesLoaded) / float64(st.BytesDelivered)
 	}
@@ -123,10 +131,10 @@ func (n *Node) reduce(e uint32, c epochCounts, cons *consumers) (EpochStats, err
 
 // perFile sums every rank's deliveries per file and counts the files
 // delivered more than once (the extra deliveries) and never.
-func (n *Node) perFile(cons *consumers) (dup, missing int64, err error) {
-	v := make([]int64, len(cons.counts))
-	for i := range v {
-		v[i] = int64(cons.counts[i].Load())
+func (n *Node) perFile() (dup, missing int64, err error) {
+	v := make([]int64, len(n.counts))
+	for i, c := range n.counts {
+		v[i] = int64(c)
 	}
 	all, err := n.comm.AllreduceSum(v)
 	if err != nil {
@@ -143,8 +151,9 @@ func (n *Node) perFile(cons *consumers) (dup, missing int64, err error) {
 	return dup, missing, nil
 }
 
-// OK reports whether the epoch delivered every file exactly once with the
-// bytes and label its index records, and left nothing behind.
+// OK reports whether the epoch delivered every file exactly once, with
+// its label and, when Verified, its bytes as its index records them, and
+// left nothing behind.
 func (s EpochStats) OK() bool {
 	return s.FilesDelivered == s.FilesExpected && s.DuplicateDeliveries == 0 && s.FilesMissing == 0 &&
 		s.FailedDeliveries == 0 && s.ChecksumErrors == 0 && s.FilesLeft == 0 &&

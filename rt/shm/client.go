@@ -80,9 +80,19 @@ func (c *Client) Close() error {
 	return c.conn.Close()
 }
 
-// Request asks for trace position sn. At most the ring's slot count may
-// be outstanding.
-func (c *Client) Request(sn int32) error {
+// Request asks for trace position sn of epoch. At most the ring's slot
+// count may be outstanding.
+func (c *Client) Request(epoch uint32, sn int32) error {
+	return c.push(epoch, sn, KindRead)
+}
+
+// EndEpoch says this client's side asks for nothing more in epoch.
+func (c *Client) EndEpoch(epoch uint32) error { return c.push(epoch, 0, KindEndEpoch) }
+
+// Epoch returns the epoch the rank serves and its trace length there.
+func (c *Client) Epoch() (e, n uint32) { return c.ring.Epoch() }
+
+func (c *Client) push(epoch uint32, sn int32, kind uint32) error {
 	head := atomic.LoadUint32(c.ring.u32(offReqHead))
 	for head-atomic.LoadUint32(c.ring.u32(offReqTail)) >= c.ring.slots {
 		if err := c.alive(); err != nil {
@@ -92,7 +102,8 @@ func (c *Client) Request(sn int32) error {
 	}
 	s := c.ring.mem[headerBytes+uint64(head%c.ring.slots)*slotBytes:]
 	binary.LittleEndian.PutUint32(s, uint32(sn))
-	binary.LittleEndian.PutUint32(s[4:], KindRead)
+	binary.LittleEndian.PutUint32(s[4:], kind)
+	binary.LittleEndian.PutUint32(s[8:], epoch)
 	atomic.StoreUint32(c.ring.u32(offReqHead), head+1)
 	if atomic.LoadUint32(c.ring.u32(offRankSleeping)) != 0 {
 		futexWake(c.ring.u32(offReqHead))

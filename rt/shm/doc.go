@@ -4,8 +4,9 @@
 // # Attach
 //
 // A rank listens on a Unix socket (SOCK_SEQPACKET) named attach.sock in
-// its attach directory: $BRANDRT_ATTACH when set, else
-// /dev/shm/brandrt-<uid>/rank-<rank>. A client connects and sends a hello
+// its attach directory, <base>/local-<local rank on the node>, where base
+// is $BRANDRT_ATTACH when set, else /dev/shm/brandrt-<uid>. With one rank
+// per node that is local-0, where clients look unless told otherwise. A client connects and sends a hello
 // (below); the rank answers with a welcome and, as SCM_RIGHTS ancillary
 // data, the file descriptor of a memfd holding the client's rings. The
 // connection stays open for the client's life: when the client dies the
@@ -35,10 +36,15 @@
 //	320      4  client sleeping         client: 1 while it waits on rep head
 //	384      8  data head               rank: bytes written to the data ring
 //	448      8  data tail               client: bytes it released
+//	512      4  epoch                   rank: the epoch being served (0: none yet)
+//	516      4  trace length            rank: this rank's positions in that epoch
 //
 // Counters only grow (32-bit ones wrap); each lives on its own 64-byte
-// line. A request is slot (head mod R), 16 bytes: sn i32, kind u32 (1:
-// read the file at trace position sn), 8 reserved bytes. The client
+// line. A request is slot (head mod R), 16 bytes: sn i32, kind u32, epoch
+// u32, 4 reserved bytes. Kind 1 reads the file at trace position sn of the
+// epoch; kind 2 ends the epoch on this rank (no more requests will come
+// for it; positions never asked for are skipped). A request for an epoch
+// the rank has not started waits for it. The client
 // writes the slot, then advances req head; if rank sleeping is 1 it wakes
 // the rank with FUTEX_WAKE on req head. The rank answers in any order with
 // one record per request in the data ring, at data offset + (data head mod

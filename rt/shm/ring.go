@@ -29,13 +29,16 @@ const (
 	offClientSleeping = 320
 	offDataHead       = 384
 	offDataTail       = 448
+	offEpoch          = 512
+	offTraceLen       = 516
 
 	slotBytes    = 16
 	recordHeader = 32
 	recordAlign  = 64
 
-	// KindRead is the request kind: read the file at a trace position.
-	KindRead = 1
+	// Request kinds: read the file at a trace position; end the epoch.
+	KindRead     = 1
+	KindEndEpoch = 2
 	// Record kinds.
 	RecFile  = 1
 	RecError = 2
@@ -142,8 +145,9 @@ func (r *Ring) u64(off uint64) *uint64 { return (*uint64)(unsafe.Pointer(&r.mem[
 
 // Request is one request slot.
 type Request struct {
-	Sn   int32
-	Kind uint32
+	Sn    int32
+	Kind  uint32
+	Epoch uint32
 }
 
 // takeRequests appends the requests written since the last call.
@@ -152,7 +156,7 @@ func (r *Ring) takeRequests(dst []Request) []Request {
 	le := binary.LittleEndian
 	for ; tail != head; tail++ {
 		s := r.mem[headerBytes+uint64(tail%r.slots)*slotBytes:]
-		dst = append(dst, Request{Sn: int32(le.Uint32(s)), Kind: le.Uint32(s[4:])})
+		dst = append(dst, Request{Sn: int32(le.Uint32(s)), Kind: le.Uint32(s[4:]), Epoch: le.Uint32(s[8:])})
 	}
 	atomic.StoreUint32(r.u32(offReqTail), tail)
 	return dst
@@ -250,4 +254,16 @@ func (r *Ring) waitRoom(n uint64, alive func() bool) error {
 		nap = min(2*nap, 2*time.Millisecond)
 	}
 	return nil
+}
+
+// setEpoch publishes the epoch being served and this rank's trace length.
+func (r *Ring) setEpoch(e, n uint32) {
+	atomic.StoreUint32(r.u32(offTraceLen), n)
+	atomic.StoreUint32(r.u32(offEpoch), e)
+}
+
+// Epoch returns the epoch being served and this rank's trace length in it.
+func (r *Ring) Epoch() (e, n uint32) {
+	e = atomic.LoadUint32(r.u32(offEpoch))
+	return e, atomic.LoadUint32(r.u32(offTraceLen))
 }

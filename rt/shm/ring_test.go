@@ -25,7 +25,7 @@ func TestLayoutGolden(t *testing.T) {
 		"off_magic": offMagic, "off_header_bytes": offHeaderBytes, "off_slots": offSlots, "off_data_off": offDataOff,
 		"off_data_bytes": offDataBytes, "off_rank": offRank, "off_client": offClient, "off_req_head": offReqHead,
 		"off_req_tail": offReqTail, "off_rep_head": offRepHead, "off_rank_sleeping": offRankSleeping,
-		"off_client_sleeping": offClientSleeping, "off_data_head": offDataHead, "off_data_tail": offDataTail,
+		"off_client_sleeping": offClientSleeping, "off_data_head": offDataHead, "off_data_tail": offDataTail, "off_epoch": offEpoch, "off_trace_len": offTraceLen, "kind_end_epoch": KindEndEpoch,
 		"slot_bytes": slotBytes, "record_header": recordHeader, "record_align": recordAlign,
 		"kind_read": KindRead, "rec_file": RecFile, "rec_error": RecError, "rec_pad": RecPad,
 	} {
@@ -105,7 +105,7 @@ func readAll(dir string, first, step, n int32, depth int) error {
 	next, inflight, got := first, 0, map[int32]bool{}
 	for next < n || inflight > 0 {
 		for ; inflight < depth && next < n; next += step {
-			if err := c.Request(next); err != nil {
+			if err := c.Request(1, next); err != nil {
 				return err
 			}
 			inflight++
@@ -134,7 +134,7 @@ func TestDeadClientIsFreed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for sn := range int32(4) {
-		c.Request(sn)
+		c.Request(1, sn)
 	}
 	c.Close() // with replies still coming
 	for end := time.Now().Add(5 * time.Second); s.Gone.Load() == 0; time.Sleep(10 * time.Millisecond) {
@@ -160,7 +160,7 @@ func TestRankGoneIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.Request(0)
+	c.Request(1, 0)
 	go func() {
 		time.Sleep(100 * time.Millisecond)
 		(<-reqs).Reply <- rt.Delivery{Err: errors.New("x")}
@@ -197,7 +197,7 @@ func TestTooLargeForTheRing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.Request(96) // 96×350×3 bytes
+	c.Request(1, 96) // 96×350×3 bytes
 	rec, err := c.Next(5 * time.Second)
 	if err != nil || rec.Kind != RecError || !strings.Contains(string(rec.Data), "a file of 100800 bytes, a ring of 65536") {
 		t.Fatalf("%+v %q %v", rec, rec.Data, err)

@@ -25,18 +25,21 @@ const (
 	welcomeBytes = 32
 	// SocketName is the attach socket's name in the attach directory.
 	SocketName = "attach.sock"
-	// EnvAttach names the environment variable that overrides the attach
-	// directory.
+	// EnvAttach names the environment variable that overrides the base
+	// directory of the attach points.
 	EnvAttach = "BRANDRT_ATTACH"
 )
 
-// DefaultDir returns the attach directory of rank: $BRANDRT_ATTACH, else
-// /dev/shm/brandrt-<uid>/rank-<rank>.
-func DefaultDir(rank int) string {
-	if d := os.Getenv(EnvAttach); d != "" {
-		return d
+// DefaultDir returns the attach directory of the rank with local rank
+// local on its node: <base>/local-<local>, where base is $BRANDRT_ATTACH
+// or /dev/shm/brandrt-<uid>. With one rank per node, every rank's is
+// local-0, where clients look by default.
+func DefaultDir(local int) string {
+	base := os.Getenv(EnvAttach)
+	if base == "" {
+		base = fmt.Sprintf("/dev/shm/brandrt-%d", os.Getuid())
 	}
-	return fmt.Sprintf("/dev/shm/brandrt-%d/rank-%d", os.Getuid(), rank)
+	return filepath.Join(base, fmt.Sprintf("local-%d", local))
 }
 
 // Server accepts clients on a rank's attach socket and serves their
@@ -49,10 +52,12 @@ type Server struct {
 	data  uint64
 	reqs  chan<- rt.Request
 
-	mu      sync.Mutex
-	clients map[uint32]*client
-	next    uint32
-	wg      sync.WaitGroup
+	mu       sync.Mutex
+	clients  map[uint32]*client
+	next     uint32
+	epoch    uint32
+	traceLen uint32
+	wg       sync.WaitGroup
 	// Attached counts clients that attached; Gone those that went away.
 	Attached, Gone atomic.Int64
 }
@@ -93,6 +98,17 @@ func clearStale(sock string) error {
 	return os.Remove(sock)
 }
 
+// StartEpoch tells every client, and those that attach later, that epoch
+// e is being served with n positions on this rank.
+func (s *Server) StartEpoch(e uint32, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.epoch, s.traceLen = e, uint32(n)
+	for _, c := range s.clients {
+		c.ring.setEpoch(e, uint32(n))
+	}
+}
+
 // Dir returns the attach directory.
 func (s *Server) Dir() string { return s.dir }
 
@@ -107,6 +123,7 @@ func (s *Server) Close() error {
 	s.wg.Wait()
 	os.Remove(filepath.Join(s.dir, SocketName))
 	os.Remove(s.dir)
+	os.Remove(filepath.Dir(s.dir)) // the base, when no other rank uses it
 	return err
 }
 
@@ -155,6 +172,7 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	c := &client{id: id, pid: pid, conn: conn, ring: ring, replies: make(chan rt.Delivery, s.slots)}
 	s.mu.Lock()
 	s.clients[id] = c
+	ring.setEpoch(s.epoch, s.traceLen)
 	s.mu.Unlock()
 	s.Attached.Add(1)
 	c.serve(s.reqs)
@@ -247,8 +265,12 @@ func (c *client) read(reqs chan<- rt.Request) {
 			continue
 		}
 		for _, r := range batch {
+			if r.Kind == KindEndEpoch {
+				reqs <- rt.Request{Epoch: r.Epoch, End: true}
+				continue
+			}
 			c.pending.Add(1)
-			reqs <- rt.Request{Sn: r.Sn, Reply: c.replies}
+			reqs <- rt.Request{Epoch: r.Epoch, Sn: r.Sn, Reply: c.replies}
 		}
 	}
 }

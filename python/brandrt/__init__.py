@@ -1,0 +1,7 @@
+"""brandrt's Python reader: attach to the brandrt rank of this node and
+read training files through shared memory. See brandrt.torch for the
+PyTorch Dataset and Sampler."""
+
+from .client import BrandError, Client, RankGone, default_attach_dir
+
+__all__ = ["Client", "BrandError", "RankGone", "default_attach_dir"]

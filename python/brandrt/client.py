@@ -1,0 +1,240 @@
+"""Attach to a brandrt rank and read files through shared memory."""
+
+import ctypes
+import mmap
+import os
+import socket
+import struct
+import time
+
+from . import layout as L
+
+__all__ = ["Client", "BrandError", "RankGone", "default_attach_dir"]
+
+
+class BrandError(Exception):
+    """A request brandrt could not answer, or a broken attach."""
+
+
+class RankGone(BrandError):
+    """The brandrt rank this client was attached to went away."""
+
+
+def default_attach_dir(local_rank=None):
+    """<base>/local-<local rank>: base is $BRANDRT_ATTACH, else
+    /dev/shm/brandrt-<uid>.
+
+    The local rank defaults to 0: with one brandrt rank per node, that is
+    the node's rank. Under several ranks per node, pass the one to use.
+    """
+    base = os.environ.get(L.ENV_ATTACH) or "/dev/shm/brandrt-%d" % os.getuid()
+    return os.path.join(base, "local-%d" % (local_rank or 0))
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_SYS_FUTEX = 202  # x86-64
+_FUTEX_WAIT, _FUTEX_WAKE = 0, 1
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class Client:
+    """One process's attachment to the brandrt rank of its node.
+
+    read(sn) returns (file_id, label, data) where data is a memoryview
+    over the shared mapping, valid until the next read or release: use it
+    (decode, copy) before asking for the next file. A Client belongs to
+    one process: DataLoader workers each make their own.
+    """
+
+    def __init__(self, attach_dir=None, local_rank=None, timeout=None):
+        self.dir = attach_dir or default_attach_dir(local_rank)
+        self.timeout = timeout
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        path = os.path.join(self.dir, L.SOCKET_NAME)
+        try:
+            self._sock.connect(path)
+        except OSError as e:
+            self._sock.close()
+            raise BrandError("cannot attach to %s: %s (is brandrt serve running on this node?)" % (path, e)) from None
+        self._sock.sendall(struct.pack("<8sII", L.HELLO_MAGIC, L.VERSION, os.getpid()))
+        msg, fds, _, _ = socket.recv_fds(self._sock, 64, 1)
+        if len(msg) != L.WELCOME_BYTES or msg[:8] != L.WELCOME_MAGIC or not fds:
+            self._sock.close()
+            raise BrandError("%s: the rank did not welcome this client" % path)
+        _, _, self.client_id, self.rank, size = struct.unpack_from("<8sIIII", msg)
+        try:
+            self._mm = mmap.mmap(fds[0], size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fds[0])
+        self._buf = memoryview(self._mm)
+        if bytes(self._buf[:8]) != L.RING_MAGIC:
+            raise BrandError("%s: the shared ring has no brandrt header" % path)
+        self._slots = self._u32(L.OFF_SLOTS)
+        self._data_off = self._u64(L.OFF_DATA_OFF)
+        self._data_bytes = self._u64(L.OFF_DATA_BYTES)
+        self._futex = {off: ctypes.c_uint32.from_buffer(self._mm, off) for off in (L.OFF_REQ_HEAD, L.OFF_REP_HEAD)}
+        self._read_at = self._u64(L.OFF_DATA_HEAD)
+        self._pending = {}  # sn -> reply that arrived before it was asked for by read()
+        self._held = None  # the record whose bytes the caller may still use
+
+    # layout access
+    def _u32(self, off):
+        return struct.unpack_from("<I", self._buf, off)[0]
+
+    def _u64(self, off):
+        return struct.unpack_from("<Q", self._buf, off)[0]
+
+    def _put32(self, off, v):
+        struct.pack_into("<I", self._buf, off, v & 0xFFFFFFFF)
+
+    def _put64(self, off, v):
+        struct.pack_into("<Q", self._buf, off, v)
+
+    # epochs
+    def epoch(self):
+        """(epoch, positions): the epoch the rank serves and its trace length."""
+        return self._u32(L.OFF_EPOCH), self._u32(L.OFF_TRACE_LEN)
+
+    def wait_epoch(self, epoch, timeout=60.0):
+        """Wait until the rank serves epoch (or a later one); return its positions."""
+        end = time.monotonic() + timeout
+        while True:
+            e, n = self.epoch()
+            if e >= epoch:
+                if e > epoch:
+                    raise BrandError("brandrt already serves epoch %d, not %d" % (e, epoch))
+                return n
+            self._check_alive()
+            if time.monotonic() > end:
+                raise BrandError("epoch %d did not start within %.0f s" % (epoch, timeout))
+            time.sleep(0.01)
+
+    # requests and replies
+    def request(self, sn, epoch):
+        """Ask for trace position sn of epoch; the reply comes from next()."""
+        self._push(L.KIND_READ, sn, epoch)
+
+    def end_epoch(self, epoch):
+        """Tell the rank that this side asks for nothing more in epoch."""
+        self._push(L.KIND_END_EPOCH, 0, epoch)
+
+    def _push(self, kind, sn, epoch):
+        head = self._u32(L.OFF_REQ_HEAD)
+        while (head - self._u32(L.OFF_REQ_TAIL)) & 0xFFFFFFFF >= self._slots:
+            self._check_alive()
+            time.sleep(0.0001)
+        struct.pack_into("<iII", self._buf, L.HEADER_BYTES + (head % self._slots) * L.SLOT_BYTES, sn, kind, epoch)
+        self._put32(L.OFF_REQ_HEAD, head + 1)
+        if self._u32(L.OFF_RANK_SLEEPING):
+            self._futex_wake(L.OFF_REQ_HEAD)
+
+    def next(self, timeout=None):
+        """The next reply: (sn, file_id, label, data memoryview, crc32c)."""
+        self.release()
+        timeout = self.timeout if timeout is None else timeout
+        end = None if timeout is None else time.monotonic() + timeout
+        spins = 0
+        while True:
+            rec = self._record()
+            if rec is not None:
+                return rec
+            spins += 1
+            if spins < 200:
+                continue
+            self._check_alive()
+            if end is not None and time.monotonic() > end:
+                raise BrandError("no reply from brandrt within %.1f s" % timeout)
+            self._sleep()
+
+    def read(self, sn, epoch):
+        """Request position sn and return (file_id, label, data) for it."""
+        self.request(sn, epoch)
+        while True:
+            got = self._pending.pop(sn, None)
+            if got is not None:
+                return got
+            r = self.next()
+            if r[0] == sn:
+                return r[1], r[2], r[3]
+            self._pending[r[0]] = (r[1], r[2], bytes(r[3]))  # an older request's reply
+
+    def release(self):
+        """Give the ring back the room of the last reply's bytes."""
+        if self._held is not None:
+            self._put64(L.OFF_DATA_TAIL, self._held)
+            self._held = None
+
+    def _record(self):
+        b = self._buf
+        while self._read_at < self._u64(L.OFF_DATA_HEAD):
+            at = self._data_off + self._read_at % self._data_bytes
+            n, kind, sn, fid, label, size, crc = struct.unpack_from("<IIiiiII", b, at)
+            self._read_at += n
+            if kind == L.REC_PAD:
+                self._put64(L.OFF_DATA_TAIL, self._read_at)
+                continue
+            data = b[at + L.RECORD_HEADER : at + L.RECORD_HEADER + size]
+            self._held = self._read_at
+            if kind == L.REC_ERROR:
+                msg = bytes(data).decode("utf-8", "replace")
+                self.release()
+                raise BrandError("position %d: %s" % (sn, msg))
+            return sn, fid, label, data, crc
+        return None
+
+    # waiting
+    def _sleep(self):
+        seen = self._u32(L.OFF_REP_HEAD)
+        self._put32(L.OFF_CLIENT_SLEEPING, 1)
+        if self._read_at == self._u64(L.OFF_DATA_HEAD):
+            self._futex_wait(L.OFF_REP_HEAD, seen, 0.1)
+        self._put32(L.OFF_CLIENT_SLEEPING, 0)
+
+    def _futex_wait(self, off, val, seconds):
+        ts = _Timespec(int(seconds), int((seconds % 1) * 1e9))
+        addr = ctypes.addressof(self._futex[off])
+        _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(addr), _FUTEX_WAIT, ctypes.c_uint32(val), ctypes.byref(ts), None, 0)
+
+    def _futex_wake(self, off):
+        addr = ctypes.addressof(self._futex[off])
+        _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(addr), _FUTEX_WAKE, 1 << 30, None, None, 0)
+
+    def _check_alive(self):
+        try:
+            got = self._sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK)
+        except BlockingIOError:
+            return
+        except OSError as e:
+            raise RankGone("brandrt rank at %s: %s" % (self.dir, e)) from None
+        if got == b"":
+            raise RankGone("the brandrt rank at %s went away" % self.dir)
+
+    # lifetime
+    def close(self):
+        """Detach; the rank frees this client's rings."""
+        if self._sock is None:
+            return
+        self._sock.close()  # what the rank watches
+        self._sock = None
+        self._held = None
+        self._futex = {}
+        try:
+            self._buf.release()
+            self._mm.close()
+        except BufferError:
+            pass  # the caller still holds a view of a file; the mapping goes with it
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

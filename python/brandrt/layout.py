@@ -1,0 +1,43 @@
+"""The byte layout of brandrt's client rings, as rt/shm/doc.go documents it.
+
+tests/test_layout.py checks these against rt/shm/testdata/layout.golden,
+which the Go side checks too.
+"""
+
+RING_MAGIC = b"BRTRING1"
+HELLO_MAGIC = b"BRTHELLO"
+WELCOME_MAGIC = b"BRTWELCM"
+VERSION = 1
+HELLO_BYTES = 16
+WELCOME_BYTES = 32
+HEADER_BYTES = 4096
+
+OFF_MAGIC = 0
+OFF_HEADER_BYTES = 8
+OFF_SLOTS = 12
+OFF_DATA_OFF = 16
+OFF_DATA_BYTES = 24
+OFF_RANK = 32
+OFF_CLIENT = 36
+OFF_REQ_HEAD = 64
+OFF_REQ_TAIL = 128
+OFF_REP_HEAD = 192
+OFF_RANK_SLEEPING = 256
+OFF_CLIENT_SLEEPING = 320
+OFF_DATA_HEAD = 384
+OFF_DATA_TAIL = 448
+OFF_EPOCH = 512
+OFF_TRACE_LEN = 516
+
+SLOT_BYTES = 16
+RECORD_HEADER = 32
+RECORD_ALIGN = 64
+
+KIND_READ = 1
+KIND_END_EPOCH = 2
+REC_FILE = 1
+REC_ERROR = 2
+REC_PAD = 3
+
+SOCKET_NAME = "attach.sock"
+ENV_ATTACH = "BRANDRT_ATTACH"

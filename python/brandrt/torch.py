@@ -1,0 +1,102 @@
+"""PyTorch glue: a map-style Dataset and a Sampler that read through brandrt.
+
+    sampler = BrandSampler()                  # this process's trace positions
+    dataset = BrandDataset(transform=decode)  # ds[(epoch, sn)] -> (x, label)
+    loader = DataLoader(dataset, batch_size=64, sampler=sampler, num_workers=4)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for x, y in loader: ...
+
+brandrt chooses which file answers a position (any unseen file of the
+same memory slot): the sampler's indices are trace positions, not file
+ids. Epochs count from 0 here, as with DistributedSampler; brandrt's own
+count starts at 1.
+"""
+
+import io
+import math
+import os
+
+import torch.utils.data
+
+from .client import BrandError, Client
+
+__all__ = ["BrandDataset", "BrandSampler", "decode_image"]
+
+
+class BrandSampler(torch.utils.data.Sampler):
+    """Yields (epoch, sn) for this training process's share of the rank's
+    trace: positions rank, rank + num_replicas, ... (for several training
+    processes per brandrt rank, e.g. under torchrun)."""
+
+    def __init__(self, attach_dir=None, local_rank=None, num_replicas=1, rank=0, timeout=120.0):
+        if num_replicas < 1 or not 0 <= rank < num_replicas:
+            raise ValueError("rank %d of %d replicas" % (rank, num_replicas))
+        self.attach_dir, self.local_rank = attach_dir, local_rank
+        self.num_replicas, self.rank, self.timeout = num_replicas, rank, timeout
+        self.epoch = 0
+        self._set = False
+        self._positions = None
+
+    def set_epoch(self, epoch):
+        """Serve epoch (0-based) next; without a call, epochs advance by one."""
+        self.epoch, self._set = epoch, True
+
+    def _wait(self, epoch):
+        with Client(self.attach_dir, self.local_rank) as c:
+            self._positions = c.wait_epoch(epoch + 1, self.timeout)
+        return self._positions
+
+    def __iter__(self):
+        if self._positions is not None and not self._set:
+            self.epoch += 1
+        self._set = False
+        n = self._wait(self.epoch)
+        return iter([(self.epoch + 1, sn) for sn in range(self.rank, n, self.num_replicas)])
+
+    def __len__(self):
+        n = self._positions if self._positions is not None else self._wait(self.epoch)
+        return max(0, math.ceil((n - self.rank) / self.num_replicas))
+
+
+class BrandDataset(torch.utils.data.Dataset):
+    """ds[(epoch, sn)] -> (transform(data), label). data is a memoryview of
+    the file's bytes in shared memory, valid only during transform; without
+    a transform the item is bytes (one copy). Each process attaches on
+    first use, so the dataset can go to DataLoader workers."""
+
+    def __init__(self, transform=None, attach_dir=None, local_rank=None, timeout=None):
+        self.transform = transform
+        self.attach_dir, self.local_rank, self.timeout = attach_dir, local_rank, timeout
+        self._client, self._pid = None, None
+
+    def _attached(self):
+        if self._pid != os.getpid():
+            self._client, self._pid = Client(self.attach_dir, self.local_rank, self.timeout), os.getpid()
+        return self._client
+
+    def __getitem__(self, index):
+        try:
+            epoch, sn = index
+        except (TypeError, ValueError):
+            raise BrandError("BrandDataset takes (epoch, sn) from BrandSampler, not %r" % (index,)) from None
+        c = self._attached()
+        _, label, data = c.read(sn, epoch)
+        try:
+            item = self.transform(data) if self.transform else bytes(data)
+        finally:
+            c.release()
+        return item, label
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_client"], state["_pid"] = None, None
+        return state
+
+
+def decode_image(data, mode="RGB"):
+    """A PIL image from a file's bytes (one copy, into the decoder's buffer)."""
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(data))
+    return img.convert(mode)

@@ -1,0 +1,53 @@
+"""One training process of the end-to-end test: a DataLoader with BrandSampler
+and BrandDataset over the brandrt rank with the given local rank, for a number
+of epochs. Each generated file starts with its relative path and a newline;
+the transform compares the delivered bytes with the original file. Writes
+[[epoch, path, bytes_equal, label], ...] as JSON."""
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import torch.utils.data  # noqa: E402
+
+from brandrt.torch import BrandDataset, BrandSampler  # noqa: E402
+
+
+class Check:
+    def __init__(self, root):
+        self.root = root
+
+    def __call__(self, data):
+        raw = bytes(data[: min(len(data), 200)])
+        rel = raw.split(b"\n", 1)[0].decode()
+        with open(os.path.join(self.root, rel), "rb") as f:
+            return rel, f.read() == data
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--local-rank", type=int, default=0)
+    ap.add_argument("--input", required=True)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    sampler = BrandSampler(local_rank=a.local_rank)
+    ds = BrandDataset(transform=Check(a.input), local_rank=a.local_rank, timeout=60)
+    loader = torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler, num_workers=a.workers, collate_fn=list,
+                                         persistent_workers=a.workers > 0)
+    got = []
+    for epoch in range(a.epochs):
+        sampler.set_epoch(epoch)
+        for batch in loader:
+            for (rel, equal), label in batch:
+                got.append([epoch, rel, equal, label])
+    with open(a.out, "w") as f:
+        json.dump(got, f)
+
+
+if __name__ == "__main__":
+    main()
