@@ -85,15 +85,21 @@ demo: build
 	@echo "== the machine, as every rank of a 3-rank mpirun job sees it"
 	$(MPIRUN) -np 3 $(BIN) info
 	@echo
-	@echo "== a generated ImageFolder dataset, packed by 3 ranks under mpirun, verified, inspected"
+	@echo "== a generated JPEG dataset (2,000 images, 10 classes), packed by 2 ranks under mpirun, verified, inspected"
 	rm -rf $(DEMO_DIR)
-	$(GO) run ./examples/gendata --out $(DEMO_DIR)/input --files 6000 --classes 20 --mean-size 40KB
-	$(MPIRUN) -np 3 $(BIN) pack --input $(DEMO_DIR)/input --out $(DEMO_DIR)/chunks --chunk-files 64
+	$(PYTHON) examples/pytorch/make_jpegs.py --out $(DEMO_DIR)/jpegs --classes 10 --images 2000
+	$(MPIRUN) -np 2 $(BIN) pack --input $(DEMO_DIR)/jpegs --out $(DEMO_DIR)/chunks --chunk-files 32
 	$(BIN) verify --chunks $(DEMO_DIR)/chunks
 	$(BIN) inspect --chunks $(DEMO_DIR)/chunks
 	@echo
-	@echo "== serving it: 3 ranks under mpirun, a quarter of each shard in memory, 2 in-process readers per rank, 2 epochs"
-	$(MPIRUN) -np 3 $(BIN) serve --chunks $(DEMO_DIR)/chunks --mem 25% --consume 2 --epochs 2
+	@echo "== served by 2 ranks to in-process readers that check every file, a quarter of each shard in memory"
+	$(MPIRUN) -np 2 $(BIN) serve --chunks $(DEMO_DIR)/chunks --mem 25% --consume 2 --epochs 1
+	@echo
+	@echo "== training examples/pytorch/train.py through brandrt: 2 ranks, one training process (2 DataLoader workers) beside each"
+	examples/pytorch/demo.sh $(BIN) $(DEMO_DIR)/chunks 2 10 2 --mem 25%
+	@echo
+	@echo "== the same training reading the original files (one process, ImageFolder, shuffled DataLoader)"
+	$(PYTHON) -W ignore examples/pytorch/train.py --baseline --data $(DEMO_DIR)/jpegs --epochs 2
 	rm -rf $(DEMO_DIR)
 	@echo
 	@echo "== the protocol on a small generated dataset: 3 ranks, 120,000 files, a quarter in memory"
