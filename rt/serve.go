@@ -82,7 +82,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		return EpochStats{}, err
 	}
 	return n.reduce(e, epochCounts{proto: n.p.Stats(), loop: l.stats, cons: cons.total, left: left, seconds: secs,
-		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, expected: int64(files), verified: n.cfg.Consume > 0})
+		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, expected: int64(files), verified: n.cfg.Consume > 0, ended: l.ended})
 }
 
 // processCPU returns the CPU time this process has used, user and system.

@@ -76,7 +76,11 @@ type EpochStats struct {
 	// file's bytes (ChecksumErrors counts what they found) and measured
 	// their waits (StallSeconds); shared-memory clients do their own.
 	Verified bool `json:"verified"`
-	// FilesLeft counts files still held when the epoch ended (a leak).
+	// EndedEarly says that a client ended the epoch on some rank before
+	// all its positions were asked for.
+	EndedEarly bool `json:"ended_early"`
+	// FilesLeft counts files still held when the epoch ended: loaded but
+	// never asked for when it ended early, else a leak.
 	FilesLeft int64 `json:"files_left_in_memory"`
 }
 
@@ -91,6 +95,7 @@ type epochCounts struct {
 	idleCPU  time.Duration
 	expected int64
 	verified bool
+	ended    bool
 }
 
 // reduce sums the ranks' counts and checks the per-file delivery counts.
@@ -103,7 +108,11 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 	if err != nil {
 		return EpochStats{}, err
 	}
-	mx, err := n.comm.AllreduceMax([]int64{ps.PeakMem, int64(c.seconds * 1e9), int64(c.idle * 1e9), int64(c.idleCPU)})
+	ended := int64(0)
+	if c.ended {
+		ended = 1
+	}
+	mx, err := n.comm.AllreduceMax([]int64{ps.PeakMem, int64(c.seconds * 1e9), int64(c.idle * 1e9), int64(c.idleCPU), ended})
 	if err != nil {
 		return EpochStats{}, err
 	}
@@ -118,7 +127,7 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 		StallSeconds: float64(s[13]) / 1e9, DeliveredCRCSum: s[14], IndexCRCSum: s[15],
 		DeliveredLabelSum: s[16], IndexLabelSum: s[17], FilesLeft: s[18],
 		DuplicateDeliveries: dup, FilesMissing: missing, PeakMemBytes: mx[0], Seconds: float64(mx[1]) / 1e9,
-		IdleSeconds: float64(mx[2]) / 1e9, IdleCPUSeconds: float64(mx[3]) / 1e9, Verified: c.verified}
+		IdleSeconds: float64(mx[2]) / 1e9, IdleCPUSeconds: float64(mx[3]) / 1e9, Verified: c.verified, EndedEarly: mx[4] != 0}
 	if st.BytesDelivered > 0 {
 		st.ReadAmplification = float64(st.BytesLoaded) / float64(st.BytesDelivered)
 	}

@@ -190,3 +190,78 @@ func TestClientSeesRankDie(t *testing.T) {
 		t.Fatal("the client did not notice within 5 s")
 	}
 }
+
+// TestWorkerKilled: on rank 0, a DataLoader worker is killed mid-epoch;
+// the training process ends that epoch and a new DataLoader reads the next
+// one whole. Rank 1's training process reads both epochs as usual: the
+// rank survived, and epoch 2 delivers every file once across both.
+func TestWorkerKilled(t *testing.T) {
+	needTorch(t)
+	const files = 600
+	input := pathInput(t, 5, files)
+	dir := filepath.Join(t.TempDir(), "chunks")
+	if _, errs, status := runCLI(t, "pack", "--input", input, "--out", dir, "--chunk-files", "16", "--ranks", "2"); status != 0 {
+		t.Fatal(errs)
+	}
+	env := []string{"BRANDRT_ATTACH=" + t.TempDir()}
+	cmd, out := startServeEnv(t, env, 2, "--chunks", dir, "--mem", "30%", "--consume", "0", "--epochs", "2")
+	results := []string{filepath.Join(t.TempDir(), "a.json"), filepath.Join(t.TempDir(), "b.json")}
+	scripts := []string{"worker_kill.py", "loader.py"}
+	outs := make([]string, 2)
+	errs := make(chan error, 2)
+	for r := range 2 {
+		go func() {
+			o, err := launch.Run(2*time.Minute, env, python, "-W", "ignore", "../../python/tests/"+scripts[r],
+				"--local-rank", fmt.Sprint(r), "--input", input, "--out", results[r])
+			outs[r] = string(o)
+			if err != nil {
+				err = fmt.Errorf("training process %d: %v\n%s", r, err, o)
+			}
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := exitWithin(t, cmd, time.Minute); err != nil {
+		t.Fatalf("serve: %v\n%s", err, out)
+	}
+	if !strings.Contains(outs[0], "exited unexpectedly") || !strings.Contains(out.String(), "ended    early, by a client") {
+		t.Fatalf("no dead worker or no early end:\n%s\n%s", outs[0], out)
+	}
+	second := map[string]int{}
+	for r, name := range results {
+		var rows [][]any
+		b, err := os.ReadFile(name)
+		if err == nil {
+			err = json.Unmarshal(b, &rows)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range rows {
+			epoch, rel, equal, label := int(x[0].(float64)), x[1].(string), x[2].(bool), int(x[3].(float64))
+			var class int
+			fmt.Sscanf(rel, "class-%d/", &class)
+			if !equal || class != label {
+				t.Errorf("process %d epoch %d: %s with label %d, bytes equal %v", r, epoch, rel, label, equal)
+			}
+			if epoch == 1 {
+				second[rel]++
+			}
+		}
+	}
+	if len(second) != files {
+		t.Errorf("epoch 2: %d distinct files of %d", len(second), files)
+	}
+	for rel, n := range second {
+		if n != 1 {
+			t.Errorf("epoch 2: %s delivered %d times", rel, n)
+		}
+	}
+	if !strings.Contains(out.String(), "epoch 2/2: 600 files") {
+		t.Errorf("serve output:\n%s", out)
+	}
+}

@@ -280,6 +280,11 @@ func printEpoch(w io.Writer, s rt.EpochStats, epochs int) {
 		fmt.Fprintf(w, "  check    every file delivered exactly once (the clients check the bytes)\n")
 		return
 	}
+	if s.EndedEarly {
+		fmt.Fprintf(w, "  ended    early, by a client: %s of %s files delivered; %s loaded and never asked for\n",
+			comma(s.FilesDelivered), comma(s.FilesExpected), comma(s.FilesLeft))
+		return
+	}
 	fmt.Fprintf(w, "  CHECK FAILED: %s expected, %s delivered, %s duplicates, %s missing, %s failed, %s checksum errors, %s left in memory\n",
 		comma(s.FilesExpected), comma(s.FilesDelivered), comma(s.DuplicateDeliveries), comma(s.FilesMissing),
 		comma(s.FailedDeliveries), comma(s.ChecksumErrors), comma(s.FilesLeft))

@@ -47,6 +47,14 @@ class BrandSampler(torch.utils.data.Sampler):
             self._positions = c.wait_epoch(epoch + 1, self.timeout)
         return self._positions
 
+    def end_epoch(self):
+        """Tell the rank this process reads no more of the current epoch
+        (after a crash of a DataLoader, or an early stop): the rank ends the
+        epoch once the requests in flight are answered. With several
+        training processes per rank, any one of them ending it ends it."""
+        with Client(self.attach_dir, self.local_rank) as c:
+            c.end_epoch(self.epoch + 1)
+
     def __iter__(self):
         if self._positions is not None and not self._set:
             self.epoch += 1
