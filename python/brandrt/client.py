@@ -72,26 +72,30 @@ class Client:
         self._buf = memoryview(self._mm)
         if bytes(self._buf[:8]) != L.RING_MAGIC:
             raise BrandError("%s: the shared ring has no brandrt header" % path)
-        self._slots = self._u32(L.OFF_SLOTS)
-        self._data_off = self._u64(L.OFF_DATA_OFF)
-        self._data_bytes = self._u64(L.OFF_DATA_BYTES)
-        self._futex = {off: ctypes.c_uint32.from_buffer(self._mm, off) for off in (L.OFF_REQ_HEAD, L.OFF_REP_HEAD)}
+        self._slots = struct.unpack_from("<I", self._buf, L.OFF_SLOTS)[0]
+        self._data_off, self._data_bytes = struct.unpack_from("<QQ", self._buf, L.OFF_DATA_OFF)
+        # The counters change under the other side's feet: each is read and
+        # written whole through a ctypes view (one aligned load or store on
+        # x86-64), never byte by byte as struct would.
+        self._c = {off: ctypes.c_uint32.from_buffer(self._mm, off)
+                   for off in (L.OFF_REQ_HEAD, L.OFF_REQ_TAIL, L.OFF_REP_HEAD, L.OFF_RANK_SLEEPING,
+                               L.OFF_CLIENT_SLEEPING, L.OFF_EPOCH, L.OFF_TRACE_LEN)}
+        self._c.update({off: ctypes.c_uint64.from_buffer(self._mm, off) for off in (L.OFF_DATA_HEAD, L.OFF_DATA_TAIL)})
         self._read_at = self._u64(L.OFF_DATA_HEAD)
         self._pending = {}  # sn -> reply that arrived before it was asked for by read()
         self._held = None  # the record whose bytes the caller may still use
 
-    # layout access
+    # counters
     def _u32(self, off):
-        return struct.unpack_from("<I", self._buf, off)[0]
+        return self._c[off].value
 
-    def _u64(self, off):
-        return struct.unpack_from("<Q", self._buf, off)[0]
+    _u64 = _u32
 
     def _put32(self, off, v):
-        struct.pack_into("<I", self._buf, off, v & 0xFFFFFFFF)
+        self._c[off].value = v & 0xFFFFFFFF
 
     def _put64(self, off, v):
-        struct.pack_into("<Q", self._buf, off, v)
+        self._c[off].value = v
 
     # epochs
     def epoch(self):
@@ -195,11 +199,11 @@ class Client:
 
     def _futex_wait(self, off, val, seconds):
         ts = _Timespec(int(seconds), int((seconds % 1) * 1e9))
-        addr = ctypes.addressof(self._futex[off])
+        addr = ctypes.addressof(self._c[off])
         _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(addr), _FUTEX_WAIT, ctypes.c_uint32(val), ctypes.byref(ts), None, 0)
 
     def _futex_wake(self, off):
-        addr = ctypes.addressof(self._futex[off])
+        addr = ctypes.addressof(self._c[off])
         _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(addr), _FUTEX_WAKE, 1 << 30, None, None, 0)
 
     def _check_alive(self):
@@ -220,7 +224,7 @@ class Client:
         self._sock.close()  # what the rank watches
         self._sock = None
         self._held = None
-        self._futex = {}
+        self._c = {}
         try:
             self._buf.release()
             self._mm.close()

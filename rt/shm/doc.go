@@ -40,7 +40,10 @@
 //	516      4  trace length            rank: this rank's positions in that epoch
 //
 // Counters only grow (32-bit ones wrap); each lives on its own 64-byte
-// line. A request is slot (head mod R), 16 bytes: sn i32, kind u32, epoch
+// line and is read and written whole, with one aligned load or store (a
+// counter written byte by byte can be read half-written by the other
+// side). The rank drops a client whose request head runs more than R
+// ahead of the tail. A request is slot (head mod R), 16 bytes: sn i32, kind u32, epoch
 // u32, 4 reserved bytes. Kind 1 reads the file at trace position sn of the
 // epoch; kind 2 ends the epoch on this rank (no more requests will come
 // for it; positions never asked for are skipped). A request for an epoch

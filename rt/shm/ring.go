@@ -150,16 +150,23 @@ type Request struct {
 	Epoch uint32
 }
 
+// errBadHead is returned when a client's request head is not within the
+// ring's reach of the tail: it wrote what the protocol does not allow.
+var errBadHead = errors.New("shm: the client's request head is out of range")
+
 // takeRequests appends the requests written since the last call.
-func (r *Ring) takeRequests(dst []Request) []Request {
+func (r *Ring) takeRequests(dst []Request) ([]Request, error) {
 	head, tail := atomic.LoadUint32(r.u32(offReqHead)), atomic.LoadUint32(r.u32(offReqTail))
+	if head-tail > r.slots {
+		return dst, fmt.Errorf("%w: head %d, tail %d, %d slots", errBadHead, head, tail, r.slots)
+	}
 	le := binary.LittleEndian
 	for ; tail != head; tail++ {
 		s := r.mem[headerBytes+uint64(tail%r.slots)*slotBytes:]
 		dst = append(dst, Request{Sn: int32(le.Uint32(s)), Kind: le.Uint32(s[4:]), Epoch: le.Uint32(s[8:])})
 	}
 	atomic.StoreUint32(r.u32(offReqTail), tail)
-	return dst
+	return dst, nil
 }
 
 // waitRequests sleeps until the client writes a request, or d passes.

@@ -259,7 +259,12 @@ func (c *client) read(reqs chan<- rt.Request) {
 			time.Sleep(50 * time.Microsecond)
 			continue
 		}
-		batch = c.ring.takeRequests(batch[:0])
+		var err error
+		if batch, err = c.ring.takeRequests(batch[:0]); err != nil {
+			fmt.Fprintf(os.Stderr, "brandrt: client %d (pid %d): %v; dropping it\n", c.id, c.pid, err)
+			c.conn.Close()
+			return
+		}
 		if len(batch) == 0 {
 			c.ring.waitRequests(100 * time.Millisecond)
 			continue

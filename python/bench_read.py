@@ -1,0 +1,97 @@
+"""How fast Python processes read files from a brandrt rank, the bytes
+touched (summed with numpy), against the copy bandwidth of /dev/shm in the
+same run.
+
+    mpirun -np 1 brandrt serve --chunks DIR --mem 100% --consume 0 --epochs 3 &
+    /usr/bin/python3 python/bench_read.py --workers 1 --epochs 3 --depth 8
+
+Each worker process attaches on its own and reads positions w, w+W, … of
+every epoch, keeping --depth requests in flight. The first epoch reads
+storage; later ones are served from memory when the budget holds the shard.
+"""
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from brandrt import Client  # noqa: E402
+
+
+def worker(w, workers, epoch, depth, q):
+    c = Client(timeout=60)
+    n = c.wait_epoch(epoch, 120)
+    todo = list(range(w, n, workers))
+    sent = got = nbytes = 0
+    total = 0
+    start = time.monotonic()
+    while got < len(todo):
+        while sent < len(todo) and sent - got < depth:
+            c.request(todo[sent], epoch)
+            sent += 1
+        _, _, _, data, _ = c.next()
+        a = np.frombuffer(data, dtype=np.uint8)
+        total += int(a.sum())
+        nbytes += len(a)
+        del a
+        got += 1
+    secs = time.monotonic() - start
+    c.close()
+    q.put((got, nbytes, secs, total))
+
+
+def shm_copy_bandwidth(size=256 << 20, rounds=4):
+    """Bytes per second of copying a /dev/shm mapping into process memory."""
+    import mmap
+
+    fd = os.open("/dev/shm/brandrt-bench-copy", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        m = mmap.mmap(fd, size)
+        src = np.frombuffer(m, dtype=np.uint8)
+        src[:] = 1
+        dst = np.empty(size, dtype=np.uint8)
+        best = 0.0
+        for _ in range(rounds):
+            t = time.monotonic()
+            np.copyto(dst, src)
+            best = max(best, size / (time.monotonic() - t))
+        del src
+        m.close()
+        return best
+    finally:
+        os.close(fd)
+        os.unlink("/dev/shm/brandrt-bench-copy")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--depth", type=int, default=8, help="requests each worker keeps in flight")
+    a = ap.parse_args()
+    copy = shm_copy_bandwidth()
+    print("/dev/shm copy bandwidth (numpy copyto, 256 MiB, best of 4): %.2f GB/s" % (copy / 1e9), flush=True)
+    ctx = mp.get_context("fork")
+    for epoch in range(1, a.epochs + 1):
+        q = ctx.Queue()
+        ps = [ctx.Process(target=worker, args=(w, a.workers, epoch, a.depth, q)) for w in range(a.workers)]
+        for p in ps:
+            p.start()
+        res = [q.get() for _ in ps]
+        for p in ps:
+            p.join()
+        files, nbytes = sum(r[0] for r in res), sum(r[1] for r in res)
+        secs = max(r[2] for r in res)
+        print("epoch %d: %d workers read %d files (%.2f GB) in %.2f s: %.0f files/s, %.2f GB/s = %.0f%% of the copy bandwidth"
+              % (epoch, a.workers, files, nbytes / 1e9, secs, files / secs, nbytes / secs / 1e9, 100 * nbytes / secs / copy),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
