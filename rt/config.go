@@ -58,7 +58,7 @@ type Config struct {
 // DefaultConfig returns the defaults; the caller sets Chunks and the
 // memory.
 func DefaultConfig() Config {
-	return Config{Variant: proto.Full, Window: 64, RemoteMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 2, Depth: 4,
+	return Config{Variant: proto.Full, Window: 64, RemoteMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 0, Depth: 4,
 		Log: io.Discard, FS: chunk.OS}
 }
 

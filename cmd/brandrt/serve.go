@@ -33,15 +33,19 @@ func serveCommand() *cli.Command {
 			"pushes them the files their traces ask for next. Every epoch, each rank's\n" +
 			"trace is its part of a permutation of the dataset drawn from --seed and the\n" +
 			"epoch; every file is delivered exactly once per epoch across the ranks.\n\n" +
-			"--consume W starts W in-process readers per rank that read the whole trace\n" +
-			"and verify every file (for tests and benchmarks without Python).\n\n" +
+			"Training processes on the rank's node read through shared memory: each\n" +
+			"rank prints where they attach ($BRANDRT_ATTACH/local-<local rank>, by default\n" +
+			"/dev/shm/brandrt-<uid>/local-0 with one rank per node); see python/ and\n" +
+			"examples/pytorch/train.py. --consume W instead starts W in-process readers\n" +
+			"per rank that read the whole trace and verify every file (for tests and\n" +
+			"benchmarks without Python).\n\n" +
 			"Rank 0 prints each epoch's statistics, summed over the ranks.\n\n" +
 			"Example: mpirun -np 4 --map-by ppr:1:node --bind-to none \\\n" +
-			"           brandrt serve --chunks /scratch/chunks --mem 12GiB --consume 4 --epochs 2",
+			"           brandrt serve --chunks /scratch/chunks --mem 12GiB --epochs 90",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "dataset directory ({rank} is replaced by the rank, for node-local copies)"},
-			&cli.GenericFlag{Name: "mem", Value: &mem, Usage: "memory for this rank's own files: bytes (12GiB) or a percentage of its shard (25%); default half of this node's RAM"},
-			&cli.GenericFlag{Name: "remote-mem", Value: &memBudget{}, Usage: "memory for files other ranks push ahead of time (bytes); default a tenth of --mem"},
+			&cli.GenericFlag{Name: "mem", Value: &mem, Usage: "memory for this rank's own files: bytes (12GiB) or a percentage of its shard (25%); the default is half this node's RAM"},
+			&cli.GenericFlag{Name: "remote-mem", Value: &memBudget{bytes: -1}, Usage: "memory for files other ranks push ahead of time, in bytes"},
 			&cli.StringFlag{Name: "variant", Value: d.Variant.String(), Usage: "full, random-selection, no-prefetching or no-optimization"},
 			&cli.IntFlag{Name: "window", Value: d.Window, Usage: "P, upcoming trace positions an owner considers for prefetch (0: none)"},
 			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the traces and refill choices"},
@@ -82,6 +86,9 @@ func (m *memBudget) Set(s string) error {
 }
 
 func (m *memBudget) String() string {
+	if m.bytes < 0 {
+		return "a tenth of --mem"
+	}
 	if m.fraction > 0 {
 		return strconv.FormatFloat(m.fraction*100, 'g', -1, 64) + "%"
 	}

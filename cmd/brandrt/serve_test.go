@@ -223,7 +223,7 @@ func exitWithin(t *testing.T, cmd *exec.Cmd, d time.Duration) error {
 func TestServeRankKilled(t *testing.T) {
 	dir := servePack(t, 2000, 3, filepath.Join(t.TempDir(), "chunks"))
 	js := filepath.Join(t.TempDir(), "stats.json")
-	cmd, out := startServe(t, 3, "--chunks", dir, "--mem", "25%", "--epochs", "100000", "--stats-json", js)
+	cmd, out := startServe(t, 3, "--chunks", dir, "--mem", "25%", "--consume", "2", "--epochs", "100000", "--stats-json", js)
 	waitFor(t, js, 30*time.Second)
 	pids := ranks(t, binary(t))
 	if len(pids) != 3 {
@@ -248,7 +248,7 @@ func TestServeRankKilled(t *testing.T) {
 func TestServeInterrupted(t *testing.T) {
 	dir := servePack(t, 2000, 2, filepath.Join(t.TempDir(), "chunks"))
 	js := filepath.Join(t.TempDir(), "stats.json")
-	cmd, out := startServe(t, 2, "--chunks", dir, "--mem", "25%", "--epochs", "100000", "--stats-json", js)
+	cmd, out := startServe(t, 2, "--chunks", dir, "--mem", "25%", "--consume", "2", "--epochs", "100000", "--stats-json", js)
 	waitFor(t, js, 30*time.Second)
 	for _, pid := range ranks(t, binary(t)) {
 		_ = syscall.Kill(pid, syscall.SIGTERM)

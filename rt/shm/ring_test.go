@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,5 +202,26 @@ func TestTooLargeForTheRing(t *testing.T) {
 	rec, err := c.Next(5 * time.Second)
 	if err != nil || rec.Kind != RecError || !strings.Contains(string(rec.Data), "a file of 100800 bytes, a ring of 65536") {
 		t.Fatalf("%+v %q %v", rec, rec.Data, err)
+	}
+}
+
+// TestRunawayHeadDropsTheClient: a client whose request head runs past
+// the ring is dropped rather than trusted.
+func TestRunawayHeadDropsTheClient(t *testing.T) {
+	s, _ := listen(t, 4, 64<<10)
+	c, err := Attach(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	atomic.StoreUint32(c.ring.u32(offReqHead), 1000)
+	futexWake(c.ring.u32(offReqHead))
+	for end := time.Now().Add(5 * time.Second); s.Gone.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the client was not dropped")
+		}
+	}
+	if _, err := c.Next(2 * time.Second); !errors.Is(err, ErrRankGone) {
+		t.Fatalf("the dropped client got %v", err)
 	}
 }
