@@ -69,6 +69,7 @@ func startServeEnv(t *testing.T, env []string, np int, args ...string) (*exec.Cm
 // file is delivered once per epoch, with the label of its class directory
 // and the bytes of the original file.
 func TestDataLoaderUnderMpirun(t *testing.T) {
+	cleanVader(t)
 	needTorch(t)
 	const files = 600
 	input := pathInput(t, 5, files)
@@ -143,6 +144,7 @@ func TestDataLoaderUnderMpirun(t *testing.T) {
 // TestClientSeesRankDie: a client waiting on a rank that is killed raises
 // within seconds.
 func TestClientSeesRankDie(t *testing.T) {
+	cleanVader(t)
 	needTorch(t)
 	dir := servePack(t, 300, 1, filepath.Join(t.TempDir(), "chunks"))
 	env := []string{"BRANDRT_ATTACH=" + t.TempDir()}
@@ -196,6 +198,7 @@ func TestClientSeesRankDie(t *testing.T) {
 // one whole. Rank 1's training process reads both epochs as usual: the
 // rank survived, and epoch 2 delivers every file once across both.
 func TestWorkerKilled(t *testing.T) {
+	cleanVader(t)
 	needTorch(t)
 	const files = 600
 	input := pathInput(t, 5, files)

@@ -125,6 +125,7 @@ func TestServeNodeLocal(t *testing.T) {
 // dataset, and ranks that see different datasets fail on every rank with
 // a message saying what is wrong.
 func TestServeStartErrors(t *testing.T) {
+	cleanVader(t)
 	tmp := t.TempDir()
 	two := servePack(t, 200, 2, filepath.Join(tmp, "two"))
 	other := servePack(t, 300, 2, filepath.Join(tmp, "other"))
@@ -221,6 +222,7 @@ func exitWithin(t *testing.T, cmd *exec.Cmd, d time.Duration) error {
 // TestServeRankKilled kills one rank in the middle of serving: the job
 // ends within seconds, saying which rank died and how.
 func TestServeRankKilled(t *testing.T) {
+	cleanVader(t)
 	dir := servePack(t, 2000, 3, filepath.Join(t.TempDir(), "chunks"))
 	js := filepath.Join(t.TempDir(), "stats.json")
 	cmd, out := startServe(t, 3, "--chunks", dir, "--mem", "25%", "--consume", "2", "--epochs", "100000", "--stats-json", js)
@@ -246,6 +248,7 @@ func TestServeRankKilled(t *testing.T) {
 // TestServeInterrupted sends SIGTERM to every rank (as a batch system
 // does): each stops, says so, and the job ends.
 func TestServeInterrupted(t *testing.T) {
+	cleanVader(t)
 	dir := servePack(t, 2000, 2, filepath.Join(t.TempDir(), "chunks"))
 	js := filepath.Join(t.TempDir(), "stats.json")
 	cmd, out := startServe(t, 2, "--chunks", dir, "--mem", "25%", "--consume", "2", "--epochs", "100000", "--stats-json", js)
@@ -261,4 +264,35 @@ func TestServeInterrupted(t *testing.T) {
 			t.Errorf("no %q in:\n%s", want, out)
 		}
 	}
+}
+
+// cleanVader removes, when the test ends, the shared-memory segments of
+// Open MPI's vader transport that appeared during the test and that no
+// live process maps: a job whose ranks were killed or aborted leaves
+// them in /dev/shm.
+func cleanVader(t *testing.T) {
+	before := map[string]bool{}
+	old, _ := filepath.Glob("/dev/shm/vader_segment.*")
+	for _, p := range old {
+		before[p] = true
+	}
+	t.Cleanup(func() {
+		now, _ := filepath.Glob("/dev/shm/vader_segment.*")
+		for _, p := range now {
+			if !before[p] && !mapped(p) {
+				os.Remove(p)
+			}
+		}
+	})
+}
+
+// mapped reports whether a live process maps the file at path.
+func mapped(path string) bool {
+	maps, _ := filepath.Glob("/proc/[0-9]*/maps")
+	for _, m := range maps {
+		if b, err := os.ReadFile(m); err == nil && bytes.Contains(b, []byte(path)) {
+			return true
+		}
+	}
+	return false
 }
