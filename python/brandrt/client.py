@@ -121,9 +121,16 @@ class Client:
         """Ask for trace position sn of epoch; the reply comes from next()."""
         self._push(L.KIND_READ, sn, epoch)
 
-    def end_epoch(self, epoch):
-        """Tell the rank that this side asks for nothing more in epoch."""
+    def end_epoch(self, epoch, timeout=10.0):
+        """Tell the rank that this side asks for nothing more in epoch; wait
+        until the rank has taken the message."""
         self._push(L.KIND_END_EPOCH, 0, epoch)
+        end = time.monotonic() + timeout
+        while self._u32(L.OFF_REQ_TAIL) != self._u32(L.OFF_REQ_HEAD):
+            self._check_alive()
+            if time.monotonic() > end:
+                raise BrandError("the rank did not take the end of epoch %d within %.0f s" % (epoch, timeout))
+            time.sleep(0.001)
 
     def _push(self, kind, sn, epoch):
         head = self._u32(L.OFF_REQ_HEAD)

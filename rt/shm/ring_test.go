@@ -225,3 +225,30 @@ func TestRunawayHeadDropsTheClient(t *testing.T) {
 		t.Fatalf("the dropped client got %v", err)
 	}
 }
+
+// TestEndEpochThenLeave: a client that ends the epoch and closes at once
+// still ends it.
+func TestEndEpochThenLeave(t *testing.T) {
+	reqs := make(chan rt.Request, 4)
+	s, err := Listen(t.TempDir(), 0, 4, 64<<10, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range 20 {
+		c, err := Attach(s.Dir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.push(7, 0, KindEndEpoch)
+		c.Close()
+		select {
+		case r := <-reqs:
+			if !r.End || r.Epoch != 7 {
+				t.Fatalf("round %d: got %+v", i, r)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: the end of the epoch was lost", i)
+		}
+	}
+}

@@ -269,11 +269,22 @@ func (c *client) read(reqs chan<- rt.Request) {
 			c.ring.waitRequests(100 * time.Millisecond)
 			continue
 		}
-		for _, r := range batch {
-			if r.Kind == KindEndEpoch {
-				reqs <- rt.Request{Epoch: r.Epoch, End: true}
-				continue
-			}
+		c.forward(batch, reqs, true)
+	}
+	// A client may end an epoch and leave at once: its last requests
+	// still count, but there is nobody left to read files for.
+	if batch, err := c.ring.takeRequests(batch[:0]); err == nil {
+		c.forward(batch, reqs, false)
+	}
+}
+
+// forward hands requests to the loop; reads only when reads is set.
+func (c *client) forward(batch []Request, reqs chan<- rt.Request, reads bool) {
+	for _, r := range batch {
+		switch {
+		case r.Kind == KindEndEpoch:
+			reqs <- rt.Request{Epoch: r.Epoch, End: true}
+		case reads:
 			c.pending.Add(1)
 			reqs <- rt.Request{Epoch: r.Epoch, Sn: r.Sn, Reply: c.replies}
 		}
