@@ -268,3 +268,63 @@ func TestWorkerKilled(t *testing.T) {
 		t.Errorf("serve output:\n%s", out)
 	}
 }
+
+// TestDataLoaderOptions: one rank serves four epochs to one training
+// process after another, each with other DataLoader settings: no worker
+// processes, pinned memory, eight workers, workers that do not persist.
+func TestDataLoaderOptions(t *testing.T) {
+	cleanVader(t)
+	needTorch(t)
+	const files = 300
+	input := pathInput(t, 3, files)
+	dir := filepath.Join(t.TempDir(), "chunks")
+	if _, errs, status := runCLI(t, "pack", "--input", input, "--out", dir, "--chunk-files", "8", "--ranks", "1"); status != 0 {
+		t.Fatal(errs)
+	}
+	env := []string{"BRANDRT_ATTACH=" + t.TempDir()}
+	configs := [][]string{
+		{"--workers", "0"},
+		{"--workers", "2", "--pin-memory"},
+		{"--workers", "8"},
+		{"--workers", "3", "--not-persistent", "--epochs", "2"},
+	}
+	cmd, out := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "40%", "--epochs", "5")
+	epoch := 0
+	for _, c := range configs {
+		res := filepath.Join(t.TempDir(), "got.json")
+		args := append([]string{"-W", "ignore", "../../python/tests/loader.py", "--input", input, "--out", res,
+			"--first-epoch", fmt.Sprint(epoch), "--epochs", "1"}, c...)
+		if o, err := launch.Run(2*time.Minute, env, python, args...); err != nil {
+			t.Fatalf("%v: %v\n%s", c, err, o)
+		}
+		var rows [][]any
+		b, err := os.ReadFile(res)
+		if err == nil {
+			err = json.Unmarshal(b, &rows)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int{}
+		for _, x := range rows {
+			rel, equal, label := x[1].(string), x[2].(bool), int(x[3].(float64))
+			var class int
+			fmt.Sscanf(rel, "class-%d/", &class)
+			if !equal || class != label {
+				t.Errorf("%v: %s with label %d, bytes equal %v", c, rel, label, equal)
+			}
+			seen[fmt.Sprint(x[0], rel)]++
+		}
+		epochs := len(rows) / files
+		if len(seen) != len(rows) || len(rows) != epochs*files || epochs == 0 {
+			t.Errorf("%v: %d rows, %d distinct (epoch, file) pairs, for %d files", c, len(rows), len(seen), files)
+		}
+		epoch += epochs
+	}
+	if err := exitWithin(t, cmd, time.Minute); err != nil {
+		t.Fatalf("serve: %v\n%s", err, out)
+	}
+	if n := strings.Count(out.String(), "every file delivered exactly once"); n != 5 {
+		t.Errorf("%d good epochs of 5:\n%s", n, out)
+	}
+}

@@ -34,13 +34,17 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--first-epoch", type=int, default=0, help="the sampler's first epoch (0-based)")
+    ap.add_argument("--pin-memory", action="store_true")
+    ap.add_argument("--not-persistent", action="store_true")
     a = ap.parse_args()
     sampler = BrandSampler(local_rank=a.local_rank)
     ds = BrandDataset(transform=Check(a.input), local_rank=a.local_rank, timeout=60)
     loader = torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler, num_workers=a.workers, collate_fn=list,
-                                         persistent_workers=a.workers > 0)
+                                         persistent_workers=a.workers > 0 and not a.not_persistent,
+                                         pin_memory=a.pin_memory)
     got = []
-    for epoch in range(a.epochs):
+    for epoch in range(a.first_epoch, a.first_epoch + a.epochs):
         sampler.set_epoch(epoch)
         for batch in loader:
             for (rel, equal), label in batch:
