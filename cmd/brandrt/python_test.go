@@ -269,9 +269,10 @@ func TestWorkerKilled(t *testing.T) {
 	}
 }
 
-// TestDataLoaderOptions: one rank serves four epochs to one training
+// TestDataLoaderOptions: one rank serves six epochs to one training
 // process after another, each with other DataLoader settings: no worker
-// processes, pinned memory, eight workers, workers that do not persist.
+// processes, pinned memory, eight workers, workers that do not persist
+// (two epochs), whole batches per request.
 func TestDataLoaderOptions(t *testing.T) {
 	cleanVader(t)
 	needTorch(t)
@@ -287,8 +288,9 @@ func TestDataLoaderOptions(t *testing.T) {
 		{"--workers", "2", "--pin-memory"},
 		{"--workers", "8"},
 		{"--workers", "3", "--not-persistent", "--epochs", "2"},
+		{"--workers", "2", "--batched"},
 	}
-	cmd, out := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "40%", "--epochs", "5")
+	cmd, out := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "40%", "--epochs", "6")
 	epoch := 0
 	for _, c := range configs {
 		res := filepath.Join(t.TempDir(), "got.json")
@@ -324,7 +326,7 @@ func TestDataLoaderOptions(t *testing.T) {
 	if err := exitWithin(t, cmd, time.Minute); err != nil {
 		t.Fatalf("serve: %v\n%s", err, out)
 	}
-	if n := strings.Count(out.String(), "every file delivered exactly once"); n != 5 {
-		t.Errorf("%d good epochs of 5:\n%s", n, out)
+	if n := strings.Count(out.String(), "every file delivered exactly once"); n != 6 {
+		t.Errorf("%d good epochs of 6:\n%s", n, out)
 	}
 }

@@ -172,6 +172,20 @@ class Client:
                 return r[1], r[2], r[3]
             self._pending[r[0]] = (r[1], r[2], bytes(r[3]))  # an older request's reply
 
+    def read_many(self, sns, epoch, use):
+        """Read positions sns of epoch with up to a ring's worth of requests
+        in flight, calling use(sn, file_id, label, data) for each as it
+        arrives (in any order); data is valid only during the call."""
+        sent = got = 0
+        while got < len(sns):
+            while sent < len(sns) and sent - got < self._slots:
+                self.request(sns[sent], epoch)
+                sent += 1
+            sn, fid, label, data, _ = self.next()
+            use(sn, fid, label, data)
+            got += 1
+        self.release()
+
     def release(self):
         """Give the ring back the room of the last reply's bytes."""
         if self._held is not None:

@@ -37,10 +37,12 @@ def main():
     ap.add_argument("--first-epoch", type=int, default=0, help="the sampler's first epoch (0-based)")
     ap.add_argument("--pin-memory", action="store_true")
     ap.add_argument("--not-persistent", action="store_true")
+    ap.add_argument("--batched", action="store_true", help="the sampler yields batches; each worker reads one at once")
     a = ap.parse_args()
-    sampler = BrandSampler(local_rank=a.local_rank)
+    sampler = BrandSampler(local_rank=a.local_rank, batch_size=8 if a.batched else None)
     ds = BrandDataset(transform=Check(a.input), local_rank=a.local_rank, timeout=60)
-    loader = torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler, num_workers=a.workers, collate_fn=list,
+    loader = torch.utils.data.DataLoader(ds, batch_size=None if a.batched else 8, sampler=sampler,
+                                         num_workers=a.workers, collate_fn=list,
                                          persistent_workers=a.workers > 0 and not a.not_persistent,
                                          pin_memory=a.pin_memory)
     got = []
