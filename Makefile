@@ -95,11 +95,11 @@ demo: build
 	@echo "== served by 2 ranks to in-process readers that check every file, a quarter of each shard in memory"
 	$(MPIRUN) -np 2 $(BIN) serve --chunks $(DEMO_DIR)/chunks --mem 25% --consume 2 --epochs 1
 	@echo
-	@echo "== training examples/pytorch/train.py through brandrt: 2 ranks, one training process (2 DataLoader workers) beside each"
+	@echo "== training examples/pytorch/train.py through brandrt: 2 ranks, a training process beside each (2 DataLoader workers), one model (DDP)"
 	examples/pytorch/demo.sh $(BIN) $(DEMO_DIR)/chunks 2 10 2 --mem 25%
 	@echo
-	@echo "== the same training reading the original files (one process, ImageFolder, shuffled DataLoader)"
-	$(PYTHON) -W ignore examples/pytorch/train.py --baseline --data $(DEMO_DIR)/jpegs --epochs 2
+	@echo "== the same training reading the original files: one process, ImageFolder, shuffled DataLoader, the same global batch (2 × 32)"
+	$(PYTHON) -W ignore examples/pytorch/train.py --baseline --data $(DEMO_DIR)/jpegs --epochs 2 --batch-size 64
 	rm -rf $(DEMO_DIR)
 	@echo
 	@echo "== the protocol on a small generated dataset: 3 ranks, 120,000 files, a quarter in memory"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Trains examples/pytorch/train.py through brandrt: NP ranks serve the
 # packed dataset in CHUNKS under mpirun, and beside each rank one training
-# process reads from it through shared memory. Everything it starts is
-# stopped when it ends.
+# process reads from it through shared memory; the NP processes train one
+# model together (DistributedDataParallel). Everything it starts is stopped
+# when it ends.
 #   demo.sh BRANDRT CHUNKS NP CLASSES EPOCHS [serve flags…]
 set -euo pipefail
 bin=$1 chunks=$2 np=$3 classes=$4 epochs=$5
@@ -14,9 +15,11 @@ mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" \
 	"$bin" serve --chunks "$chunks" --consume 0 --epochs "$epochs" "$@" &
 serve=$!
 trap 'kill $serve 2>/dev/null; wait $serve 2>/dev/null; rm -rf "$BRANDRT_ATTACH"' EXIT
+port=$((20000 + RANDOM % 20000))
 trainers=()
 for ((r = 0; r < np; r++)); do
-	/usr/bin/python3 -W ignore "$here/train.py" --num-classes "$classes" --epochs "$epochs" --local-rank "$r" &
+	/usr/bin/python3 -W ignore "$here/train.py" --num-classes "$classes" --epochs "$epochs" --local-rank "$r" \
+		--world-size "$np" --rank "$r" --master "127.0.0.1:$port" &
 	trainers+=($!)
 done
 status=0

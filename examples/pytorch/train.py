@@ -6,8 +6,11 @@
     # shuffled DataLoader):
     /usr/bin/python3 examples/pytorch/train.py --baseline --data /tmp/jpegs --epochs 1
 
-Prints images/s, loss and accuracy per epoch. Under several brandrt ranks
-on one node, run one training process per rank with --local-rank.
+Prints images/s, loss and accuracy per epoch. With several brandrt ranks,
+run one training process beside each (--local-rank on one machine) and
+--world-size/--rank to train one model over all of them with
+DistributedDataParallel (gloo, CPU); each process then reads its rank's
+share of every epoch.
 """
 
 import argparse
@@ -58,6 +61,9 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--world-size", type=int, default=1, help="training processes in all (DDP when > 1)")
+    ap.add_argument("--rank", type=int, default=0, help="this process's rank among them")
+    ap.add_argument("--master", default="127.0.0.1:29517", help="host:port of rank 0, for DDP")
     a = ap.parse_args()
     if a.baseline and not a.data:
         ap.error("--baseline needs --data DIR")
@@ -68,9 +74,16 @@ def main():
     tf = T.Compose([T.Resize((32, 32)), T.ToTensor()])
     dl, sampler, classes = loaders(a, tf)
     net = model(classes)
+    if a.world_size > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", init_method="tcp://" + a.master, world_size=a.world_size, rank=a.rank)
+        net = torch.nn.parallel.DistributedDataParallel(net)
     opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    source = "files (ImageFolder)" if a.baseline else "brandrt (local rank %d)" % a.local_rank
+    source = "files (ImageFolder)" if a.baseline else "brandrt"
+    if a.world_size > 1:
+        source += ", %d training processes" % a.world_size
     for epoch in range(a.epochs):
         if sampler is not None:
             sampler.set_epoch(epoch)
@@ -85,9 +98,22 @@ def main():
             correct += (out.argmax(1) == y).sum().item()
             total_loss += loss.item() * len(y)
         secs = time.monotonic() - start
-        print("epoch %d from %s: %d images in %.2f s, %.0f images/s, loss %.3f, accuracy %.1f%%"
-              % (epoch + 1, source, seen, secs, seen / secs, total_loss / max(seen, 1), 100 * correct / max(seen, 1)),
-              flush=True)
+        seen, correct, total_loss = reduce(a, seen, correct, total_loss)
+        if a.rank == 0:
+            print("epoch %d from %s: %d images in %.2f s, %.0f images/s, loss %.3f, accuracy %.1f%%"
+                  % (epoch + 1, source, seen, secs, seen / secs, total_loss / max(seen, 1), 100 * correct / max(seen, 1)),
+                  flush=True)
+
+
+def reduce(a, seen, correct, total_loss):
+    """The epoch's counts summed over the training processes."""
+    if a.world_size == 1:
+        return seen, correct, total_loss
+    import torch.distributed as dist
+
+    t = torch.tensor([seen, correct, total_loss], dtype=torch.float64)
+    dist.all_reduce(t)
+    return int(t[0]), int(t[1]), float(t[2])
 
 
 if __name__ == "__main__":
