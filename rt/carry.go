@@ -83,7 +83,6 @@ func (l *loop) send(m proto.Message) error {
 	if err := l.isend(b, nil, int(m.To), tagMsg); err != nil {
 		return err
 	}
-	l.stats.framesOut++
 	for _, f := range files {
 		if err := l.isend(f.data, f, int(m.To), tagData); err != nil {
 			return err

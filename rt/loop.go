@@ -84,10 +84,10 @@ func (l *loop) markFirst() {
 
 // loopStats counts what the loop itself sees.
 type loopStats struct {
-	framesOut, bytesOut, framesIn, bytesIn int64
-	readErrors, corruptReads               int64
-	remoteFiles, remoteBytes               int64 // delivered files other ranks sent
-	storageReads, storageBytes             int64 // chunk reads that went to storage
+	bytesOut                   int64 // bytes sent to peers
+	corruptReads               int64 // chunk reads that found damage
+	remoteFiles, remoteBytes   int64 // delivered files other ranks sent
+	storageReads, storageBytes int64 // chunk reads that went to storage
 	// files delivered to clients, their bytes, and the sums of their
 	// checksums and labels as their owners' indexes have them
 	delivered, deliveredBytes, failed int64
@@ -249,7 +249,6 @@ func (l *loop) readDone(res readResult) error {
 		l.io.keep(&res)
 	}
 	if res.err != nil {
-		l.stats.readErrors++
 		if res.corrupt {
 			l.stats.corruptReads++
 		}
@@ -296,8 +295,6 @@ func (l *loop) receive() (bool, error) {
 		l.doneIn++
 		return true, nil
 	case tagMsg:
-		l.stats.framesIn++
-		l.stats.bytesIn += int64(len(b))
 		return true, l.message(st.Source, b)
 	}
 	return true, fmt.Errorf("rt: rank %d: message with unknown tag %d from rank %d", l.n.me, st.Tag, st.Source)
@@ -320,7 +317,6 @@ func (l *loop) message(src int, b []byte) error {
 		}
 		f.data, f.pool = l.pool.get(int(fileSize(&m, i))), l.pool
 		err = l.comm.Recv(f.data, src, tagData)
-		l.stats.bytesIn += int64(len(f.data))
 	}
 	if err != nil {
 		return fmt.Errorf("rt: rank %d: from rank %d: %w", l.n.me, src, err)

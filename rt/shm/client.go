@@ -89,9 +89,6 @@ func (c *Client) Request(epoch uint32, sn int32) error {
 // EndEpoch says this client's side asks for nothing more in epoch.
 func (c *Client) EndEpoch(epoch uint32) error { return c.push(epoch, 0, KindEndEpoch) }
 
-// Epoch returns the epoch the rank serves and its trace length there.
-func (c *Client) Epoch() (e, n uint32) { return c.ring.Epoch() }
-
 func (c *Client) push(epoch uint32, sn int32, kind uint32) error {
 	head := atomic.LoadUint32(c.ring.u32(offReqHead))
 	for head-atomic.LoadUint32(c.ring.u32(offReqTail)) >= c.ring.slots {

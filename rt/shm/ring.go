@@ -268,9 +268,3 @@ func (r *Ring) setEpoch(e, n uint32) {
 	atomic.StoreUint32(r.u32(offTraceLen), n)
 	atomic.StoreUint32(r.u32(offEpoch), e)
 }
-
-// Epoch returns the epoch being served and this rank's trace length in it.
-func (r *Ring) Epoch() (e, n uint32) {
-	e = atomic.LoadUint32(r.u32(offEpoch))
-	return e, atomic.LoadUint32(r.u32(offTraceLen))
-}

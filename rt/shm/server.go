@@ -58,8 +58,8 @@ type Server struct {
 	epoch    uint32
 	traceLen uint32
 	wg       sync.WaitGroup
-	// Attached counts clients that attached; Gone those that went away.
-	Attached, Gone atomic.Int64
+	// Gone counts the clients that went away.
+	Gone atomic.Int64
 }
 
 // Listen creates dir and its attach socket. Requests go to reqs; each
@@ -174,7 +174,6 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	s.clients[id] = c
 	ring.setEpoch(s.epoch, s.traceLen)
 	s.mu.Unlock()
-	s.Attached.Add(1)
 	c.serve(s.reqs)
 	s.mu.Lock()
 	delete(s.clients, id)
