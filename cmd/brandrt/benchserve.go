@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/brandrt/brandrt/collectives"
 	"github.com/brandrt/brandrt/rt"
 )
 
@@ -34,47 +35,35 @@ func benchServeCommand() *cli.Command {
 }
 
 func runBenchServe(c *cli.Context) error {
-	if err := noArgs(c, ""); err != nil {
-		return err
-	}
-	cfg, err := serveConfig(c)
-	if err != nil {
-		return err
-	}
-	comm, done, err := joinWorld()
-	if err != nil {
-		return err
-	}
-	defer done()
-	defer startProfiles(c, comm.Rank())()
-	// Two baselines: messages in the CPU's cache (one buffer per send in
-	// flight), and messages spread over 256 MiB, as served files are.
-	var p2p [2]rt.P2P
-	var w io.Writer = io.Discard
-	if comm.Rank() == 0 {
-		w = c.App.Writer
-	}
-	for i, spread := range []int64{0, 256 << 20} {
-		if comm.Size() < 2 {
-			break
+	size, messages := int(*c.Generic("message-size").(*byteSize)), c.Int("messages")
+	return serving(c, func(comm collectives.Comm, w io.Writer) (func(io.Writer, rt.EpochStats), error) {
+		// Two baselines: messages in the CPU's cache (one buffer per send
+		// in flight), and messages spread over 256 MiB, as served files are.
+		var p2p [2]rt.P2P
+		for i, spread := range []int64{0, 256 << 20} {
+			if comm.Size() < 2 {
+				break
+			}
+			var err error
+			if p2p[i], err = rt.MeasureP2P(comm, size, messages, spread); err != nil {
+				return nil, err
+			}
+			p := p2p[i]
+			fmt.Fprintf(w, "mpi      %d ranks, each streaming %s messages of %s to the next from and into %s of buffers: %s/s received per rank (%.2fs)\n",
+				comm.Size(), comma(int64(p.Messages)), ibytes(int64(p.MessageBytes)), ibytes(p.SpreadBytes), ibytes(int64(p.BytesPerSecond)), p.Seconds)
 		}
-		if p2p[i], err = rt.MeasureP2P(comm, int(*c.Generic("message-size").(*byteSize)), c.Int("messages"), spread); err != nil {
-			return err
-		}
-		p := p2p[i]
-		fmt.Fprintf(w, "mpi      %d ranks, each streaming %s messages of %s to the next from and into %s of buffers: %s/s received per rank (%.2fs)\n",
-			comm.Size(), comma(int64(p.Messages)), ibytes(int64(p.MessageBytes)), ibytes(p.SpreadBytes), ibytes(int64(p.BytesPerSecond)), p.Seconds)
+		return func(w io.Writer, s rt.EpochStats) { benchLine(w, s, p2p) }, nil
+	})
+}
+
+// benchLine prints an epoch's rates per rank next to MPI's.
+func benchLine(w io.Writer, s rt.EpochStats, p2p [2]rt.P2P) {
+	perRank := s.FilesPerSecond / float64(s.Ranks)
+	remote := float64(s.RemoteBytes) / s.Seconds / float64(s.Ranks)
+	fmt.Fprintf(w, "  bench    %s files/s per rank; %s/s per rank from other ranks", comma(int64(perRank)), ibytes(int64(remote)))
+	if p2p[0].BytesPerSecond > 0 {
+		fmt.Fprintf(w, " = %.0f%% of MPI point-to-point in cache, %.0f%% spread over memory",
+			100*remote/p2p[0].BytesPerSecond, 100*remote/p2p[1].BytesPerSecond)
 	}
-	cfg.Report = func(s rt.EpochStats) {
-		printEpoch(w, s, cfg.Epochs)
-		perRank := s.FilesPerSecond / float64(s.Ranks)
-		remote := float64(s.RemoteBytes) / s.Seconds / float64(s.Ranks)
-		fmt.Fprintf(w, "  bench    %s files/s per rank; %s/s per rank from other ranks", comma(int64(perRank)), ibytes(int64(remote)))
-		if p2p[0].BytesPerSecond > 0 {
-			fmt.Fprintf(w, " = %.0f%% of MPI point-to-point in cache, %.0f%% spread over memory",
-				100*remote/p2p[0].BytesPerSecond, 100*remote/p2p[1].BytesPerSecond)
-		}
-		fmt.Fprintln(w)
-	}
-	return serve(cfg, comm)
+	fmt.Fprintln(w)
 }

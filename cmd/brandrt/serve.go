@@ -126,7 +126,14 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 	return cfg, cfg.Validate()
 }
 
-func runServe(c *cli.Context) error {
+func runServe(c *cli.Context) error { return serving(c, nil) }
+
+// serving is what serve and bench serve share: the flags made a Config,
+// the MPI world joined, profiles started, and rank 0's report (printed,
+// and written to --stats-json). before, if set, runs on every rank before
+// the epochs, with rank 0's output (io.Discard elsewhere), and returns
+// what to add to each epoch's report.
+func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (func(io.Writer, rt.EpochStats), error)) error {
 	if err := noArgs(c, "(use --chunks DIR)"); err != nil {
 		return err
 	}
@@ -145,7 +152,24 @@ func runServe(c *cli.Context) error {
 		return err
 	}
 	defer closeReport()
-	cfg.Report = report
+	var w io.Writer = io.Discard
+	if comm.Rank() == 0 {
+		w = c.App.Writer
+	}
+	var more func(io.Writer, rt.EpochStats)
+	if before != nil {
+		if more, err = before(comm, w); err != nil {
+			return err
+		}
+	}
+	cfg.Report = func(s rt.EpochStats) {
+		if report != nil {
+			report(s)
+		}
+		if more != nil {
+			more(w, s)
+		}
+	}
 	return serve(cfg, comm)
 }
 
