@@ -64,6 +64,98 @@ func startServeEnv(t *testing.T, env []string, np int, args ...string) (*exec.Cm
 	return cmd, out
 }
 
+// packPaths packs a pathInput of files in classes for ranks ranks, k files
+// per chunk, and returns the input and the dataset directories.
+func packPaths(t *testing.T, files, classes, k, ranks int) (input, dir string) {
+	t.Helper()
+	input = pathInput(t, classes, files)
+	dir = filepath.Join(t.TempDir(), "chunks")
+	if _, errs, status := runCLI(t, "pack", "--input", input, "--out", dir, "--chunk-files", fmt.Sprint(k), "--ranks", fmt.Sprint(ranks)); status != 0 {
+		t.Fatal(errs)
+	}
+	return input, dir
+}
+
+// trainers runs one training script per entry of args at once (args[r]
+// holds the script under python/tests and its flags) and returns their
+// outputs; a failed or timed-out one fails the test.
+func trainers(t *testing.T, env []string, args [][]string) []string {
+	t.Helper()
+	outs := make([]string, len(args))
+	errs := make(chan error, len(args))
+	for r, a := range args {
+		go func() {
+			all := append([]string{"-W", "ignore", "../../python/tests/" + a[0]}, a[1:]...)
+			o, err := launch.Run(2*time.Minute, env, python, all...)
+			outs[r] = string(o)
+			if err != nil {
+				err = fmt.Errorf("training process %d: %v\n%s", r, err, o)
+			}
+			errs <- err
+		}()
+	}
+	for range args {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	return outs
+}
+
+// delivery is one file a training process got: the epoch (from 0), the
+// file's path, whether its bytes were the original's, and its label.
+type delivery struct {
+	epoch int
+	rel   string
+	equal bool
+	label int
+}
+
+// deliveries reads what a training process wrote, and reports every file
+// that came with other bytes than the original's or a label that is not
+// its class directory's; tag names the process.
+func deliveries(t *testing.T, name, tag string) []delivery {
+	t.Helper()
+	var rows [][]any
+	b, err := os.ReadFile(name)
+	if err == nil {
+		err = json.Unmarshal(b, &rows)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := make([]delivery, len(rows))
+	for i, x := range rows {
+		d := delivery{int(x[0].(float64)), x[1].(string), x[2].(bool), int(x[3].(float64))}
+		var class int
+		fmt.Sscanf(d.rel, "class-%d/", &class)
+		if !d.equal || class != d.label {
+			t.Errorf("%s, epoch %d: %s arrived with label %d, bytes equal %v", tag, d.epoch, d.rel, d.label, d.equal)
+		}
+		ds[i] = d
+	}
+	return ds
+}
+
+// onceEach checks that in epoch (from 0) each of files files arrived once.
+func onceEach(t *testing.T, ds []delivery, epoch, files int) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, d := range ds {
+		if d.epoch == epoch {
+			seen[d.rel]++
+		}
+	}
+	if len(seen) != files {
+		t.Errorf("epoch %d: %d distinct files of %d", epoch, len(seen), files)
+	}
+	for rel, n := range seen {
+		if n != 1 {
+			t.Errorf("epoch %d: %s delivered %d times", epoch, rel, n)
+		}
+	}
+}
+
 // TestDataLoaderUnderMpirun: two ranks serve, and beside each a training
 // process reads two epochs with a 4-worker DataLoader. Across both, each
 // file is delivered once per epoch, with the label of its class directory
@@ -72,70 +164,24 @@ func TestDataLoaderUnderMpirun(t *testing.T) {
 	cleanVader(t)
 	needTorch(t)
 	const files = 600
-	input := pathInput(t, 5, files)
-	dir := filepath.Join(t.TempDir(), "chunks")
-	if _, errs, status := runCLI(t, "pack", "--input", input, "--out", dir, "--chunk-files", "16", "--ranks", "2"); status != 0 {
-		t.Fatal(errs)
-	}
+	input, dir := packPaths(t, files, 5, 16, 2)
 	env := []string{"BRANDRT_ATTACH=" + t.TempDir()}
 	cmd, out := startServeEnv(t, env, 2, "--chunks", dir, "--mem", "30%", "--consume", "0", "--epochs", "2")
-	results := make([]string, 2)
-	errs := make(chan error, 2)
-	for r := range 2 {
-		results[r] = filepath.Join(t.TempDir(), "got.json")
-		go func() {
-			o, err := launch.Run(2*time.Minute, env, python, "-W", "ignore", "../../python/tests/loader.py",
-				"--local-rank", fmt.Sprint(r), "--input", input, "--out", results[r], "--workers", "4")
-			if err != nil {
-				err = fmt.Errorf("training process %d: %v\n%s", r, err, o)
-			}
-			errs <- err
-		}()
+	results := []string{filepath.Join(t.TempDir(), "0.json"), filepath.Join(t.TempDir(), "1.json")}
+	var args [][]string
+	for r, res := range results {
+		args = append(args, []string{"loader.py", "--local-rank", fmt.Sprint(r), "--input", input, "--out", res, "--workers", "4"})
 	}
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
+	trainers(t, env, args)
 	if err := exitWithin(t, cmd, time.Minute); err != nil {
 		t.Fatalf("serve: %v\n%s", err, out)
 	}
-	type row struct {
-		epoch int
-		rel   string
-		equal bool
-		label int
+	var all []delivery
+	for r, res := range results {
+		all = append(all, deliveries(t, res, fmt.Sprintf("process %d", r))...)
 	}
-	seen := map[int]map[string]int{0: {}, 1: {}}
-	for _, name := range results {
-		var rows [][]any
-		b, err := os.ReadFile(name)
-		if err == nil {
-			err = json.Unmarshal(b, &rows)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, x := range rows {
-			r := row{int(x[0].(float64)), x[1].(string), x[2].(bool), int(x[3].(float64))}
-			var class int
-			fmt.Sscanf(r.rel, "class-%d/", &class)
-			if !r.equal || class != r.label {
-				t.Errorf("epoch %d: %s arrived with label %d, bytes equal %v", r.epoch, r.rel, r.label, r.equal)
-			}
-			seen[r.epoch][r.rel]++
-		}
-	}
-	for e, m := range seen {
-		if len(m) != files {
-			t.Errorf("epoch %d: %d distinct files of %d", e, len(m), files)
-		}
-		for rel, n := range m {
-			if n != 1 {
-				t.Errorf("epoch %d: %s delivered %d times", e, rel, n)
-			}
-		}
-	}
+	onceEach(t, all, 0, files)
+	onceEach(t, all, 1, files)
 	if c := strings.Count(out.String(), "every file delivered exactly once"); c != 2 {
 		t.Errorf("serve reported %d good epochs:\n%s", c, out)
 	}
@@ -201,69 +247,25 @@ func TestWorkerKilled(t *testing.T) {
 	cleanVader(t)
 	needTorch(t)
 	const files = 600
-	input := pathInput(t, 5, files)
-	dir := filepath.Join(t.TempDir(), "chunks")
-	if _, errs, status := runCLI(t, "pack", "--input", input, "--out", dir, "--chunk-files", "16", "--ranks", "2"); status != 0 {
-		t.Fatal(errs)
-	}
+	input, dir := packPaths(t, files, 5, 16, 2)
 	env := []string{"BRANDRT_ATTACH=" + t.TempDir()}
 	cmd, out := startServeEnv(t, env, 2, "--chunks", dir, "--mem", "30%", "--consume", "0", "--epochs", "2")
 	results := []string{filepath.Join(t.TempDir(), "a.json"), filepath.Join(t.TempDir(), "b.json")}
-	scripts := []string{"worker_kill.py", "loader.py"}
-	outs := make([]string, 2)
-	errs := make(chan error, 2)
-	for r := range 2 {
-		go func() {
-			o, err := launch.Run(2*time.Minute, env, python, "-W", "ignore", "../../python/tests/"+scripts[r],
-				"--local-rank", fmt.Sprint(r), "--input", input, "--out", results[r])
-			outs[r] = string(o)
-			if err != nil {
-				err = fmt.Errorf("training process %d: %v\n%s", r, err, o)
-			}
-			errs <- err
-		}()
-	}
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
+	outs := trainers(t, env, [][]string{
+		{"worker_kill.py", "--local-rank", "0", "--input", input, "--out", results[0]},
+		{"loader.py", "--local-rank", "1", "--input", input, "--out", results[1]},
+	})
 	if err := exitWithin(t, cmd, time.Minute); err != nil {
 		t.Fatalf("serve: %v\n%s", err, out)
 	}
 	if !strings.Contains(outs[0], "exited unexpectedly") || !strings.Contains(out.String(), "ended    early, by a client") {
 		t.Fatalf("no dead worker or no early end:\n%s\n%s", outs[0], out)
 	}
-	second := map[string]int{}
-	for r, name := range results {
-		var rows [][]any
-		b, err := os.ReadFile(name)
-		if err == nil {
-			err = json.Unmarshal(b, &rows)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, x := range rows {
-			epoch, rel, equal, label := int(x[0].(float64)), x[1].(string), x[2].(bool), int(x[3].(float64))
-			var class int
-			fmt.Sscanf(rel, "class-%d/", &class)
-			if !equal || class != label {
-				t.Errorf("process %d epoch %d: %s with label %d, bytes equal %v", r, epoch, rel, label, equal)
-			}
-			if epoch == 1 {
-				second[rel]++
-			}
-		}
+	var all []delivery
+	for r, res := range results {
+		all = append(all, deliveries(t, res, fmt.Sprintf("process %d", r))...)
 	}
-	if len(second) != files {
-		t.Errorf("epoch 2: %d distinct files of %d", len(second), files)
-	}
-	for rel, n := range second {
-		if n != 1 {
-			t.Errorf("epoch 2: %s delivered %d times", rel, n)
-		}
-	}
+	onceEach(t, all, 1, files)
 	if !strings.Contains(out.String(), "epoch 2/2: 600 files") {
 		t.Errorf("serve output:\n%s", out)
 	}
@@ -277,11 +279,7 @@ func TestDataLoaderOptions(t *testing.T) {
 	cleanVader(t)
 	needTorch(t)
 	const files = 300
-	input := pathInput(t, 3, files)
-	dir := filepath.Join(t.TempDir(), "chunks")
-	if _, errs, status := runCLI(t, "pack", "--input", input, "--out", dir, "--chunk-files", "8", "--ranks", "1"); status != 0 {
-		t.Fatal(errs)
-	}
+	input, dir := packPaths(t, files, 3, 8, 1)
 	env := []string{"BRANDRT_ATTACH=" + t.TempDir()}
 	configs := [][]string{
 		{"--workers", "0"},
@@ -294,32 +292,16 @@ func TestDataLoaderOptions(t *testing.T) {
 	epoch := 0
 	for _, c := range configs {
 		res := filepath.Join(t.TempDir(), "got.json")
-		args := append([]string{"-W", "ignore", "../../python/tests/loader.py", "--input", input, "--out", res,
-			"--first-epoch", fmt.Sprint(epoch), "--epochs", "1"}, c...)
-		if o, err := launch.Run(2*time.Minute, env, python, args...); err != nil {
-			t.Fatalf("%v: %v\n%s", c, err, o)
-		}
-		var rows [][]any
-		b, err := os.ReadFile(res)
-		if err == nil {
-			err = json.Unmarshal(b, &rows)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		trainers(t, env, [][]string{append([]string{"loader.py", "--input", input, "--out", res,
+			"--first-epoch", fmt.Sprint(epoch), "--epochs", "1"}, c...)})
+		ds := deliveries(t, res, fmt.Sprint(c))
 		seen := map[string]int{}
-		for _, x := range rows {
-			rel, equal, label := x[1].(string), x[2].(bool), int(x[3].(float64))
-			var class int
-			fmt.Sscanf(rel, "class-%d/", &class)
-			if !equal || class != label {
-				t.Errorf("%v: %s with label %d, bytes equal %v", c, rel, label, equal)
-			}
-			seen[fmt.Sprint(x[0], rel)]++
+		for _, d := range ds {
+			seen[fmt.Sprint(d.epoch, d.rel)]++
 		}
-		epochs := len(rows) / files
-		if len(seen) != len(rows) || len(rows) != epochs*files || epochs == 0 {
-			t.Errorf("%v: %d rows, %d distinct (epoch, file) pairs, for %d files", c, len(rows), len(seen), files)
+		epochs := len(ds) / files
+		if len(seen) != len(ds) || len(ds) != epochs*files || epochs == 0 {
+			t.Errorf("%v: %d rows, %d distinct (epoch, file) pairs, for %d files", c, len(ds), len(seen), files)
 		}
 		epoch += epochs
 	}

@@ -162,20 +162,11 @@ func TestServeStartErrors(t *testing.T) {
 	}
 }
 
-// startServe starts mpirun in its own process group; the group is killed
-// when the test ends.
-func startServe(t *testing.T, np int, args ...string) (*exec.Cmd, *bytes.Buffer) {
+// startServe starts mpirun … serve in its own process group; the group is
+// killed when the test ends.
+func startServe(t *testing.T, np int, args ...string) (*exec.Cmd, *strings.Builder) {
 	t.Helper()
-	all := append(append([]string{}, launch.MpirunArgs...), append([]string{"-np", fmt.Sprint(np), binary(t), "serve"}, args...)...)
-	cmd := exec.Command("mpirun", all...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
-	return cmd, &out
+	return startServeEnv(t, nil, np, args...)
 }
 
 // waitFor polls until name holds at least one line, or fails the test.
