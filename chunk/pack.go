@@ -33,6 +33,11 @@ func (solo) AllreduceSum(v []int64) ([]int64, error) { return v, nil }
 // its own directory.
 const RankPlaceholder = "{rank}"
 
+// ForRank returns dir with RankPlaceholder replaced by rank.
+func ForRank(dir string, rank int) string {
+	return strings.ReplaceAll(dir, RankPlaceholder, fmt.Sprint(rank))
+}
+
 // PackConfig says where and how to pack.
 type PackConfig struct {
 	FS FS
@@ -67,7 +72,7 @@ func Pack(cfg PackConfig, plan *Plan) (*Manifest, error) {
 	if local && plan.Ranks != g.Size() {
 		return nil, fmt.Errorf("chunk: a node-local output (%s) needs one process per rank: %d ranks, %d processes", RankPlaceholder, plan.Ranks, g.Size())
 	}
-	out := strings.ReplaceAll(cfg.Out, RankPlaceholder, fmt.Sprint(g.Rank()))
+	out := ForRank(cfg.Out, g.Rank())
 	// Member 0's clock gives the run an id, which names the temporary
 	// directories so that what earlier runs left can be told apart, and
 	// the creation time every copy of the manifest records.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/brandrt/brandrt/chunk"
@@ -82,9 +81,4 @@ func (c Config) Validate() error {
 	add(c.Pause >= 0, "pause %v, want ≥ 0", c.Pause)
 	add(c.FS != nil && c.Log != nil, "no file system or log")
 	return errors.Join(errs...)
-}
-
-// RankDir returns dir with chunk.RankPlaceholder replaced by rank.
-func RankDir(dir string, rank int) string {
-	return strings.ReplaceAll(dir, chunk.RankPlaceholder, fmt.Sprint(rank))
 }

@@ -42,7 +42,7 @@ func Open(cfg Config, comm collectives.Comm) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, comm: comm, me: comm.Rank(), size: comm.Size(), dir: RankDir(cfg.Chunks, comm.Rank()),
+	n := &Node{cfg: cfg, comm: comm, me: comm.Rank(), size: comm.Size(), dir: chunk.ForRank(cfg.Chunks, comm.Rank()),
 		reqs: make(chan Request, 1024)}
 	err := n.agree(n.open())
 	if err == nil {

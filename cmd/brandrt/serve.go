@@ -15,6 +15,7 @@ import (
 	"github.com/pkg/profile"
 	"github.com/urfave/cli/v2"
 
+	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/collectives"
 	"github.com/brandrt/brandrt/launch"
 	"github.com/brandrt/brandrt/proto"
@@ -182,7 +183,7 @@ func startProfiles(c *cli.Context, rank int) func() {
 		mode func(*profile.Profile)
 	}{{"cpuprofile", profile.CPUProfile}, {"memprofile", profile.MemProfile}} {
 		if dir := c.String(kind.flag); dir != "" {
-			p := profile.Start(kind.mode, profile.ProfilePath(rt.RankDir(dir, rank)), profile.Quiet, profile.NoShutdownHook)
+			p := profile.Start(kind.mode, profile.ProfilePath(chunk.ForRank(dir, rank)), profile.Quiet, profile.NoShutdownHook)
 			stops = append(stops, p.Stop)
 		}
 	}

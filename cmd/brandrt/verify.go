@@ -38,7 +38,7 @@ func chunkDir(dir string) (string, bool, error) {
 	if err != nil {
 		return "", false, err
 	}
-	return strings.ReplaceAll(dir, chunk.RankPlaceholder, fmt.Sprint(env.Rank)), true, nil
+	return chunk.ForRank(dir, env.Rank), true, nil
 }
 
 func runVerify(c *cli.Context) error {
