@@ -66,7 +66,7 @@ func welcome(conn *net.UnixConn) (*Client, error) {
 	if err != nil || len(fds) != 1 {
 		return nil, errors.New("no ring descriptor came with the welcome")
 	}
-	ring, err := mapRing(fds[0])
+	ring, err := openRing(fds[0])
 	syscall.Close(fds[0])
 	if err != nil {
 		return nil, err

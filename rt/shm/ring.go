@@ -91,7 +91,7 @@ func newRing(slots uint32, data uint64, rank, client uint32) (*Ring, int, error)
 	return r, fd, nil
 }
 
-// mapRing maps the rings in fd, checking their header.
+// mapRing maps the whole of the rings' file fd.
 func mapRing(fd int) (*Ring, error) {
 	var st syscall.Stat_t
 	if err := syscall.Fstat(fd, &st); err != nil {
@@ -101,11 +101,21 @@ func mapRing(fd int) (*Ring, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shm: map a ring of %d bytes: %w", st.Size, err)
 	}
-	r := &Ring{mem: mem}
-	if st.Size == 0 || string(mem[:8]) == "\x00\x00\x00\x00\x00\x00\x00\x00" {
-		return r, nil // being created
+	return &Ring{mem: mem}, nil
+}
+
+// openRing maps the rings a rank handed over in fd and checks their
+// header.
+func openRing(fd int) (*Ring, error) {
+	r, err := mapRing(fd)
+	if err != nil {
+		return nil, err
 	}
-	return r, r.check()
+	if err := r.check(); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
 }
 
 // check validates a mapped header.
