@@ -293,6 +293,8 @@ func (c *client) forward(batch []Request, reqs chan<- rt.Request, reads bool) {
 // write copies deliveries into the ring; after the client died it only
 // releases them, until none is pending.
 func (c *client) write() {
+	tick := time.NewTicker(100 * time.Millisecond) // to notice death; one timer, not one per reply
+	defer tick.Stop()
 	for {
 		if c.dead.Load() && c.pending.Load() == 0 {
 			return
@@ -302,7 +304,7 @@ func (c *client) write() {
 			c.put(&d)
 			d.Release()
 			c.pending.Add(-1)
-		case <-time.After(100 * time.Millisecond):
+		case <-tick.C:
 		}
 	}
 }
