@@ -60,7 +60,15 @@ func startServeEnv(t *testing.T, env []string, np int, args ...string) (*exec.Cm
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		// mpirun puts its ranks in process groups of their own: a rank
+		// whose mpirun was killed would serve on, alone.
+		for _, pid := range ranks(t, binary(t)) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
 	return cmd, out
 }
 

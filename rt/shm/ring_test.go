@@ -252,3 +252,34 @@ func TestEndEpochThenLeave(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseLetsRingsTakeDeliveries: files the loop delivered just before
+// the rank stops still reach the client.
+func TestCloseLetsRingsTakeDeliveries(t *testing.T) {
+	reqs := make(chan rt.Request, 8)
+	s, err := Listen(t.TempDir(), 0, 8, 256<<10, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Attach(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for sn := range int32(8) {
+		c.Request(1, sn)
+	}
+	for range 8 { // the loop answers every request, then the rank stops at once
+		r := <-reqs
+		data := content(r.Sn)
+		r.Reply <- rt.Delivery{Sn: r.Sn, File: proto.FileID(1000 + r.Sn), Data: data, CRC: chunk.Checksum(data)}
+	}
+	s.Close()
+	for range 8 {
+		rec, err := c.Next(5 * time.Second)
+		if err != nil {
+			t.Fatalf("a delivered file was lost at shutdown: %v", err)
+		}
+		c.Release(rec)
+	}
+}

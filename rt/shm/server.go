@@ -16,6 +16,10 @@ import (
 	"github.com/brandrt/brandrt/rt"
 )
 
+// closeWait bounds how long Close waits for clients to take the files
+// already delivered to them.
+const closeWait = 5 * time.Second
+
 // Hello and welcome messages of the attach protocol.
 const (
 	helloMagic   = "BRTHELLO"
@@ -112,14 +116,24 @@ func (s *Server) StartEpoch(e uint32, n int) {
 // Dir returns the attach directory.
 func (s *Server) Dir() string { return s.dir }
 
-// Close stops accepting, drops every client and removes the socket.
+// Close stops accepting, lets every client's ring take the deliveries
+// already made to it (at most closeWait), drops the clients and removes
+// the socket.
 func (s *Server) Close() error {
 	err := s.ln.Close()
 	s.mu.Lock()
+	clients := make([]*client, 0, len(s.clients))
 	for _, c := range s.clients {
-		c.conn.Close()
+		clients = append(clients, c)
 	}
 	s.mu.Unlock()
+	end := time.Now().Add(closeWait)
+	for _, c := range clients {
+		for c.pending.Load() > 0 && c.alive() && time.Now().Before(end) {
+			time.Sleep(time.Millisecond)
+		}
+		c.conn.Close()
+	}
 	s.wg.Wait()
 	os.Remove(filepath.Join(s.dir, SocketName))
 	os.Remove(s.dir)
