@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"io"
 	"runtime"
 
 	"github.com/brandrt/brandrt/chunk"
@@ -24,4 +26,20 @@ func joinGroup() (g chunk.Broadcaster, env launch.Env, done func(), err error) {
 		return nil, env, nil, err
 	}
 	return w, env, w.Finalize, nil
+}
+
+// reported is an error already printed: main does not print it again.
+type reported struct{ error }
+
+// finish is deferred by commands that may run as several MPI processes:
+// it prints the command's error while this process is still part of the
+// job, then finalizes MPI (done). Printed after MPI_Finalize, the message
+// could be lost: once one rank has exited with an error, mpirun ends the
+// others.
+func finish(w io.Writer, done func(), err *error) {
+	if *err != nil {
+		fmt.Fprintln(w, "brandrt:", *err)
+		*err = reported{*err}
+	}
+	done()
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -27,7 +28,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ErrWriter:       stderr,
 	}
 	if err := app.Run(args); err != nil {
-		fmt.Fprintln(stderr, "brandrt:", err)
+		if !errors.As(err, new(reported)) {
+			fmt.Fprintln(stderr, "brandrt:", err)
+		}
 		return 1
 	}
 	return 0

@@ -50,7 +50,7 @@ func packCommand() *cli.Command {
 // keeps a few chunks in flight per physical core.
 func defaultWorkers() int { return 4 * max(1, cpuid.CPU.PhysicalCores) }
 
-func runPack(c *cli.Context) error {
+func runPack(c *cli.Context) (err error) {
 	if err := noArgs(c, "(use --input)"); err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func runPack(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer finish(c.App.ErrWriter, done, &err)
 	start := time.Now()
 	listing, err := chunk.Share(g, func() (chunk.Listing, error) { return scanInput(input, list, chunk.Layout(c.String("layout"))) })
 	if err != nil {

@@ -134,7 +134,7 @@ func runServe(c *cli.Context) error { return serving(c, nil) }
 // and written to --stats-json). before, if set, runs on every rank before
 // the epochs, with rank 0's output (io.Discard elsewhere), and returns
 // what to add to each epoch's report.
-func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (func(io.Writer, rt.EpochStats), error)) error {
+func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (func(io.Writer, rt.EpochStats), error)) (err error) {
 	if err := noArgs(c, "(use --chunks DIR)"); err != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer finish(c.App.ErrWriter, done, &err)
 	defer startProfiles(c, comm.Rank())()
 	report, closeReport, err := reporter(c, comm.Rank())
 	if err != nil {
