@@ -1,8 +1,9 @@
 // Package chunkbench measures the chunk store against the disk it runs
 // on, in one run: pack throughput against the disk's sequential write
-// rate, and whole-chunk reads against fio sequential reads of the same
-// block size, both with a cold page cache. It is what
-// `brandrt bench storage` prints.
+// rate and against reading its inputs alone, and whole-chunk reads
+// against fio reads of the same block size (in storage order against
+// fio's sequential read, in random order against fio's random read), all
+// with a cold page cache. It is what `brandrt bench storage` prints.
 package chunkbench
 
 import (
@@ -15,6 +16,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/brandrt/brandrt/chunk"
@@ -56,15 +59,23 @@ type Report struct {
 	FioBytes    int64
 	Pack        float64
 	PackSeconds float64
-	// ChunkReads are our whole-chunk reads of every chunk, one at a time,
-	// in random order, O_DIRECT, checksums verified, cold. FioRead is fio
-	// reading its file sequentially in blocks of the mean chunk, queue
-	// depth 1, O_DIRECT, cold, as fio reports it; FioWall is the same
-	// bytes over fio's wall-clock time. The trials alternate.
-	ChunkReads [Trials]float64
-	FioRead    [Trials]float64
-	FioWall    [Trials]float64
-	FioBlock   int64
+	// InputRead is reading every input file once, whole, in the pack's
+	// order (file id order) with as many readers as pack has workers,
+	// O_DIRECT, cold, writing nothing: what pack's reading side alone
+	// reaches.
+	InputRead float64
+	// SeqReads are our whole-chunk reads of every chunk, one at a time,
+	// in storage order (rank by rank, chunk by chunk), O_DIRECT,
+	// checksums verified, cold; FioSeq is fio reading its file
+	// sequentially in blocks of the mean chunk, queue depth 1, O_DIRECT,
+	// cold, as fio reports it. RandReads and FioRand are the same in
+	// random order: every chunk once in a shuffled order, and fio reading
+	// random blocks of that size. The trials alternate.
+	SeqReads  [Trials]float64
+	FioSeq    [Trials]float64
+	RandReads [Trials]float64
+	FioRand   [Trials]float64
+	FioBlock  int64
 }
 
 // Run performs the measurements. It needs root (to drop the page cache)
@@ -86,6 +97,9 @@ func Run(cfg Config) (*Report, error) {
 		return nil, err
 	}
 	if err := packCold(cfg, input, rep); err != nil {
+		return nil, err
+	}
+	if err := readInputs(cfg, input, rep); err != nil {
 		return nil, err
 	}
 	err = compareReads(cfg, rep)
@@ -164,15 +178,12 @@ func packCold(cfg Config, input string, rep *Report) error {
 	return nil
 }
 
-// compareReads alternates our whole-chunk reads of every chunk and fio's
-// sequential read of its file at the mean chunk size, Trials times each.
+// compareReads alternates, Trials times: our whole-chunk reads of every
+// chunk in storage order, fio's sequential read at the mean chunk size,
+// ours in random order, and fio's random read at that size.
 func compareReads(cfg Config, rep *Report) error {
 	out := filepath.Join(cfg.Dir, "chunks")
-	type ref struct {
-		s *chunk.Shard
-		c int
-	}
-	var refs []ref
+	var refs []chunkRef
 	for r := 0; r < cfg.Ranks; r++ {
 		s, err := chunk.OpenShard(chunk.OS, out, r)
 		if err != nil {
@@ -180,39 +191,138 @@ func compareReads(cfg Config, rep *Report) error {
 		}
 		defer s.Close()
 		for c := 0; c < s.Index().Chunks(); c++ {
-			refs = append(refs, ref{s, c})
+			refs = append(refs, chunkRef{s, c})
 		}
 	}
+	fioFile := "--filename=" + filepath.Join(cfg.Dir, "fio.dat")
 	for t := 0; t < Trials; t++ {
-		rand.New(rand.NewPCG(1, uint64(t))).Shuffle(len(refs), func(i, j int) { refs[i], refs[j] = refs[j], refs[i] })
-		if err := DropCaches(); err != nil {
-			return err
-		}
-		start := time.Now()
-		var read int64
-		for _, x := range refs {
-			ch, err := x.s.ReadChunk(x.c)
-			if err != nil {
-				return err
-			}
-			read += ch.BytesRead
-			ch.Release()
-		}
-		rep.ChunkReads[t] = float64(read) / time.Since(start).Seconds()
-		rep.ChunkBytes, rep.MeanChunk = read, read/int64(len(refs))
-		rep.FioBlock = (rep.MeanChunk + 4095) / 4096 * 4096
-		cfg.Log(fmt.Sprintf("trial %d: brandrt read %d chunks whole (verified), random order, 1 reader, O_DIRECT, cold: %.0f MB/s", t+1, len(refs), rep.ChunkReads[t]/1e6))
-		if err := DropCaches(); err != nil {
-			return err
-		}
-		args := []string{"--name=seqread", "--filename=" + filepath.Join(cfg.Dir, "fio.dat"), "--rw=read",
-			fmt.Sprintf("--bs=%d", rep.FioBlock), fmt.Sprintf("--size=%d", rep.FioBytes), "--direct=1", "--ioengine=psync"}
-		start = time.Now()
-		bw, err := fio(cfg, args, "read")
+		bw, read, err := readChunks(refs)
 		if err != nil {
 			return err
 		}
-		rep.FioRead[t], rep.FioWall[t] = bw, float64(rep.FioBytes)/time.Since(start).Seconds()
+		rep.SeqReads[t] = bw
+		rep.ChunkBytes, rep.MeanChunk = read, read/int64(len(refs))
+		rep.FioBlock = (rep.MeanChunk + 4095) / 4096 * 4096
+		cfg.Log(fmt.Sprintf("trial %d: brandrt read %d chunks whole (verified), storage order, 1 reader, O_DIRECT, cold: %.0f MB/s", t+1, len(refs), bw/1e6))
+		fioArgs := func(name, rw string) []string {
+			return []string{"--name=" + name, fioFile, "--rw=" + rw, fmt.Sprintf("--bs=%d", rep.FioBlock),
+				fmt.Sprintf("--size=%d", rep.FioBytes), "--direct=1", "--ioengine=psync", "--randseed=" + fmt.Sprint(t+1)}
+		}
+		if rep.FioSeq[t], err = fioCold(cfg, fioArgs("seqread", "read")); err != nil {
+			return err
+		}
+		shuffled := slices.Clone(refs)
+		rand.New(rand.NewPCG(1, uint64(t))).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		if rep.RandReads[t], _, err = readChunks(shuffled); err != nil {
+			return err
+		}
+		cfg.Log(fmt.Sprintf("trial %d: brandrt read %d chunks whole (verified), random order, 1 reader, O_DIRECT, cold: %.0f MB/s", t+1, len(refs), rep.RandReads[t]/1e6))
+		if rep.FioRand[t], err = fioCold(cfg, fioArgs("randread", "randread")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type chunkRef struct {
+	s *chunk.Shard
+	c int
+}
+
+// readChunks drops the page cache, then reads refs whole one after the
+// other and returns bytes per second and the bytes read.
+func readChunks(refs []chunkRef) (float64, int64, error) {
+	if err := DropCaches(); err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	var read int64
+	for _, x := range refs {
+		ch, err := x.s.ReadChunk(x.c)
+		if err != nil {
+			return 0, 0, err
+		}
+		read += ch.BytesRead
+		ch.Release()
+	}
+	return float64(read) / time.Since(start).Seconds(), read, nil
+}
+
+// fioCold drops the page cache and runs a fio read.
+func fioCold(cfg Config, args []string) (float64, error) {
+	if err := DropCaches(); err != nil {
+		return 0, err
+	}
+	return fio(cfg, args, "read")
+}
+
+// readInputs reads every input file once, in the pack's order, with
+// cfg.Workers readers, as pack does but writing nothing.
+func readInputs(cfg Config, input string, rep *Report) error {
+	if err := DropCaches(); err != nil {
+		return err
+	}
+	start := time.Now()
+	inputs, classes, _, err := chunk.ScanDir(chunk.OS, input, chunk.LayoutAuto)
+	if err != nil {
+		return err
+	}
+	plan, err := chunk.NewPlan(inputs, classes, cfg.K, cfg.Ranks, 1, chunk.PackParams{})
+	if err != nil {
+		return err
+	}
+	var next, total atomic.Int64
+	errs := make(chan error, cfg.Workers)
+	for w := 0; w < cfg.Workers; w++ {
+		go func() {
+			errs <- readEach(plan.Inputs, &next, &total)
+		}()
+	}
+	for w := 0; w < cfg.Workers; w++ {
+		if e := <-errs; e != nil && err == nil {
+			err = e
+		}
+	}
+	if err != nil {
+		return err
+	}
+	rep.InputRead = float64(total.Load()) / time.Since(start).Seconds()
+	cfg.Log(fmt.Sprintf("inputs: every input file read whole once in pack's order, %d readers, O_DIRECT, nothing written (scan included), cold: %.0f MB/s",
+		cfg.Workers, rep.InputRead/1e6))
+	return nil
+}
+
+// readEach reads inputs[next] whole, advancing next, until none is left.
+func readEach(inputs []chunk.Input, next, total *atomic.Int64) error {
+	var buf []byte
+	for {
+		i := next.Add(1) - 1
+		if i >= int64(len(inputs)) {
+			break
+		}
+		f, err := chunk.OS.Open(inputs[i].Source, true)
+		if err != nil {
+			return err
+		}
+		if need := int((inputs[i].Size + 4095) / 4096 * 4096); len(buf) < need {
+			if buf != nil {
+				syscall.Munmap(buf)
+			}
+			// Page-aligned, as O_DIRECT wants.
+			if buf, err = syscall.Mmap(-1, 0, max(need, 1<<20), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE); err != nil {
+				f.Close()
+				return err
+			}
+		}
+		n, err := f.ReadAt(buf[:(inputs[i].Size+4095)/4096*4096], 0)
+		f.Close()
+		if int64(n) != inputs[i].Size {
+			return fmt.Errorf("chunkbench: read %s: %d of %d bytes: %v", inputs[i].Source, n, inputs[i].Size, err)
+		}
+		total.Add(int64(n))
+	}
+	if buf != nil {
+		syscall.Munmap(buf)
 	}
 	return nil
 }

@@ -31,9 +31,12 @@ func benchCommand() *cli.Command {
 				"dropping the page cache before each step:\n" +
 				"  1. fio sequential write (O_DIRECT, 1 MiB): the disk's write rate;\n" +
 				"  2. brandrt pack of the dataset (scan included): bytes / seconds;\n" +
-				"  3. three alternating trials of: brandrt reading every chunk whole, one at a\n" +
-				"     time, in random order (O_DIRECT, checksums verified), and fio reading its\n" +
-				"     file sequentially in blocks of the mean chunk (O_DIRECT, queue depth 1).\n" +
+				"  3. the inputs alone read as pack reads them, writing nothing: the most\n" +
+				"     pack's reading side gets from this disk;\n" +
+				"  4. three alternating trials of: brandrt reading every chunk whole, one at a\n" +
+				"     time (O_DIRECT, checksums verified), in storage order, then fio reading\n" +
+				"     its file sequentially in blocks of the mean chunk (O_DIRECT, queue depth\n" +
+				"     1); brandrt in random chunk order, then fio reading random blocks.\n" +
 				"Prints each ratio and the commands. Needs root (drop_caches) and fio.",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "dir", Required: true, Usage: "scratch directory on the disk to measure"},
@@ -61,11 +64,15 @@ func benchCommand() *cli.Command {
 					comma(int64(cfg.Files)), ibytes(r.DatasetBytes), r.Chunks, cfg.K, ibytes(r.MeanChunk))
 				fmt.Fprintf(w, "pack           %s (%.1f s) = %.0f%% of the disk's sequential write, %s\n",
 					mb(r.Pack), r.PackSeconds, 100*r.Pack/r.DiskWrite, mb(r.DiskWrite))
-				ours, theirs, wall := chunkbench.Median(r.ChunkReads), chunkbench.Median(r.FioRead), chunkbench.Median(r.FioWall)
-				fmt.Fprintf(w, "chunk reads    %s = %.0f%% of fio sequential read at %s blocks, %s (%.0f%% of its wall-clock rate, %s)\n",
-					mb(ours), 100*ours/theirs, ibytes(r.FioBlock), mb(theirs), 100*ours/wall, mb(wall))
-				fmt.Fprintf(w, "               medians of %d alternating trials: brandrt %s; fio %s as reported, %s by wall clock\n",
-					chunkbench.Trials, rates(r.ChunkReads[:]), rates(r.FioRead[:]), rates(r.FioWall[:]))
+				fmt.Fprintf(w, "               = %.0f%% of reading the inputs alone as pack does, writing nothing, %s\n",
+					100*r.Pack/r.InputRead, mb(r.InputRead))
+				med := chunkbench.Median
+				fmt.Fprintf(w, "chunk reads    storage order: %s = %.0f%% of fio sequential read at %s blocks, %s\n",
+					mb(med(r.SeqReads)), 100*med(r.SeqReads)/med(r.FioSeq), ibytes(r.FioBlock), mb(med(r.FioSeq)))
+				fmt.Fprintf(w, "               random order:  %s = %.0f%% of fio random read at %s blocks, %s\n",
+					mb(med(r.RandReads)), 100*med(r.RandReads)/med(r.FioRand), ibytes(r.FioBlock), mb(med(r.FioRand)))
+				fmt.Fprintf(w, "               medians of %d alternating trials: brandrt %s and %s; fio %s and %s\n",
+					chunkbench.Trials, rates(r.SeqReads[:]), rates(r.RandReads[:]), rates(r.FioSeq[:]), rates(r.FioRand[:]))
 				return nil
 			},
 		}, benchServeCommand()},
