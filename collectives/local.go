@@ -147,8 +147,10 @@ func (l *Local) Abort(code int) {
 	panic(h.aborted)
 }
 
-// localReq is a Local request; sends complete at once.
+// localReq is a Local request; sends complete at once. A posted receive
+// is completed by the sender's goroutine under mu, the hub's lock.
 type localReq struct {
+	mu       *sync.Mutex
 	buf      []byte
 	src, tag int
 	done     bool
@@ -157,7 +159,13 @@ type localReq struct {
 }
 
 // Test reports whether the request completed.
-func (r *localReq) Test() (bool, Status, error) { return r.done, r.st, r.err }
+func (r *localReq) Test() (bool, Status, error) {
+	if r.mu != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
+	return r.done, r.st, r.err
+}
 
 func matches(src, tag int, e envelope) bool {
 	return (src == AnySource || src == e.src) && (tag == AnyTag || tag == e.tag)
@@ -204,7 +212,7 @@ func (l *Local) Irecv(b []byte, src, tag int) (Request, error) {
 	if h.aborted != nil {
 		return nil, h.aborted
 	}
-	r := &localReq{buf: b, src: src, tag: tag}
+	r := &localReq{mu: &h.mu, buf: b, src: src, tag: tag}
 	for i, e := range h.inbox[l.rank] {
 		if matches(src, tag, e) {
 			h.inbox[l.rank] = slices.Delete(h.inbox[l.rank], i, i+1)

@@ -193,7 +193,7 @@ func (r *Rank) startEpoch(e EpochStart) error {
 	if r.HasReady() {
 		return fmt.Errorf("proto: rank %d: epoch %d started before the last Ready was advanced", r.me, e.Epoch)
 	}
-	if err := r.checkTraces(e.Traces); err != nil {
+	if err := r.CheckTraces(e.Traces); err != nil {
 		return err
 	}
 	r.epoch, r.started, r.traces = e.Epoch, true, e.Traces
@@ -205,7 +205,9 @@ func (r *Rank) startEpoch(e EpochStart) error {
 	return nil
 }
 
-func (r *Rank) checkTraces(traces [][]FileID) error {
+// CheckTraces reports why traces cannot start an epoch: one per rank, every
+// file in range, no file twice across them. EpochStart checks the same.
+func (r *Rank) CheckTraces(traces [][]FileID) error {
 	if len(traces) != r.m.Ranks() {
 		return fmt.Errorf("proto: rank %d: %d traces for %d ranks", r.me, len(traces), r.m.Ranks())
 	}

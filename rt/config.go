@@ -29,6 +29,9 @@ type Config struct {
 	Window  int
 	// Seed drives the traces (with the epoch) and the refill choices.
 	Seed uint64
+	// ClientTraces makes every epoch wait for its trace from the clients
+	// (Node.Traces) instead of generating it from Seed.
+	ClientTraces bool
 	// Epochs is the number of epochs to serve.
 	Epochs int
 	// IOWorkers bounds the chunk reads in flight.
@@ -78,6 +81,7 @@ func (c Config) Validate() error {
 	add(c.IOWorkers >= 1, "%d I/O workers, want ≥ 1", c.IOWorkers)
 	add(c.Consume >= 0 && c.Consume <= 1024, "%d consumers, want 0 to 1024", c.Consume)
 	add(c.Depth >= 1 && c.Depth <= 1024, "depth %d, want 1 to 1024", c.Depth)
+	add(!c.ClientTraces || c.Consume == 0, "in-process consumers read generated traces: client traces need 0 consumers, not %d", c.Consume)
 	add(c.Pause >= 0, "pause %v, want ≥ 0", c.Pause)
 	add(c.FS != nil && c.Log != nil, "no file system or log")
 	return errors.Join(errs...)

@@ -31,6 +31,10 @@ type Node struct {
 	// epoch that has not started yet.
 	reqs chan Request
 	held []Request
+	// offers carries clients' traces (Config.ClientTraces); early holds
+	// those offered for an epoch not yet begun.
+	offers chan TraceOffer
+	early  map[uint32]TraceOffer
 	// counts holds this epoch's deliveries on this rank per file id.
 	counts []int32
 }
@@ -43,7 +47,7 @@ func Open(cfg Config, comm collectives.Comm) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, comm: comm, me: comm.Rank(), size: comm.Size(), dir: chunk.ForRank(cfg.Chunks, comm.Rank()),
-		reqs: make(chan Request, 1024)}
+		reqs: make(chan Request, 1024), offers: make(chan TraceOffer, 16), early: make(map[uint32]TraceOffer)}
 	err := n.agree(n.open())
 	if err == nil {
 		err = n.sameDataset()

@@ -39,8 +39,7 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 // rank's clients are done, then the statistics are reduced.
 func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, reqs chan Request) (EpochStats, error) {
 	files := n.m.Files()
-	own := GeneratedTrace(files, n.size, n.me, n.cfg.Seed, e)
-	traces, err := gatherTraces(n.comm, own)
+	traces, own, offer, err := n.epochTraces(ctx, e)
 	if err != nil {
 		return EpochStats{}, err
 	}
@@ -57,6 +56,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	if n.cfg.OnEpoch != nil {
 		n.cfg.OnEpoch(e, len(own))
 	}
+	offer.answer(nil)
 	held := n.held
 	n.held = nil
 	for _, r := range held {
@@ -82,7 +82,16 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		return EpochStats{}, err
 	}
 	return n.reduce(e, epochCounts{proto: n.p.Stats(), loop: l.stats, cons: cons.total, left: left, seconds: secs,
-		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, expected: int64(files), verified: n.cfg.Consume > 0, ended: l.ended})
+		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, expected: positions(traces), verified: n.cfg.Consume > 0, ended: l.ended})
+}
+
+// positions counts the positions of every rank's trace.
+func positions(traces [][]proto.FileID) int64 {
+	n := 0
+	for _, t := range traces {
+		n += len(t)
+	}
+	return int64(n)
 }
 
 // processCPU returns the CPU time this process has used, user and system.

@@ -11,11 +11,15 @@ import (
 type EpochStats struct {
 	Epoch int `json:"epoch"`
 	Ranks int `json:"ranks"`
-	// FilesExpected is the number of trace positions of all ranks (every
-	// file of the dataset once). FilesDelivered counts files handed to
-	// clients; DuplicateDeliveries the deliveries of a file beyond its
-	// first; FilesMissing the files never delivered; FailedDeliveries
-	// the positions answered with an error.
+	// FilesExpected is the number of trace positions of all ranks: every
+	// file of the dataset once (DatasetFiles) unless the clients supplied
+	// traces that cover only part of it. FilesDelivered counts files
+	// handed to clients; DuplicateDeliveries the deliveries of a file
+	// beyond its first; FilesMissing how many fewer distinct files were
+	// delivered than expected (with traces covering the dataset, the files
+	// never delivered); FailedDeliveries the positions answered with an
+	// error.
+	DatasetFiles        int64 `json:"dataset_files"`
 	FilesExpected       int64 `json:"files_expected"`
 	FilesDelivered      int64 `json:"files_delivered"`
 	DuplicateDeliveries int64 `json:"duplicate_deliveries"`
@@ -116,17 +120,17 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 	if err != nil {
 		return EpochStats{}, err
 	}
-	dup, missing, err := n.perFile()
+	dup, distinct, err := n.perFile()
 	if err != nil {
 		return EpochStats{}, err
 	}
-	st := EpochStats{Epoch: int(e), Ranks: n.size, FilesExpected: c.expected,
+	st := EpochStats{Epoch: int(e), Ranks: n.size, DatasetFiles: int64(len(n.counts)), FilesExpected: c.expected,
 		FilesDelivered: s[0], FailedDeliveries: s[1], ChecksumErrors: s[2], BytesDelivered: s[3],
 		ChunkReads: s[4], BytesLoaded: s[5], StorageReads: s[19], BytesRead: s[20], LocalHits: s[6], RemoteRequests: s[7], RemoteFiles: s[8],
 		RemoteBytes: s[9], NetworkBytes: s[10], PrefetchPushes: s[11], PrefetchHits: s[12],
 		StallSeconds: float64(s[13]) / 1e9, DeliveredCRCSum: s[14], IndexCRCSum: s[15],
 		DeliveredLabelSum: s[16], IndexLabelSum: s[17], FilesLeft: s[18],
-		DuplicateDeliveries: dup, FilesMissing: missing, PeakMemBytes: mx[0], Seconds: float64(mx[1]) / 1e9,
+		DuplicateDeliveries: dup, FilesMissing: max(0, c.expected-distinct), PeakMemBytes: mx[0], Seconds: float64(mx[1]) / 1e9,
 		IdleSeconds: float64(mx[2]) / 1e9, IdleCPUSeconds: float64(mx[3]) / 1e9, Verified: c.verified, EndedEarly: mx[4] != 0}
 	if st.BytesDelivered > 0 {
 		st.ReadAmplification = float64(st.BytesLoaded) / float64(st.BytesDelivered)
@@ -138,9 +142,10 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 	return st, nil
 }
 
-// perFile sums every rank's deliveries per file and counts the files
-// delivered more than once (the extra deliveries) and never.
-func (n *Node) perFile() (dup, missing int64, err error) {
+// perFile sums every rank's deliveries per file and counts the extra
+// deliveries of files delivered more than once, and the distinct files
+// delivered.
+func (n *Node) perFile() (dup, distinct int64, err error) {
 	v := make([]int64, len(n.counts))
 	for i, c := range n.counts {
 		v[i] = int64(c)
@@ -150,21 +155,25 @@ func (n *Node) perFile() (dup, missing int64, err error) {
 		return 0, 0, err
 	}
 	for _, c := range all {
-		switch {
-		case c == 0:
-			missing++
-		case c > 1:
+		if c > 0 {
+			distinct++
+		}
+		if c > 1 {
 			dup += c - 1
 		}
 	}
-	return dup, missing, nil
+	return dup, distinct, nil
 }
 
-// OK reports whether the epoch delivered every file exactly once, with
-// its label and, when Verified, its bytes as its index records them, and
-// left nothing behind.
+// OK reports whether the epoch answered every trace position with a
+// distinct file. When the traces cover the dataset, it also checks that
+// each file came with its label and, when Verified, its bytes as its
+// index records them (the sums are over the whole index), and that no
+// file was left in memory undelivered (with partial traces, chunk reads
+// load files nobody asks for).
 func (s EpochStats) OK() bool {
+	whole := s.FilesExpected != s.DatasetFiles ||
+		s.DeliveredCRCSum == s.IndexCRCSum && s.DeliveredLabelSum == s.IndexLabelSum && s.FilesLeft == 0
 	return s.FilesDelivered == s.FilesExpected && s.DuplicateDeliveries == 0 && s.FilesMissing == 0 &&
-		s.FailedDeliveries == 0 && s.ChecksumErrors == 0 && s.FilesLeft == 0 &&
-		s.DeliveredCRCSum == s.IndexCRCSum && s.DeliveredLabelSum == s.IndexLabelSum
+		s.FailedDeliveries == 0 && s.ChecksumErrors == 0 && whole
 }

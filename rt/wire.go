@@ -20,6 +20,8 @@ const (
 	// tagData carries one file's bytes; a tagMsg frame is followed by one
 	// per file it moves, in order.
 	tagData = 4
+	// tagSync is an empty message of quietBarrier, between epochs.
+	tagSync = 5
 )
 
 // Frame of a tagMsg message, little-endian:
