@@ -71,6 +71,29 @@ func sizeStats(sizes []int64) SizeStats {
 	return SizeStats{Min: sizes[0], P50: q(0.5), P90: q(0.9), P99: q(0.99), Max: sizes[len(sizes)-1], Mean: sum / float64(len(sizes))}
 }
 
+// Each calls fn with the entry of every file of the dataset in dir, in
+// file id order, and stops at fn's first error.
+func Each(fsys FS, dir string, fn func(Entry) error) error {
+	m, err := ReadManifest(fsys, dir)
+	if err != nil {
+		return err
+	}
+	for r := range m.Shards { // ranks hold consecutive runs of ids
+		ix, err := OpenIndex(fsys, join(dir, RankDir(r)), r)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < ix.Len() && err == nil; i++ {
+			err = fn(ix.Entry(i))
+		}
+		_ = ix.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Find returns the entry of the file named by what: a file id, or the
 // path the file had in the input.
 func Find(fsys FS, dir string, what string) (Entry, error) {

@@ -70,6 +70,9 @@ func (n *Node) Close() {
 // Requests returns where clients send their requests.
 func (n *Node) Requests() chan<- Request { return n.reqs }
 
+// Config returns the configuration the node was opened with.
+func (n *Node) Config() Config { return n.cfg }
+
 // MaxFileSize returns the size of this rank's largest file.
 func (n *Node) MaxFileSize() int64 { return n.maxSize }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -17,16 +18,19 @@ import (
 func inspectCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "inspect",
-		Usage: "summarise a packed dataset, or extract one file from it",
+		Usage: "summarise a packed dataset, list its files, or extract one file from it",
 		Description: "Without --file: files, bytes, K, chunks per rank, the file-size\n" +
 			"distribution and the classes. With --file ID|PATH --out F: writes that file\n" +
 			"(by id, or by its path in the input) byte-exactly to F (- for stdout),\n" +
-			"after checking its checksum.",
+			"after checking its checksum. With --list: one line per file, in file id\n" +
+			"order, tab-separated: id, label, size in bytes, rank, path in the input\n" +
+			"(what a custom order for serve --traces clients is made of).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "dataset directory"},
 			&cli.StringFlag{Name: "file", Usage: "file id or original path to extract"},
 			&cli.StringFlag{Name: "out", Usage: "where to write the extracted file (- for stdout)"},
 			&cli.BoolFlag{Name: "force", Usage: "overwrite --out if it exists"},
+			&cli.BoolFlag{Name: "list", Usage: "list every file: id, label, size, rank, path (tab-separated)"},
 		},
 		Action: runInspect,
 	}
@@ -39,6 +43,21 @@ func runInspect(c *cli.Context) error {
 	dir, _, err := chunkDir(c.String("chunks"))
 	if err != nil {
 		return err
+	}
+	if c.Bool("list") {
+		if c.String("file") != "" || c.String("out") != "" {
+			return errors.New("--list goes alone, without --file or --out")
+		}
+		w := bufio.NewWriter(c.App.Writer)
+		fmt.Fprintf(w, "id\tlabel\tsize\trank\tpath\n")
+		err := chunk.Each(chunk.OS, dir, func(e chunk.Entry) error {
+			_, err := fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%s\n", e.ID, e.Label, e.Size, e.Rank, e.Path)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		return w.Flush()
 	}
 	if c.String("file") == "" {
 		if c.String("out") != "" {

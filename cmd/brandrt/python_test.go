@@ -320,3 +320,85 @@ func TestDataLoaderOptions(t *testing.T) {
 		t.Errorf("%d good epochs of 6:\n%s", n, out)
 	}
 }
+
+// TestSuppliedTraces: two ranks serve with --traces clients. Each
+// training process first offers a trace for epoch 1 that shares a file
+// with the other's, which both ranks refuse; then its sampler supplies the
+// orders: in the first epoch a permutation of the dataset split 1:3
+// between the ranks, in the second a third of the dataset. Each rank
+// answers exactly its own trace's positions, no file twice, every file
+// once in the first epoch, with the original bytes and labels.
+func TestSuppliedTraces(t *testing.T) {
+	cleanVader(t)
+	needTorch(t)
+	const files = 400
+	input, dir := packPaths(t, files, 5, 16, 2)
+	perm := rand.New(rand.NewPCG(4, 4)).Perm(files)
+	split := [][3]int{{0, 100, files}, {0, 60, files / 3}} // per epoch: rank r reads perm[split[r]:split[r+1]]
+	tmp := t.TempDir()
+	env := []string{"BRANDRT_ATTACH=" + tmp}
+	cmd, out := startServeEnv(t, env, 2, "--chunks", dir, "--mem", "30%", "--epochs", "2", "--traces", "clients")
+	var args [][]string
+	results := make([]string, 2)
+	for r := range 2 {
+		var orders [][]int
+		for _, s := range split {
+			orders = append(orders, perm[s[r]:s[r+1]])
+		}
+		bad := orders[0]
+		if r == 1 {
+			bad = append([]int{perm[0]}, bad...) // perm[0] is rank 0's
+		}
+		results[r] = filepath.Join(tmp, fmt.Sprintf("%d.json", r))
+		args = append(args, []string{"traces.py", "--local-rank", fmt.Sprint(r), "--input", input, "--out", results[r],
+			"--orders", jsonFile(t, orders), "--bad", jsonFile(t, bad)})
+	}
+	outs := trainers(t, env, args)
+	if err := exitWithin(t, cmd, time.Minute); err != nil {
+		t.Fatalf("serve: %v\n%s", err, out)
+	}
+	for r, o := range outs {
+		if !strings.Contains(o, "refused: the trace of epoch 1 was refused") || !strings.Contains(o, "appears twice") {
+			t.Errorf("process %d: the overlapping traces were not refused as such:\n%s", r, o)
+		}
+	}
+	var all []delivery
+	for r, res := range results {
+		ds := deliveries(t, res, fmt.Sprintf("process %d", r))
+		for e, s := range split {
+			n := 0
+			for _, d := range ds {
+				if d.epoch == e {
+					n++
+				}
+			}
+			if want := s[r+1] - s[r]; n != want {
+				t.Errorf("process %d, epoch %d: %d files, its trace has %d", r, e, n, want)
+			}
+		}
+		all = append(all, ds...)
+	}
+	onceEach(t, all, 0, files)
+	onceEach(t, all, 1, split[1][2])
+	if !strings.Contains(out.String(), "refused") {
+		t.Errorf("serve did not say it refused the traces:\n%s", out)
+	}
+}
+
+// jsonFile writes v to a new file and returns its name.
+func jsonFile(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.CreateTemp(t.TempDir(), "*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	return f.Name()
+}

@@ -33,7 +33,11 @@ func serveCommand() *cli.Command {
 			"in memory, reads chunks whole, answers the other ranks' requests over MPI and\n" +
 			"pushes them the files their traces ask for next. Every epoch, each rank's\n" +
 			"trace is its part of a permutation of the dataset drawn from --seed and the\n" +
-			"epoch; every file is delivered exactly once per epoch across the ranks.\n\n" +
+			"epoch; every file is delivered exactly once per epoch across the ranks.\n" +
+			"With --traces clients, a training process of each rank supplies the rank's\n" +
+			"trace instead, before each epoch (a custom sampler's order of file ids; see\n" +
+			"brandrt.torch.BrandSampler(order=...)); the epoch starts when every rank has\n" +
+			"one, and traces that share a file are refused to every rank's client.\n\n" +
 			"Training processes on the rank's node read through shared memory: each\n" +
 			"rank prints where they attach ($BRANDRT_ATTACH/local-<local rank>, by default\n" +
 			"/dev/shm/brandrt-<uid>/local-0 with one rank per node); see python/ and\n" +
@@ -50,6 +54,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "variant", Value: d.Variant.String(), Usage: "full, random-selection, no-prefetching or no-optimization"},
 			&cli.IntFlag{Name: "window", Value: d.Window, Usage: "P, upcoming trace positions an owner considers for prefetch (0: none)"},
 			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the traces and refill choices"},
+			&cli.StringFlag{Name: "traces", Value: "seed", Usage: "where each epoch's traces come from: seed (drawn from --seed) or clients (supplied by the training processes)"},
 			&cli.IntFlag{Name: "epochs", Value: d.Epochs, Usage: "epochs to serve"},
 			&cli.IntFlag{Name: "io-workers", Value: d.IOWorkers, Usage: "chunk reads in flight at once"},
 			&cli.IntFlag{Name: "consume", Value: d.Consume, Usage: "in-process readers per rank; 0: serve training processes through shared memory"},
@@ -122,6 +127,13 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 		return cfg, err
 	}
 	cfg.Window, cfg.Seed, cfg.Epochs = c.Int("window"), c.Uint64("seed"), c.Int("epochs")
+	switch t := c.String("traces"); t {
+	case "seed":
+	case "clients":
+		cfg.ClientTraces = true
+	default:
+		return cfg, fmt.Errorf("--traces %q: want seed or clients", t)
+	}
 	cfg.IOWorkers, cfg.Consume, cfg.Depth, cfg.Pause = c.Int("io-workers"), c.Int("consume"), c.Int("depth"), c.Duration("pause")
 	cfg.Log = c.App.ErrWriter
 	return cfg, cfg.Validate()
@@ -239,7 +251,11 @@ func listen(n *rt.Node, rank int, log io.Writer) (*shm.Server, error) {
 		return nil, err
 	}
 	data := max(uint64(64<<20), (2*uint64(n.MaxFileSize())+128+4095)&^4095)
-	srv, err := shm.Listen(shm.DefaultDir(env.LocalRank), rank, 64, data, n.Requests())
+	var traces chan<- rt.TraceOffer
+	if n.Config().ClientTraces {
+		traces = n.Traces()
+	}
+	srv, err := shm.Listen(shm.DefaultDir(env.LocalRank), rank, 64, data, n.Requests(), traces)
 	if err != nil {
 		return nil, err
 	}
@@ -305,6 +321,10 @@ func printEpoch(w io.Writer, s rt.EpochStats, epochs int) {
 			s.IdleSeconds, 100*s.IdleCPUSeconds/s.IdleSeconds)
 	}
 	switch {
+	case s.OK() && s.FilesExpected != s.DatasetFiles:
+		fmt.Fprintf(w, "  check    every position of the clients' traces answered, no file twice (they cover %s of %s files; %s loaded and never asked for)\n",
+			comma(s.FilesExpected), comma(s.DatasetFiles), comma(s.FilesLeft))
+		return
 	case s.OK() && s.Verified:
 		fmt.Fprintf(w, "  check    every file delivered exactly once; bytes and labels match the index\n")
 		return

@@ -63,6 +63,31 @@ func TestPackVerifyInspectExtract(t *testing.T) {
 	if _, errs, status := runCLI(t, "inspect", "--chunks", out, "--file", "7", "--out", dst); status == 0 || !strings.Contains(errs, "exists; pass --force") {
 		t.Fatalf("extract over an existing file: %d %s", status, errs)
 	}
+	// --list: every input once, in id order, with its label and size.
+	stdout, errs, status = runCLI(t, "inspect", "--chunks", out, "--list")
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if status != 0 || len(lines) != 501 || lines[0] != "id\tlabel\tsize\trank\tpath" {
+		t.Fatalf("inspect --list: status %d, %d lines\n%s", status, len(lines), errs)
+	}
+	inputs := map[string]chunktest.GenFile{}
+	for _, f := range files {
+		inputs[f.Rel] = f
+	}
+	for i, line := range lines[1:] {
+		var id, label, size, rank int
+		var path string
+		if n, _ := fmt.Sscanf(line, "%d\t%d\t%d\t%d\t%s", &id, &label, &size, &rank, &path); n != 5 || id != i {
+			t.Fatalf("inspect --list, line %d: %q", i+1, line)
+		}
+		f, ok := inputs[path]
+		if e, _ := chunk.Find(chunk.OS, out, fmt.Sprint(id)); !ok || e.Path != path || int64(size) != f.Size || e.Label != int32(label) || e.Rank != rank {
+			t.Errorf("inspect --list, line %d: %q; the index has %+v", i+1, line, e)
+		}
+		delete(inputs, path)
+	}
+	if len(inputs) != 0 {
+		t.Errorf("inspect --list left out %d files", len(inputs))
+	}
 }
 
 func TestPackAndVerifyErrors(t *testing.T) {

@@ -1,8 +1,10 @@
 """Attach to a brandrt rank and read files through shared memory."""
 
+import array
 import ctypes
 import mmap
 import os
+import select
 import socket
 import struct
 import time
@@ -115,6 +117,42 @@ class Client:
             if time.monotonic() > end:
                 raise BrandError("epoch %d did not start within %.0f s" % (epoch, timeout))
             time.sleep(0.01)
+
+    def set_trace(self, epoch, files, timeout=None):
+        """Supply the rank's trace of epoch: the file ids its training
+        processes will ask for, in that order (for `brandrt serve --traces
+        clients`; one process per rank supplies it). Returns once every
+        rank has its trace and the epoch starts. Raises BrandError when the
+        rank refuses it: an epoch already served, a second trace for the
+        epoch, or traces of the ranks that share a file or name one out of
+        range (then every rank's client is refused, and each must supply
+        a new trace)."""
+        ids = array.array("i", files) if not hasattr(files, "astype") else array.array("i", files.astype("<i4").tobytes())
+        fd = os.memfd_create("brandrt-trace", os.MFD_CLOEXEC)
+        try:
+            view = memoryview(ids).cast("B")
+            while view:
+                view = view[os.write(fd, view):]
+            hdr = struct.pack("<8sIIII", L.TRACE_MAGIC, L.VERSION, epoch, len(ids), 0)
+            socket.send_fds(self._sock, [hdr], [fd])
+        finally:
+            os.close(fd)
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            ready, _, _ = select.select([self._sock], [], [], 0.5)
+            if ready:
+                msg = self._sock.recv(L.VERDICT_BYTES + 4096)
+                if not msg:
+                    raise RankGone("the brandrt rank at %s went away" % self.dir)
+                magic, _, got, status, n = struct.unpack_from("<8sIIII", msg)
+                if magic != L.VERDICT_MAGIC or got != epoch:
+                    raise BrandError("%s: an unexpected answer to the trace of epoch %d" % (self.dir, epoch))
+                if status:
+                    why = msg[L.VERDICT_BYTES : L.VERDICT_BYTES + n].decode("utf-8", "replace")
+                    raise BrandError("the trace of epoch %d was refused: %s" % (epoch, why))
+                return
+            if end is not None and time.monotonic() > end:
+                raise BrandError("epoch %d did not start within %.0f s of its trace" % (epoch, timeout))
 
     # requests and replies
     def request(self, sn, epoch):

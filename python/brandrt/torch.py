@@ -32,14 +32,20 @@ __all__ = ["BrandDataset", "BrandSampler", "decode_image"]
 class BrandSampler(torch.utils.data.Sampler):
     """Yields (epoch, sn) for this training process's share of the rank's
     trace: positions rank, rank + num_replicas, ... (for several training
-    processes per brandrt rank, e.g. under torchrun)."""
+    processes per brandrt rank, e.g. under torchrun).
 
-    def __init__(self, attach_dir=None, local_rank=None, num_replicas=1, rank=0, timeout=120.0, batch_size=None):
+    With order (for `brandrt serve --traces clients`), the rank's trace is
+    supplied from here before each epoch: order is a sampler or iterable
+    of file ids (its set_epoch, if any, is called first), or a function
+    epoch -> file ids (epochs from 0). Only the process with rank 0 sends
+    it; the ranks' traces must not share a file."""
+
+    def __init__(self, attach_dir=None, local_rank=None, num_replicas=1, rank=0, timeout=120.0, batch_size=None, order=None):
         if num_replicas < 1 or not 0 <= rank < num_replicas:
             raise ValueError("rank %d of %d replicas" % (rank, num_replicas))
         if batch_size is not None and batch_size < 1:
             raise ValueError("batch_size %r" % (batch_size,))
-        self.batch_size = batch_size
+        self.batch_size, self.order = batch_size, order
         self.attach_dir, self.local_rank = attach_dir, local_rank
         self.num_replicas, self.rank, self.timeout = num_replicas, rank, timeout
         self.epoch = 0
@@ -51,10 +57,19 @@ class BrandSampler(torch.utils.data.Sampler):
         """Serve epoch (0-based) next; without a call, epochs advance by one."""
         self.epoch, self._set = epoch, True
 
-    def _wait(self, epoch):
+    def _wait(self, epoch, supply=False):
         with Client(self.attach_dir, self.local_rank) as c:
+            if supply and self.order is not None and self.rank == 0 and c.epoch()[0] < epoch + 1:
+                c.set_trace(epoch + 1, self._files(epoch))
             self._positions = c.wait_epoch(epoch + 1, self.timeout)
         return self._positions
+
+    def _files(self, epoch):
+        if callable(self.order) and not hasattr(self.order, "__iter__"):
+            return self.order(epoch)
+        if hasattr(self.order, "set_epoch"):
+            self.order.set_epoch(epoch)
+        return list(self.order)
 
     def end_epoch(self):
         """Tell the rank this process reads no more of the current epoch
@@ -70,7 +85,7 @@ class BrandSampler(torch.utils.data.Sampler):
         if self._ran and not self._set:
             self.epoch += 1
         self._set, self._ran = False, True
-        n = self._wait(self.epoch)
+        n = self._wait(self.epoch, supply=True)
         sns = list(range(self.rank, n, self.num_replicas))
         if self.batch_size is None:
             for sn in sns:
@@ -80,7 +95,7 @@ class BrandSampler(torch.utils.data.Sampler):
             yield self.epoch + 1, sns[i : i + self.batch_size]
 
     def __len__(self):
-        n = self._positions if self._positions is not None else self._wait(self.epoch)
+        n = self._positions if self._positions is not None else self._wait(self.epoch, supply=True)
         mine = max(0, math.ceil((n - self.rank) / self.num_replicas))
         return mine if self.batch_size is None else math.ceil(mine / self.batch_size)
 

@@ -17,6 +17,27 @@
 //	welcome, 32 bytes: magic "BRTWELCM", version u32, client id u32,
 //	                   rank u32, ring bytes u32, reserved u64 (0)
 //
+// # Traces
+//
+// With `brandrt serve --traces clients`, every epoch waits until one
+// client of each rank has supplied the rank's trace: the file ids its
+// clients will ask for, in that order. The client sends on its socket
+//
+//	trace, 24 bytes: magic "BRTTRACE", version u32, epoch u32,
+//	                 count u32, reserved u32 (0)
+//
+// with, as SCM_RIGHTS, the descriptor of a file (a memfd) holding count
+// file ids, i32 little-endian, from offset 0. The rank answers once every
+// rank has its trace for the epoch, or at once when it refuses the offer:
+//
+//	verdict, 24 bytes + n: magic "BRTVRDCT", version u32, epoch u32,
+//	                 status u32 (0 accepted, 1 refused), n u32, then n
+//	                 bytes of UTF-8 saying why it was refused
+//
+// When the ranks' traces together are invalid (a file in two of them, an
+// id out of range) every rank refuses its offer and waits for new ones.
+// The epoch starts on a rank before its verdict is sent.
+//
 // # Rings
 //
 // The memfd holds, little-endian, with offsets in bytes:

@@ -20,6 +20,7 @@ import (
 func TestLayoutGolden(t *testing.T) {
 	ours := map[string]string{
 		"ring_magic": ringMagic, "hello_magic": helloMagic, "welcome_magic": welcomeMagic,
+		"trace_magic": traceMagic, "verdict_magic": verdictMagic,
 	}
 	for k, v := range map[string]int{
 		"version": version, "hello_bytes": helloBytes, "welcome_bytes": welcomeBytes, "header_bytes": headerBytes,
@@ -29,6 +30,7 @@ func TestLayoutGolden(t *testing.T) {
 		"off_client_sleeping": offClientSleeping, "off_data_head": offDataHead, "off_data_tail": offDataTail, "off_epoch": offEpoch, "off_trace_len": offTraceLen, "kind_end_epoch": KindEndEpoch,
 		"slot_bytes": slotBytes, "record_header": recordHeader, "record_align": recordAlign,
 		"kind_read": KindRead, "rec_file": RecFile, "rec_error": RecError, "rec_pad": RecPad,
+		"trace_bytes": traceBytes, "verdict_bytes": verdictBytes,
 	} {
 		ours[k] = fmt.Sprint(v)
 	}
@@ -72,7 +74,7 @@ func listen(t *testing.T, slots uint32, data uint64) (*Server, chan rt.Request) 
 	t.Helper()
 	reqs := make(chan rt.Request, 64)
 	go fakeLoop(reqs)
-	s, err := Listen(t.TempDir(), 0, slots, data, reqs)
+	s, err := Listen(t.TempDir(), 0, slots, data, reqs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +154,7 @@ func TestDeadClientIsFreed(t *testing.T) {
 // error within a second instead of hanging.
 func TestRankGoneIsAnError(t *testing.T) {
 	reqs := make(chan rt.Request, 4) // nobody answers
-	s, err := Listen(t.TempDir(), 0, 4, 256<<10, reqs)
+	s, err := Listen(t.TempDir(), 0, 4, 256<<10, reqs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +186,7 @@ func TestRankGoneIsAnError(t *testing.T) {
 
 func TestSecondServerRefused(t *testing.T) {
 	s, _ := listen(t, 4, 64<<10)
-	if _, err := Listen(s.Dir(), 0, 4, 64<<10, nil); err == nil || !strings.Contains(err.Error(), "another brandrt rank serves") {
+	if _, err := Listen(s.Dir(), 0, 4, 64<<10, nil, nil); err == nil || !strings.Contains(err.Error(), "another brandrt rank serves") {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -230,7 +232,7 @@ func TestRunawayHeadDropsTheClient(t *testing.T) {
 // still ends it.
 func TestEndEpochThenLeave(t *testing.T) {
 	reqs := make(chan rt.Request, 4)
-	s, err := Listen(t.TempDir(), 0, 4, 64<<10, reqs)
+	s, err := Listen(t.TempDir(), 0, 4, 64<<10, reqs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +259,7 @@ func TestEndEpochThenLeave(t *testing.T) {
 // the rank stops still reach the client.
 func TestCloseLetsRingsTakeDeliveries(t *testing.T) {
 	reqs := make(chan rt.Request, 8)
-	s, err := Listen(t.TempDir(), 0, 8, 256<<10, reqs)
+	s, err := Listen(t.TempDir(), 0, 8, 256<<10, reqs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/brandrt/brandrt/proto"
 	"github.com/brandrt/brandrt/rt"
 )
 
@@ -27,6 +28,11 @@ const (
 	version      = 1
 	helloBytes   = 16
 	welcomeBytes = 32
+	// A client's trace, and the rank's verdict on it.
+	traceMagic   = "BRTTRACE"
+	verdictMagic = "BRTVRDCT"
+	traceBytes   = 24
+	verdictBytes = 24
 	// SocketName is the attach socket's name in the attach directory.
 	SocketName = "attach.sock"
 	// EnvAttach names the environment variable that overrides the base
@@ -55,6 +61,9 @@ type Server struct {
 	slots uint32
 	data  uint64
 	reqs  chan<- rt.Request
+	// traces takes the clients' traces to the rank; nil when the rank
+	// makes its own.
+	traces chan<- rt.TraceOffer
 
 	mu       sync.Mutex
 	clients  map[uint32]*client
@@ -66,9 +75,10 @@ type Server struct {
 	Gone atomic.Int64
 }
 
-// Listen creates dir and its attach socket. Requests go to reqs; each
+// Listen creates dir and its attach socket. Requests go to reqs, and
+// traces the clients supply to traces (nil: they are refused); each
 // client gets slots request slots and data bytes of replies.
-func Listen(dir string, rank int, slots uint32, data uint64, reqs chan<- rt.Request) (*Server, error) {
+func Listen(dir string, rank int, slots uint32, data uint64, reqs chan<- rt.Request, traces chan<- rt.TraceOffer) (*Server, error) {
 	if _, total := layout(slots, data); slots == 0 || slots&(slots-1) != 0 || data%4096 != 0 || total > 1<<34 {
 		return nil, fmt.Errorf("shm: %d slots and %d data bytes per client: want a power of two and a multiple of 4096", slots, data)
 	}
@@ -83,7 +93,7 @@ func Listen(dir string, rank int, slots uint32, data uint64, reqs chan<- rt.Requ
 	if err != nil {
 		return nil, fmt.Errorf("shm: listen on %s: %w", sock, err)
 	}
-	s := &Server{dir: dir, ln: ln, rank: uint32(rank), slots: slots, data: data, reqs: reqs, clients: make(map[uint32]*client)}
+	s := &Server{dir: dir, ln: ln, rank: uint32(rank), slots: slots, data: data, reqs: reqs, traces: traces, clients: make(map[uint32]*client)}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -188,7 +198,7 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	s.clients[id] = c
 	ring.setEpoch(s.epoch, s.traceLen)
 	s.mu.Unlock()
-	c.serve(s.reqs)
+	c.serve(s.reqs, s.traces)
 	s.mu.Lock()
 	delete(s.clients, id)
 	s.mu.Unlock()
@@ -242,25 +252,124 @@ func (c *client) alive() bool { return !c.dead.Load() }
 
 // serve runs until the client goes away and every delivery meant for it
 // has come back from the loop.
-func (c *client) serve(reqs chan<- rt.Request) {
+func (c *client) serve(reqs chan<- rt.Request, traces chan<- rt.TraceOffer) {
 	watched, written := make(chan struct{}), make(chan struct{})
-	go func() { defer close(watched); c.watch() }()
+	go func() { defer close(watched); c.watch(traces) }()
 	go func() { defer close(written); c.write() }()
 	c.read(reqs)
 	<-written
 	<-watched
 }
 
-// watch waits for the connection to close: the client died or detached.
-func (c *client) watch() {
+// watch takes the client's messages (traces) until the connection
+// closes: the client died or detached.
+func (c *client) watch(traces chan<- rt.TraceOffer) {
 	b := make([]byte, 64)
+	oob := make([]byte, syscall.CmsgSpace(4*4))
 	for {
-		if _, err := c.conn.Read(b); err != nil {
+		n, oobn, _, _, err := c.conn.ReadMsgUnix(b, oob)
+		if err != nil || n == 0 && oobn == 0 {
 			c.dead.Store(true)
 			futexWake(c.ring.u32(offReqHead)) // wake read
 			return
 		}
+		c.message(b[:n], receivedFDs(oob[:oobn]), traces)
 	}
+}
+
+// receivedFDs returns the descriptors passed with a message.
+func receivedFDs(oob []byte) []int {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for _, m := range msgs {
+		if got, err := syscall.ParseUnixRights(&m); err == nil {
+			fds = append(fds, got...)
+		}
+	}
+	return fds
+}
+
+// message handles one message from the client: a trace is read and
+// offered to the rank, whose verdict goes back to the client when it
+// comes. The descriptors are closed.
+func (c *client) message(b []byte, fds []int, traces chan<- rt.TraceOffer) {
+	defer func() {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+	}()
+	le := binary.LittleEndian
+	if len(b) != traceBytes || string(b[:8]) != traceMagic || le.Uint32(b[8:]) != version {
+		fmt.Fprintf(os.Stderr, "brandrt: client %d (pid %d): ignoring a message of %d bytes that is not a version %d trace\n", c.id, c.pid, len(b), version)
+		return
+	}
+	epoch, count := le.Uint32(b[12:]), le.Uint32(b[16:])
+	files, err := readTrace(fds, count)
+	switch {
+	case err != nil:
+	case traces == nil:
+		err = errors.New("this rank makes its traces from --seed; start brandrt serve with --traces clients to take them from the training processes")
+	case epoch == 0:
+		err = errors.New("epochs count from 1")
+	}
+	if err != nil {
+		c.verdict(epoch, err)
+		return
+	}
+	reply := make(chan error, 1)
+	traces <- rt.TraceOffer{Epoch: epoch, Files: files, Reply: reply}
+	go func() { c.verdict(epoch, <-reply) }()
+}
+
+// readTrace reads count file ids from the one descriptor sent.
+func readTrace(fds []int, count uint32) ([]int32, error) {
+	if len(fds) != 1 {
+		return nil, fmt.Errorf("a trace comes with one file descriptor, not %d", len(fds))
+	}
+	if count > proto.MaxFiles {
+		return nil, fmt.Errorf("a trace of %d files: at most %d", count, proto.MaxFiles)
+	}
+	b := make([]byte, 4*int(count))
+	for off := 0; off < len(b); {
+		n, err := syscall.Pread(fds[0], b[off:], int64(off))
+		if err != nil {
+			return nil, fmt.Errorf("reading the trace: %w", err)
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("the trace's file holds %d bytes, %d file ids need %d", off, count, len(b))
+		}
+		off += n
+	}
+	files := make([]int32, count)
+	for i := range files {
+		files[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return files, nil
+}
+
+// verdict tells the client whether its trace of epoch was taken.
+func (c *client) verdict(epoch uint32, err error) {
+	le := binary.LittleEndian
+	var msg []byte
+	if err != nil {
+		msg = []byte(err.Error())
+		if len(msg) > 4000 {
+			msg = msg[:4000]
+		}
+	}
+	b := make([]byte, verdictBytes+len(msg))
+	copy(b, verdictMagic)
+	le.PutUint32(b[8:], version)
+	le.PutUint32(b[12:], epoch)
+	if err != nil {
+		le.PutUint32(b[16:], 1)
+	}
+	le.PutUint32(b[20:], uint32(len(msg)))
+	copy(b[verdictBytes:], msg)
+	_, _ = c.conn.Write(b) // a client gone meanwhile needs no answer
 }
 
 // read takes the client's requests to the loop, never more at once than
