@@ -1,6 +1,6 @@
 """How fast Python processes read files from a brandrt rank, the bytes
-touched (summed with numpy), against the copy bandwidth of /dev/shm in the
-same run.
+touched (summed with numpy, as 64-bit words and the bytes after the last
+one), against the copy bandwidth of /dev/shm in the same run.
 
     mpirun -np 1 brandrt serve --chunks DIR --mem 100% --consume 0 --epochs 3 &
     /usr/bin/python3 python/bench_read.py --workers 1 --epochs 3 --depth 8
@@ -35,14 +35,21 @@ def worker(w, workers, epoch, depth, q):
             c.request(todo[sent], epoch)
             sent += 1
         _, _, _, data, _ = c.next()
-        a = np.frombuffer(data, dtype=np.uint8)
-        total += int(a.sum())
-        nbytes += len(a)
-        del a
+        total += touch(data)
+        nbytes += len(data)
         got += 1
     secs = time.monotonic() - start
     c.close()
     q.put((got, nbytes, secs, total))
+
+
+def touch(data):
+    """Reads every byte of data: the sum of its 64-bit words, plus its
+    last len % 8 bytes. (Summing uint8 elements costs numpy seven times as
+    much CPU as summing the same memory as words.)"""
+    words = len(data) // 8
+    s = int(np.frombuffer(data, dtype=np.uint64, count=words).sum(dtype=np.uint64))
+    return s + int(np.frombuffer(data, dtype=np.uint8, offset=8 * words).sum())
 
 
 def shm_copy_bandwidth(size=256 << 20, rounds=4):
