@@ -3,11 +3,13 @@ package shm
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -283,5 +285,92 @@ func TestCloseLetsRingsTakeDeliveries(t *testing.T) {
 			t.Fatalf("a delivered file was lost at shutdown: %v", err)
 		}
 		c.Release(rec)
+	}
+}
+
+// offerTrace sends a trace message for epoch with files, as the Python
+// client does, and returns the rank's verdict: "" when accepted.
+func offerTrace(t *testing.T, c *Client, epoch uint32, files []int32, count uint32) string {
+	t.Helper()
+	fd, err := memfd("trace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	b := make([]byte, 4*len(files))
+	for i, f := range files {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(f))
+	}
+	if _, err := syscall.Write(fd, b); err != nil {
+		t.Fatal(err)
+	}
+	msg := make([]byte, traceBytes)
+	copy(msg, traceMagic)
+	binary.LittleEndian.PutUint32(msg[8:], version)
+	binary.LittleEndian.PutUint32(msg[12:], epoch)
+	binary.LittleEndian.PutUint32(msg[16:], count)
+	if _, _, err := c.conn.WriteMsgUnix(msg, syscall.UnixRights(fd), nil); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 8192)
+	c.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := c.conn.Read(got)
+	if err != nil || n < verdictBytes || string(got[:8]) != verdictMagic || binary.LittleEndian.Uint32(got[12:]) != epoch {
+		t.Fatalf("verdict: %d bytes %q, %v", n, got[:n], err)
+	}
+	if binary.LittleEndian.Uint32(got[16:]) == 0 {
+		return ""
+	}
+	return string(got[verdictBytes:n])
+}
+
+// TestTraceMessages: a rank that makes its own traces refuses a client's;
+// one that takes them hands the file ids to the loop and returns its
+// verdict; a trace whose file is shorter than its count is refused.
+func TestTraceMessages(t *testing.T) {
+	reqs := make(chan rt.Request)
+	s, err := Listen(t.TempDir(), 0, 4, 64<<10, reqs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Attach(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := offerTrace(t, c, 1, []int32{1, 2}, 2); !strings.Contains(got, "--traces clients") {
+		t.Errorf("a rank without client traces: %q", got)
+	}
+	c.Close()
+	s.Close()
+
+	traces := make(chan rt.TraceOffer)
+	s, err = Listen(t.TempDir(), 0, 4, 64<<10, reqs, traces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	go func() { // the loop: accepts epoch 1, refuses epoch 2
+		for o := range traces {
+			if o.Epoch == 1 && fmt.Sprint(o.Files) == "[5 -1 70000]" {
+				o.Reply <- nil
+			} else {
+				o.Reply <- fmt.Errorf("not this one: epoch %d, %v", o.Epoch, o.Files)
+			}
+		}
+	}()
+	defer close(traces)
+	c, err = Attach(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := offerTrace(t, c, 1, []int32{5, -1, 70000}, 3); got != "" {
+		t.Errorf("accepted trace: refused with %q", got)
+	}
+	if got := offerTrace(t, c, 2, []int32{5}, 1); got != "not this one: epoch 2, [5]" {
+		t.Errorf("the loop's refusal came back as %q", got)
+	}
+	if got := offerTrace(t, c, 1, []int32{5}, 3); !strings.Contains(got, "holds 4 bytes, 3 file ids need 12") {
+		t.Errorf("a short trace file: %q", got)
 	}
 }

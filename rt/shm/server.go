@@ -64,6 +64,9 @@ type Server struct {
 	// traces takes the clients' traces to the rank; nil when the rank
 	// makes its own.
 	traces chan<- rt.TraceOffer
+	// stopping is closed when Close begins: no offer waits for the rank
+	// any more.
+	stopping chan struct{}
 
 	mu       sync.Mutex
 	clients  map[uint32]*client
@@ -93,7 +96,7 @@ func Listen(dir string, rank int, slots uint32, data uint64, reqs chan<- rt.Requ
 	if err != nil {
 		return nil, fmt.Errorf("shm: listen on %s: %w", sock, err)
 	}
-	s := &Server{dir: dir, ln: ln, rank: uint32(rank), slots: slots, data: data, reqs: reqs, traces: traces, clients: make(map[uint32]*client)}
+	s := &Server{dir: dir, ln: ln, rank: uint32(rank), slots: slots, data: data, reqs: reqs, traces: traces, stopping: make(chan struct{}), clients: make(map[uint32]*client)}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -130,6 +133,7 @@ func (s *Server) Dir() string { return s.dir }
 // already made to it (at most closeWait), drops the clients and removes
 // the socket.
 func (s *Server) Close() error {
+	close(s.stopping)
 	err := s.ln.Close()
 	s.mu.Lock()
 	clients := make([]*client, 0, len(s.clients))
@@ -198,7 +202,7 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	s.clients[id] = c
 	ring.setEpoch(s.epoch, s.traceLen)
 	s.mu.Unlock()
-	c.serve(s.reqs, s.traces)
+	c.serve(s.reqs, s.traces, s.stopping)
 	s.mu.Lock()
 	delete(s.clients, id)
 	s.mu.Unlock()
@@ -252,9 +256,9 @@ func (c *client) alive() bool { return !c.dead.Load() }
 
 // serve runs until the client goes away and every delivery meant for it
 // has come back from the loop.
-func (c *client) serve(reqs chan<- rt.Request, traces chan<- rt.TraceOffer) {
+func (c *client) serve(reqs chan<- rt.Request, traces chan<- rt.TraceOffer, stopping <-chan struct{}) {
 	watched, written := make(chan struct{}), make(chan struct{})
-	go func() { defer close(watched); c.watch(traces) }()
+	go func() { defer close(watched); c.watch(traces, stopping) }()
 	go func() { defer close(written); c.write() }()
 	c.read(reqs)
 	<-written
@@ -263,7 +267,7 @@ func (c *client) serve(reqs chan<- rt.Request, traces chan<- rt.TraceOffer) {
 
 // watch takes the client's messages (traces) until the connection
 // closes: the client died or detached.
-func (c *client) watch(traces chan<- rt.TraceOffer) {
+func (c *client) watch(traces chan<- rt.TraceOffer, stopping <-chan struct{}) {
 	b := make([]byte, 64)
 	oob := make([]byte, syscall.CmsgSpace(4*4))
 	for {
@@ -273,7 +277,7 @@ func (c *client) watch(traces chan<- rt.TraceOffer) {
 			futexWake(c.ring.u32(offReqHead)) // wake read
 			return
 		}
-		c.message(b[:n], receivedFDs(oob[:oobn]), traces)
+		c.message(b[:n], receivedFDs(oob[:oobn]), traces, stopping)
 	}
 }
 
@@ -295,7 +299,7 @@ func receivedFDs(oob []byte) []int {
 // message handles one message from the client: a trace is read and
 // offered to the rank, whose verdict goes back to the client when it
 // comes. The descriptors are closed.
-func (c *client) message(b []byte, fds []int, traces chan<- rt.TraceOffer) {
+func (c *client) message(b []byte, fds []int, traces chan<- rt.TraceOffer, stopping <-chan struct{}) {
 	defer func() {
 		for _, fd := range fds {
 			syscall.Close(fd)
@@ -320,8 +324,12 @@ func (c *client) message(b []byte, fds []int, traces chan<- rt.TraceOffer) {
 		return
 	}
 	reply := make(chan error, 1)
-	traces <- rt.TraceOffer{Epoch: epoch, Files: files, Reply: reply}
-	go func() { c.verdict(epoch, <-reply) }()
+	select {
+	case traces <- rt.TraceOffer{Epoch: epoch, Files: files, Reply: reply}:
+		go func() { c.verdict(epoch, <-reply) }()
+	case <-stopping:
+		c.verdict(epoch, errors.New("the rank is stopping"))
+	}
 }
 
 // readTrace reads count file ids from the one descriptor sent.
