@@ -151,9 +151,18 @@ var (
 
 // TestMain removes the binary built for the tests.
 func TestMain(m *testing.M) {
+	// Open MPI keeps a session directory per mpirun; one that is killed
+	// leaves it behind. Keep them all in a directory removed at the end.
+	session, err := os.MkdirTemp("", "brandrt-test-ompi-")
+	if err == nil {
+		os.Setenv("OMPI_MCA_orte_tmpdir_base", session)
+	}
 	code := m.Run()
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
+	}
+	if session != "" {
+		os.RemoveAll(session)
 	}
 	os.Exit(code)
 }
