@@ -140,6 +140,17 @@ func (n *Node) quietBarrier(ctx context.Context) error {
 		nap = min(2*nap, maxNap)
 		return ctx.Err()
 	}
+	wait := func(r collectives.Request) error { // until r completes
+		for {
+			done, _, err := r.Test()
+			if err != nil || done {
+				return err
+			}
+			if err := pause(); err != nil {
+				return err
+			}
+		}
+	}
 	if n.me != 0 {
 		var got [1]byte
 		send, err := n.comm.Isend(nil, 0, tagSync)
@@ -150,21 +161,10 @@ func (n *Node) quietBarrier(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		for _, r := range []collectives.Request{send, recv} {
-			for {
-				done, _, err := r.Test()
-				if err != nil {
-					return err
-				}
-				if done {
-					break
-				}
-				if err := pause(); err != nil {
-					return err
-				}
-			}
+		if err := wait(send); err != nil {
+			return err
 		}
-		return nil
+		return wait(recv)
 	}
 	for in := 1; in < n.size; {
 		ok, st, err := n.comm.Iprobe()
@@ -190,10 +190,8 @@ func (n *Node) quietBarrier(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		for done := false; !done; {
-			if done, _, err = req.Test(); err != nil {
-				return err
-			}
+		if err := wait(req); err != nil {
+			return err
 		}
 	}
 	return nil
