@@ -406,3 +406,27 @@ func TestOutputDirectory(t *testing.T) {
 	}
 	checkDataset(t, chunk.OS, out, files)
 }
+
+// TestReadInputs: the benchmark's read of the inputs reads every byte
+// once, and a file that changed since the scan is an error naming it.
+func TestReadInputs(t *testing.T) {
+	input, files := gen(t, 200)
+	inputs, _, _, err := chunk.ScanDir(chunk.OS, input, chunk.LayoutAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want int64
+	for _, f := range files {
+		want += f.Size
+	}
+	if got, err := chunk.ReadInputs(chunk.OS, inputs, 3); err != nil || got != want {
+		t.Fatalf("read %d bytes, want %d: %v", got, want, err)
+	}
+	grown := inputs[77].Source
+	if err := os.WriteFile(grown, make([]byte, inputs[77].Size+5), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chunk.ReadInputs(chunk.OS, inputs, 3); err == nil || !strings.Contains(err.Error(), grown) || !strings.Contains(err.Error(), "grew") {
+		t.Fatalf("a grown input: %v", err)
+	}
+}

@@ -195,3 +195,41 @@ func unwrapPath(err error) error {
 	}
 	return err
 }
+
+// ReadInputs reads every input whole, in file id order, with workers
+// readers, as pack reads them (uncached, each file's size checked) but
+// keeping nothing, and returns the bytes read: what pack's reading side
+// alone gets from the storage. For benchmarks.
+func ReadInputs(fsys FS, inputs []Input, workers int) (int64, error) {
+	s := &stager{fsys: fsys}
+	defer s.pool.drain()
+	var next, total atomic.Int64
+	errs := make(chan error, workers)
+	for range workers {
+		go func() {
+			sc := &scratch{pool: &s.pool}
+			defer sc.release()
+			var data []byte
+			for i := next.Add(1) - 1; i < int64(len(inputs)); i = next.Add(1) - 1 {
+				in := inputs[i]
+				if int64(cap(data)) < in.Size {
+					data = make([]byte, in.Size)
+				}
+				if err := s.readInput(in, data[:in.Size], sc); err != nil {
+					next.Store(int64(len(inputs))) // the others stop too
+					errs <- err
+					return
+				}
+				total.Add(in.Size)
+			}
+			errs <- nil
+		}()
+	}
+	var err error
+	for range workers {
+		if e := <-errs; err == nil {
+			err = e
+		}
+	}
+	return total.Load(), err
+}

@@ -16,8 +16,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/brandrt/brandrt/chunk"
@@ -271,59 +269,13 @@ func readInputs(cfg Config, input string, rep *Report) error {
 	if err != nil {
 		return err
 	}
-	var next, total atomic.Int64
-	errs := make(chan error, cfg.Workers)
-	for w := 0; w < cfg.Workers; w++ {
-		go func() {
-			errs <- readEach(plan.Inputs, &next, &total)
-		}()
-	}
-	for w := 0; w < cfg.Workers; w++ {
-		if e := <-errs; e != nil && err == nil {
-			err = e
-		}
-	}
+	read, err := chunk.ReadInputs(chunk.OS, plan.Inputs, cfg.Workers)
 	if err != nil {
 		return err
 	}
-	rep.InputRead = float64(total.Load()) / time.Since(start).Seconds()
+	rep.InputRead = float64(read) / time.Since(start).Seconds()
 	cfg.Log(fmt.Sprintf("inputs: every input file read whole once in pack's order, %d readers, O_DIRECT, nothing written (scan included), cold: %.0f MB/s",
 		cfg.Workers, rep.InputRead/1e6))
-	return nil
-}
-
-// readEach reads inputs[next] whole, advancing next, until none is left.
-func readEach(inputs []chunk.Input, next, total *atomic.Int64) error {
-	var buf []byte
-	for {
-		i := next.Add(1) - 1
-		if i >= int64(len(inputs)) {
-			break
-		}
-		f, err := chunk.OS.Open(inputs[i].Source, true)
-		if err != nil {
-			return err
-		}
-		if need := int((inputs[i].Size + 4095) / 4096 * 4096); len(buf) < need {
-			if buf != nil {
-				syscall.Munmap(buf)
-			}
-			// Page-aligned, as O_DIRECT wants.
-			if buf, err = syscall.Mmap(-1, 0, max(need, 1<<20), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE); err != nil {
-				f.Close()
-				return err
-			}
-		}
-		n, err := f.ReadAt(buf[:(inputs[i].Size+4095)/4096*4096], 0)
-		f.Close()
-		if int64(n) != inputs[i].Size {
-			return fmt.Errorf("chunkbench: read %s: %d of %d bytes: %v", inputs[i].Source, n, inputs[i].Size, err)
-		}
-		total.Add(int64(n))
-	}
-	if buf != nil {
-		syscall.Munmap(buf)
-	}
 	return nil
 }
 
