@@ -197,12 +197,12 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	if err != nil {
 		return fmt.Errorf("shm: client %d (pid %d): %w", id, pid, err)
 	}
-	c := &client{id: id, pid: pid, conn: conn, ring: ring, replies: make(chan rt.Delivery, s.slots)}
+	c := &client{srv: s, id: id, pid: pid, conn: conn, ring: ring, replies: make(chan rt.Delivery, s.slots)}
 	s.mu.Lock()
 	s.clients[id] = c
 	ring.setEpoch(s.epoch, s.traceLen)
 	s.mu.Unlock()
-	c.serve(s.reqs, s.traces, s.stopping)
+	c.serve(s.reqs)
 	s.mu.Lock()
 	delete(s.clients, id)
 	s.mu.Unlock()
@@ -244,6 +244,7 @@ func sendWelcome(conn *net.UnixConn, id, rank uint32, size, fd int) error {
 // its requests to the loop, the other writes the loop's deliveries into
 // its ring.
 type client struct {
+	srv     *Server // for its traces channel and stopping
 	id, pid uint32
 	conn    *net.UnixConn
 	ring    *Ring
@@ -256,9 +257,9 @@ func (c *client) alive() bool { return !c.dead.Load() }
 
 // serve runs until the client goes away and every delivery meant for it
 // has come back from the loop.
-func (c *client) serve(reqs chan<- rt.Request, traces chan<- rt.TraceOffer, stopping <-chan struct{}) {
+func (c *client) serve(reqs chan<- rt.Request) {
 	watched, written := make(chan struct{}), make(chan struct{})
-	go func() { defer close(watched); c.watch(traces, stopping) }()
+	go func() { defer close(watched); c.watch() }()
 	go func() { defer close(written); c.write() }()
 	c.read(reqs)
 	<-written
@@ -267,7 +268,7 @@ func (c *client) serve(reqs chan<- rt.Request, traces chan<- rt.TraceOffer, stop
 
 // watch takes the client's messages (traces) until the connection
 // closes: the client died or detached.
-func (c *client) watch(traces chan<- rt.TraceOffer, stopping <-chan struct{}) {
+func (c *client) watch() {
 	b := make([]byte, 64)
 	oob := make([]byte, syscall.CmsgSpace(4*4))
 	for {
@@ -277,7 +278,7 @@ func (c *client) watch(traces chan<- rt.TraceOffer, stopping <-chan struct{}) {
 			futexWake(c.ring.u32(offReqHead)) // wake read
 			return
 		}
-		c.message(b[:n], receivedFDs(oob[:oobn]), traces, stopping)
+		c.message(b[:n], receivedFDs(oob[:oobn]))
 	}
 }
 
@@ -299,7 +300,7 @@ func receivedFDs(oob []byte) []int {
 // message handles one message from the client: a trace is read and
 // offered to the rank, whose verdict goes back to the client when it
 // comes. The descriptors are closed.
-func (c *client) message(b []byte, fds []int, traces chan<- rt.TraceOffer, stopping <-chan struct{}) {
+func (c *client) message(b []byte, fds []int) {
 	defer func() {
 		for _, fd := range fds {
 			syscall.Close(fd)
@@ -314,7 +315,7 @@ func (c *client) message(b []byte, fds []int, traces chan<- rt.TraceOffer, stopp
 	files, err := readTrace(fds, count)
 	switch {
 	case err != nil:
-	case traces == nil:
+	case c.srv.traces == nil:
 		err = errors.New("this rank makes its traces from --seed; start brandrt serve with --traces clients to take them from the training processes")
 	case epoch == 0:
 		err = errors.New("epochs count from 1")
@@ -325,9 +326,9 @@ func (c *client) message(b []byte, fds []int, traces chan<- rt.TraceOffer, stopp
 	}
 	reply := make(chan error, 1)
 	select {
-	case traces <- rt.TraceOffer{Epoch: epoch, Files: files, Reply: reply}:
+	case c.srv.traces <- rt.TraceOffer{Epoch: epoch, Files: files, Reply: reply}:
 		go func() { c.verdict(epoch, <-reply) }()
-	case <-stopping:
+	case <-c.srv.stopping:
 		c.verdict(epoch, errors.New("the rank is stopping"))
 	}
 }
