@@ -20,6 +20,7 @@ type Shard struct {
 	dir  string
 	idx  *Index
 	pool bufPool
+	mem  Memory // where chunks are read into: &pool unless SetMemory
 	// Gap is the largest hole between two wanted slots that a selective
 	// read reads through rather than issuing a second request.
 	Gap int64
@@ -32,8 +33,23 @@ func OpenShard(fsys FS, dir string, rank int) (*Shard, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Shard{fsys: fsys, dir: rdir, idx: idx, Gap: 256 << 10}, nil
+	s := &Shard{fsys: fsys, dir: rdir, idx: idx, Gap: 256 << 10}
+	s.mem = &s.pool
+	return s, nil
 }
+
+// Memory lends the page-aligned buffers (as O_DIRECT needs) that chunks
+// are read into. Alloc returns at least n bytes; Free takes back what
+// Alloc returned, whole. Implementations are safe for concurrent use.
+type Memory interface {
+	Alloc(n int64) ([]byte, error)
+	Free(b []byte)
+}
+
+// SetMemory makes the shard read chunks into buffers from m instead of
+// its own anonymous mappings: memory shared with other processes, say.
+// Call it before the first read.
+func (s *Shard) SetMemory(m Memory) { s.mem = m }
 
 // Index returns the shard's index.
 func (s *Shard) Index() *Index { return s.idx }
@@ -51,8 +67,8 @@ type Chunk struct {
 	Rank, Index int
 	BytesRead   int64
 	files       [][]byte
-	buf         *buffer
-	pool        *bufPool
+	buf         []byte
+	mem         Memory
 }
 
 // File returns the bytes of slot i, or nil when the slot was not read. They
@@ -65,7 +81,7 @@ func (c *Chunk) Slots() int { return len(c.files) }
 // Release returns the chunk's memory for reuse.
 func (c *Chunk) Release() {
 	if c.buf != nil {
-		c.pool.put(c.buf)
+		c.mem.Free(c.buf)
 		c.buf, c.files = nil, nil
 	}
 }
@@ -215,16 +231,16 @@ func (s *Shard) read(c int, ranges []extent) (*Chunk, [][]byte, error) {
 	for _, r := range ranges {
 		total += alignUp(r.hi, a) - alignDown(r.lo, a)
 	}
-	buf, err := s.pool.get(total)
+	buf, err := s.mem.Alloc(total)
 	if err != nil {
 		return nil, nil, s.errorf(c, "%w", err)
 	}
-	ch := &Chunk{Rank: s.idx.rank, Index: c, files: make([][]byte, s.idx.ChunkFiles(c)), buf: buf, pool: &s.pool}
+	ch := &Chunk{Rank: s.idx.rank, Index: c, files: make([][]byte, s.idx.ChunkFiles(c)), buf: buf, mem: s.mem}
 	data := make([][]byte, len(ranges))
 	at := int64(0)
 	for i, r := range ranges {
 		lo, hi := alignDown(r.lo, a), alignUp(r.hi, a)
-		n, err := f.ReadAt(buf.b[at:at+hi-lo], lo)
+		n, err := f.ReadAt(buf[at:at+hi-lo], lo)
 		if int64(n) < r.hi-lo {
 			ch.Release()
 			if err == nil || errors.Is(err, io.EOF) {
@@ -233,7 +249,7 @@ func (s *Shard) read(c int, ranges []extent) (*Chunk, [][]byte, error) {
 			return nil, nil, s.errorf(c, "%w", unwrapPath(err))
 		}
 		ch.BytesRead += int64(n)
-		data[i] = buf.b[at+r.lo-lo : at+r.hi-lo]
+		data[i] = buf[at+r.lo-lo : at+r.hi-lo]
 		at += hi - lo
 	}
 	return ch, data, nil
@@ -242,22 +258,20 @@ func (s *Shard) read(c int, ranges []extent) (*Chunk, [][]byte, error) {
 func alignUp(x, a int64) int64   { return (x + a - 1) / a * a }
 func alignDown(x, a int64) int64 { return x / a * a }
 
-// buffer is page-aligned memory from an anonymous mapping, as O_DIRECT
-// needs, obtained without unsafe.
-type buffer struct{ b []byte }
-
-// bufPool keeps released buffers for reuse.
+// bufPool is the default Memory: anonymous mappings (page-aligned, as
+// O_DIRECT needs, without unsafe), a few of them kept for reuse.
 type bufPool struct {
 	mu   sync.Mutex
-	free []*buffer
+	free [][]byte
 }
 
 const poolKeep = 8
 
-func (p *bufPool) get(n int64) (*buffer, error) {
+// Alloc returns a buffer of at least n bytes.
+func (p *bufPool) Alloc(n int64) ([]byte, error) {
 	p.mu.Lock()
 	for i, b := range p.free {
-		if int64(len(b.b)) >= n {
+		if int64(len(b)) >= n {
 			p.free = slices.Delete(p.free, i, i+1)
 			p.mu.Unlock()
 			return b, nil
@@ -269,24 +283,25 @@ func (p *bufPool) get(n int64) (*buffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("allocate %d bytes: %w", size, err)
 	}
-	return &buffer{b: m}, nil
+	return m, nil
 }
 
-func (p *bufPool) put(b *buffer) {
+// Free keeps b for reuse or unmaps it.
+func (p *bufPool) Free(b []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.free) < poolKeep {
 		p.free = append(p.free, b)
 		return
 	}
-	_ = syscall.Munmap(b.b)
+	_ = syscall.Munmap(b)
 }
 
 func (p *bufPool) drain() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, b := range p.free {
-		_ = syscall.Munmap(b.b)
+		_ = syscall.Munmap(b)
 	}
 	p.free = nil
 }

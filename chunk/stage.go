@@ -123,26 +123,26 @@ func (s *stager) readInput(in Input, data []byte, sc *scratch) error {
 // grown as needed and reused from chunk to chunk.
 type scratch struct {
 	pool *bufPool
-	buf  *buffer
+	buf  []byte
 }
 
 func (sc *scratch) get(n int64) ([]byte, error) {
 	n = max(n, 0)
 	room := alignUp(n+1, directAlign)
-	if sc.buf == nil || int64(len(sc.buf.b)) < room {
+	if sc.buf == nil || int64(len(sc.buf)) < room {
 		sc.release()
-		b, err := sc.pool.get(room)
+		b, err := sc.pool.Alloc(room)
 		if err != nil {
 			return nil, err
 		}
 		sc.buf = b
 	}
-	return sc.buf.b[:n:room], nil
+	return sc.buf[:n:room], nil
 }
 
 func (sc *scratch) release() {
 	if sc.buf != nil {
-		sc.pool.put(sc.buf)
+		sc.pool.Free(sc.buf)
 		sc.buf = nil
 	}
 }

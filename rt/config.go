@@ -55,6 +55,9 @@ type Config struct {
 	Log io.Writer
 	// FS is the file system the chunks are read through.
 	FS chunk.FS
+	// Memory, when set, lends the buffers chunks are read into (memory
+	// shared with the clients); by default the shard maps its own.
+	Memory chunk.Memory
 }
 
 // DefaultConfig returns the defaults; the caller sets Chunks and the

@@ -36,7 +36,11 @@ type Delivery struct {
 	CRC  uint32
 	// Err is set when no file could be delivered (a failed chunk read).
 	Err error
-	f   *file
+	// OnRelease, when set, is called by Release: how a delivery made
+	// outside the runtime (a test's stand-in for the loop) learns that its
+	// bytes are free again.
+	OnRelease func()
+	f         *file
 }
 
 // Release hands the delivered bytes back to the runtime.
@@ -44,6 +48,10 @@ func (d *Delivery) Release() {
 	if d.f != nil {
 		d.f.release()
 		d.f = nil
+	}
+	if d.OnRelease != nil {
+		d.OnRelease()
+		d.OnRelease = nil
 	}
 	d.Data = nil
 }
@@ -138,10 +146,12 @@ func (l *loop) serve(ctx context.Context) error {
 }
 
 // spinRounds is how many empty rounds the loop spins (yielding) before it
-// sleeps; a round takes a few microseconds. minNap and maxNap bound its
+// sleeps; a round takes a few microseconds. It is short: clients and I/O
+// workers wake a sleeping loop through channels at once, and spinning
+// takes CPU from the training processes on the node. minNap and maxNap bound its
 // sleeps: a peer's message waits at most maxNap for an idle rank.
 const (
-	spinRounds = 200
+	spinRounds = 20
 	minNap     = time.Millisecond
 	maxNap     = 16 * time.Millisecond
 )

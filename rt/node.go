@@ -95,6 +95,9 @@ func (n *Node) open() error {
 	if n.shard, err = chunk.OpenShard(n.cfg.FS, n.dir, n.me); err != nil {
 		return err
 	}
+	if n.cfg.Memory != nil {
+		n.shard.SetMemory(n.cfg.Memory)
+	}
 	idx := n.shard.Index()
 	if info := man.Shards[n.me]; idx.First() != info.FirstFile || int64(idx.Len()) != info.Files || idx.CRC() != info.IndexCRC {
 		return fmt.Errorf("rt: %s: the index of rank %d does not match the manifest; run brandrt verify", n.dir, n.me)

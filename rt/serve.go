@@ -10,8 +10,10 @@ import (
 )
 
 // Serve runs the configured epochs and returns their statistics, summed
-// over the ranks. It must run on every rank, on the goroutine that owns
-// the communicator (for MPI, the locked main thread).
+// over the ranks. It must run on every rank, on the one goroutine that
+// makes MPI calls while it runs. With MPI_THREAD_MULTIPLE that need not
+// be the thread that initialised MPI, and better not: waiting on a locked
+// thread costs a handoff between OS threads every time.
 func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 	firstPC, _ := n.m.RankPCs(n.me)
 	io := newIOPool(n.shard, firstPC, n.cfg.IOWorkers)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -192,6 +193,18 @@ func TestDataLoaderUnderMpirun(t *testing.T) {
 	onceEach(t, all, 1, files)
 	if c := strings.Count(out.String(), "every file delivered exactly once"); c != 2 {
 		t.Errorf("serve reported %d good epochs:\n%s", c, out)
+	}
+	// A rank's own files reach its clients in place; those from the other
+	// rank arrive in ordinary memory and are copied.
+	shared := regexp.MustCompile(`rank \d: training processes read ([\d,]+) files in place in shared memory and ([\d,]+) as copies`)
+	if m := shared.FindAllStringSubmatch(out.String(), -1); len(m) != 2 {
+		t.Errorf("no count of shared and copied files from both ranks:\n%s", out)
+	} else {
+		for _, r := range m {
+			if r[1] == "0" || r[2] == "0" {
+				t.Errorf("%s: want both kinds", r[0])
+			}
+		}
 	}
 }
 

@@ -211,8 +211,15 @@ func startProfiles(c *cli.Context, rank int) func() {
 // waits forever for one that gave up.
 func serve(cfg rt.Config, comm collectives.Comm) error {
 	var srv *shm.Server
+	var arena *shm.Arena
 	if cfg.Consume == 0 {
 		cfg.OnEpoch = func(e uint32, positions int) { srv.StartEpoch(e, positions) }
+		var err error
+		if arena, err = newArena(); err != nil {
+			return err
+		}
+		defer arena.Close()
+		cfg.Memory = arena
 	}
 	n, err := rt.Open(cfg, comm)
 	if err != nil {
@@ -220,18 +227,30 @@ func serve(cfg rt.Config, comm collectives.Comm) error {
 	}
 	defer n.Close()
 	if cfg.Consume == 0 {
-		if srv, err = listen(n, comm.Rank(), cfg.Log); err != nil {
+		if srv, err = listen(n, comm.Rank(), arena, cfg.Log); err != nil {
 			abort(cfg.Log, comm, err)
 		}
 		defer srv.Close()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if _, err := n.Serve(ctx); err != nil {
+	// The loop runs off the main thread, which stays locked for MPI's
+	// Init and Finalize: on a locked thread every wait and yield of the
+	// loop would cost a handoff between OS threads (futex calls), which
+	// doubled the rank's CPU per file. MPI_THREAD_MULTIPLE allows its calls
+	// from any thread, and the loop still makes them all.
+	errc := make(chan error, 1)
+	go func() { _, err := n.Serve(ctx); errc <- err }()
+	if err := <-errc; err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("rank %d: interrupted; stopped", comm.Rank())
 		}
 		abort(cfg.Log, comm, err)
+	}
+	if srv != nil {
+		srv.Close() // every delivery written, so that the counts are whole
+		fmt.Fprintf(cfg.Log, "brandrt: rank %d: training processes read %s files in place in shared memory and %s as copies\n",
+			comm.Rank(), comma(srv.Shared.Load()), comma(srv.Copied.Load()))
 	}
 	return nil
 }
@@ -244,23 +263,33 @@ func abort(log io.Writer, comm collectives.Comm, err error) {
 }
 
 // listen opens the rank's attach point for training processes; its ring
-// holds at least 64 MiB and twice the rank's largest file.
-func listen(n *rt.Node, rank int, log io.Writer) (*shm.Server, error) {
+// holds at least 64 MiB and twice the rank's largest file. Files read into
+// arena reach them without a copy.
+func listen(n *rt.Node, rank int, arena *shm.Arena, log io.Writer) (*shm.Server, error) {
 	env, err := launch.FromEnv()
 	if err != nil {
 		return nil, err
 	}
-	data := max(uint64(64<<20), (2*uint64(n.MaxFileSize())+128+4095)&^4095)
-	var traces chan<- rt.TraceOffer
+	o := shm.Options{Slots: 64, Data: max(uint64(64<<20), (2*uint64(n.MaxFileSize())+128+4095)&^4095), Requests: n.Requests(), Arena: arena}
 	if n.Config().ClientTraces {
-		traces = n.Traces()
+		o.Traces = n.Traces()
 	}
-	srv, err := shm.Listen(shm.DefaultDir(env.LocalRank), rank, 64, data, n.Requests(), traces)
+	srv, err := shm.Listen(shm.DefaultDir(env.LocalRank), rank, o)
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(log, "brandrt: rank %d: training processes attach at %s\n", rank, srv.Dir())
 	return srv, nil
+}
+
+// newArena makes the memory the rank shares with its training processes:
+// as large as the node's memory, which costs only the pages used.
+func newArena() (*shm.Arena, error) {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		return nil, fmt.Errorf("the node's memory: %w", err)
+	}
+	return shm.NewArena(uint64(si.Totalram) * uint64(si.Unit))
 }
 
 // joinWorld returns the MPI world when a launcher started several

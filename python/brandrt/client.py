@@ -36,6 +36,11 @@ def default_attach_dir(local_rank=None):
 _libc = ctypes.CDLL(None, use_errno=True)
 _SYS_FUTEX = 202  # x86-64
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
+# Requests written before a sleeping rank is woken, unless the client
+# waits for a reply first.
+_WAKE_BATCH = 4
+_SLOT = struct.Struct("<iII")  # a request: sn, kind, epoch
+_RECORD = struct.Struct("<IIiiiII")  # a record's header, up to its reserved word
 
 
 class _Timespec(ctypes.Structure):
@@ -46,7 +51,8 @@ class Client:
     """One process's attachment to the brandrt rank of its node.
 
     read(sn) returns (file_id, label, data) where data is a memoryview
-    over the shared mapping, valid until the next read or release: use it
+    over shared memory (the client's ring, or the rank's arena where it
+    keeps the file), valid until the next read or release: use it
     (decode, copy) before asking for the next file. A Client belongs to
     one process: DataLoader workers each make their own.
     """
@@ -62,15 +68,26 @@ class Client:
             self._sock.close()
             raise BrandError("cannot attach to %s: %s (is brandrt serve running on this node?)" % (path, e)) from None
         self._sock.sendall(struct.pack("<8sII", L.HELLO_MAGIC, L.VERSION, os.getpid()))
-        msg, fds, _, _ = socket.recv_fds(self._sock, 64, 1)
-        if len(msg) != L.WELCOME_BYTES or msg[:8] != L.WELCOME_MAGIC or not fds:
-            self._sock.close()
-            raise BrandError("%s: the rank did not welcome this client" % path)
-        _, _, self.client_id, self.rank, size = struct.unpack_from("<8sIIII", msg)
+        msg, fds, _, _ = socket.recv_fds(self._sock, 64, 2)
         try:
+            if len(msg) != L.WELCOME_BYTES or msg[:8] != L.WELCOME_MAGIC or not fds:
+                self._sock.close()
+                raise BrandError("%s: the rank did not welcome this client" % path)
+            _, version, self.client_id, self.rank, size, arena = struct.unpack_from("<8sIIIIQ", msg)
+            if version != L.VERSION:
+                self._sock.close()
+                raise BrandError("%s: the rank speaks version %d of the attach protocol, this reader %d: use the brandrt package of the same release"
+                                 % (path, version, L.VERSION))
             self._mm = mmap.mmap(fds[0], size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            # Files the rank keeps in its arena arrive as their place in it.
+            self._arena_mm = mmap.mmap(fds[1], arena, mmap.MAP_SHARED, mmap.PROT_READ) if arena and len(fds) > 1 else None
+        except OSError as e:
+            self._sock.close()
+            raise BrandError("%s: cannot map the shared memory the rank handed over: %s" % (path, e)) from None
         finally:
-            os.close(fds[0])
+            for fd in fds:
+                os.close(fd)
+        self._arena = memoryview(self._arena_mm) if self._arena_mm is not None else None
         self._buf = memoryview(self._mm)
         if bytes(self._buf[:8]) != L.RING_MAGIC:
             raise BrandError("%s: the shared ring has no brandrt header" % path)
@@ -83,7 +100,11 @@ class Client:
                    for off in (L.OFF_REQ_HEAD, L.OFF_REQ_TAIL, L.OFF_REP_HEAD, L.OFF_RANK_SLEEPING,
                                L.OFF_CLIENT_SLEEPING, L.OFF_EPOCH, L.OFF_TRACE_LEN)}
         self._c.update({off: ctypes.c_uint64.from_buffer(self._mm, off) for off in (L.OFF_DATA_HEAD, L.OFF_DATA_TAIL)})
-        self._read_at = self._u64(L.OFF_DATA_HEAD)
+        # The counters of the hot path, bound once.
+        self._req_head, self._req_tail = self._c[L.OFF_REQ_HEAD], self._c[L.OFF_REQ_TAIL]
+        self._data_head, self._data_tail = self._c[L.OFF_DATA_HEAD], self._c[L.OFF_DATA_TAIL]
+        self._rank_sleeping = self._c[L.OFF_RANK_SLEEPING]
+        self._read_at = self._data_head.value
         self._pending = {}  # sn -> reply that arrived before it was asked for by read()
         self._held = None  # the record whose bytes the caller may still use
 
@@ -171,13 +192,22 @@ class Client:
             time.sleep(0.001)
 
     def _push(self, kind, sn, epoch):
-        head = self._u32(L.OFF_REQ_HEAD)
-        while (head - self._u32(L.OFF_REQ_TAIL)) & 0xFFFFFFFF >= self._slots:
+        head = self._req_head.value
+        while (head - self._req_tail.value) & 0xFFFFFFFF >= self._slots:
+            self._kick()
             self._check_alive()
             time.sleep(0.0001)
-        struct.pack_into("<iII", self._buf, L.HEADER_BYTES + (head % self._slots) * L.SLOT_BYTES, sn, kind, epoch)
-        self._put32(L.OFF_REQ_HEAD, head + 1)
-        if self._u32(L.OFF_RANK_SLEEPING):
+        _SLOT.pack_into(self._buf, L.HEADER_BYTES + (head % self._slots) * L.SLOT_BYTES, sn, kind, epoch)
+        self._req_head.value = (head + 1) & 0xFFFFFFFF
+        # A sleeping rank is woken once a few requests wait for it, or when
+        # this side is about to wait (_kick): one wake serves several
+        # requests, and a wake costs both sides more than a file's bytes.
+        if kind != L.KIND_READ or (head + 1 - self._req_tail.value) & 0xFFFFFFFF >= _WAKE_BATCH:
+            self._kick()
+
+    def _kick(self):
+        """Wake the rank if it sleeps while requests wait for it."""
+        if self._rank_sleeping.value and self._req_head.value != self._req_tail.value:
             self._futex_wake(L.OFF_REQ_HEAD)
 
     def next(self, timeout=None):
@@ -190,6 +220,8 @@ class Client:
             rec = self._record()
             if rec is not None:
                 return rec
+            if spins == 0:
+                self._kick()
             spins += 1
             if spins < 200:
                 continue
@@ -227,19 +259,26 @@ class Client:
     def release(self):
         """Give the ring back the room of the last reply's bytes."""
         if self._held is not None:
-            self._put64(L.OFF_DATA_TAIL, self._held)
+            self._data_tail.value = self._held
             self._held = None
 
     def _record(self):
         b = self._buf
-        while self._read_at < self._u64(L.OFF_DATA_HEAD):
+        while self._read_at < self._data_head.value:
             at = self._data_off + self._read_at % self._data_bytes
-            n, kind, sn, fid, label, size, crc = struct.unpack_from("<IIiiiII", b, at)
+            n, kind, sn, fid, label, size, crc = _RECORD.unpack_from(b, at)
             self._read_at += n
             if kind == L.REC_PAD:
                 self._put64(L.OFF_DATA_TAIL, self._read_at)
                 continue
-            data = b[at + L.RECORD_HEADER : at + L.RECORD_HEADER + size]
+            if kind == L.REC_SHARED:
+                place = struct.unpack_from("<Q", b, at + L.RECORD_HEADER)[0]
+                if self._arena is None or place + size > len(self._arena):
+                    self._put64(L.OFF_DATA_TAIL, self._read_at)
+                    raise BrandError("position %d: the rank's record points outside its shared memory" % sn)
+                data = self._arena[place : place + size]
+            else:
+                data = b[at + L.RECORD_HEADER : at + L.RECORD_HEADER + size]
             self._held = self._read_at
             if kind == L.REC_ERROR:
                 msg = bytes(data).decode("utf-8", "replace")
@@ -284,11 +323,14 @@ class Client:
         self._sock = None
         self._held = None
         self._c = {}
-        try:
-            self._buf.release()
-            self._mm.close()
-        except BufferError:
-            pass  # the caller still holds a view of a file; the mapping goes with it
+        for view, mm in ((self._buf, self._mm), (self._arena, self._arena_mm)):
+            if mm is None:
+                continue
+            try:
+                view.release()
+                mm.close()
+            except BufferError:
+                pass  # the caller still holds a view of a file; the mapping goes with it
 
     def __enter__(self):
         return self

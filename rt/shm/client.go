@@ -17,6 +17,7 @@ import (
 type Client struct {
 	conn   *net.UnixConn
 	ring   *Ring
+	arena  []byte // the rank's arena, read-only; nil when it has none
 	id     uint32
 	rank   uint32
 	readAt uint64 // data bytes read so far
@@ -49,7 +50,7 @@ func Attach(dir string) (*Client, error) {
 }
 
 func welcome(conn *net.UnixConn) (*Client, error) {
-	b, oob := make([]byte, 64), make([]byte, syscall.CmsgSpace(4))
+	b, oob := make([]byte, 64), make([]byte, syscall.CmsgSpace(2*4))
 	n, oobn, _, _, err := conn.ReadMsgUnix(b, oob)
 	if err != nil {
 		return nil, err
@@ -58,25 +59,37 @@ func welcome(conn *net.UnixConn) (*Client, error) {
 	if n != welcomeBytes || string(b[:8]) != welcomeMagic || le.Uint32(b[8:]) != version {
 		return nil, errors.New("the answer is not a welcome")
 	}
-	msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) != 1 {
-		return nil, errors.New("no ring descriptor came with the welcome")
-	}
-	fds, err := syscall.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 1 {
-		return nil, errors.New("no ring descriptor came with the welcome")
+	fds := receivedFDs(oob[:oobn])
+	defer func() {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+	}()
+	arenaBytes := le.Uint64(b[24:])
+	if want := 1 + min(arenaBytes, 1); uint64(len(fds)) != want {
+		return nil, fmt.Errorf("%d descriptors came with the welcome, not %d", len(fds), want)
 	}
 	ring, err := openRing(fds[0])
-	syscall.Close(fds[0])
 	if err != nil {
 		return nil, err
 	}
-	return &Client{conn: conn, ring: ring, id: le.Uint32(b[12:]), rank: le.Uint32(b[16:])}, nil
+	c := &Client{conn: conn, ring: ring, id: le.Uint32(b[12:]), rank: le.Uint32(b[16:])}
+	if arenaBytes > 0 {
+		if c.arena, err = syscall.Mmap(fds[1], 0, int(arenaBytes), syscall.PROT_READ, syscall.MAP_SHARED); err != nil {
+			ring.Close()
+			return nil, fmt.Errorf("map the rank's arena of %d bytes: %w", arenaBytes, err)
+		}
+	}
+	return c, nil
 }
 
 // Close detaches: the rank frees the rings.
 func (c *Client) Close() error {
 	c.ring.Close()
+	if c.arena != nil {
+		syscall.Munmap(c.arena)
+		c.arena = nil
+	}
 	return c.conn.Close()
 }
 
@@ -108,7 +121,8 @@ func (c *Client) push(epoch uint32, sn int32, kind uint32) error {
 	return nil
 }
 
-// Next returns the next reply; its Data aliases the ring until Release.
+// Next returns the next reply; its Data aliases the ring (or the rank's
+// arena) until Release.
 func (c *Client) Next(timeout time.Duration) (Record, error) {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -139,6 +153,14 @@ func (c *Client) record() (Record, bool) {
 			continue
 		}
 		rec.Data, rec.end = h[recordHeader:recordHeader+size:recordHeader+size], c.readAt
+		if rec.Kind == RecShared {
+			rec.Off = le.Uint64(h[recordHeader:])
+			if rec.Off+uint64(size) > uint64(len(c.arena)) {
+				rec.Kind, rec.Data = RecError, []byte(fmt.Sprintf("shm: a shared record at %d+%d, outside an arena of %d bytes", rec.Off, size, len(c.arena)))
+			} else {
+				rec.Data = c.arena[rec.Off : rec.Off+uint64(size) : rec.Off+uint64(size)]
+			}
+		}
 		return rec, true
 	}
 	return Record{}, false

@@ -13,9 +13,16 @@
 // rank reads EOF and frees the rings; when the rank dies the client sees
 // EOF or an error on the socket, which it checks while it waits.
 //
-//	hello, 16 bytes:   magic "BRTHELLO", version u32 (1), pid u32
+//	hello, 16 bytes:   magic "BRTHELLO", version u32 (2), pid u32
 //	welcome, 32 bytes: magic "BRTWELCM", version u32, client id u32,
-//	                   rank u32, ring bytes u32, reserved u64 (0)
+//	                   rank u32, ring bytes u32, arena bytes u64
+//
+// When arena bytes is not 0, a second descriptor follows the rings': the
+// rank's arena, a memfd the client maps read-only. The rank reads its
+// chunks into the arena, and a file that lives there is handed over as
+// its place in it rather than copied into the ring (a shared record,
+// below). Files from other ranks, and all files when the arena is full,
+// are copied.
 //
 // # Traces
 //
@@ -69,13 +76,17 @@
 // epoch; kind 2 ends the epoch on this rank (no more requests will come
 // for it; positions never asked for are skipped). A request for an epoch
 // the rank has not started waits for it. The client
-// writes the slot, then advances req head; if rank sleeping is 1 it wakes
-// the rank with FUTEX_WAKE on req head. The rank answers in any order with
+// writes the slot, then advances req head. If rank sleeping is 1 it must
+// wake the rank with FUTEX_WAKE on req head before it waits for a reply
+// (or for a free slot); it may let a few requests gather first, since one
+// wake then serves them all. The rank answers in any order with
 // one record per request in the data ring, at data offset + (data head mod
 // D), 64-byte aligned:
 //
 //	 0  4  record bytes (header and data, rounded up to 64)
-//	 4  4  kind: 1 file, 2 error (data is a UTF-8 message), 3 padding
+//	 4  4  kind: 1 file, 2 error (data is a UTF-8 message), 3 padding,
+//	       4 shared file (data is the u64 offset of the file's bytes in
+//	       the arena; data bytes still gives the file's size)
 //	 8  4  sn
 //	12  4  file id
 //	16  4  label (−1: none)
@@ -90,7 +101,8 @@
 // client if client sleeping is 1. The client reads records in order,
 // passes data on without copying it (a memoryview over the mapping), and
 // advances data tail past a record once it is done with its bytes; the
-// rank waits for that room. Waits spin briefly, then sleep on the futex
+// rank waits for that room. The bytes of a shared record stay in place
+// until data tail passes the record: only then may the rank reuse them. Waits spin briefly, then sleep on the futex
 // with a timeout, so that a dead peer is noticed.
 //
 // ring_test.go and python/tests read testdata/layout.golden, which pins

@@ -39,10 +39,12 @@ const (
 	// Request kinds: read the file at a trace position; end the epoch.
 	KindRead     = 1
 	KindEndEpoch = 2
-	// Record kinds.
-	RecFile  = 1
-	RecError = 2
-	RecPad   = 3
+	// Record kinds. A shared record carries, instead of the bytes, their
+	// offset in the arena (u64 after the header).
+	RecFile   = 1
+	RecError  = 2
+	RecPad    = 3
+	RecShared = 4
 )
 
 // Ring is a client's ring pair, mapped in this process.
@@ -196,12 +198,20 @@ type Record struct {
 	Sn, File int32
 	Label    int32
 	CRC      uint32
-	Data     []byte
-	end      uint64 // client side: where the record ends in the data ring
+	// Data is the file's bytes; for a shared record, Off is where they
+	// start in the arena.
+	Data []byte
+	Off  uint64
+	end  uint64 // where the record ends in the data ring
 }
 
-func recordBytes(n int) uint64 {
-	return (uint64(recordHeader+n) + recordAlign - 1) &^ (recordAlign - 1)
+// bytes returns the room rec takes in the data ring.
+func (rec *Record) bytes() uint64 {
+	n := uint64(len(rec.Data))
+	if rec.Kind == RecShared {
+		n = 8
+	}
+	return (recordHeader + n + recordAlign - 1) &^ (recordAlign - 1)
 }
 
 // room reports whether n bytes fit in the data ring now.
@@ -210,34 +220,43 @@ func (r *Ring) room(n uint64) bool {
 	return r.dataBytes-(head-tail) >= n
 }
 
-// putRecord writes rec into the data ring, waiting (until deadline, or
-// while alive says so) for the client to release room.
-func (r *Ring) putRecord(rec Record, alive func() bool) error {
-	n := recordBytes(len(rec.Data))
+// putRecord writes rec into the data ring, waiting (while alive says
+// so) for the client to release room, and returns where the record ends:
+// once the client's data tail passes that, it is done with the record.
+func (r *Ring) putRecord(rec Record, alive func() bool) (uint64, error) {
+	n := rec.bytes()
 	if n > r.dataBytes/2 {
-		return fmt.Errorf("%w: a file of %d bytes, a ring of %d (a file may take half)", errTooBig, len(rec.Data), r.dataBytes)
+		return 0, fmt.Errorf("%w: a file of %d bytes, a ring of %d (a file may take half)", errTooBig, len(rec.Data), r.dataBytes)
 	}
 	head := atomic.LoadUint64(r.u64(offDataHead))
 	if pad := r.dataBytes - head%r.dataBytes; pad < n { // no wrapping inside a record
 		if err := r.waitRoom(pad, alive); err != nil {
-			return err
+			return 0, err
 		}
 		r.writeHeader(head, Record{Kind: RecPad}, pad)
 		head += pad
 		atomic.StoreUint64(r.u64(offDataHead), head)
 	}
 	if err := r.waitRoom(n, alive); err != nil {
-		return err
+		return 0, err
 	}
 	r.writeHeader(head, rec, n)
-	copy(r.mem[r.dataOff+head%r.dataBytes+recordHeader:], rec.Data)
+	if body := r.mem[r.dataOff+head%r.dataBytes+recordHeader:]; rec.Kind == RecShared {
+		binary.LittleEndian.PutUint64(body, rec.Off)
+	} else {
+		copy(body, rec.Data)
+	}
 	atomic.StoreUint64(r.u64(offDataHead), head+n)
 	atomic.AddUint32(r.u32(offRepHead), 1)
 	if atomic.LoadUint32(r.u32(offClientSleeping)) != 0 {
 		futexWake(r.u32(offRepHead))
 	}
-	return nil
+	return head + n, nil
 }
+
+// released returns the client's data tail: every record that ends at or
+// before it is done with.
+func (r *Ring) released() uint64 { return atomic.LoadUint64(r.u64(offDataTail)) }
 
 func (r *Ring) writeHeader(head uint64, rec Record, n uint64) {
 	h := r.mem[r.dataOff+head%r.dataBytes:]

@@ -31,7 +31,7 @@ func TestLayoutGolden(t *testing.T) {
 		"off_req_tail": offReqTail, "off_rep_head": offRepHead, "off_rank_sleeping": offRankSleeping,
 		"off_client_sleeping": offClientSleeping, "off_data_head": offDataHead, "off_data_tail": offDataTail, "off_epoch": offEpoch, "off_trace_len": offTraceLen, "kind_end_epoch": KindEndEpoch,
 		"slot_bytes": slotBytes, "record_header": recordHeader, "record_align": recordAlign,
-		"kind_read": KindRead, "rec_file": RecFile, "rec_error": RecError, "rec_pad": RecPad,
+		"kind_read": KindRead, "rec_file": RecFile, "rec_error": RecError, "rec_pad": RecPad, "rec_shared": RecShared,
 		"trace_bytes": traceBytes, "verdict_bytes": verdictBytes,
 	} {
 		ours[k] = fmt.Sprint(v)
@@ -76,7 +76,7 @@ func listen(t *testing.T, slots uint32, data uint64) (*Server, chan rt.Request) 
 	t.Helper()
 	reqs := make(chan rt.Request, 64)
 	go fakeLoop(reqs)
-	s, err := Listen(t.TempDir(), 0, slots, data, reqs, nil)
+	s, err := Listen(t.TempDir(), 0, Options{Slots: slots, Data: data, Requests: reqs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestDeadClientIsFreed(t *testing.T) {
 // error within a second instead of hanging.
 func TestRankGoneIsAnError(t *testing.T) {
 	reqs := make(chan rt.Request, 4) // nobody answers
-	s, err := Listen(t.TempDir(), 0, 4, 256<<10, reqs, nil)
+	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 256 << 10, Requests: reqs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestRankGoneIsAnError(t *testing.T) {
 
 func TestSecondServerRefused(t *testing.T) {
 	s, _ := listen(t, 4, 64<<10)
-	if _, err := Listen(s.Dir(), 0, 4, 64<<10, nil, nil); err == nil || !strings.Contains(err.Error(), "another brandrt rank serves") {
+	if _, err := Listen(s.Dir(), 0, Options{Slots: 4, Data: 64 << 10}); err == nil || !strings.Contains(err.Error(), "another brandrt rank serves") {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -234,7 +234,7 @@ func TestRunawayHeadDropsTheClient(t *testing.T) {
 // still ends it.
 func TestEndEpochThenLeave(t *testing.T) {
 	reqs := make(chan rt.Request, 4)
-	s, err := Listen(t.TempDir(), 0, 4, 64<<10, reqs, nil)
+	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Requests: reqs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func TestEndEpochThenLeave(t *testing.T) {
 // the rank stops still reach the client.
 func TestCloseLetsRingsTakeDeliveries(t *testing.T) {
 	reqs := make(chan rt.Request, 8)
-	s, err := Listen(t.TempDir(), 0, 8, 256<<10, reqs, nil)
+	s, err := Listen(t.TempDir(), 0, Options{Slots: 8, Data: 256 << 10, Requests: reqs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +329,7 @@ func offerTrace(t *testing.T, c *Client, epoch uint32, files []int32, count uint
 // verdict; a trace whose file is shorter than its count is refused.
 func TestTraceMessages(t *testing.T) {
 	reqs := make(chan rt.Request)
-	s, err := Listen(t.TempDir(), 0, 4, 64<<10, reqs, nil)
+	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Requests: reqs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +344,7 @@ func TestTraceMessages(t *testing.T) {
 	s.Close()
 
 	traces := make(chan rt.TraceOffer)
-	s, err = Listen(t.TempDir(), 0, 4, 64<<10, reqs, traces)
+	s, err = Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Requests: reqs, Traces: traces})
 	if err != nil {
 		t.Fatal(err)
 	}

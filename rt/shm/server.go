@@ -25,7 +25,7 @@ const closeWait = 5 * time.Second
 const (
 	helloMagic   = "BRTHELLO"
 	welcomeMagic = "BRTWELCM"
-	version      = 1
+	version      = 2
 	helloBytes   = 16
 	welcomeBytes = 32
 	// A client's trace, and the rank's verdict on it.
@@ -55,35 +55,47 @@ func DefaultDir(local int) string {
 // Server accepts clients on a rank's attach socket and serves their
 // requests through the rank's loop.
 type Server struct {
-	dir   string
-	ln    *net.UnixListener
-	rank  uint32
-	slots uint32
-	data  uint64
-	reqs  chan<- rt.Request
-	// traces takes the clients' traces to the rank; nil when the rank
-	// makes its own.
-	traces chan<- rt.TraceOffer
+	dir  string
+	ln   *net.UnixListener
+	rank uint32
+	opt  Options
 	// stopping is closed when Close begins: no offer waits for the rank
 	// any more.
 	stopping chan struct{}
 
-	mu       sync.Mutex
-	clients  map[uint32]*client
-	next     uint32
-	epoch    uint32
-	traceLen uint32
-	wg       sync.WaitGroup
+	mu        sync.Mutex
+	clients   map[uint32]*client
+	next      uint32
+	epoch     uint32
+	traceLen  uint32
+	wg        sync.WaitGroup
+	closeOnce sync.Once
 	// Gone counts the clients that went away.
 	Gone atomic.Int64
+	// Shared and Copied count the files handed over as their place in the
+	// arena and as copies in a ring.
+	Shared, Copied atomic.Int64
 }
 
-// Listen creates dir and its attach socket. Requests go to reqs, and
-// traces the clients supply to traces (nil: they are refused); each
-// client gets slots request slots and data bytes of replies.
-func Listen(dir string, rank int, slots uint32, data uint64, reqs chan<- rt.Request, traces chan<- rt.TraceOffer) (*Server, error) {
-	if _, total := layout(slots, data); slots == 0 || slots&(slots-1) != 0 || data%4096 != 0 || total > 1<<34 {
-		return nil, fmt.Errorf("shm: %d slots and %d data bytes per client: want a power of two and a multiple of 4096", slots, data)
+// Options configure a Server.
+type Options struct {
+	// Slots and Data size each client's rings: request slots (a power of
+	// two) and bytes of replies (a multiple of 4096).
+	Slots uint32
+	Data  uint64
+	// Requests go to the rank's loop.
+	Requests chan<- rt.Request
+	// Traces takes the traces the clients supply; nil refuses them.
+	Traces chan<- rt.TraceOffer
+	// Arena, when set, is shared with every client (read-only): files
+	// whose bytes live in it are handed over by place instead of copied.
+	Arena *Arena
+}
+
+// Listen creates dir and its attach socket.
+func Listen(dir string, rank int, o Options) (*Server, error) {
+	if _, total := layout(o.Slots, o.Data); o.Slots == 0 || o.Slots&(o.Slots-1) != 0 || o.Data%4096 != 0 || total > 1<<34 {
+		return nil, fmt.Errorf("shm: %d slots and %d data bytes per client: want a power of two and a multiple of 4096", o.Slots, o.Data)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("shm: attach directory: %w", err)
@@ -96,7 +108,7 @@ func Listen(dir string, rank int, slots uint32, data uint64, reqs chan<- rt.Requ
 	if err != nil {
 		return nil, fmt.Errorf("shm: listen on %s: %w", sock, err)
 	}
-	s := &Server{dir: dir, ln: ln, rank: uint32(rank), slots: slots, data: data, reqs: reqs, traces: traces, stopping: make(chan struct{}), clients: make(map[uint32]*client)}
+	s := &Server{dir: dir, ln: ln, rank: uint32(rank), opt: o, stopping: make(chan struct{}), clients: make(map[uint32]*client)}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -131,8 +143,14 @@ func (s *Server) Dir() string { return s.dir }
 
 // Close stops accepting, lets every client's ring take the deliveries
 // already made to it (at most closeWait), drops the clients and removes
-// the socket.
+// the socket. Later calls do nothing.
 func (s *Server) Close() error {
+	err := errors.New("shm: closed twice")
+	s.closeOnce.Do(func() { err = s.close() })
+	return err
+}
+
+func (s *Server) close() error {
 	close(s.stopping)
 	err := s.ln.Close()
 	s.mu.Lock()
@@ -187,22 +205,22 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	s.next++
 	id := s.next
 	s.mu.Unlock()
-	ring, fd, err := newRing(s.slots, s.data, s.rank, id)
+	ring, fd, err := newRing(s.opt.Slots, s.opt.Data, s.rank, id)
 	if err != nil {
 		return err
 	}
 	defer ring.Close()
-	err = sendWelcome(conn, id, s.rank, len(ring.mem), fd)
+	err = sendWelcome(conn, id, s.rank, len(ring.mem), fd, s.opt.Arena)
 	syscall.Close(fd) // the client holds its own descriptor now
 	if err != nil {
 		return fmt.Errorf("shm: client %d (pid %d): %w", id, pid, err)
 	}
-	c := &client{srv: s, id: id, pid: pid, conn: conn, ring: ring, replies: make(chan rt.Delivery, s.slots)}
+	c := &client{srv: s, id: id, pid: pid, conn: conn, ring: ring, replies: make(chan rt.Delivery, s.opt.Slots)}
 	s.mu.Lock()
 	s.clients[id] = c
 	ring.setEpoch(s.epoch, s.traceLen)
 	s.mu.Unlock()
-	c.serve(s.reqs)
+	c.serve(s.opt.Requests)
 	s.mu.Lock()
 	delete(s.clients, id)
 	s.mu.Unlock()
@@ -228,7 +246,9 @@ func readHello(conn *net.UnixConn) (uint32, error) {
 	return le.Uint32(b[12:]), nil
 }
 
-func sendWelcome(conn *net.UnixConn, id, rank uint32, size, fd int) error {
+// sendWelcome sends the welcome with the rings' descriptor, and the
+// arena's when there is one.
+func sendWelcome(conn *net.UnixConn, id, rank uint32, size, fd int, arena *Arena) error {
 	b := make([]byte, welcomeBytes)
 	le := binary.LittleEndian
 	copy(b, welcomeMagic)
@@ -236,7 +256,12 @@ func sendWelcome(conn *net.UnixConn, id, rank uint32, size, fd int) error {
 	le.PutUint32(b[12:], id)
 	le.PutUint32(b[16:], rank)
 	le.PutUint32(b[20:], uint32(size))
-	_, _, err := conn.WriteMsgUnix(b, syscall.UnixRights(fd), nil)
+	fds := []int{fd}
+	if arena != nil {
+		le.PutUint64(b[24:], arena.Size())
+		fds = append(fds, arena.fd)
+	}
+	_, _, err := conn.WriteMsgUnix(b, syscall.UnixRights(fds...), nil)
 	return err
 }
 
@@ -251,6 +276,7 @@ type client struct {
 	replies chan rt.Delivery
 	pending atomic.Int32 // requests handed to the loop, not yet written back
 	dead    atomic.Bool
+	lent    []lentFile // in the order of their records; write's own
 }
 
 func (c *client) alive() bool { return !c.dead.Load() }
@@ -315,7 +341,7 @@ func (c *client) message(b []byte, fds []int) {
 	files, err := readTrace(fds, count)
 	switch {
 	case err != nil:
-	case c.srv.traces == nil:
+	case c.srv.opt.Traces == nil:
 		err = errors.New("this rank makes its traces from --seed; start brandrt serve with --traces clients to take them from the training processes")
 	case epoch == 0:
 		err = errors.New("epochs count from 1")
@@ -326,7 +352,7 @@ func (c *client) message(b []byte, fds []int) {
 	}
 	reply := make(chan error, 1)
 	select {
-	case c.srv.traces <- rt.TraceOffer{Epoch: epoch, Files: files, Reply: reply}:
+	case c.srv.opt.Traces <- rt.TraceOffer{Epoch: epoch, Files: files, Reply: reply}:
 		go func() { c.verdict(epoch, <-reply) }()
 	case <-c.srv.stopping:
 		c.verdict(epoch, errors.New("the rank is stopping"))
@@ -422,39 +448,75 @@ func (c *client) forward(batch []Request, reqs chan<- rt.Request, reads bool) {
 	}
 }
 
-// write copies deliveries into the ring; after the client died it only
-// releases them, until none is pending.
+// write copies deliveries into the ring, or for files in the arena their
+// place; after the client died it only releases them, until none is
+// pending.
 func (c *client) write() {
 	tick := time.NewTicker(100 * time.Millisecond) // to notice death; one timer, not one per reply
 	defer tick.Stop()
+	defer c.reclaim(true)
 	for {
 		if c.dead.Load() && c.pending.Load() == 0 {
 			return
 		}
 		select {
 		case d := <-c.replies:
-			c.put(&d)
-			d.Release()
+			if end, lent := c.put(&d); lent {
+				c.lent = append(c.lent, lentFile{end, d})
+			} else {
+				d.Release()
+			}
 			c.pending.Add(-1)
+			c.reclaim(false)
 		case <-tick.C:
+			c.reclaim(false)
 		}
 	}
 }
 
-func (c *client) put(d *rt.Delivery) {
+// lentFile is a delivery whose bytes the client reads in the arena: it is
+// released once the client's data tail passes end.
+type lentFile struct {
+	end uint64
+	d   rt.Delivery
+}
+
+// reclaim releases the files the client is done with, or all of them.
+func (c *client) reclaim(all bool) {
+	tail, i := c.ring.released(), 0
+	for ; i < len(c.lent) && (all || c.lent[i].end <= tail); i++ {
+		c.lent[i].d.Release()
+	}
+	c.lent = c.lent[:copy(c.lent, c.lent[i:])]
+}
+
+// put writes d's record; lent says that the client reads the bytes in the
+// arena, so they must stay until it passes end.
+func (c *client) put(d *rt.Delivery) (end uint64, lent bool) {
 	if !c.alive() {
-		return
+		return 0, false
 	}
 	rec := Record{Kind: RecFile, Sn: d.Sn, File: int32(d.File), Label: d.Label, CRC: d.CRC, Data: d.Data}
-	if d.Err != nil {
+	switch {
+	case d.Err != nil:
 		rec = Record{Kind: RecError, Sn: d.Sn, File: -1, Label: -1, Data: []byte(d.Err.Error())}
+	case c.srv.opt.Arena != nil:
+		if rec.Off, lent = c.srv.opt.Arena.Offset(d.Data); lent {
+			rec.Kind = RecShared
+			c.srv.Shared.Add(1)
+			break
+		}
+		fallthrough
+	default:
+		c.srv.Copied.Add(1)
 	}
-	err := c.ring.putRecord(rec, c.alive)
+	end, err := c.ring.putRecord(rec, c.alive)
 	if errors.Is(err, errTooBig) { // tell the client rather than hang it
-		err = c.ring.putRecord(Record{Kind: RecError, Sn: d.Sn, File: -1, Label: -1, Data: []byte(err.Error())}, c.alive)
+		end, err = c.ring.putRecord(Record{Kind: RecError, Sn: d.Sn, File: -1, Label: -1, Data: []byte(err.Error())}, c.alive)
 	}
 	if err != nil && !errors.Is(err, errClientGone) {
 		fmt.Fprintf(os.Stderr, "brandrt: client %d (pid %d): %v\n", c.id, c.pid, err)
 		c.conn.Close()
 	}
+	return end, lent && err == nil
 }
