@@ -228,7 +228,7 @@ func serve(cfg rt.Config, comm collectives.Comm) error {
 	defer n.Close()
 	if cfg.Consume == 0 {
 		if srv, err = listen(n, comm.Rank(), arena, cfg.Log); err != nil {
-			abort(cfg.Log, comm, err)
+			return abort(cfg.Log, comm, err)
 		}
 		defer srv.Close()
 	}
@@ -245,7 +245,7 @@ func serve(cfg rt.Config, comm collectives.Comm) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("rank %d: interrupted; stopped", comm.Rank())
 		}
-		abort(cfg.Log, comm, err)
+		return abort(cfg.Log, comm, err)
 	}
 	if srv != nil {
 		srv.Close() // every delivery written, so that the counts are whole
@@ -256,10 +256,15 @@ func serve(cfg rt.Config, comm collectives.Comm) error {
 }
 
 // abort ends the whole job after an error on this rank alone: the other
-// ranks would otherwise wait for it forever.
-func abort(log io.Writer, comm collectives.Comm, err error) {
+// ranks would otherwise wait for it forever. A job of one rank just
+// returns the error.
+func abort(log io.Writer, comm collectives.Comm, err error) error {
+	if comm.Size() == 1 {
+		return err
+	}
 	fmt.Fprintf(log, "brandrt: rank %d: %v\nbrandrt: rank %d: ending the job\n", comm.Rank(), err, comm.Rank())
 	comm.Abort(1)
+	return err
 }
 
 // listen opens the rank's attach point for training processes; its ring
