@@ -52,6 +52,8 @@ func (l *loop) load(f proto.FileID) {
 // keepOrCopy lets go of the chunk just read. When the files kept from it
 // fill less than half its buffer, they are copied out so that the buffer
 // can go at once: memory then stays within twice what proto accounts for.
+// With Config.Memory (shared with the clients) they move together into
+// one buffer from it, so that they still reach the clients in place.
 func (l *loop) keepOrCopy() {
 	res := l.just
 	if res == nil || res.buf == nil {
@@ -59,10 +61,27 @@ func (l *loop) keepOrCopy() {
 	}
 	defer func() { res.buf = nil }()
 	if res.keptBytes*2 < res.ch.BytesRead && l.io.resident == nil {
+		var into *chunkBuf
+		var b []byte
+		if mem := l.n.cfg.Memory; mem != nil && res.keptBytes > 0 {
+			if got, err := mem.Alloc(res.keptBytes); err == nil {
+				b, into = got, newBuf(func() { mem.Free(got) })
+			}
+		}
+		off := 0
 		for _, f := range res.kept {
-			f.data = append([]byte(nil), f.data...)
-			f.buf = nil
+			if into == nil {
+				f.data, f.buf = append([]byte(nil), f.data...), nil
+			} else {
+				n := copy(b[off:], f.data)
+				f.data, f.buf = b[off:off+n:off+n], into
+				into.hold()
+				off += n
+			}
 			res.buf.release()
+		}
+		if into != nil {
+			into.release() // the loop's own hold
 		}
 	}
 	res.buf.release()

@@ -36,15 +36,24 @@ func (f *file) release() {
 	f.data = nil
 }
 
-// chunkBuf counts the holds on one chunk read's buffer: one per file kept
-// from it, and the loop's own while it sorts the files out.
+// chunkBuf counts the holds on one buffer of files: a chunk read's, or
+// the one the files kept from it were moved into. One hold per file in
+// it, and the loop's own while it sorts the files out; free runs when the
+// last goes.
 type chunkBuf struct {
-	ch   *chunk.Chunk
+	ch   *chunk.Chunk // the chunk read; nil for a buffer files moved into
+	free func()
 	refs atomic.Int32
 }
 
 func newChunkBuf(ch *chunk.Chunk) *chunkBuf {
-	b := &chunkBuf{ch: ch}
+	b := newBuf(ch.Release)
+	b.ch = ch
+	return b
+}
+
+func newBuf(free func()) *chunkBuf {
+	b := &chunkBuf{free: free}
 	b.refs.Store(1)
 	return b
 }
@@ -53,7 +62,7 @@ func (b *chunkBuf) hold() { b.refs.Add(1) }
 
 func (b *chunkBuf) release() {
 	if b.refs.Add(-1) == 0 {
-		b.ch.Release()
+		b.free()
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,6 +79,51 @@ func serveLocal(t *testing.T, ranks int, cfg Config) []EpochStats {
 		}
 	}
 	return stats[0]
+}
+
+// lentMemory is a chunk.Memory that counts what it lends, as the arena
+// shared with clients would lend it.
+type lentMemory struct {
+	mu          sync.Mutex
+	allocs, out int
+}
+
+func (m *lentMemory) Alloc(n int64) ([]byte, error) {
+	b, err := syscall.Mmap(-1, 0, int(max(n, 1)), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err == nil {
+		m.mu.Lock()
+		m.allocs, m.out = m.allocs+1, m.out+1
+		m.mu.Unlock()
+	}
+	return b, err
+}
+
+func (m *lentMemory) Free(b []byte) {
+	m.mu.Lock()
+	m.out--
+	m.mu.Unlock()
+	_ = syscall.Munmap(b)
+}
+
+// TestServeFromLentMemory: with chunks read into memory the runtime is
+// lent (Config.Memory), the files kept from a chunk read move into one
+// buffer of that memory too, every file arrives intact, and every buffer
+// goes back.
+func TestServeFromLentMemory(t *testing.T) {
+	mem := &lentMemory{}
+	cfg := DefaultConfig()
+	cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes = packed(t, 700, 3, 8), 0.25, 200_000
+	cfg.Epochs, cfg.Consume, cfg.Depth, cfg.Memory = 2, 3, 3, mem
+	reads := 0
+	for _, st := range serveLocal(t, 3, cfg) {
+		if !st.OK() || st.FilesExpected != 700 {
+			t.Fatalf("epoch %d: %+v", st.Epoch, st)
+		}
+		reads += int(st.ChunkReads)
+	}
+	if mem.allocs <= reads || mem.out != 0 {
+		t.Fatalf("%d chunk reads, %d buffers lent (want more: kept files move into their own), %d not returned", reads, mem.allocs, mem.out)
+	}
 }
 
 func TestServeExactlyOnce(t *testing.T) {
