@@ -112,13 +112,8 @@ class Client:
     def _u32(self, off):
         return self._c[off].value
 
-    _u64 = _u32
-
     def _put32(self, off, v):
         self._c[off].value = v & 0xFFFFFFFF
-
-    def _put64(self, off, v):
-        self._c[off].value = v
 
     # epochs
     def epoch(self):
@@ -269,12 +264,12 @@ class Client:
             n, kind, sn, fid, label, size, crc = _RECORD.unpack_from(b, at)
             self._read_at += n
             if kind == L.REC_PAD:
-                self._put64(L.OFF_DATA_TAIL, self._read_at)
+                self._data_tail.value = self._read_at
                 continue
             if kind == L.REC_SHARED:
                 place = struct.unpack_from("<Q", b, at + L.RECORD_HEADER)[0]
                 if self._arena is None or place + size > len(self._arena):
-                    self._put64(L.OFF_DATA_TAIL, self._read_at)
+                    self._data_tail.value = self._read_at
                     raise BrandError("position %d: the rank's record points outside its shared memory" % sn)
                 data = self._arena[place : place + size]
             else:
@@ -291,7 +286,7 @@ class Client:
     def _sleep(self):
         seen = self._u32(L.OFF_REP_HEAD)
         self._put32(L.OFF_CLIENT_SLEEPING, 1)
-        if self._read_at == self._u64(L.OFF_DATA_HEAD):
+        if self._read_at == self._data_head.value:
             self._futex_wait(L.OFF_REP_HEAD, seen, 0.1)
         self._put32(L.OFF_CLIENT_SLEEPING, 0)
 
@@ -322,7 +317,10 @@ class Client:
         self._sock.close()  # what the rank watches
         self._sock = None
         self._held = None
+        # The counters are views of the ring's mapping: drop them all, or
+        # it cannot close.
         self._c = {}
+        self._req_head = self._req_tail = self._data_head = self._data_tail = self._rank_sleeping = None
         for view, mm in ((self._buf, self._mm), (self._arena, self._arena_mm)):
             if mm is None:
                 continue

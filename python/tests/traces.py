@@ -37,6 +37,8 @@ def main():
             c.set_trace(1, bad, timeout=60)
         except BrandError as e:
             refused = str(e)
+    if not (c._mm.closed and c._arena_mm.closed):
+        sys.exit("Client.close() left its shared mappings open")
     sampler = BrandSampler(local_rank=a.local_rank, order=lambda epoch: orders[epoch])
     ds = BrandDataset(transform=Check(a.input), local_rank=a.local_rank, timeout=60)
     loader = torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler, num_workers=2, collate_fn=list)
