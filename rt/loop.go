@@ -148,8 +148,8 @@ func (l *loop) serve(ctx context.Context) error {
 // spinRounds is how many empty rounds the loop spins (yielding) before it
 // sleeps; a round takes a few microseconds. It is short: clients and I/O
 // workers wake a sleeping loop through channels at once, and spinning
-// takes CPU from the training processes on the node. minNap and maxNap bound its
-// sleeps: a peer's message waits at most maxNap for an idle rank.
+// takes CPU from the training processes on the node. minNap and maxNap
+// bound its sleeps: a peer's message waits at most maxNap for an idle rank.
 const (
 	spinRounds = 20
 	minNap     = time.Millisecond

@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sync"
@@ -94,15 +95,7 @@ func (a *Arena) Free(b []byte) {
 	e := extent{off, uint64(len(b))}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(a.free, e.off, func(x extent, off uint64) int {
-		switch {
-		case x.off < off:
-			return -1
-		case x.off > off:
-			return 1
-		}
-		return 0
-	})
+	i, _ := slices.BinarySearchFunc(a.free, e.off, func(x extent, off uint64) int { return cmp.Compare(x.off, off) })
 	if i < len(a.free) && e.off+e.n == a.free[i].off { // merge with the next
 		e.n += a.free[i].n
 		a.free = slices.Delete(a.free, i, i+1)

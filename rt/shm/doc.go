@@ -102,8 +102,9 @@
 // passes data on without copying it (a memoryview over the mapping), and
 // advances data tail past a record once it is done with its bytes; the
 // rank waits for that room. The bytes of a shared record stay in place
-// until data tail passes the record: only then may the rank reuse them. Waits spin briefly, then sleep on the futex
-// with a timeout, so that a dead peer is noticed.
+// until data tail passes the record: only then may the rank reuse them.
+// Waits spin briefly, then sleep on the futex with a timeout, so that a
+// dead peer is noticed.
 //
 // ring_test.go and python/tests read testdata/layout.golden, which pins
 // these offsets on both sides.

@@ -497,16 +497,15 @@ func (c *client) put(d *rt.Delivery) (end uint64, lent bool) {
 		return 0, false
 	}
 	rec := Record{Kind: RecFile, Sn: d.Sn, File: int32(d.File), Label: d.Label, CRC: d.CRC, Data: d.Data}
+	if a := c.srv.opt.Arena; a != nil && d.Err == nil {
+		rec.Off, lent = a.Offset(d.Data)
+	}
 	switch {
 	case d.Err != nil:
 		rec = Record{Kind: RecError, Sn: d.Sn, File: -1, Label: -1, Data: []byte(d.Err.Error())}
-	case c.srv.opt.Arena != nil:
-		if rec.Off, lent = c.srv.opt.Arena.Offset(d.Data); lent {
-			rec.Kind = RecShared
-			c.srv.Shared.Add(1)
-			break
-		}
-		fallthrough
+	case lent:
+		rec.Kind = RecShared
+		c.srv.Shared.Add(1)
 	default:
 		c.srv.Copied.Add(1)
 	}
