@@ -134,7 +134,9 @@ func (l *loop) serve(ctx context.Context) error {
 			idle, nap = 0, minNap
 			continue
 		}
-		if idle++; idle < spinRounds || l.busy() {
+		// With no peers there is no MPI to poll: everything that can
+		// happen arrives on a channel, so the loop blocks at once.
+		if idle++; l.n.size > 1 && (idle < spinRounds || l.busy()) {
 			runtime.Gosched()
 			continue
 		}
@@ -157,17 +159,22 @@ const (
 )
 
 // wait blocks until a client or an I/O worker has something, or nap
-// passes (MPI has no channel to wait on).
+// passes (MPI has no channel to wait on; with one rank it is not polled
+// and nap is not used).
 func (l *loop) wait(ctx context.Context, nap time.Duration) error {
-	t := time.NewTimer(nap)
-	defer t.Stop()
+	var tick <-chan time.Time
+	if l.n.size > 1 {
+		t := time.NewTimer(nap)
+		defer t.Stop()
+		tick = t.C
+	}
 	select {
 	case r := <-l.reqs:
 		return l.request(r)
 	case res := <-l.io.done:
 		return l.readDone(res)
 	case <-ctx.Done():
-	case <-t.C:
+	case <-tick:
 	}
 	return nil
 }
