@@ -292,10 +292,10 @@ func TestWorkerKilled(t *testing.T) {
 	}
 }
 
-// TestDataLoaderOptions: one rank serves six epochs to one training
+// TestDataLoaderOptions: one rank serves seven epochs to one training
 // process after another, each with other DataLoader settings: no worker
 // processes, pinned memory, eight workers, workers that do not persist
-// (two epochs), whole batches per request.
+// (two epochs), whole batches per request, one file per request.
 func TestDataLoaderOptions(t *testing.T) {
 	cleanVader(t)
 	needTorch(t)
@@ -308,8 +308,9 @@ func TestDataLoaderOptions(t *testing.T) {
 		{"--workers", "8"},
 		{"--workers", "3", "--not-persistent", "--epochs", "2"},
 		{"--workers", "2", "--batched"},
+		{"--workers", "2", "--one-by-one"},
 	}
-	cmd, out := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "40%", "--epochs", "6")
+	cmd, out := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "40%", "--epochs", "7")
 	epoch := 0
 	for _, c := range configs {
 		res := filepath.Join(t.TempDir(), "got.json")
@@ -329,8 +330,8 @@ func TestDataLoaderOptions(t *testing.T) {
 	if err := exitWithin(t, cmd, time.Minute); err != nil {
 		t.Fatalf("serve: %v\n%s", err, out)
 	}
-	if n := strings.Count(out.String(), "every file delivered exactly once"); n != 6 {
-		t.Errorf("%d good epochs of 6:\n%s", n, out)
+	if n := strings.Count(out.String(), "every file delivered exactly once"); n != 7 {
+		t.Errorf("%d good epochs of 7:\n%s", n, out)
 	}
 }
 

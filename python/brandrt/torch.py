@@ -7,10 +7,11 @@
         sampler.set_epoch(epoch)
         for x, y in loader: ...
 
-A worker of that loader asks for one file at a time. With
-BrandSampler(batch_size=64) and DataLoader(batch_size=None,
-collate_fn=default_collate), each worker asks for a whole batch at once
-and the rank answers it in any order: faster when files come from storage.
+A worker of that loader asks for a whole batch at once (DataLoader calls
+BrandDataset.__getitems__), and the rank answers its files in any order.
+BrandSampler(batch_size=64) with DataLoader(batch_size=None,
+collate_fn=default_collate) does the same for PyTorch versions whose
+DataLoader does not know __getitems__.
 
 brandrt chooses which file answers a position (any unseen file of the
 same memory slot): the sampler's indices are trace positions, not file
@@ -131,6 +132,17 @@ class BrandDataset(torch.utils.data.Dataset):
         finally:
             c.release()
         return item, label
+
+    def __getitems__(self, indices):
+        """The items of a batch of (epoch, sn), read together: DataLoader's
+        workers call this, when it is defined, for a whole batch of the
+        sampler's positions. Asking for them at once, rather than one after
+        the other, lets the rank answer them in one go: several times the
+        files per second from memory."""
+        epochs = {i[0] for i in indices} if all(isinstance(i, tuple) and len(i) == 2 for i in indices) else None
+        if not epochs or len(epochs) != 1 or any(isinstance(i[1], (list, tuple)) for i in indices):
+            return [self[i] for i in indices]
+        return self._many(self._attached(), epochs.pop(), [i[1] for i in indices])
 
     def _many(self, c, epoch, sns):
         items = {}

@@ -27,6 +27,11 @@ class Check:
             return rel, f.read() == data
 
 
+def one(item):
+    """collate_fn for items fetched one by one: a batch of one."""
+    return [item]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--local-rank", type=int, default=0)
@@ -38,11 +43,14 @@ def main():
     ap.add_argument("--pin-memory", action="store_true")
     ap.add_argument("--not-persistent", action="store_true")
     ap.add_argument("--batched", action="store_true", help="the sampler yields batches; each worker reads one at once")
+    ap.add_argument("--one-by-one", action="store_true",
+                    help="no batches: DataLoader fetches each item alone (BrandDataset.__getitem__, not __getitems__)")
     a = ap.parse_args()
     sampler = BrandSampler(local_rank=a.local_rank, batch_size=8 if a.batched else None)
     ds = BrandDataset(transform=Check(a.input), local_rank=a.local_rank, timeout=60)
-    loader = torch.utils.data.DataLoader(ds, batch_size=None if a.batched else 8, sampler=sampler,
-                                         num_workers=a.workers, collate_fn=list,
+    batch_size = None if a.batched or a.one_by_one else 8
+    loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, sampler=sampler,
+                                         num_workers=a.workers, collate_fn=one if a.one_by_one else list,
                                          persistent_workers=a.workers > 0 and not a.not_persistent,
                                          pin_memory=a.pin_memory)
     got = []
