@@ -186,7 +186,7 @@ class Client:
                 raise BrandError("the rank did not take the end of epoch %d within %.0f s" % (epoch, timeout))
             time.sleep(0.001)
 
-    def _push(self, kind, sn, epoch):
+    def _push(self, kind, sn, epoch, wake=True):
         head = self._req_head.value
         while (head - self._req_tail.value) & 0xFFFFFFFF >= self._slots:
             self._kick()
@@ -197,7 +197,7 @@ class Client:
         # A sleeping rank is woken once a few requests wait for it, or when
         # this side is about to wait (_kick): one wake serves several
         # requests, and a wake costs both sides more than a file's bytes.
-        if kind != L.KIND_READ or (head + 1 - self._req_tail.value) & 0xFFFFFFFF >= _WAKE_BATCH:
+        if kind != L.KIND_READ or wake and (head + 1 - self._req_tail.value) & 0xFFFFFFFF >= _WAKE_BATCH:
             self._kick()
 
     def _kick(self):
@@ -243,8 +243,11 @@ class Client:
         arrives (in any order); data is valid only during the call."""
         sent = got = 0
         while got < len(sns):
+            # The rank is woken once the first few wait, so that it
+            # starts, and then not again until this side waits: waking it
+            # costs a system call on each side.
             while sent < len(sns) and sent - got < self._slots:
-                self.request(sns[sent], epoch)
+                self._push(L.KIND_READ, sns[sent], epoch, wake=sent < _WAKE_BATCH)
                 sent += 1
             sn, fid, label, data, _ = self.next()
             use(sn, fid, label, data)
