@@ -117,7 +117,7 @@ func (l *loop) isend(b []byte, f *file, to, tag int) error {
 		return err
 	}
 	l.stats.bytesOut += int64(len(b))
-	l.sends = append(l.sends, pendingSend{req: req, frame: b, file: f})
+	l.sends = append(l.sends, pendingSend{req: req, to: to, frame: b, file: f})
 	return nil
 }
 

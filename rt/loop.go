@@ -69,6 +69,7 @@ type loop struct {
 	files   map[proto.FileID]*file
 	just    *readResult // the read whose ReadDone is being carried out
 	sends   []pendingSend
+	stuck   []bool // per rank, scratch for testSends
 	epoch   uint32
 	// traceLen is this rank's trace length; answered counts the positions
 	// answered so far; ended is set when a client ended the epoch.
@@ -102,10 +103,11 @@ type loopStats struct {
 	crcSum, labelSum                  int64
 }
 
-// pendingSend is a send in flight; frame must live, and file keep its
-// bytes, until it completes.
+// pendingSend is a send in flight to rank to; frame must live, and file
+// keep its bytes, until it completes.
 type pendingSend struct {
 	req   collectives.Request
+	to    int
 	frame []byte
 	file  *file
 }
@@ -292,7 +294,7 @@ func (l *loop) sayDone() error {
 		if err != nil {
 			return err
 		}
-		l.sends = append(l.sends, pendingSend{req: req})
+		l.sends = append(l.sends, pendingSend{req: req, to: r})
 	}
 	return nil
 }
@@ -347,13 +349,25 @@ func (l *loop) message(src int, b []byte) error {
 	return l.carry()
 }
 
-// testSends forgets the sends that completed.
+// testSends forgets the sends that completed. Sends to one rank complete
+// in about the order they started, and testing one that has not
+// completed costs a turn of MPI's progress engine; so per rank it stops
+// at the first that has not. A later one that did complete is found on
+// a later round.
 func (l *loop) testSends() (bool, error) {
+	if l.stuck == nil {
+		l.stuck = make([]bool, l.n.size)
+	}
+	clear(l.stuck)
 	kept := l.sends[:0]
 	for _, s := range l.sends {
-		done, _, err := s.req.Test()
-		if err != nil {
-			return false, err
+		done := false
+		if !l.stuck[s.to] {
+			var err error
+			if done, _, err = s.req.Test(); err != nil {
+				return false, err
+			}
+			l.stuck[s.to] = !done
 		}
 		if !done {
 			kept = append(kept, s)
