@@ -42,11 +42,11 @@ def loaders(a, tf):
         return dl, None, len(ds.classes)
     from brandrt.torch import BrandDataset, BrandSampler, decode_image
 
-    # Each worker asks for a whole batch at once (the sampler yields batches).
-    sampler = BrandSampler(local_rank=a.local_rank, batch_size=a.batch_size)
+    # Each worker asks for its whole batch at once (BrandDataset.__getitems__).
+    sampler = BrandSampler(local_rank=a.local_rank)
     ds = BrandDataset(transform=lambda data: tf(decode_image(data)), local_rank=a.local_rank)
-    dl = torch.utils.data.DataLoader(ds, batch_size=None, sampler=sampler, num_workers=a.workers,
-                                     collate_fn=torch.utils.data.default_collate, persistent_workers=a.workers > 0)
+    dl = torch.utils.data.DataLoader(ds, batch_size=a.batch_size, sampler=sampler, num_workers=a.workers,
+                                     persistent_workers=a.workers > 0)
     return dl, sampler, a.num_classes
 
 
