@@ -55,8 +55,11 @@ type Config struct {
 	Log io.Writer
 	// FS is the file system the chunks are read through.
 	FS chunk.FS
-	// Memory, when set, lends the buffers chunks are read into (memory
-	// shared with the clients); by default the shard maps its own.
+	// Memory, when set, lends the buffers chunks are read into and those
+	// files of more than 32 KiB from other ranks are received into (memory
+	// shared with the clients); by default the shard maps its own and
+	// received files live in Go memory. It must lend the sizes asked for
+	// exactly when they are powers of two of 64 KiB or more.
 	Memory chunk.Memory
 }
 

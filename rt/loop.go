@@ -334,8 +334,10 @@ func (l *loop) message(src int, b []byte) error {
 			err = fmt.Errorf("rt: rank %d sent file %d, which this rank already holds", src, f.id)
 			break
 		}
-		f.data, f.pool = l.pool.get(int(fileSize(&m, i))), l.pool
-		err = l.comm.Recv(f.data, src, tagData)
+		if f.data, err = l.pool.get(int(fileSize(&m, i))); err == nil {
+			f.pool = l.pool
+			err = l.comm.Recv(f.data, src, tagData)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("rt: rank %d: from rank %d: %w", l.n.me, src, err)

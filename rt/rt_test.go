@@ -126,6 +126,32 @@ func TestServeFromLentMemory(t *testing.T) {
 	}
 }
 
+// TestReceiveIntoLentMemory: files from other ranks are received into the
+// lent memory once they reach recvLentMin (lowered here to the test
+// files' sizes), arrive intact, and every buffer goes back.
+func TestReceiveIntoLentMemory(t *testing.T) {
+	defer func(m int) { recvLentMin = m }(recvLentMin)
+	recvLentMin = 4 << 10
+	mem := &lentMemory{}
+	cfg := DefaultConfig()
+	cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes = packed(t, 700, 3, 8), 1, 200_000
+	cfg.Epochs, cfg.Consume, cfg.Depth, cfg.Memory = 2, 3, 3, mem
+	remote, reads := 0, 0
+	for _, st := range serveLocal(t, 3, cfg) {
+		if !st.OK() || st.FilesExpected != 700 {
+			t.Fatalf("epoch %d: %+v", st.Epoch, st)
+		}
+		remote += int(st.RemoteFiles)
+		reads += int(st.StorageReads)
+	}
+	// With everything in memory each chunk is read from storage once and
+	// kept whole in its buffer; every other buffer lent is for received
+	// files (the pool reuses them, so there are fewer than files).
+	if remote == 0 || mem.allocs <= reads || mem.out != 0 {
+		t.Fatalf("%d files from other ranks, %d chunks read from storage, %d buffers lent (want more), %d not returned", remote, reads, mem.allocs, mem.out)
+	}
+}
+
 func TestServeExactlyOnce(t *testing.T) {
 	dir := packed(t, 700, 3, 8)
 	cases := []struct {

@@ -22,7 +22,8 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 		io.resident = make(map[int]*chunkBuf)
 	}
 	reqs := n.reqs
-	pool := new(recvPool)
+	pool := &recvPool{mem: n.cfg.Memory}
+	defer pool.drain()
 	var all []EpochStats
 	for e := 1; e <= n.cfg.Epochs; e++ {
 		st, err := n.epoch(ctx, uint32(e), io, pool, reqs)

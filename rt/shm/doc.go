@@ -21,8 +21,9 @@
 // rank's arena, a memfd the client maps read-only. The rank reads its
 // chunks into the arena, and a file that lives there is handed over as
 // its place in it rather than copied into the ring (a shared record,
-// below). Files from other ranks, and all files when the arena is full,
-// are copied.
+// below). The rank also receives files of more than 32 KiB from other
+// ranks into the arena. Smaller files from other ranks, and all files
+// when the arena is full, are copied.
 //
 // # Traces
 //
