@@ -121,7 +121,7 @@ func (p *recvPool) get(n int) ([]byte, error) {
 		p.mem.Free(b)
 		return nil, fmt.Errorf("rt: asked the shared memory for %d bytes, got %d", 1<<c, len(b))
 	}
-	return b[:n:1<<c], nil
+	return b[: n : 1<<c], nil
 }
 
 // put takes back a buffer get returned.
