@@ -136,9 +136,7 @@ func (l *loop) serve(ctx context.Context) error {
 			idle, nap = 0, minNap
 			continue
 		}
-		// With no peers there is no MPI to poll: everything that can
-		// happen arrives on a channel, so the loop blocks at once.
-		if idle++; l.n.size > 1 && (idle < spinRounds || l.busy()) {
+		if idle++; l.polls() && (idle < spinRounds || l.busy()) {
 			runtime.Gosched()
 			continue
 		}
@@ -160,12 +158,16 @@ const (
 	maxNap     = 16 * time.Millisecond
 )
 
-// wait blocks until a client or an I/O worker has something, or nap
-// passes (MPI has no channel to wait on; with one rank it is not polled
-// and nap is not used).
+// polls reports whether the loop must poll MPI: only with peers. With
+// none, everything that can happen arrives on a channel, so the loop
+// blocks at once when idle and sleeps without a timer.
+func (l *loop) polls() bool { return l.n.size > 1 }
+
+// wait blocks until a client or an I/O worker has something, or (when
+// the loop polls MPI, which has no channel to wait on) nap passes.
 func (l *loop) wait(ctx context.Context, nap time.Duration) error {
 	var tick <-chan time.Time
-	if l.n.size > 1 {
+	if l.polls() {
 		t := time.NewTimer(nap)
 		defer t.Stop()
 		tick = t.C

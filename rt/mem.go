@@ -131,12 +131,12 @@ func (p *recvPool) put(b []byte) {
 		return
 	}
 	p.mu.Lock()
-	if len(p.free[c]) < poolKeep && !p.drained {
+	keep := len(p.free[c]) < poolKeep && !p.drained
+	if keep {
 		p.free[c] = append(p.free[c], b[:0])
-		b = nil
 	}
 	p.mu.Unlock()
-	if b != nil && p.lent(c) {
+	if !keep && p.lent(c) {
 		p.mem.Free(b[:cap(b)])
 	}
 }

@@ -105,20 +105,33 @@ func (m *lentMemory) Free(b []byte) {
 	_ = syscall.Munmap(b)
 }
 
+// serveLent serves 700 files on three in-process ranks for two epochs,
+// with memFraction of each shard in memory and chunks read into a
+// lentMemory; it checks each epoch and returns the memory and rank 0's
+// statistics.
+func serveLent(t *testing.T, memFraction float64) (*lentMemory, []EpochStats) {
+	t.Helper()
+	mem := &lentMemory{}
+	cfg := DefaultConfig()
+	cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes = packed(t, 700, 3, 8), memFraction, 200_000
+	cfg.Epochs, cfg.Consume, cfg.Depth, cfg.Memory = 2, 3, 3, mem
+	stats := serveLocal(t, 3, cfg)
+	for _, st := range stats {
+		if !st.OK() || st.FilesExpected != 700 {
+			t.Fatalf("epoch %d: %+v", st.Epoch, st)
+		}
+	}
+	return mem, stats
+}
+
 // TestServeFromLentMemory: with chunks read into memory the runtime is
 // lent (Config.Memory), the files kept from a chunk read move into one
 // buffer of that memory too, every file arrives intact, and every buffer
 // goes back.
 func TestServeFromLentMemory(t *testing.T) {
-	mem := &lentMemory{}
-	cfg := DefaultConfig()
-	cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes = packed(t, 700, 3, 8), 0.25, 200_000
-	cfg.Epochs, cfg.Consume, cfg.Depth, cfg.Memory = 2, 3, 3, mem
+	mem, stats := serveLent(t, 0.25)
 	reads := 0
-	for _, st := range serveLocal(t, 3, cfg) {
-		if !st.OK() || st.FilesExpected != 700 {
-			t.Fatalf("epoch %d: %+v", st.Epoch, st)
-		}
+	for _, st := range stats {
 		reads += int(st.ChunkReads)
 	}
 	if mem.allocs <= reads || mem.out != 0 {
@@ -132,15 +145,9 @@ func TestServeFromLentMemory(t *testing.T) {
 func TestReceiveIntoLentMemory(t *testing.T) {
 	defer func(m int) { recvLentMin = m }(recvLentMin)
 	recvLentMin = 4 << 10
-	mem := &lentMemory{}
-	cfg := DefaultConfig()
-	cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes = packed(t, 700, 3, 8), 1, 200_000
-	cfg.Epochs, cfg.Consume, cfg.Depth, cfg.Memory = 2, 3, 3, mem
+	mem, stats := serveLent(t, 1)
 	remote, reads := 0, 0
-	for _, st := range serveLocal(t, 3, cfg) {
-		if !st.OK() || st.FilesExpected != 700 {
-			t.Fatalf("epoch %d: %+v", st.Epoch, st)
-		}
+	for _, st := range stats {
 		remote += int(st.RemoteFiles)
 		reads += int(st.StorageReads)
 	}
