@@ -7,9 +7,9 @@ one), against the copy bandwidth of /dev/shm in the same run.
 
 Each worker process attaches on its own and reads positions w, w+W, … of
 every epoch, --batch at a time through Client.read_many, as a DataLoader
-worker over BrandDataset does with BrandSampler(batch_size=...). The workers live through
-all epochs, as persistent DataLoader workers do; with --fresh, new ones
-start every epoch. The first epoch reads storage; later ones are served
+worker does for a batch (BrandDataset.__getitems__). The workers live
+through all epochs, as persistent DataLoader workers do; with --fresh, new
+ones start every epoch. The first epoch reads storage; later ones are served
 from memory when the budget holds the shard. A worker that maps the
 rank's memory anew pays a page fault per few pages it reads the first
 time.
@@ -34,8 +34,8 @@ from brandrt import Client  # noqa: E402
 def worker(w, workers, epochs, batch, q):
     """Read positions w, w+W, … of each of epochs through one attach, as
     a persistent DataLoader worker does, batch positions at a time through
-    Client.read_many (what BrandDataset does for a BrandSampler with that
-    batch_size); report each epoch on q."""
+    Client.read_many (what BrandDataset.__getitems__ does for a DataLoader
+    batch of that size); report each epoch on q."""
     c = Client(timeout=60)
     for epoch in epochs:
         n = c.wait_epoch(epoch, 120)
@@ -104,19 +104,27 @@ def through_loader(a, copy, rank):
             c.wait_epoch(epoch + 1, 120)
             sampler.set_epoch(epoch)
             rank_cpu, files, nbytes = cpu_seconds(rank), 0, 0
-            start, cpu0, kids = time.monotonic(), cpu_seconds(), {}
+            # Persistent workers exist before the epoch; new ones are found
+            # once the first batch arrives (their work before it is missed).
+            start, cpu0 = time.monotonic(), cpu_seconds()
+            workers = {pid: cpu_seconds(pid) for pid in children()}
             for batch in loader:
-                if not kids:  # the workers, once they run
-                    kids = {pid: cpu_seconds(pid) for pid in children()}
+                if not workers:
+                    workers = {pid: cpu_seconds(pid) for pid in children()}
                 files += len(batch)
                 nbytes += sum(n for (n, _), _ in batch)
             secs, rank_cpu = time.monotonic() - start, cpu_seconds(rank) - rank_cpu
-            main_cpu, kids_cpu = cpu_seconds() - cpu0, sum(cpu_seconds(p) - c for p, c in kids.items() if os.path.exists("/proc/%d" % p))
-            print("epoch %d: a DataLoader with %d workers read %d files (%.2f GB) in %.2f s: %.0f files/s, %.2f GB/s = %.0f%% of the copy bandwidth"
-                  % (epoch + 1, a.workers, files, nbytes / 1e9, secs, files / secs, nbytes / secs / 1e9, 100 * nbytes / secs / copy),
-                  flush=True)
-            print("         CPU per file: %.1f µs in the workers, %.1f µs in the main process, %.1f µs in the rank"
-                  % (1e6 * kids_cpu / files, 1e6 * main_cpu / files, 1e6 * rank_cpu / files), flush=True)
+            workers_cpu = sum(cpu_seconds(pid) - was for pid, was in workers.items() if os.path.exists("/proc/%d" % pid))
+            report(epoch + 1, "a DataLoader with %d workers" % a.workers, files, nbytes, secs, copy,
+                   "%.1f µs in the workers, %.1f µs in the main process, %.1f µs in the rank"
+                   % (1e6 * workers_cpu / files, 1e6 * (cpu_seconds() - cpu0) / files, 1e6 * rank_cpu / files))
+
+
+def report(epoch, who, files, nbytes, secs, copy, cpu):
+    """Prints an epoch's rates against the copy bandwidth, and its CPU."""
+    print("epoch %d: %s read %d files (%.2f GB) in %.2f s: %.0f files/s, %.2f GB/s = %.0f%% of the copy bandwidth"
+          % (epoch, who, files, nbytes / 1e9, secs, files / secs, nbytes / secs / 1e9, 100 * nbytes / secs / copy), flush=True)
+    print("         CPU per file: " + cpu, flush=True)
 
 
 def children():
@@ -162,7 +170,7 @@ def main():
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=64,
-                    help="positions each worker asks for at once (BrandSampler's batch_size; 1 is one file at a time)")
+                    help="positions each worker asks for at once (the DataLoader's batch_size; 1 is one file at a time)")
     ap.add_argument("--fresh", action="store_true",
                     help="new worker processes every epoch, as DataLoader workers without persistent_workers")
     ap.add_argument("--loader", action="store_true",
@@ -193,11 +201,8 @@ def main():
         rank_cpu = cpu_seconds(rank) - rank_cpu
         files, nbytes = sum(r[0] for r in res), sum(r[1] for r in res)
         secs = max(r[2] for r in res)
-        print("epoch %d: %d workers read %d files (%.2f GB) in %.2f s: %.0f files/s, %.2f GB/s = %.0f%% of the copy bandwidth"
-              % (epoch, a.workers, files, nbytes / 1e9, secs, files / secs, nbytes / secs / 1e9, 100 * nbytes / secs / copy),
-              flush=True)
-        print("         CPU per file: %.1f µs in the workers, %.1f µs in the rank"
-              % (1e6 * sum(r[4] for r in res) / files, 1e6 * rank_cpu / files), flush=True)
+        report(epoch, "%d workers" % a.workers, files, nbytes, secs, copy,
+               "%.1f µs in the workers, %.1f µs in the rank" % (1e6 * sum(r[4] for r in res) / files, 1e6 * rank_cpu / files))
         if a.fresh:
             for p in ps:
                 p.join()

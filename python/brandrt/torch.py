@@ -139,10 +139,13 @@ class BrandDataset(torch.utils.data.Dataset):
         sampler's positions. Asking for them at once, rather than one after
         the other, lets the rank answer them in one go: several times the
         files per second from memory."""
-        epochs = {i[0] for i in indices} if all(isinstance(i, tuple) and len(i) == 2 for i in indices) else None
-        if not epochs or len(epochs) != 1 or any(isinstance(i[1], (list, tuple)) for i in indices):
-            return [self[i] for i in indices]
-        return self._many(self._attached(), epochs.pop(), [i[1] for i in indices])
+        # Single positions of one epoch go together; anything else (batches
+        # from a batching sampler, mixed epochs) item by item.
+        if all(isinstance(i, tuple) and len(i) == 2 and not isinstance(i[1], (list, tuple)) for i in indices):
+            epochs = {e for e, _ in indices}
+            if len(epochs) == 1:
+                return self._many(self._attached(), epochs.pop(), [sn for _, sn in indices])
+        return [self[i] for i in indices]
 
     def _many(self, c, epoch, sns):
         items = {}
