@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/proto"
 )
 
@@ -49,42 +50,43 @@ func (l *loop) load(f proto.FileID) {
 	l.files[f] = kf
 }
 
-// keepOrCopy lets go of the chunk just read. When the files kept from it
-// fill less than half its buffer, they are copied out so that the buffer
-// can go at once: memory then stays within twice what proto accounts for.
-// With Config.Memory (shared with the clients) they move together into
-// one buffer from it, so that they still reach the clients in place.
+// keepOrCopy lets go of the chunk just read. The files kept from it are
+// copied out, so that its buffer can go at once, unless they fill at
+// least 7/8 of it: memory then stays within 8/7 of what proto accounts
+// for. (At half, the rule before, a quarter of the data in memory cost
+// up to twice the budget.) With Config.Memory (shared with the clients)
+// they are always copied, each into its own buffer from it, so that they
+// still reach the clients in place and each file's memory goes back as
+// soon as the file goes: files of one chunk read leave one by one over
+// the epoch, and a buffer shared by them all cost what its last one held
+// up (three times the budget, measured).
 func (l *loop) keepOrCopy() {
 	res := l.just
 	if res == nil || res.buf == nil {
 		return
 	}
 	defer func() { res.buf = nil }()
-	if res.keptBytes*2 < res.ch.BytesRead && l.io.resident == nil {
-		var into *chunkBuf
-		var b []byte
-		if mem := l.n.cfg.Memory; mem != nil && res.keptBytes > 0 {
-			if got, err := mem.Alloc(res.keptBytes); err == nil {
-				b, into = got, newBuf(func() { mem.Free(got) })
-			}
-		}
-		off := 0
+	mem := l.n.cfg.Memory
+	full := res.keptBytes*8 >= res.ch.BytesRead*7
+	if l.io.resident == nil && (!full || mem != nil) {
 		for _, f := range res.kept {
-			if into == nil {
-				f.data, f.buf = append([]byte(nil), f.data...), nil
-			} else {
-				n := copy(b[off:], f.data)
-				f.data, f.buf = b[off:off+n:off+n], into
-				into.hold()
-				off += n
-			}
+			f.data, f.buf = copyOut(f.data, mem)
 			res.buf.release()
-		}
-		if into != nil {
-			into.release() // the loop's own hold
 		}
 	}
 	res.buf.release()
+}
+
+// copyOut copies data into a buffer of its own from mem (the buffer that
+// holds it), or into Go memory without mem or should mem fail.
+func copyOut(data []byte, mem chunk.Memory) ([]byte, *chunkBuf) {
+	if mem != nil {
+		if b, err := mem.Alloc(int64(len(data))); err == nil {
+			n := copy(b, data)
+			return b[:n:n], newBuf(func() { mem.Free(b) })
+		}
+	}
+	return append([]byte(nil), data...), nil
 }
 
 // send starts sending m's frame, then each file it carries straight from

@@ -251,6 +251,8 @@ func serve(cfg rt.Config, comm collectives.Comm) error {
 		srv.Close() // every delivery written, so that the counts are whole
 		fmt.Fprintf(cfg.Log, "brandrt: rank %d: training processes read %s files in place in shared memory and %s as copies\n",
 			comm.Rank(), comma(srv.Shared.Load()), comma(srv.Copied.Load()))
+		fmt.Fprintf(cfg.Log, "brandrt: rank %d: memory shared with them peaked at %s (--mem %s, and up to %s of freed pages kept for reuse)\n",
+			comm.Rank(), ibytes(int64(arena.PeakResident())), ibytes(n.Mapping().MemBytes(comm.Rank())), ibytes(int64(arena.Slack)))
 	}
 	return nil
 }

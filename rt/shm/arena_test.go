@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -147,4 +148,104 @@ func TestSharedRecords(t *testing.T) {
 	if s.Shared.Load() != 3 || s.Copied.Load() != 0 {
 		t.Errorf("%d shared and %d copied, want 3 and 0", s.Shared.Load(), s.Copied.Load())
 	}
+}
+
+// TestArenaGivesPagesBack: with every lent page written, the pages the
+// memfd holds (as the kernel counts them) stay within what is lent plus
+// the slack, whatever the order of allocations and frees; the books of
+// holes and kept pages agree with the free list after every step.
+func TestArenaGivesPagesBack(t *testing.T) {
+	a, err := NewArena(64 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	a.Slack = 4 << 20
+	rng := rand.New(rand.NewPCG(3, 4))
+	var held [][]byte
+	var lent uint64
+	for step := range 4000 {
+		if len(held) > 0 && rng.IntN(2) == 0 {
+			i := rng.IntN(len(held))
+			if _, ok := a.Offset(held[i]); ok {
+				lent -= uint64(len(held[i]))
+			}
+			a.Free(held[i])
+			held = slices.Delete(held, i, i+1)
+		} else {
+			n := 1 + rng.IntN(200<<10) // files
+			if rng.IntN(8) == 0 {
+				n = 1 + rng.IntN(4<<20) // chunks
+			}
+			b, err := a.Alloc(int64(n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for p := 0; p < len(b); p += 4096 {
+				b[p] = 1 // every page resident
+			}
+			if _, ok := a.Offset(b); ok {
+				lent += uint64(len(b))
+			}
+			held = append(held, b)
+		}
+		a.Reclaim() // what the arena's goroutine does, now
+		checkArenaBooks(t, a, step)
+		if got := memfdBytes(t, a); got > lent+a.Slack {
+			t.Fatalf("step %d: the memfd holds %d bytes; lent %d, slack %d", step, got, lent, a.Slack)
+		}
+		if r := a.Resident(); r != lent+a.kept {
+			t.Fatalf("step %d: Resident %d, want lent %d + kept %d", step, r, lent, a.kept)
+		}
+	}
+	for _, b := range held {
+		a.Free(b)
+	}
+	a.Reclaim()
+	if got := memfdBytes(t, a); got > a.Slack {
+		t.Fatalf("everything freed, the memfd still holds %d bytes (slack %d)", got, a.Slack)
+	}
+}
+
+// checkArenaBooks: the free list, the holes and the kept pages are sorted
+// and merged; the kept pages are exactly the free ones that are not
+// holes, within Slack.
+func checkArenaBooks(t *testing.T, a *Arena, step int) {
+	t.Helper()
+	for _, xs := range [][]extent{a.free, a.holes, a.keep} {
+		for i := 1; i < len(xs); i++ {
+			if xs[i-1].off+xs[i-1].n >= xs[i].off {
+				t.Fatalf("step %d: extents not sorted and merged: %v", step, xs)
+			}
+		}
+	}
+	var want []extent
+	for _, e := range a.free {
+		for _, k := range minus(e, a.holes) {
+			want = merge(want, k)
+		}
+	}
+	var kept, holed uint64
+	for _, k := range a.keep {
+		kept += k.n
+	}
+	for _, h := range a.holes {
+		holed += h.n
+	}
+	if holed != a.holed || a.Size()-holed > a.peak {
+		t.Fatalf("step %d: holes %d bytes, booked %d; resident %d, peak %d", step, holed, a.holed, a.Size()-holed, a.peak)
+	}
+	if !slices.Equal(want, a.keep) || a.kept != kept || a.kept > a.Slack {
+		t.Fatalf("step %d: kept %v (%d bytes, booked %d, slack %d), want %v", step, a.keep, kept, a.kept, a.Slack, want)
+	}
+}
+
+// memfdBytes is the memory the kernel holds for the arena's memfd.
+func memfdBytes(t *testing.T, a *Arena) uint64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(a.fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	return uint64(st.Blocks) * 512
 }
