@@ -20,7 +20,14 @@ PYTHON    ?= /usr/bin/python3
 BENCH_DIR ?= /var/tmp/brandrt-bench
 DEMO_DIR  ?= /tmp/brandrt-demo
 
-.PHONY: all deps build test race lint fuzz bench bench-proto bench-storage bench-serve check demo clean
+# The virtual environment of the loader benchmark (.ci/deps makes it):
+# Debian's torch plus the pinned peers of examples/bench/requirements.txt.
+VENV_PY   := .venv/bin/python
+# What make bench-loaders runs; LOADERS_FLAGS adds to it (--input DIR for
+# your own data, --repeat 3, …; see examples/bench/loaders.py --help).
+LOADERS_FLAGS ?=
+
+.PHONY: all deps build test race lint fuzz bench bench-proto bench-storage bench-serve bench-loaders bench-loaders-sweep check demo clean
 
 all: build
 
@@ -32,8 +39,9 @@ build: deps
 
 # Every test, with the protocol's internal invariants checked after every
 # step, then again under the race detector (shorter randomized runs).
-test: deps
+test: build
 	$(PYTHON) -m unittest discover -s python/tests -p 'test_*.py'
+	$(VENV_PY) -m unittest discover -s examples/bench -p 'test_*.py'
 	$(GO) test -tags invariants -count=1 ./...
 	$(GO) test -race -short -count=1 ./...
 
@@ -78,6 +86,20 @@ bench-serve: build
 	$(MPIRUN) -np 1 $(BIN) bench serve --chunks $(BENCH_DIR)/serve-1 --mem 100% --consume 4 --epochs 4
 	$(MPIRUN) -np 2 $(BIN) bench serve --chunks $(BENCH_DIR)/serve-2 --mem 100% --consume 4 --epochs 4
 	$(MPIRUN) -np 2 $(BIN) serve --chunks $(BENCH_DIR)/serve-2 --mem 25% --consume 4 --epochs 2 --pause 3s
+
+# Every loader against brandrt, the same memory cgroup for each, cold page
+# cache, 30,000 files of ~110 KB (3.1 GiB, generated and kept in
+# BENCH_DIR/loaders with each system's format): the local disk, then the
+# emulated NAS (examples/bench/nas.sh), a quarter of the dataset in memory.
+bench-loaders: build
+	@bash .ci/deps nas
+	$(VENV_PY) examples/bench/loaders.py --work $(BENCH_DIR)/loaders --storage local,nas $(LOADERS_FLAGS)
+
+# The sweep of BENCHMARKS.md: memory 10/25/50%, brandrt at K=16 and 64.
+bench-loaders-sweep: build
+	@bash .ci/deps nas
+	$(VENV_PY) examples/bench/loaders.py --work $(BENCH_DIR)/loaders --storage local,nas \
+		--mem 10%,25%,50% --chunk-files 16,64 $(LOADERS_FLAGS)
 
 check: lint test
 

@@ -23,10 +23,9 @@ const arenaGrain = 4 << 10
 //
 // The arena is one memfd of a fixed size, mapped once; its pages are
 // allocated by the kernel when first written, so a large arena costs
-// only what is used. Buffers are lent first-fit from a free list, which
-// keeps the pages in use near the start. When no extent is large enough
-// the arena lends anonymous memory instead, which reaches clients by
-// copy as before.
+// only what is used. Buffers are lent from a free list (see Alloc). When
+// no extent is large enough the arena lends anonymous memory instead,
+// which reaches clients by copy as before.
 //
 // Freed pages stay in memory for reuse up to Slack bytes, and are lent
 // again first; beyond that the smallest kept places go back to the
@@ -93,11 +92,11 @@ func (a *Arena) Size() uint64 { return uint64(len(a.mem)) }
 
 // Alloc lends at least n bytes, from the arena when an extent is free:
 // from the pages kept for reuse if they have room (no page faults), else
-// from all free extents. Small buffers (files) are taken first-fit from
-// the bottom, large ones (chunks, rounded up to a MiB so that they fit
-// one another's places) last-fit from the top: the two kinds come and go
-// at different rates, and mixed they would cut the large kept places
-// into pieces no chunk fits.
+// from all free extents. Small buffers (files) are taken best-fit in
+// size classes (sizeClass), large ones (chunks, rounded up to a MiB so
+// that they fit one another's places) last-fit from the top: the two
+// kinds come and go at different rates, and mixed they would cut the
+// large kept places into pieces no chunk fits.
 func (a *Arena) Alloc(n int64) ([]byte, error) {
 	want := (uint64(max(n, 1)) + arenaGrain - 1) &^ (arenaGrain - 1)
 	fit := bestFit
@@ -241,16 +240,6 @@ func sizeClass(n uint64) uint64 {
 
 // largeBuf is the size from which buffers are lent from the top.
 const largeBuf = 1 << 20
-
-// firstFit returns the start of the first extent of xs of at least n bytes.
-func firstFit(xs []extent, n uint64) (uint64, bool) {
-	for _, x := range xs {
-		if x.n >= n {
-			return x.off, true
-		}
-	}
-	return 0, false
-}
 
 // bestFit returns the start of the smallest extent of xs of at least n
 // bytes (the first of those).

@@ -1,0 +1,411 @@
+#!/usr/bin/env python3
+"""brandrt against the loaders people use instead: the same epochs of the
+same files through each system, each in a memory cgroup of the same size,
+from a cold page cache, on the local disk and on an emulated NAS, in one
+run. Prints a table per storage and memory budget, writes JSON lines and
+PNG plots.
+
+    make bench-loaders                                   # the default run
+    .venv/bin/python examples/bench/loaders.py --input /data/train --mem 10%,25%,50% --storage local,nas
+
+Systems (--systems), each reading raw bytes (no decoding) through a torch
+DataLoader with the same workers, batch size and collate:
+  threads        reference, not a loader: --workers plain threads reading the
+                 original files whole in a shuffled order
+  random         the original files, an ImageFolder-like Dataset, shuffled
+  coordl         random plus a static cache of a random subset of the files
+                 that fits the budget, filled in epoch 1, never evicted
+  webdataset     tar shards, shard shuffle and a sample shuffle buffer of the
+                 budget (split over the workers)
+  mosaic         Mosaic Streaming, MDS shards, its default shuffle (py1e), a
+                 cache (cache_limit) of the budget in memory
+  litdata        LitData's optimized format, shuffle=True, a cache
+                 (max_cache_size) of the budget in memory
+  brandrt-paper  brandrt serve (one rank, the papers' policy) through
+                 BrandDataset and BrandSampler; one run per --chunk-files K
+  noio           the same DataLoader handing out bytes already in memory: the
+                 loader's own upper bound
+
+Each run gets a cgroup v1 memory limit of the budget plus --allowance (for
+its processes: Python, torch, workers; page cache and shared memory count
+against it), and the page cache is dropped before it starts. The bytes a
+system read from storage are the kernel's: the cgroup's block-device
+accounting on the local disk, the bytes received over the NAS link on the
+NAS. Needs root.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import cgroups  # noqa: E402
+import prepare  # noqa: E402
+import report  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+ALL = ["threads", "random", "coordl", "webdataset", "mosaic", "litdata", "brandrt-paper", "noio"]
+# brandrt's policies: the serve flags of each.
+POLICIES = {"paper": []}
+NAS_IF = "brnas-h"
+NAS_MOUNT = "/run/brandrt-nas-mnt"
+
+
+def log(msg):
+    print("bench: " + msg, file=sys.stderr, flush=True)
+
+
+def parse_size(s):
+    """Bytes from 110KB, 1.5GiB, 4096; SI and IEC units."""
+    s = s.strip()
+    units = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 1 << 10, "MIB": 1 << 20,
+             "GIB": 1 << 30, "TIB": 1 << 40, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    i = len(s)
+    while i > 0 and not (s[i - 1].isdigit() or s[i - 1] == "."):
+        i -= 1
+    try:
+        return int(float(s[:i]) * units[s[i:].strip().upper()])
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError("%r is not a size (like 110KB, 512MiB or 4096)" % s) from None
+
+
+def parse_mem(s):
+    """A budget: a percentage of the dataset (25%) or a size."""
+    s = s.strip()
+    if s.endswith("%"):
+        try:
+            f = float(s[:-1])
+        except ValueError:
+            raise argparse.ArgumentTypeError("%r is not a percentage" % s) from None
+        if not 0 < f <= 100:
+            raise argparse.ArgumentTypeError("%r: a percentage in (0, 100]" % s)
+        return ("%", f)
+    return ("B", parse_size(s))
+
+
+def listed(parse):
+    return lambda s: [parse(x) for x in s.split(",") if x.strip()]
+
+
+def args_parser():
+    p = argparse.ArgumentParser(prog="loaders.py", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    d = p.add_argument_group("dataset")
+    d.add_argument("--input", help="your dataset: an ImageFolder tree (a directory per class) or any tree of "
+                                   "files; default: generate --files files of --file-size in WORK/input")
+    d.add_argument("--files", type=int, default=30000, help="files to generate (default 30000)")
+    d.add_argument("--file-size", type=parse_size, default=110000, help="their mean size (default 110KB)")
+    d.add_argument("--classes", type=int, default=100, help="classes to generate (default 100)")
+    d.add_argument("--work", default="/var/tmp/brandrt-bench/loaders",
+                   help="where the formats are built and kept between runs (default %(default)s); on the disk "
+                        "to measure")
+    r = p.add_argument_group("runs")
+    r.add_argument("--systems", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
+                   default=ALL, help="comma-separated, from: %s (default all)" % ", ".join(ALL))
+    r.add_argument("--storage", type=lambda s: [x.strip() for x in s.split(",")], default=["local"],
+                   help="local, nas or both (local,nas); nas starts the emulated NAS of nas.sh and stops it")
+    r.add_argument("--mem", type=listed(parse_mem), default=[("%", 25.0)],
+                   help="memory budgets, comma-separated: percentages of the dataset or sizes (default 25%%)")
+    r.add_argument("--chunk-files", type=listed(int), default=[64], help="brandrt's K values (default 64)")
+    r.add_argument("--epochs", type=int, default=3, help="epochs per run (default 3; epoch 1 is reported "
+                                                         "apart from epochs 2 on)")
+    r.add_argument("--workers", type=int, default=4, help="DataLoader workers (default 4)")
+    r.add_argument("--batch-size", type=int, default=64, help="DataLoader batch size (default 64)")
+    r.add_argument("--threads", type=int, default=4, help="threads of the reference `threads` (default 4)")
+    r.add_argument("--pipe-size", type=parse_size, default=1 << 20,
+                   help="the pipe that carries every DataLoader's batches from its workers (default 1MiB; 0: "
+                        "Linux's 64 KiB, which caps a DataLoader at ~600 MB/s of raw bytes on 2 cores)")
+    r.add_argument("--allowance", type=parse_size, default=parse_size("768MiB"),
+                   help="memory for each run's processes on top of the budget (default 768MiB: a plain "
+                        "DataLoader's 4 workers and libraries take ~620 MiB, Mosaic's ~720 MiB)")
+    r.add_argument("--repeat", type=int, default=1, help="rounds; each runs every system, in a rotated order; "
+                                                         "tables give medians (default 1)")
+    r.add_argument("--timeout", type=float, default=3600, help="seconds a run may take before it is killed and "
+                                                               "shown as failed (default 3600)")
+    r.add_argument("--stall", type=float, default=300, help="seconds without a batch after which a run is ended "
+                                                            "and shown as stalled (default 300)")
+    r.add_argument("--nas-delay", default="100us", help="one-way delay of the NAS link (default 100us)")
+    r.add_argument("--nas-rate", default="3gbit", help="rate of the NAS link (default 3gbit, ~0.38 GB/s)")
+    o = p.add_argument_group("output")
+    o.add_argument("--out", help="directory for results.jsonl, the tables and the plots (default "
+                                 "WORK/results-<date>)")
+    o.add_argument("--brandrt", default=os.path.join(REPO, "bin", "brandrt"), help="the brandrt binary")
+    return p
+
+
+def check_args(p, a):
+    problems = []
+    for s in a.systems:
+        if s not in ALL and not (s.startswith("brandrt-") and s[8:] in POLICIES):
+            problems.append("unknown system %r (known: %s)" % (s, ", ".join(ALL)))
+    for s in a.storage:
+        if s not in ("local", "nas"):
+            problems.append("unknown storage %r (local or nas)" % s)
+    if a.epochs < 1 or a.workers < 0 or a.batch_size < 1 or a.repeat < 1 or a.threads < 1:
+        problems.append("--epochs, --batch-size, --threads and --repeat must be ≥ 1 and --workers ≥ 0")
+    if any(k < 1 for k in a.chunk_files):
+        problems.append("--chunk-files must be ≥ 1")
+    if not a.mem:
+        problems.append("--mem names no budget")
+    if a.input is None and (a.files < 1 or a.classes < 1 or a.classes > a.files or a.file_size < 1):
+        problems.append("need --files ≥ 1, 1 ≤ --classes ≤ --files and a --file-size")
+    if any(s.startswith("brandrt") for s in a.systems) and not os.access(a.brandrt, os.X_OK):
+        problems.append("%s: no brandrt binary (make build)" % a.brandrt)
+    why = cgroups.available()
+    if why:
+        problems.append(why + ": every system must run under the same kernel-enforced memory limit")
+    if problems:
+        p.error("\n  ".join(problems))
+
+
+def budget_bytes(mem, cat):
+    kind, v = mem
+    return int(cat["bytes"] * v / 100) if kind == "%" else int(v)
+
+
+def mem_label(mem):
+    kind, v = mem
+    return ("%g%%" % v) if kind == "%" else report.human_bytes(v)
+
+
+def drop_caches():
+    subprocess.run(["sync"], check=False)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
+
+
+def prepare_all(a):
+    os.makedirs(a.work, exist_ok=True)
+    input_dir = os.path.abspath(a.input) if a.input else prepare.generate(a.work, a.files, a.file_size, a.classes, log)
+    cat = prepare.catalog(a.work, input_dir, log)
+    min_budget = min(budget_bytes(m, cat) for m in a.mem)
+    need = {s.split("-")[0] for s in a.systems}
+    if "brandrt" in need:
+        for k in a.chunk_files:
+            prepare.chunks(a.work, cat, k, a.brandrt, log)
+    if "webdataset" in need:
+        prepare.webdataset_shards(a.work, cat, max(1, a.workers), min_budget, log)
+    if "mosaic" in need:
+        prepare.mds_shards(a.work, cat, max(1, a.workers), min_budget, log)
+    if "litdata" in need:
+        prepare.litdata_chunks(a.work, cat, max(1, a.workers), min_budget, log)
+    return cat
+
+
+def plan(a):
+    """The runs of one round: (system, K or None) in the order given."""
+    runs = []
+    for s in a.systems:
+        if s.startswith("brandrt"):
+            runs += [(s, k) for k in a.chunk_files]
+        else:
+            runs.append((s, None))
+    return runs
+
+
+def run_one(a, cat, storage, mem, system, k, n):
+    """One system's run in its own cgroup; returns its record."""
+    budget = budget_bytes(mem, cat)
+    work = os.path.abspath(a.work)
+    root = NAS_MOUNT + work if storage == "nas" else work
+    input_dir = NAS_MOUNT + cat["input"] if storage == "nas" else cat["input"]
+    device = cgroups.block_device(work)
+    group = cgroups.Group("brandrt-bench-%d-%d" % (os.getpid(), n), budget + a.allowance, device)
+    rec = {"system": system, "storage": storage, "mem": mem_label(mem), "budget_bytes": budget,
+           "limit_bytes": budget + a.allowance, "chunk_files": k, "files": len(cat["files"]),
+           "dataset_bytes": cat["bytes"], "workers": a.workers, "batch_size": a.batch_size, "epochs": []}
+    spec = {"system": system, "root": root, "input": input_dir, "catalog": os.path.join(work, "files.json"),
+            "budget": budget, "workers": a.workers, "batch_size": a.batch_size, "epochs": a.epochs,
+            "threads": a.threads, "pipe_size": a.pipe_size, "stall_s": a.stall,
+            "chunk_files": k, "brandrt": os.path.abspath(a.brandrt), "repo": REPO,
+            "mpirun": ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"],
+            "serve_flags": POLICIES.get(system[8:], []) if system.startswith("brandrt") else [],
+            "blkio": group.dirs["blkio"], "cpuacct": group.dirs["cpuacct"], "device": device,
+            "net_dev": NAS_IF if storage == "nas" else None}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+    shm_before = set(os.listdir("/dev/shm"))
+    try:
+        drop_caches()
+        proc = subprocess.Popen([sys.executable, "-W", "ignore", os.path.join(HERE, "runner.py"), f.name],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=group.join, start_new_session=True)
+        err = []
+        t = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
+        t.start()
+        killed = threading.Event()
+        timer = threading.Timer(a.timeout, lambda: (killed.set(), group.kill()))
+        timer.start()
+        held = [0]
+        sampler = threading.Thread(target=sample_held, args=(group, proc, held), daemon=True)
+        sampler.start()
+        # DataLoader workers inherit the runner's stdout: once the runner
+        # has exited (or was killed), what is left of the run goes, so that
+        # the pipe closes.
+        threading.Thread(target=lambda: (proc.wait(), group.kill()), daemon=True).start()
+        for line in proc.stdout:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if ev["event"] == "start":
+                rec["startup_s"] = ev["startup_s"]
+            elif ev["event"] == "epoch":
+                del ev["event"]
+                rec["epochs"].append(ev)
+                name = system + (" K=%d" % k if k else "")
+                log("  %s epoch %d: %s" % (name, ev["epoch"], report.epoch_line(ev, storage)))
+            elif ev["event"] == "end":
+                rec["own"] = ev.get("own", {})
+            elif ev["event"] == "error":
+                rec["error"] = ev["error"]
+                rec["trace"] = ev.get("trace")
+        proc.wait()
+        timer.cancel()
+        t.join(timeout=5)
+        group.kill()
+        sampler.join(timeout=5)
+        rec["memory"] = dict(group.memory(), held_peak_bytes=held[0])
+        if rec["memory"]["oom_kills"]:
+            rec.setdefault("error", "killed by the kernel: out of memory (limit %s)" %
+                           report.human_bytes(rec["limit_bytes"]))
+        elif proc.returncode != 0 and "error" not in rec:
+            rec["error"] = ("timed out after %.0f s" % a.timeout) if killed.is_set() else \
+                "exit status %d: %s" % (proc.returncode, "".join(err)[-500:].strip())
+        if len(rec["epochs"]) < a.epochs and "error" not in rec:
+            rec["error"] = "stopped after %d of %d epochs" % (len(rec["epochs"]), a.epochs)
+        bad = [e for e in rec["epochs"] if e["check"] != "ok"]
+        if bad and "error" not in rec:
+            rec["error"] = "epoch %d: %s" % (bad[0]["epoch"], bad[0]["check"])
+        rec["status"] = "failed" if "error" in rec else "ok"
+        if rec["status"] == "failed":
+            log("  %s failed: %s" % (system, rec["error"]))
+        return rec
+    finally:
+        group.remove()
+        os.unlink(f.name)
+        clean_shm(shm_before)
+
+
+def sample_held(group, proc, held):
+    """The peak of group.held() while proc runs, sampled every 50 ms."""
+    while proc.poll() is None:
+        try:
+            held[0] = max(held[0], group.held())
+        except OSError:
+            return
+        time.sleep(0.05)
+
+
+def clean_shm(before):
+    """Removes what the run left in /dev/shm: our caches and attach points,
+    Open MPI's segments, Mosaic's shared memory (NNNNNN_name)."""
+    for d in set(os.listdir("/dev/shm")) - before:
+        if d.startswith(("brandrt-bench-", "vader_segment.")) or (d[:6].isdigit() and d[6:7] == "_"):
+            p = os.path.join("/dev/shm", d)
+            try:
+                shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
+            except OSError:
+                pass
+
+
+class NAS:
+    """The emulated NAS of nas.sh, up for the duration of a with block."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __enter__(self):
+        subprocess.run(["bash", os.path.join(HERE, "nas.sh"), "up", "/", NAS_MOUNT, self.a.nas_delay,
+                        self.a.nas_rate], check=True, stdout=sys.stderr)
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run(["bash", os.path.join(HERE, "nas.sh"), "down"], check=False)
+
+
+def remove_stale_groups():
+    """Removes the cgroups of earlier runs whose driver died (SIGKILL),
+    with what is left in them."""
+    for d in os.listdir(os.path.join(cgroups.ROOT, "memory")):
+        parts = d.split("-")
+        if d.startswith("brandrt-bench-") and len(parts) == 4 and parts[2].isdigit():
+            try:
+                os.kill(int(parts[2]), 0)
+            except ProcessLookupError:
+                log("removing %s, left by a run that was killed" % d)
+                cgroups.Group.existing(d).remove()
+
+
+def main():
+    p = args_parser()
+    a = p.parse_args()
+    check_args(p, a)
+    # SIGTERM ends the run like ^C: the finally clauses kill what the
+    # current system started and remove its cgroup.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    remove_stale_groups()
+    try:
+        cat = prepare_all(a)
+    except prepare.PrepareError as e:
+        sys.exit("bench: %s" % e)
+    out = a.out or os.path.join(a.work, "results-" + time.strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(out, exist_ok=True)
+    results = os.path.join(out, "results.jsonl")
+    command = " ".join([os.path.relpath(sys.argv[0], REPO) if sys.argv[0].startswith(REPO) else sys.argv[0]] +
+                       sys.argv[1:])
+    meta = {"command": command, "machine": report.machine(), "files": len(cat["files"]), "bytes": cat["bytes"],
+            "input": cat["input"], "allowance_bytes": a.allowance, "workers": a.workers,
+            "batch_size": a.batch_size, "epochs": a.epochs, "threads": a.threads, "pipe_size": a.pipe_size,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    records = []
+    runs = plan(a)
+    n = 0
+    with open(results, "w") as jf:
+        jf.write(json.dumps(dict(meta, event="meta")) + "\n")
+        for storage in a.storage:
+            ctx = NAS(a) if storage == "nas" else _Nothing()
+            with ctx:
+                for rnd in range(a.repeat):
+                    for mem in a.mem:
+                        order = runs[rnd % len(runs):] + runs[: rnd % len(runs)]
+                        for system, k in order:
+                            n += 1
+                            log("%s, %s, round %d: %s%s" % (storage, mem_label(mem), rnd + 1, system,
+                                                             " K=%d" % k if k else ""))
+                            rec = run_one(a, cat, storage, mem, system, k, n)
+                            rec["round"] = rnd + 1
+                            records.append(rec)
+                            jf.write(json.dumps(rec) + "\n")
+                            jf.flush()
+    text = report.tables(meta, records)
+    print(text)
+    with open(os.path.join(out, "tables.txt"), "w") as f:
+        f.write(text)
+    for png in report.plots(meta, records, out):
+        log("plot: " + png)
+    log("results: " + results)
+    failed = [r for r in records if r["status"] != "ok"]
+    if failed:
+        log("%d of %d runs failed (shown in the table)" % (len(failed), len(records)))
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Tables and plots of the loader benchmark's records (see loaders.py)."""
+
+import os
+import platform
+import statistics
+
+
+def human_bytes(n):
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return "%.1f %s" % (n / div, unit)
+    return "%d B" % n
+
+
+def comma(n):
+    return "{:,}".format(int(round(n)))
+
+
+def read_bytes(ev, storage):
+    """What an epoch read from storage: the bytes received over the NAS
+    link, or the cgroup's reads from the local disk."""
+    return ev["net_bytes"] if storage == "nas" else ev["read_bytes"]
+
+
+def epoch_line(ev, storage):
+    s = max(ev["seconds"], 1e-9)
+    return "%s files in %.2f s: %s files/s, %.0f MB/s, read %.2f× delivered, %.2f CPU s per 1,000 files, %s" % (
+        comma(ev["files"]), s, comma(ev["files"] / s), ev["bytes"] / s / 1e6,
+        read_bytes(ev, storage) / max(ev["bytes"], 1), 1000 * ev["cpu_s"] / max(ev["files"], 1), ev["check"])
+
+
+def phase(epochs, storage):
+    """files/s, MB/s, bytes read per byte delivered and CPU s per 1,000
+    files over a list of epochs."""
+    if not epochs:
+        return None
+    files = sum(e["files"] for e in epochs)
+    nbytes = sum(e["bytes"] for e in epochs)
+    secs = max(sum(e["seconds"] for e in epochs), 1e-9)
+    return {"files_s": files / secs, "mb_s": nbytes / secs / 1e6,
+            "amp": sum(read_bytes(e, storage) for e in epochs) / max(nbytes, 1),
+            "cpu_k": 1000 * sum(e["cpu_s"] for e in epochs) / max(files, 1),
+            "first_batch_s": epochs[0].get("first_batch_s") or 0.0}
+
+
+def summary(rec):
+    """{'e1': phase of epoch 1, 'steady': phase of epochs 2 on} of a run."""
+    if rec["status"] != "ok":
+        return None
+    return {"e1": phase(rec["epochs"][:1], rec["storage"]), "steady": phase(rec["epochs"][1:], rec["storage"])}
+
+
+def label(rec):
+    return rec["system"] + (" K=%d" % rec["chunk_files"] if rec.get("chunk_files") else "")
+
+
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def rows(records):
+    """Per system label (in first-run order): medians over the rounds of
+    each figure, and of the per-round ratio to random."""
+    rounds = {}
+    for r in records:
+        rounds.setdefault(r["round"], {})[label(r)] = r
+    labels = []
+    for r in records:
+        if label(r) not in labels:
+            labels.append(label(r))
+    out = []
+    for lab in labels:
+        runs = [rs[lab] for rs in rounds.values() if lab in rs]
+        ok = []
+        for rs in rounds.values():
+            if lab in rs and rs[lab]["status"] == "ok":
+                ok.append((rs[lab], summary(rs[lab]), summary(rs["random"]) if "random" in rs else None))
+        row = {"label": lab, "runs": len(runs), "ok": len(ok), "errors": [r["error"] for r in runs if "error" in r],
+               "peak": _median([r["memory"]["peak_bytes"] for r in runs if "memory" in r]),
+               "held": _median([r["memory"].get("held_peak_bytes") for r in runs if "memory" in r])}
+        for ph in ("e1", "steady"):
+            vals = [s[ph] for _, s, _ in ok if s[ph]]
+            if not vals:
+                row[ph] = None
+                continue
+            row[ph] = {k: _median([v[k] for v in vals]) for k in vals[0]}
+            row[ph]["x_random"] = _median([s[ph]["files_s"] / rs[ph]["files_s"] for _, s, rs in ok
+                                           if rs and rs[ph] and s[ph]])
+        out.append(row)
+    return out
+
+
+def machine():
+    """A line about this machine and the software measured."""
+    try:
+        with open("/proc/meminfo") as f:
+            mem = int(f.readline().split()[1]) * 1024
+    except OSError:
+        mem = 0
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    from importlib import metadata
+
+    versions = []
+    for name in ("torch", "webdataset", "mosaicml-streaming", "litdata"):
+        try:
+            versions.append("%s %s" % (name, metadata.version(name)))
+        except metadata.PackageNotFoundError:  # the run of that system will say why
+            versions.append("%s missing" % name)
+    return "%d cores (%s), %s RAM, Linux %s, Python %s; %s" % (
+        os.cpu_count(), cpu, human_bytes(mem), platform.release(), platform.python_version(), ", ".join(versions))
+
+
+def tables(meta, records):
+    """The text of one table per (storage, memory budget)."""
+    out = ["command:  %s" % meta["command"], "machine:  %s" % meta["machine"],
+           "dataset:  %s files, %s (%s)" % (comma(meta["files"]), human_bytes(meta["bytes"]), meta["input"]),
+           "loaders:  DataLoader with %d workers (persistent), batch %d, batches through a pipe of %s; "
+           "threads: %d; %d epochs per run; page cache dropped before each run" % (
+               meta["workers"], meta["batch_size"], human_bytes(meta["pipe_size"]) if meta["pipe_size"] else "64 KiB",
+               meta["threads"], meta["epochs"])]
+    groups = []
+    for r in records:
+        key = (r["storage"], r["mem"])
+        if key not in groups:
+            groups.append(key)
+    for storage, mem in groups:
+        recs = [r for r in records if (r["storage"], r["mem"]) == (storage, mem)]
+        r0 = recs[0]
+        src = "bytes received over the NAS link" if storage == "nas" else "the cgroup's reads from the disk"
+        out += ["", "== %s, memory %s: budget %s, cgroup limit %s (budget + %s for the processes); read = %s; "
+                "%d round%s, medians" % (storage, mem, human_bytes(r0["budget_bytes"]), human_bytes(r0["limit_bytes"]),
+                                         human_bytes(meta["allowance_bytes"]), src, max(r["round"] for r in recs),
+                                         "s" if max(r["round"] for r in recs) > 1 else "")]
+        out.append("%-20s %34s   %34s   %9s  %s" % ("", "-------------- epoch 1 -------------",
+                                                   "----------- epochs 2 on -----------", "", ""))
+        out.append("%-20s %9s %7s %6s %5s %6s   %9s %7s %6s %5s %6s   %9s %9s" % (
+            "system", "files/s", "MB/s", "read", "CPU", "×rand", "files/s", "MB/s", "read", "CPU", "×rand",
+            "mem peak", "held"))
+        for row in rows(recs):
+            if not row["ok"]:
+                out.append("%-20s failed: %s" % (row["label"], "; ".join(sorted(set(row["errors"])))[:200]))
+                continue
+            cells = []
+            for ph in ("e1", "steady"):
+                v = row[ph]
+                if v is None:
+                    cells.append("%9s %7s %6s %5s %6s" % ("-", "-", "-", "-", "-"))
+                    continue
+                xr = "%5.2f×" % v["x_random"] if v["x_random"] is not None else "     -"
+                cells.append("%9s %7.0f %5.2f× %5.2f %s" % (comma(v["files_s"]), v["mb_s"], v["amp"], v["cpu_k"], xr))
+            line = "%-20s %s   %s   %9s %9s" % (row["label"], cells[0], cells[1], human_bytes(row["peak"] or 0),
+                                                 human_bytes(row["held"] or 0))
+            if row["ok"] < row["runs"]:
+                line += "  (%d of %d rounds failed: %s)" % (row["runs"] - row["ok"], row["runs"], row["errors"][0][:80])
+            out.append(line)
+    out += ["", "files/s and MB/s of delivered files; read: bytes read from storage per byte delivered; CPU: CPU "
+                "seconds per 1,000 files, every process of the run; ×rand: files/s over random's in the same "
+                "round; mem peak: the cgroup's peak, page cache included; held: the peak of its anonymous and "
+                "shared memory (what it cannot drop)"]
+    return "\n".join(out) + "\n"
+
+
+def plots(meta, records, out):
+    """PNG plots per storage: files/s against memory, one line per system
+    (epoch 1 and epochs 2 on), and bytes read per byte delivered. Returns
+    the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for storage in sorted({r["storage"] for r in records}):
+        recs = [r for r in records if r["storage"] == storage]
+        mems = sorted({r["budget_bytes"] for r in recs})
+        pct = {b: 100 * b / meta["bytes"] for b in mems}
+        series = {}
+        for b in mems:
+            for row in rows([r for r in recs if r["budget_bytes"] == b]):
+                series.setdefault(row["label"], {})[b] = row
+        for what, key, ylabel, name in (
+                ("files/s", "files_s", "files per second", "files-per-s"),
+                ("bytes read per byte delivered", "amp", "bytes read from storage / bytes delivered", "read-amp")):
+            fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+            for ax, ph, title in ((axes[0], "e1", "epoch 1 (cold)"), (axes[1], "steady", "epochs 2 on")):
+                for i, (lab, pts) in enumerate(series.items()):
+                    xs = [pct[b] for b in mems if b in pts and pts[b][ph]]
+                    ys = [pts[b][ph][key] for b in mems if b in pts and pts[b][ph]]
+                    if xs:
+                        style = "-" if lab.startswith("brandrt") else "--"
+                        ax.plot(xs, ys, style, marker="o", label=lab, color="C%d" % (i % 10),
+                                linewidth=2.5 if lab.startswith("brandrt") else 1.5)
+                ax.set_title("%s, %s" % (storage, title))
+                ax.set_xlabel("memory budget, % of the dataset")
+                ax.grid(alpha=0.3)
+                ax.set_ylim(bottom=0)
+            axes[0].set_ylabel(ylabel)
+            axes[1].legend(fontsize=8, loc="best")
+            fig.suptitle("%s: %s files, %s, %d workers, batch %d" % (what, comma(meta["files"]),
+                                                                     human_bytes(meta["bytes"]), meta["workers"],
+                                                                     meta["batch_size"]), fontsize=10)
+            fig.tight_layout()
+            path = os.path.join(out, "%s-%s.png" % (name, storage))
+            fig.savefig(path, dpi=100)
+            plt.close(fig)
+            written.append(path)
+    return written
