@@ -27,7 +27,7 @@ VENV_PY   := .venv/bin/python
 # your own data, --repeat 3, …; see examples/bench/loaders.py --help).
 LOADERS_FLAGS ?=
 
-.PHONY: all deps build test race lint fuzz bench bench-proto bench-storage bench-serve bench-loaders bench-loaders-sweep check demo clean
+.PHONY: all deps build test race lint fuzz bench bench-proto bench-storage bench-serve bench-loaders bench-loaders-sweep bench-train-nas check demo clean
 
 all: build
 
@@ -100,6 +100,12 @@ bench-loaders-sweep: build
 	@bash .ci/deps nas
 	$(VENV_PY) examples/bench/loaders.py --work $(BENCH_DIR)/loaders --storage local,nas \
 		--mem 10%,25%,50% --chunk-files 16,64 $(LOADERS_FLAGS)
+
+# examples/pytorch/train.py on the emulated NAS, from the original JPEGs
+# (--baseline) and through brandrt, the same memory cgroup for each, cold.
+bench-train-nas: build
+	@bash .ci/deps nas
+	$(VENV_PY) examples/bench/train_nas.py --work $(BENCH_DIR)/train
 
 check: lint test
 

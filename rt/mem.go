@@ -83,9 +83,10 @@ type recvPool struct {
 }
 
 // recvLentMin is the smallest buffer taken from the pool's mem, for files
-// of more than half of it: the arena lends in 64 KiB units, so each class
-// from here up is a whole number of them. A variable so that tests can
-// lower it.
+// of more than half of it: smaller ones stay in Go memory, where the
+// power-of-two classes of the pool waste less of the lender's memory and
+// the copy into a client's ring costs little. A variable so that tests
+// can lower it.
 var recvLentMin = 64 << 10
 
 // poolKeep bounds the buffers kept per size class.

@@ -139,6 +139,8 @@ def args_parser():
     o.add_argument("--out", help="directory for results.jsonl, the tables and the plots (default "
                                  "WORK/results-<date>)")
     o.add_argument("--brandrt", default=os.path.join(REPO, "bin", "brandrt"), help="the brandrt binary")
+    o.add_argument("--report", metavar="RESULTS.jsonl", help="run nothing: print the tables of an earlier run "
+                                                            "and draw its plots again, beside the file")
     return p
 
 
@@ -193,7 +195,7 @@ def prepare_all(a):
         for k in a.chunk_files:
             prepare.chunks(a.work, cat, k, a.brandrt, log)
     if "webdataset" in need:
-        prepare.webdataset_shards(a.work, cat, max(1, a.workers), min_budget, log)
+        prepare.webdataset_shards(a.work, cat, max(1, a.workers), log)
     if "mosaic" in need:
         prepare.mds_shards(a.work, cat, max(1, a.workers), min_budget, log)
     if "litdata" in need:
@@ -308,9 +310,10 @@ def sample_held(group, proc, held):
 
 def clean_shm(before):
     """Removes what the run left in /dev/shm: our caches and attach points,
-    Open MPI's segments, Mosaic's shared memory (NNNNNN_name)."""
+    Open MPI's segments, Mosaic's shared memory (NNNNNN_name), the
+    semaphores of Python's multiprocessing (its workers were killed)."""
     for d in set(os.listdir("/dev/shm")) - before:
-        if d.startswith(("brandrt-bench-", "vader_segment.")) or (d[:6].isdigit() and d[6:7] == "_"):
+        if d.startswith(("brandrt-bench-", "vader_segment.", "sem.mp-")) or (d[:6].isdigit() and d[6:7] == "_"):
             p = os.path.join("/dev/shm", d)
             try:
                 shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
@@ -346,9 +349,28 @@ def remove_stale_groups():
                 cgroups.Group.existing(d).remove()
 
 
+def report_again(path):
+    """The tables and plots of an earlier run's results.jsonl."""
+    meta, records = None, []
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("event") == "meta":
+                meta = r
+            else:
+                records.append(r)
+    if meta is None:
+        sys.exit("bench: %s: no meta line; not a results.jsonl of loaders.py" % path)
+    print(report.tables(meta, records), end="")
+    for png in report.plots(meta, records, os.path.dirname(os.path.abspath(path))):
+        log("plot: " + png)
+
+
 def main():
     p = args_parser()
     a = p.parse_args()
+    if a.report:
+        return report_again(a.report)
     check_args(p, a)
     # SIGTERM ends the run like ^C: the finally clauses kill what the
     # current system started and remove its cgroup.

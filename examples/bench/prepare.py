@@ -153,10 +153,15 @@ def build(work, name, params, make, log):
     return out
 
 
-def shard_bytes(recommended, cat, workers, min_budget):
+def shard_bytes(recommended, cat, workers, min_budget=None):
     """The shard size to write: the recommended one, but at most a
-    4 × workers-th of the dataset and a fifth of the smallest budget."""
-    return int(max(64 << 10, min(recommended, cat["bytes"] // (4 * workers), min_budget // 5)))
+    4 × workers-th of the dataset and, for a format read through a cache
+    of the budget, 2/9 of the smallest budget (Mosaic wants its cache to
+    hold four shards)."""
+    size = min(recommended, cat["bytes"] // (4 * workers))
+    if min_budget is not None:
+        size = min(size, min_budget * 2 // 9)
+    return int(max(64 << 10, size))
 
 
 def chunks(work, cat, k, brandrt, log):
@@ -177,9 +182,9 @@ def _samples(cat):
             yield i, f.read(), label
 
 
-def webdataset_shards(work, cat, workers, min_budget, log):
+def webdataset_shards(work, cat, workers, log):
     """WebDataset tar shards: each sample a .bin member and a .cls label."""
-    size = shard_bytes(WDS_SHARD, cat, workers, min_budget)
+    size = shard_bytes(WDS_SHARD, cat, workers)
 
     def make(tmp):
         import webdataset as wds

@@ -162,6 +162,7 @@ def tables(meta, records):
             if row["ok"] < row["runs"]:
                 line += "  (%d of %d rounds failed: %s)" % (row["runs"] - row["ok"], row["runs"], row["errors"][0][:80])
             out.append(line)
+        out += versus(recs)
     out += ["", "files/s and MB/s of delivered files; read: bytes read from storage per byte delivered; CPU: CPU "
                 "seconds per 1,000 files, every process of the run; ×rand: files/s over random's in the same "
                 "round; mem peak: the cgroup's peak, page cache included; held: the peak of its anonymous and "
@@ -169,9 +170,38 @@ def tables(meta, records):
     return "\n".join(out) + "\n"
 
 
+def versus(records):
+    """Lines giving each brandrt run's files/s over every other system's,
+    epoch 1 and epochs 2 on: medians of the ratios taken in each round."""
+    rounds = {}
+    for r in records:
+        rounds.setdefault(r["round"], {})[label(r)] = summary(r)
+    labels = []
+    for r in records:
+        if label(r) not in labels:
+            labels.append(label(r))
+    out = []
+    for mine in [lab for lab in labels if lab.startswith("brandrt")]:
+        cells = []
+        for other in labels:
+            if other == mine:
+                continue
+            xs = {ph: _median([rs[mine][ph]["files_s"] / rs[other][ph]["files_s"] for rs in rounds.values()
+                               if rs.get(mine) and rs.get(other) and rs[mine][ph] and rs[other][ph]])
+                  for ph in ("e1", "steady")}
+            if xs["e1"] is None:
+                cells.append("%s failed" % other)
+            else:
+                cells.append("%s %.2f×/%.2f×" % (other, xs["e1"], xs["steady"] or 0))
+        out.append("%s against each (epoch 1 / epochs 2 on): %s" % (mine, ", ".join(cells)))
+    return out
+
+
 def plots(meta, records, out):
-    """PNG plots per storage: files/s against memory, one line per system
-    (epoch 1 and epochs 2 on), and bytes read per byte delivered. Returns
+    """PNG plots per storage: files/s and bytes read per byte delivered,
+    epoch 1 and epochs 2 on; against memory, one line per system, when the
+    run had several budgets, else as bars. noio, the loader without
+    storage, is given in the title (it would squeeze the others). Returns
     the paths written."""
     import matplotlib
 
@@ -182,35 +212,61 @@ def plots(meta, records, out):
     for storage in sorted({r["storage"] for r in records}):
         recs = [r for r in records if r["storage"] == storage]
         mems = sorted({r["budget_bytes"] for r in recs})
-        pct = {b: 100 * b / meta["bytes"] for b in mems}
         series = {}
         for b in mems:
             for row in rows([r for r in recs if r["budget_bytes"] == b]):
                 series.setdefault(row["label"], {})[b] = row
-        for what, key, ylabel, name in (
-                ("files/s", "files_s", "files per second", "files-per-s"),
-                ("bytes read per byte delivered", "amp", "bytes read from storage / bytes delivered", "read-amp")):
-            fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+        noio = series.pop("noio", {})
+        for key, ylabel, name in (("files_s", "files per second", "files-per-s"),
+                                  ("amp", "bytes read from storage per byte delivered", "read-amp")):
+            fig, axes = plt.subplots(1, 2, figsize=(12, 5))
             for ax, ph, title in ((axes[0], "e1", "epoch 1 (cold)"), (axes[1], "steady", "epochs 2 on")):
-                for i, (lab, pts) in enumerate(series.items()):
-                    xs = [pct[b] for b in mems if b in pts and pts[b][ph]]
-                    ys = [pts[b][ph][key] for b in mems if b in pts and pts[b][ph]]
-                    if xs:
-                        style = "-" if lab.startswith("brandrt") else "--"
-                        ax.plot(xs, ys, style, marker="o", label=lab, color="C%d" % (i % 10),
-                                linewidth=2.5 if lab.startswith("brandrt") else 1.5)
+                if len(mems) > 1:
+                    _lines(ax, series, mems, ph, key, 100 / meta["bytes"])
+                    ax.set_xlabel("memory budget, % of the dataset")
+                    ax.set_ylabel(ylabel)
+                else:
+                    _bars(ax, series, mems[0], ph, key)
+                    ax.set_xlabel(ylabel)
                 ax.set_title("%s, %s" % (storage, title))
-                ax.set_xlabel("memory budget, % of the dataset")
                 ax.grid(alpha=0.3)
-                ax.set_ylim(bottom=0)
-            axes[0].set_ylabel(ylabel)
-            axes[1].legend(fontsize=8, loc="best")
-            fig.suptitle("%s: %s files, %s, %d workers, batch %d" % (what, comma(meta["files"]),
-                                                                     human_bytes(meta["bytes"]), meta["workers"],
-                                                                     meta["batch_size"]), fontsize=10)
+            if len(mems) > 1:
+                axes[1].legend(fontsize=8, loc="best")
+            ref = ""
+            if noio and key == "files_s":
+                ref = "; noio (the loader alone): %s files/s" % "/".join(
+                    comma(noio[b]["steady"]["files_s"]) for b in mems if b in noio and noio[b]["steady"])
+            fig.suptitle("%s files (%s), %d DataLoader workers, batch %d, memory %s%s" % (
+                comma(meta["files"]), human_bytes(meta["bytes"]), meta["workers"], meta["batch_size"],
+                ", ".join("%.0f%%" % (100 * b / meta["bytes"]) for b in mems), ref), fontsize=10)
             fig.tight_layout()
             path = os.path.join(out, "%s-%s.png" % (name, storage))
             fig.savefig(path, dpi=100)
             plt.close(fig)
             written.append(path)
     return written
+
+
+def _lines(ax, series, mems, ph, key, pct):
+    others = iter(["C0", "C1", "C2", "C4", "C5", "C6", "C8", "C9", "C7"] * 4)
+    reds = iter(["#d62728", "#7b0a0a", "#ff7f7f", "#3d0000"] * 4)
+    for lab, pts in series.items():
+        xs = [b * pct for b in mems if b in pts and pts[b][ph]]
+        ys = [pts[b][ph][key] for b in mems if b in pts and pts[b][ph]]
+        if xs:
+            mine = lab.startswith("brandrt")
+            ax.plot(xs, ys, "-" if mine else "--", marker="s" if mine else "o", label=lab,
+                    color=next(reds) if mine else next(others), linewidth=2.5 if mine else 1.5)
+    ax.set_ylim(bottom=0, top=ax.get_ylim()[1] * 1.05)
+
+
+def _bars(ax, series, b, ph, key):
+    labs = [lab for lab, pts in series.items() if b in pts and pts[b][ph]]
+    vals = [series[lab][b][ph][key] for lab in labs]
+    colors = ["C3" if lab.startswith("brandrt") else "C0" for lab in labs]
+    ax.barh(range(len(labs)), vals, color=colors)
+    ax.set_yticks(range(len(labs)), labs)
+    ax.invert_yaxis()
+    for y, v in enumerate(vals):
+        ax.text(v, y, " " + (comma(v) if key == "files_s" else "%.2f×" % v), va="center", fontsize=8)
+    ax.set_xlim(0, max(vals + [1e-9]) * 1.2)
