@@ -139,8 +139,10 @@ def args_parser():
     o.add_argument("--out", help="directory for results.jsonl, the tables and the plots (default "
                                  "WORK/results-<date>)")
     o.add_argument("--brandrt", default=os.path.join(REPO, "bin", "brandrt"), help="the brandrt binary")
-    o.add_argument("--report", metavar="RESULTS.jsonl", help="run nothing: print the tables of an earlier run "
-                                                            "and draw its plots again, beside the file")
+    o.add_argument("--report", metavar="RESULTS.jsonl", nargs="+",
+                   help="run nothing: print the tables of earlier runs and draw their plots again, in --out "
+                        "(default: beside the first file); several files are merged (each storage and memory "
+                        "budget from one of them); FILE:local or FILE:nas takes that storage's runs alone")
     return p
 
 
@@ -236,6 +238,11 @@ def run_one(a, cat, storage, mem, system, k, n):
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
     shm_before = set(os.listdir("/dev/shm"))
+    killed = threading.Event()
+    # a daemon, cancelled however this ends: a pending timer would keep
+    # the interpreter from exiting on SIGTERM
+    timer = threading.Timer(a.timeout, lambda: (killed.set(), group.kill()))
+    timer.daemon = True
     try:
         drop_caches()
         proc = subprocess.Popen([sys.executable, "-W", "ignore", os.path.join(HERE, "runner.py"), f.name],
@@ -244,8 +251,6 @@ def run_one(a, cat, storage, mem, system, k, n):
         err = []
         t = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
         t.start()
-        killed = threading.Event()
-        timer = threading.Timer(a.timeout, lambda: (killed.set(), group.kill()))
         timer.start()
         held = [0]
         sampler = threading.Thread(target=sample_held, args=(group, proc, held), daemon=True)
@@ -277,9 +282,9 @@ def run_one(a, cat, storage, mem, system, k, n):
         group.kill()
         sampler.join(timeout=5)
         rec["memory"] = dict(group.memory(), held_peak_bytes=held[0])
-        if rec["memory"]["oom_kills"]:
-            rec.setdefault("error", "killed by the kernel: out of memory (limit %s)" %
-                           report.human_bytes(rec["limit_bytes"]))
+        if rec["memory"]["oom_kills"]:  # the cause, whatever the runner saw of it
+            rec["error"] = "a process killed by the kernel: out of memory (limit %s)%s" % (
+                report.human_bytes(rec["limit_bytes"]), "; then " + rec["error"] if "error" in rec else "")
         elif proc.returncode != 0 and "error" not in rec:
             rec["error"] = ("timed out after %.0f s" % a.timeout) if killed.is_set() else \
                 "exit status %d: %s" % (proc.returncode, "".join(err)[-500:].strip())
@@ -293,6 +298,7 @@ def run_one(a, cat, storage, mem, system, k, n):
             log("  %s failed: %s" % (system, rec["error"]))
         return rec
     finally:
+        timer.cancel()
         group.remove()
         os.unlink(f.name)
         clean_shm(shm_before)
@@ -349,20 +355,44 @@ def remove_stale_groups():
                 cgroups.Group.existing(d).remove()
 
 
-def report_again(path):
-    """The tables and plots of an earlier run's results.jsonl."""
-    meta, records = None, []
-    with open(path) as f:
-        for line in f:
-            r = json.loads(line)
+def report_again(paths, out):
+    """The tables and plots of earlier runs' results.jsonl files, merged.
+    Each (storage, memory budget) must come from one run: its ratios are
+    taken within the rounds of that run."""
+    SAME = ("files", "bytes", "workers", "batch_size", "epochs", "threads", "pipe_size", "allowance_bytes")
+    metas, records, source = [], [], {}
+    for path in paths:
+        path, _, only = path.rpartition(":") if path.endswith((":local", ":nas")) else (path, "", "")
+        meta = None
+        try:
+            with open(path) as f:
+                lines = [(n, json.loads(line)) for n, line in enumerate(f, 1) if line.strip()]
+        except OSError as e:
+            sys.exit("bench: %s: %s" % (path, e.strerror))
+        except ValueError as e:
+            sys.exit("bench: %s: not JSON lines (%s)" % (path, e))
+        for n, r in lines:
             if r.get("event") == "meta":
                 meta = r
-            else:
-                records.append(r)
-    if meta is None:
-        sys.exit("bench: %s: no meta line; not a results.jsonl of loaders.py" % path)
+                continue
+            if only and r.get("storage") != only:
+                continue
+            key = (r.get("storage"), r.get("mem"))
+            if source.setdefault(key, path) != path:
+                sys.exit("bench: %s, memory %s is in both %s and %s; give each once" % (key + (source[key], path)))
+            records.append(r)
+        if meta is None:
+            sys.exit("bench: %s: no meta line; not a results.jsonl of loaders.py" % path)
+        for k in SAME:
+            if metas and meta.get(k) != metas[0].get(k):
+                sys.exit("bench: %s and %s differ in %s (%s, %s): not the same benchmark" %
+                         (paths[0], path, k, metas[0].get(k), meta.get(k)))
+        metas.append(meta)
+    meta = dict(metas[0], command="\n          ".join(m["command"] for m in metas))
     print(report.tables(meta, records), end="")
-    for png in report.plots(meta, records, os.path.dirname(os.path.abspath(path))):
+    out = out or os.path.dirname(os.path.abspath(paths[0]))
+    os.makedirs(out, exist_ok=True)
+    for png in report.plots(meta, records, out):
         log("plot: " + png)
 
 
@@ -370,7 +400,7 @@ def main():
     p = args_parser()
     a = p.parse_args()
     if a.report:
-        return report_again(a.report)
+        return report_again(a.report, a.out)
     check_args(p, a)
     # SIGTERM ends the run like ^C: the finally clauses kill what the
     # current system started and remove its cgroup.

@@ -145,6 +145,33 @@ class EndToEnd(unittest.TestCase):
             left = [d for d in os.listdir("/sys/fs/cgroup/" + c) if d.startswith("brandrt-bench-%d-" % p.pid)]
             self.assertEqual(left, [])
 
+    @need_root
+    def test_sigterm_ends_a_run_and_leaves_nothing(self):
+        # Many epochs, so that the run is still going when it is told to end.
+        args = [sys.executable, os.path.join(HERE, "loaders.py"), "--work", Work.get(), "--out",
+                os.path.join(Work.get(), "out-term"), "--systems", "random", "--mem", "25%"] + TINY + ["--epochs", "500"]
+        shm = set(os.listdir("/dev/shm"))
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            seen = []
+            for line in proc.stderr:
+                seen.append(line)
+                if "random epoch 1:" in line:
+                    break
+            else:
+                self.fail("no epoch before loaders.py ended:\n" + "".join(seen[-30:]))
+            proc.terminate()
+            rest = proc.communicate(timeout=20)[1]
+            self.assertEqual(proc.returncode, 143, rest[-3000:])
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for c in ("memory", "blkio", "cpuacct"):
+            left = [d for d in os.listdir("/sys/fs/cgroup/" + c) if d.startswith("brandrt-bench-%d-" % proc.pid)]
+            self.assertEqual(left, [])  # a cgroup is removed only once its processes are gone
+        self.assertEqual(set(os.listdir("/dev/shm")) - shm, set())
+
 
 class Arguments(unittest.TestCase):
     def test_bad_flags_are_named(self):
@@ -185,6 +212,42 @@ class Arguments(unittest.TestCase):
             shutil.rmtree(d)
         with self.assertRaises(prepare.PrepareError):
             prepare.list_input("/nonexistent/dataset")
+
+    def test_report_merges_runs(self):
+        def rec(storage, system, secs):
+            ep = {"files": 100, "bytes": 1000, "seconds": secs, "read_bytes": 2000, "net_bytes": 0, "cpu_s": 1,
+                  "check": "ok"}
+            return {"system": system, "storage": storage, "mem": "25%", "budget_bytes": 250, "limit_bytes": 1250,
+                    "chunk_files": 64 if system.startswith("brandrt") else None, "round": 1, "status": "ok",
+                    "epochs": [ep, ep], "memory": {"peak_bytes": 1, "held_peak_bytes": 1}}
+
+        def write(path, command, recs):
+            meta = {"command": command, "machine": "m", "files": 100, "bytes": 1000, "input": "/in",
+                    "allowance_bytes": 1000, "workers": 4, "batch_size": 64, "epochs": 2, "threads": 4,
+                    "pipe_size": 1 << 20, "event": "meta"}
+            with open(path, "w") as f:
+                for r in [meta] + recs:
+                    f.write(json.dumps(r) + "\n")
+
+        d = tempfile.mkdtemp()
+        try:
+            a, b = os.path.join(d, "a.jsonl"), os.path.join(d, "b.jsonl")
+            # a: local, and a nas part that b ran again
+            write(a, "run-a", [rec(s, n, t) for s in ("local", "nas") for n, t in (("random", 1.0), ("brandrt-paper", 4.0))])
+            write(b, "run-b", [rec("nas", "random", 1.0), rec("nas", "brandrt-paper", 2.0)])
+            cmd = [sys.executable, os.path.join(HERE, "loaders.py"), "--out", d, "--report"]
+            p = subprocess.run(cmd + [a + ":local", b], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("command:  run-a\n          run-b\n", p.stdout)
+            self.assertIn("brandrt-paper K=64 against each (epoch 1 / epochs 2 on): random 0.25×/0.25×", p.stdout)
+            self.assertIn("brandrt-paper K=64 against each (epoch 1 / epochs 2 on): random 0.50×/0.50×", p.stdout)
+            for name in ("files-per-s-local.png", "files-per-s-nas.png"):
+                self.assertTrue(os.path.exists(os.path.join(d, name)), name)
+            p = subprocess.run(cmd + [a, b], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("nas, memory 25%% is in both %s and %s" % (a, b), p.stderr)
+        finally:
+            shutil.rmtree(d)
 
 
 class Checks(unittest.TestCase):

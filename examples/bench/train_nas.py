@@ -15,6 +15,7 @@ Needs root (cgroups, the NAS of nas.sh) and bin/brandrt.
 import argparse
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -57,14 +58,14 @@ def du(path):
 def run(a, cmd, budget, n):
     """cmd in a fresh cgroup of budget + allowance, cold; its epochs."""
     group = cgroups.Group("brandrt-train-%d-%d" % (os.getpid(), n), budget + a.allowance)
+    timer = threading.Timer(a.timeout, group.kill)
+    timer.daemon = True  # never what keeps this process from exiting
     try:
         loaders.drop_caches()
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              preexec_fn=group.join, start_new_session=True)
-        timer = threading.Timer(a.timeout, group.kill)
         timer.start()
         out = p.communicate()[0]
-        timer.cancel()
         epochs = [dict(zip(("epoch", "images", "seconds", "images_s", "loss", "accuracy"), map(float, m.groups())))
                   for m in EPOCH.finditer(out)]
         mem = group.memory()
@@ -76,7 +77,8 @@ def run(a, cmd, budget, n):
             loaders.log("  epoch %d: %.0f images/s, accuracy %.1f%%" % (e["epoch"], e["images_s"], e["accuracy"]))
         return epochs
     finally:
-        group.remove()
+        timer.cancel()
+        group.remove()  # kills what is left in it
 
 
 def main():
@@ -98,6 +100,9 @@ def main():
     p.add_argument("--nas-rate", default="3gbit")
     p.add_argument("--brandrt", default=os.path.join(REPO, "bin", "brandrt"))
     a = p.parse_args()
+    # SIGTERM ends it like ^C: the finally clauses remove the cgroup (and
+    # what runs in it) and stop the NAS.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     why = cgroups.available()
     if why:
         p.error(why)
