@@ -24,6 +24,10 @@ func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bench",
 		Usage: "measure brandrt against the machine's own baselines, in one run",
+		Description: "Against the loaders people use instead (a plain DataLoader, CoorDL's cache,\n" +
+			"WebDataset, Mosaic Streaming, LitData), in the same memory, on the local disk\n" +
+			"and an emulated NAS: examples/bench/loaders.py in the source tree (make\n" +
+			"bench-loaders; BENCHMARKS.md); those loaders are Python libraries.",
 		Subcommands: []*cli.Command{{
 			Name:  "storage",
 			Usage: "pack and whole-chunk reads against fio, cold page cache",
