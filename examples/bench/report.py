@@ -219,7 +219,7 @@ def plots(meta, records, out):
         noio = series.pop("noio", {})
         for key, ylabel, name in (("files_s", "files per second", "files-per-s"),
                                   ("amp", "bytes read from storage per byte delivered", "read-amp")):
-            fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+            fig, axes = plt.subplots(1, 2, figsize=(13.5 if len(mems) > 1 else 12, 5))
             for ax, ph, title in ((axes[0], "e1", "epoch 1 (cold)"), (axes[1], "steady", "epochs 2 on")):
                 if len(mems) > 1:
                     _lines(ax, series, mems, ph, key, 100 / meta["bytes"])
@@ -230,8 +230,8 @@ def plots(meta, records, out):
                     ax.set_xlabel(ylabel)
                 ax.set_title("%s, %s" % (storage, title))
                 ax.grid(alpha=0.3)
-            if len(mems) > 1:
-                axes[1].legend(fontsize=8, loc="best")
+            if len(mems) > 1:  # beside the plots, where it hides no point
+                axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
             ref = ""
             if noio and key == "files_s":
                 ref = "; noio (the loader alone): %s files/s" % "/".join(

@@ -7,7 +7,7 @@ dropped before each run, the two alternated for --rounds. Prints the
 images/s and accuracy of every epoch, and the ratio per epoch.
 
     make bench-train-nas
-    .venv/bin/python examples/bench/train_nas.py --images 20000 --rounds 3
+    .venv/bin/python examples/bench/train_nas.py --images 20000 --size 64 --rounds 3
 
 Needs root (cgroups, the NAS of nas.sh) and bin/brandrt.
 """
@@ -85,9 +85,10 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work", default="/var/tmp/brandrt-bench/train", help="where the JPEGs and chunks are kept")
-    p.add_argument("--images", type=int, default=20000, help="JPEGs to make (default 20000)")
+    p.add_argument("--images", type=int, default=30000,
+                   help="JPEGs to make (default 30000: at 224 px, 1.1 GiB, more than the cgroup holds)")
     p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--size", type=int, default=64, help="their width and height in pixels (default 64)")
+    p.add_argument("--size", type=int, default=224, help="their width and height in pixels (default 224)")
     p.add_argument("--chunk-files", type=int, default=64, help="brandrt's K (default 64)")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--rounds", type=int, default=2, help="baseline and brandrt alternated this many times")
