@@ -234,7 +234,7 @@ def run_one(a, cat, storage, mem, system, k, n):
             "mpirun": ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"],
             "serve_flags": POLICIES.get(system[8:], []) if system.startswith("brandrt") else [],
             "blkio": group.dirs["blkio"], "cpuacct": group.dirs["cpuacct"], "device": device,
-            "net_dev": NAS_IF if storage == "nas" else None}
+            "net_dev": NAS_IF if storage == "nas" else None, "owner": os.getpid()}
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
     shm_before = set(os.listdir("/dev/shm"))
@@ -342,17 +342,32 @@ class NAS:
         subprocess.run(["bash", os.path.join(HERE, "nas.sh"), "down"], check=False)
 
 
-def remove_stale_groups():
-    """Removes the cgroups of earlier runs whose driver died (SIGKILL),
-    with what is left in them."""
+def remove_stale():
+    """Removes the cgroups and /dev/shm directories of earlier runs whose
+    driver died (SIGKILL, a reboot of a VM that kept /dev/shm), with what
+    is left in them; both are named brandrt-bench-<driver's pid>-…"""
     for d in os.listdir(os.path.join(cgroups.ROOT, "memory")):
         parts = d.split("-")
-        if d.startswith("brandrt-bench-") and len(parts) == 4 and parts[2].isdigit():
-            try:
-                os.kill(int(parts[2]), 0)
-            except ProcessLookupError:
-                log("removing %s, left by a run that was killed" % d)
-                cgroups.Group.existing(d).remove()
+        if len(parts) == 4 and _stale(d):
+            log("removing cgroup %s, left by a run that was killed" % d)
+            cgroups.Group.existing(d).remove()
+    for d in os.listdir("/dev/shm"):
+        if _stale(d) and os.path.isdir(os.path.join("/dev/shm", d)):
+            log("removing /dev/shm/%s, left by a run that was killed" % d)
+            shutil.rmtree(os.path.join("/dev/shm", d), ignore_errors=True)
+
+
+def _stale(name):
+    parts = name.split("-")
+    if not (name.startswith("brandrt-bench-") and len(parts) >= 4 and parts[2].isdigit()):
+        return False
+    try:
+        os.kill(int(parts[2]), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return False
 
 
 def report_again(paths, out):
@@ -405,7 +420,7 @@ def main():
     # SIGTERM ends the run like ^C: the finally clauses kill what the
     # current system started and remove its cgroup.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    remove_stale_groups()
+    remove_stale()
     try:
         cat = prepare_all(a)
     except prepare.PrepareError as e:

@@ -209,6 +209,12 @@ def _mosaic_class():
     return MosaicBytes
 
 
+def shm_prefix(spec, what):
+    """The prefix of a directory in /dev/shm: it names the driver's pid, so
+    that a later run removes what a killed one left."""
+    return "brandrt-bench-%d-%s-" % (spec.get("owner", os.getppid()), what)
+
+
 class Mosaic(_System):
     """Mosaic Streaming over its MDS shards: remote is the storage, local a
     cache in memory (tmpfs, counted by the cgroup) of the budget
@@ -217,7 +223,7 @@ class Mosaic(_System):
     def __init__(self, spec, cat):
         from streaming import StreamingDataLoader
 
-        self.cache = tempfile.mkdtemp(prefix="brandrt-bench-mosaic-", dir="/dev/shm")
+        self.cache = tempfile.mkdtemp(prefix=shm_prefix(spec, "mosaic"), dir="/dev/shm")
         # py1e shuffles blocks of shuffle_block_size samples; its default
         # (at least 262,144) spans the whole dataset here, so a cache of the
         # budget downloads each shard again and again (a tenth of the
@@ -273,7 +279,7 @@ class LitData(_System):
         # Its constructor asks PyPI for a newer version (up to 30 s); not
         # what is measured, and not possible on an offline node.
         lsd._check_version_and_prompt_upgrade = lambda v: None
-        self.cache = tempfile.mkdtemp(prefix="brandrt-bench-litdata-", dir="/dev/shm")
+        self.cache = tempfile.mkdtemp(prefix=shm_prefix(spec, "litdata"), dir="/dev/shm")
         ds = _litdata_class()(Dir(path=self.cache, url="local:" + os.path.join(spec["root"], "litdata")),
                               shuffle=True, seed=SEED, max_cache_size=spec["budget"])
         self.loader = StreamingDataLoader(ds, **loader_args(spec))
@@ -295,7 +301,7 @@ class Brandrt(_System):
         sys.path.insert(0, os.path.join(spec["repo"], "python"))
         from brandrt.torch import BrandDataset, BrandSampler
 
-        self.attach = tempfile.mkdtemp(prefix="brandrt-bench-", dir="/dev/shm")
+        self.attach = tempfile.mkdtemp(prefix=shm_prefix(spec, "brandrt"), dir="/dev/shm")
         self.stats = os.path.join(self.attach, "stats.json")
         chunks = os.path.join(spec["root"], "chunks-k%d" % spec["chunk_files"])
         cmd = spec["mpirun"] + ["-np", "1", spec["brandrt"], "serve", "--chunks", chunks,

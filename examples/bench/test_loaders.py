@@ -172,6 +172,22 @@ class EndToEnd(unittest.TestCase):
             self.assertEqual(left, [])  # a cgroup is removed only once its processes are gone
         self.assertEqual(set(os.listdir("/dev/shm")) - shm, set())
 
+    @need_root
+    def test_what_a_killed_run_left_is_removed(self):
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        left = os.path.join("/dev/shm", "brandrt-bench-%d-mosaic-x1" % dead.pid)
+        live = os.path.join("/dev/shm", "brandrt-bench-%d-mosaic-x2" % os.getpid())
+        try:
+            for d in (left, live):
+                os.makedirs(os.path.join(d, "sub"))
+            loaders.remove_stale()
+            self.assertFalse(os.path.exists(left))
+            self.assertTrue(os.path.exists(live))  # its driver is alive
+        finally:
+            for d in (left, live):
+                shutil.rmtree(d, ignore_errors=True)
+
 
 class Arguments(unittest.TestCase):
     def test_bad_flags_are_named(self):
