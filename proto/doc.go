@@ -107,4 +107,22 @@
 // Bad input from outside (a client's position, a peer's message) is
 // returned as an error and changes nothing; a broken internal invariant
 // panics with "proto: invariant violated".
+//
+// # Window plans
+//
+// The papers' same-slot redirection above reads each chunk about seven
+// times per epoch at a quarter of the data in memory. The window policy
+// reads each once: every rank reads its chunks in a seeded random order
+// into a pool bounded by its budget, and a position whose file has home H
+// is answered by a file drawn uniformly (seeded) from H's pool. Since the
+// seed, the traces, the sizes and the budgets are known when an epoch
+// starts, PlanWindow plans the whole epoch as a pure function, in logical
+// steps (step t: every rank answers its position t): the file for each
+// position, each rank's reads with the step from which the budget has
+// room for them (Issue) and the step by which they must be done (Due),
+// and the step from which each file may be pushed to the rank it answers.
+// A read takes Lead steps and a rank reads one chunk at a time; Ramp
+// chunks are in before the first answer. An executor carries the plan
+// out; it does not decide anything. The executor in rt and the policy
+// switch are not written yet (issues 13 and 14).
 package proto

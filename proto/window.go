@@ -1,0 +1,296 @@
+package proto
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+)
+
+// WindowInput is everything the window policy plans an epoch from. Every
+// rank knows all of it when the epoch starts, so every rank computes the
+// same plan.
+type WindowInput struct {
+	// Mapping is the dataset's static mapping.
+	Mapping *Mapping
+	// Sizes holds, per rank, the size in bytes of each of its files, in
+	// file order.
+	Sizes [][]int64
+	// Traces holds, per rank, the files it requests this epoch, in order.
+	// A position is answered by some file of the same home rank; no file
+	// may appear twice.
+	Traces [][]FileID
+	// Seed and Epoch drive every random choice: the order in which each
+	// rank reads its chunks and the draws from its pool.
+	Seed  uint64
+	Epoch uint32
+	// Budget is, per rank, the most bytes of its pool: the chunks it has
+	// read or is reading whose files are not yet delivered. It must hold
+	// the rank's largest chunk.
+	Budget []int64
+	// Lead is the number of logical steps a chunk read takes: a read
+	// issued at step t answers positions from step t+Lead on, and a rank
+	// reads one chunk at a time.
+	Lead int
+	// Ramp is the number of chunks each rank has read before the epoch's
+	// first position is answered (as many as fit, if fewer): the start-up
+	// wait traded for the randomness of the first batches.
+	Ramp int
+}
+
+// PlannedRead is one chunk read of a window plan. Logical step t is the
+// step at which every rank answers its position t.
+type PlannedRead struct {
+	// PC is the chunk's global id.
+	PC int
+	// Issue is the step from which the budget has room for it.
+	Issue int32
+	// Due is the step from which its files answer positions: the read
+	// must be done by then.
+	Due int32
+}
+
+// WindowPlan is one epoch of the window policy: each rank reads each of
+// its chunks once, into a pool bounded by its budget, and a position
+// whose file has home H is answered by a file drawn uniformly from H's
+// pool.
+type WindowPlan struct {
+	// Files[r][sn] is the file that answers position sn of rank r.
+	Files [][]FileID
+	// At[r][sn] is the step from which that file is in its home's pool:
+	// the earliest its home may push it to r.
+	At [][]int32
+	// Reads[h] are rank h's chunk reads in the order it issues them.
+	Reads [][]PlannedRead
+	// Waits[h] counts the logical steps by which draws from h's pool
+	// moved a read's Due earlier than its lead allowed, because the pool
+	// was empty: what requests would wait for storage.
+	Waits []int64
+	// PeakBytes[h] is the most bytes h's pool held at any step.
+	PeakBytes []int64
+	// Steps is the length of the longest trace.
+	Steps int
+}
+
+// pool is one home rank's state while an epoch is planned.
+type pool struct {
+	rng     *rand.Rand
+	order   []int         // the rank's PCs, in read order
+	next    int           // the next of order to issue
+	pending []PlannedRead // issued, not yet due, in issue order
+	ready   []FileID      // files due and not yet drawn
+	since   []int32       // per ready file, the step it became due
+	held    int64         // bytes of pending and ready
+	lastDue int32
+	reads   []PlannedRead
+	waits   int64
+	peak    int64
+}
+
+// PlanWindow plans one epoch of the window policy. It is pure and
+// deterministic: the same input gives the same plan.
+func PlanWindow(in WindowInput) (*WindowPlan, error) {
+	if err := in.validate(); err != nil {
+		return nil, err
+	}
+	m := in.Mapping
+	pools := make([]*pool, m.Ranks())
+	for h := range pools {
+		pools[h] = in.newPool(h)
+	}
+	p := &WindowPlan{Files: make([][]FileID, len(in.Traces)), At: make([][]int32, len(in.Traces))}
+	for r, tr := range in.Traces {
+		p.Files[r] = make([]FileID, len(tr))
+		p.At[r] = make([]int32, len(tr))
+		p.Steps = max(p.Steps, len(tr))
+	}
+	for t := int32(0); int(t) < p.Steps; t++ {
+		for h, pl := range pools {
+			in.issue(h, pl, t)
+			in.admit(pl, t)
+		}
+		for r, tr := range in.Traces {
+			if int(t) < len(tr) {
+				h := m.Home(tr[t])
+				p.Files[r][t], p.At[r][t] = in.draw(h, pools[h], t)
+			}
+		}
+	}
+	for _, pl := range pools {
+		// reads still pending serve no position (the traces left files of
+		// that rank out) but were planned, and read
+		p.Reads = append(p.Reads, append(pl.reads, pl.pending...))
+		p.Waits = append(p.Waits, pl.waits)
+		p.PeakBytes = append(p.PeakBytes, pl.peak)
+	}
+	return p, nil
+}
+
+func (in WindowInput) newPool(h int) *pool {
+	first, n := in.Mapping.RankPCs(h)
+	pl := &pool{rng: rand.New(rand.NewPCG(in.Seed^0x5749_4e44_4f57, uint64(in.Epoch)<<32|uint64(h)))}
+	pl.order = make([]int, n)
+	for i, j := range pl.rng.Perm(n) {
+		pl.order[i] = first + j
+	}
+	return pl
+}
+
+// issue starts reads of h's next chunks while its budget has room.
+func (in WindowInput) issue(h int, pl *pool, t int32) {
+	for pl.next < len(pl.order) {
+		pc := pl.order[pl.next]
+		b := in.pcBytes(h, pc)
+		if pl.held+b > in.Budget[h] {
+			return
+		}
+		due := max(t, pl.lastDue) + int32(in.Lead)
+		if pl.next < in.Ramp && t == 0 {
+			due = 0 // read before the epoch's first answer
+		}
+		pl.lastDue = due
+		pl.pending = append(pl.pending, PlannedRead{PC: pc, Issue: t, Due: due})
+		pl.held += b
+		pl.peak = max(pl.peak, pl.held)
+		pl.next++
+	}
+}
+
+// admit moves the reads due by step t into the pool.
+func (in WindowInput) admit(pl *pool, t int32) {
+	for len(pl.pending) > 0 && pl.pending[0].Due <= t {
+		in.land(pl)
+	}
+}
+
+// land moves the oldest pending read's files into the pool.
+func (in WindowInput) land(pl *pool) {
+	rd := pl.pending[0]
+	pl.pending = pl.pending[1:]
+	pl.reads = append(pl.reads, rd)
+	lo, hi := in.Mapping.PCFiles(rd.PC)
+	for f := lo; f < hi; f++ {
+		pl.ready = append(pl.ready, f)
+		pl.since = append(pl.since, rd.Due)
+	}
+}
+
+// draw answers a position whose file has home h at step t with a file
+// drawn uniformly from h's pool; an empty pool takes its next read now.
+func (in WindowInput) draw(h int, pl *pool, t int32) (FileID, int32) {
+	if len(pl.ready) == 0 {
+		if len(pl.pending) == 0 {
+			in.issue(h, pl, t) // the pool is empty: its next chunk fits
+		}
+		if len(pl.pending) == 0 {
+			panic(fmt.Sprintf("proto: invariant violated: rank %d has no file left for a position of step %d", h, t))
+		}
+		pl.waits += int64(pl.pending[0].Due - t)
+		pl.pending[0].Due = t
+		in.land(pl)
+	}
+	i := pl.rng.IntN(len(pl.ready))
+	f, at := pl.ready[i], pl.since[i]
+	last := len(pl.ready) - 1
+	pl.ready[i], pl.since[i] = pl.ready[last], pl.since[last]
+	pl.ready, pl.since = pl.ready[:last], pl.since[:last]
+	pl.held -= in.size(h, f)
+	return f, at
+}
+
+func (in WindowInput) size(h int, f FileID) int64 {
+	first, _ := in.Mapping.RankFiles(h)
+	return in.Sizes[h][f-first]
+}
+
+func (in WindowInput) pcBytes(h, pc int) int64 {
+	lo, hi := in.Mapping.PCFiles(pc)
+	var b int64
+	for f := lo; f < hi; f++ {
+		b += in.size(h, f)
+	}
+	return b
+}
+
+// validate reports every problem of the input at once.
+func (in WindowInput) validate() error {
+	m := in.Mapping
+	if m == nil {
+		return errors.New("proto: window plan without a mapping")
+	}
+	var errs []error
+	if len(in.Sizes) != m.Ranks() || len(in.Budget) != m.Ranks() || len(in.Traces) != m.Ranks() {
+		return fmt.Errorf("proto: window plan for %d ranks given %d size lists, %d budgets and %d traces",
+			m.Ranks(), len(in.Sizes), len(in.Budget), len(in.Traces))
+	}
+	if in.Lead < 0 || in.Ramp < 0 {
+		errs = append(errs, fmt.Errorf("proto: window lead %d and ramp %d, want ≥ 0", in.Lead, in.Ramp))
+	}
+	for h := range m.Ranks() {
+		errs = append(errs, in.validateRank(h))
+	}
+	errs = append(errs, in.validateTraces())
+	return errors.Join(errs...)
+}
+
+func (in WindowInput) validateRank(h int) error {
+	m := in.Mapping
+	first, n := m.RankFiles(h)
+	if len(in.Sizes[h]) != n {
+		return fmt.Errorf("proto: rank %d has %d files but %d sizes", h, n, len(in.Sizes[h]))
+	}
+	for i, s := range in.Sizes[h] {
+		if s < 0 {
+			return fmt.Errorf("proto: file %d of rank %d has size %d", int(first)+i, h, s)
+		}
+		if s > in.Budget[h] {
+			return fmt.Errorf("proto: file %d of rank %d is %d bytes, more than the rank's budget of %d",
+				int(first)+i, h, s, in.Budget[h])
+		}
+	}
+	pc0, pcs := m.RankPCs(h)
+	for pc := pc0; pc < pc0+pcs; pc++ {
+		if b := in.pcBytes(h, pc); b > in.Budget[h] {
+			return fmt.Errorf("proto: chunk %d of rank %d is %d bytes, more than the rank's budget of %d; "+
+				"the budget must hold its largest chunk", pc, h, b, in.Budget[h])
+		}
+	}
+	return nil
+}
+
+func (in WindowInput) validateTraces() error {
+	seen := make([]bool, in.Mapping.Files())
+	for r, tr := range in.Traces {
+		for sn, f := range tr {
+			if f < 0 || int(f) >= len(seen) {
+				return fmt.Errorf("proto: position %d of rank %d names file %d, not in the dataset", sn, r, f)
+			}
+			if seen[f] {
+				return fmt.Errorf("proto: file %d appears twice in the traces (again at position %d of rank %d)", f, sn, r)
+			}
+			seen[f] = true
+		}
+	}
+	return nil
+}
+
+// String dumps the plan in a stable text form, for golden tests: per
+// rank its reads (chunk@issue→due) and the file answering each position.
+func (p *WindowPlan) String() string {
+	var b strings.Builder
+	for h, rds := range p.Reads {
+		fmt.Fprintf(&b, "rank %d reads (waits %d, peak %d B):", h, p.Waits[h], p.PeakBytes[h])
+		for _, rd := range rds {
+			fmt.Fprintf(&b, " %d@%d→%d", rd.PC, rd.Issue, rd.Due)
+		}
+		b.WriteByte('\n')
+	}
+	for r, fs := range p.Files {
+		fmt.Fprintf(&b, "rank %d files:", r)
+		for _, f := range fs {
+			fmt.Fprintf(&b, " %d", f)
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
