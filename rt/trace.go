@@ -3,22 +3,19 @@ package rt
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/brandrt/brandrt/collectives"
 	"github.com/brandrt/brandrt/proto"
 )
 
-// GeneratedTrace returns rank's part of the epoch's global permutation of
-// the dataset's files: the permutation comes from seed and epoch, and the
-// ranks take consecutive runs of it whose lengths differ by at most one.
+// GeneratedTrace returns rank's part of proto.Traces: the epoch's global
+// permutation of the dataset's files drawn from seed, in consecutive runs
+// per rank whose lengths differ by at most one.
 func GeneratedTrace(files, ranks, rank int, seed uint64, epoch uint32) []int32 {
-	rng := rand.New(rand.NewPCG(seed, 0x7ace_0000_0000|uint64(epoch)))
-	perm := rng.Perm(files)
-	lo, hi := rank*files/ranks, (rank+1)*files/ranks
-	out := make([]int32, hi-lo)
-	for i, f := range perm[lo:hi] {
+	own := proto.Traces(files, ranks, seed, epoch)[rank]
+	out := make([]int32, len(own))
+	for i, f := range own {
 		out[i] = int32(f)
 	}
 	return out

@@ -2,28 +2,15 @@ package prototest
 
 import (
 	"errors"
-	"math/rand/v2"
 	"slices"
 
 	"github.com/brandrt/brandrt/proto"
 )
 
-// GenTraces returns the traces of epoch e drawn from seed: a uniform random
-// permutation of all files cut into one piece per rank, the lengths
-// differing by at most one.
+// GenTraces returns the traces of epoch e drawn from seed, as serve draws
+// them (proto.Traces).
 func GenTraces(m *proto.Mapping, seed uint64, e uint32) [][]proto.FileID {
-	rng := rand.New(rand.NewPCG(seed, uint64(e)))
-	perm := make([]proto.FileID, m.Files())
-	for i := range perm {
-		perm[i] = proto.FileID(i)
-	}
-	rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
-	n := m.Ranks()
-	traces := make([][]proto.FileID, n)
-	for r := range traces {
-		traces[r] = perm[r*len(perm)/n : (r+1)*len(perm)/n]
-	}
-	return traces
+	return proto.Traces(m.Files(), m.Ranks(), seed, e)
 }
 
 // book is the cluster's record of one epoch, against which deliveries are
