@@ -23,8 +23,8 @@ func TestSimulateJSON(t *testing.T) {
 		t.Fatalf("status %d: %s", status, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 8 {
-		t.Fatalf("%d lines for 4 variants × 2 epochs:\n%s", len(lines), out)
+	if len(lines) != 10 {
+		t.Fatalf("%d lines for 4 paper variants and window × 2 epochs:\n%s", len(lines), out)
 	}
 	required := []string{"variant", "epoch", "ranks", "files", "chunk_files", "mem_fraction", "requests",
 		"local_hits", "chunk_reads", "read_amplification", "fill_rate", "remote_requests", "prefetched",
@@ -45,8 +45,11 @@ func TestSimulateJSON(t *testing.T) {
 			t.Fatalf("requests %v delivered %v, want 6000: %s", r["requests"], r["delivered"], l)
 		}
 		variants[r["variant"].(string)]++
+		if amp := r["read_amplification"].(float64); r["variant"] == "window" && amp != 1 {
+			t.Fatalf("window read each chunk %.3f times: %s", amp, l)
+		}
 	}
-	for _, v := range []string{"full", "random-selection", "no-prefetching", "no-optimization"} {
+	for _, v := range []string{"full", "random-selection", "no-prefetching", "no-optimization", "window"} {
 		if variants[v] != 2 {
 			t.Fatalf("variant %s: %d lines, want 2 (%v)", v, variants[v], variants)
 		}
@@ -66,10 +69,15 @@ func TestSimulateTable(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dir, "cpu.pprof")); err != nil || fi.Size() == 0 {
 		t.Errorf("--cpuprofile wrote no cpu.pprof: %v", err)
 	}
-	for _, want := range []string{"3,000 files", "2 ranks, K=8", "full", "every file delivered exactly once"} {
+	for _, want := range []string{"3,000 files", "2 ranks, K=8", "window", "1.00×", "every file delivered exactly once"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+	out, errs, status = runCLI(t, "simulate", "--files", "3000", "--ranks", "2", "--chunk-files", "8",
+		"--policy", "paper", "--variant", "no-prefetching")
+	if status != 0 || !strings.Contains(out, "paper no-prefetching") || strings.Contains(out, "a chunk read takes") {
+		t.Errorf("--policy paper --variant no-prefetching: status %d: %s%s", status, out, errs)
 	}
 }
 
@@ -83,6 +91,8 @@ func TestSimulateRejectsBadFlags(t *testing.T) {
 		{[]string{"--mem-fraction", "0"}, "memory fraction = 0"},
 		{[]string{"--mem-fraction", "1.5", "--chunk-files", "0"}, "chunk files = 0"},
 		{[]string{"--variant", "fast"}, `unknown variant "fast"`},
+		{[]string{"--policy", "lru"}, `--policy "lru": want window or paper`},
+		{[]string{"--lead", "-1"}, "lead -1 and ramp 8"},
 		{[]string{"--size-dist", "zipf"}, `--size-dist "zipf"`},
 		{[]string{"--file-size", "big"}, `"big" is not a size`},
 		{[]string{"--ranks", "5", "--files", "4"}, "5 ranks for 4 files"},
@@ -97,7 +107,8 @@ func TestSimulateRejectsBadFlags(t *testing.T) {
 
 func TestHelpExplains(t *testing.T) {
 	out, _, status := runCLI(t, "simulate", "--help")
-	if status != 0 || !strings.Contains(out, "--mem-fraction") || !strings.Contains(out, "Variants") {
+	if status != 0 || !strings.Contains(out, "--mem-fraction") || !strings.Contains(out, "variants") ||
+		!strings.Contains(out, "window (the default)") {
 		t.Fatalf("status %d, help:\n%s", status, out)
 	}
 }

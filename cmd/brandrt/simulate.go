@@ -21,11 +21,16 @@ func simulateCommand() *cli.Command {
 		Name:  "simulate",
 		Usage: "run whole epochs of the protocol for N ranks in one process on a synthetic dataset",
 		Description: "Runs the real protocol code (package proto) for every rank in one process,\n" +
-			"with logical time: each round, every message and chunk read in flight\n" +
+			"with logical time, on the traces serve draws from the same --seed. Prints,\n" +
+			"per epoch and policy, the storage and network traffic and how random the\n" +
+			"delivered order is next to a true shuffle of the same data.\n\n" +
+			"Policies: window (the default) reads each chunk once into a pool of the\n" +
+			"rank's memory and answers a request with a file drawn from its home's\n" +
+			"pool; the epoch is planned ahead (time: the planning time; waits: logical\n" +
+			"steps reads had to finish earlier than --lead allows). paper is the Brand\n" +
+			"and Redox protocol: each round, every message and chunk read in flight\n" +
 			"completes, and each rank's clients keep --inflight requests outstanding.\n" +
-			"Prints, per epoch and variant, the storage and network traffic and how\n" +
-			"random the delivered order is next to a true shuffle of the same data.\n\n" +
-			"Variants (Redox §5.3): full; random-selection (random refill chunk);\n" +
+			"Its variants (Redox §5.3): full; random-selection (random refill chunk);\n" +
 			"no-prefetching; no-optimization (random refill chunk, no prefetch).\n\n" +
 			"Example: brandrt simulate --compare --files 1.28M --ranks 3 --chunk-files 64 --mem-fraction 0.25",
 		Flags: []cli.Flag{
@@ -35,8 +40,11 @@ func simulateCommand() *cli.Command {
 			&cli.Float64Flag{Name: "mem-fraction", Value: d.MemFraction, Usage: "each rank's memory as a fraction of its shard, in (0, 1]"},
 			&cli.Float64Flag{Name: "remote-fraction", Value: d.RemoteFraction, Usage: "each rank's prefetch buffer as a fraction of its memory"},
 			&cli.IntFlag{Name: "window", Value: d.Window, Usage: "P, upcoming trace positions an owner considers for prefetch"},
-			&cli.StringFlag{Name: "variant", Value: d.Variants[0].String(), Usage: "full, random-selection, no-prefetching or no-optimization"},
-			&cli.BoolFlag{Name: "compare", Usage: "run all four variants on the same traces"},
+			&cli.StringFlag{Name: "policy", Value: "window", Usage: "window or paper"},
+			&cli.StringFlag{Name: "variant", Value: d.Variants[0].String(), Usage: "the paper policy's variant: full, random-selection, no-prefetching or no-optimization"},
+			&cli.BoolFlag{Name: "compare", Usage: "run the paper policy's four variants and (unless --policy paper) the window policy on the same traces"},
+			&cli.IntFlag{Name: "lead", Value: d.Lead, Usage: "window: logical steps a chunk read takes (steps: positions of every rank)"},
+			&cli.IntFlag{Name: "ramp", Value: d.Ramp, Usage: "window: chunks each rank reads before the first answer"},
 			&cli.IntFlag{Name: "epochs", Value: d.Epochs, Usage: "epochs per variant"},
 			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the sizes, traces and refill choices"},
 			&cli.IntFlag{Name: "batch", Value: d.Batch, Usage: "batch size for distinct chunks per batch"},
@@ -68,13 +76,20 @@ func simConfig(c *cli.Context) (sim.Config, error) {
 	default:
 		return cfg, fmt.Errorf("--size-dist %q: want lognormal or fixed", c.String("size-dist"))
 	}
-	cfg.Variants = proto.Variants
-	if !c.Bool("compare") {
-		v, err := proto.ParseVariant(c.String("variant"))
-		if err != nil {
-			return cfg, fmt.Errorf("--variant: %w", err)
-		}
+	cfg.Lead, cfg.Ramp = c.Int("lead"), c.Int("ramp")
+	v, err := proto.ParseVariant(c.String("variant"))
+	if err != nil {
+		return cfg, fmt.Errorf("--variant: %w", err)
+	}
+	switch policy := c.String("policy"); {
+	case policy != "window" && policy != "paper":
+		return cfg, fmt.Errorf("--policy %q: want window or paper", policy)
+	case c.Bool("compare"):
+		cfg.Variants, cfg.WindowPolicy = proto.Variants, policy == "window"
+	case policy == "paper":
 		cfg.Variants = []proto.Variant{v}
+	default:
+		cfg.Variants, cfg.WindowPolicy = nil, true
 	}
 	return cfg, cfg.Validate()
 }
@@ -134,14 +149,28 @@ func writeTable(w io.Writer, cfg sim.Config, rs []sim.Result, took time.Duration
 	}
 	fmt.Fprintf(w, "dataset  %s files, %s (mean %s, %s), %d ranks, K=%d\n",
 		comma(int64(r0.Files)), ibytes(r0.Bytes), ibytes(r0.Bytes/int64(r0.Files)), dist, r0.Ranks, r0.ChunkFiles)
-	fmt.Fprintf(w, "memory   %s per rank (%.0f%% of a shard), prefetch buffer %s, window %d, %d requests in flight per rank\n\n",
-		ibytes(r0.MemBytes), 100*r0.MemFraction, ibytes(r0.RemoteMemBytes), r0.Window, r0.Inflight)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "variant\tepoch\tlocal hits\tmisses\tchunk reads\tfill\tread amp\tremote req\tprefetched\tpf hits\tpeak mem\tchunks/batch\t(shuffle)\tspan\t(shuffle)\ttime\t")
+	fmt.Fprintf(w, "memory   %s per rank (%.0f%% of a shard)\n", ibytes(r0.MemBytes), 100*r0.MemFraction)
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%.0f%%\t%.2f×\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.3f\t%.3f\t%.1fs\t\n",
-			r.Variant, r.Epoch, comma(r.LocalHits), comma(r.Misses), comma(r.ChunkReads), 100*r.FillRate,
-			r.ReadAmplification, comma(r.RemoteRequests), comma(r.Prefetched), comma(r.PrefetchHits),
+		if r.Variant != "window" {
+			fmt.Fprintf(w, "paper    prefetch buffer %s, window %d, %d requests in flight per rank\n",
+				ibytes(r.RemoteMemBytes), r.Window, r.Inflight)
+			break
+		}
+	}
+	if cfg.WindowPolicy {
+		fmt.Fprintf(w, "window   a chunk read takes %d steps, %d chunks read before the first answer\n", cfg.Lead, cfg.Ramp)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tepoch\tlocal hits\tmisses\tchunk reads\tfill\tread amp\tremote req\tprefetched\tpf hits\twaits\tpeak mem\tchunks/batch\t(shuffle)\tspan\t(shuffle)\ttime\t")
+	for _, r := range rs {
+		name, waits := "paper "+r.Variant, "-"
+		if r.Variant == "window" {
+			name, waits = r.Variant, comma(r.Waits)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%.0f%%\t%.2f×\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.3f\t%.3f\t%.1fs\t\n",
+			name, r.Epoch, comma(r.LocalHits), comma(r.Misses), comma(r.ChunkReads), 100*r.FillRate,
+			r.ReadAmplification, comma(r.RemoteRequests), comma(r.Prefetched), comma(r.PrefetchHits), waits,
 			ibytes(r.PeakMemBytes), r.DistinctChunksPerBatch, r.DistinctChunksPerBatchShuffle,
 			r.ChunkSpan, r.ChunkSpanShuffle, r.Seconds)
 	}

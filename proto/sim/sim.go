@@ -32,8 +32,14 @@ type Config struct {
 	RemoteFraction float64
 	// Window is P, the prefetch window in positions.
 	Window int
-	// Variants are run one after the other on the same traces.
+	// Variants are the paper policy's variants, run one after the other on
+	// the same traces.
 	Variants []proto.Variant
+	// Window, when set, runs the window policy too (proto.PlanWindow), on
+	// the same traces, after the variants. Lead and Ramp are its read time
+	// in logical steps and the chunks read before the first answer.
+	WindowPolicy bool
+	Lead, Ramp   int
 	// Epochs is the number of epochs per variant.
 	Epochs int
 	// Seed drives the file sizes, the traces and the protocol's choices.
@@ -60,7 +66,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Files: 1281167, ChunkFiles: 64, Ranks: 3, MemFraction: 0.25, RemoteFraction: 0.1,
-		Window: 64, Variants: []proto.Variant{proto.Full}, Epochs: 1, Seed: 1, Batch: 256,
+		Window: 64, Variants: []proto.Variant{proto.Full}, Lead: 8, Ramp: 8, Epochs: 1, Seed: 1, Batch: 256,
 		FileSize: 110_000, Lognormal: true, Sigma: 0.6, Inflight: 8,
 	}
 }
@@ -80,7 +86,8 @@ func (c Config) Validate() error {
 	check(!(c.MemFraction > 0 && c.MemFraction <= 1), "memory fraction = %g, want in (0, 1]", c.MemFraction)
 	check(!(c.RemoteFraction >= 0), "remote fraction = %g, want ≥ 0", c.RemoteFraction)
 	check(c.Window < 0, "window = %d, want ≥ 0", c.Window)
-	check(len(c.Variants) == 0, "no variant to run")
+	check(len(c.Variants) == 0 && !c.WindowPolicy, "no policy to run")
+	check(c.Lead < 0 || c.Ramp < 0, "lead %d and ramp %d, want ≥ 0", c.Lead, c.Ramp)
 	check(c.Epochs < 1, "epochs = %d, want ≥ 1", c.Epochs)
 	check(c.Batch < 1, "batch = %d, want ≥ 1", c.Batch)
 	check(c.FileSize < 1, "file size = %d bytes, want ≥ 1", c.FileSize)
@@ -119,6 +126,9 @@ type Result struct {
 	Prefetched        int64   `json:"prefetched"`
 	PrefetchHits      int64   `json:"prefetch_hits"`
 	PeakMemBytes      int64   `json:"peak_mem_bytes"`
+	// Waits is, for the window policy, the logical steps by which reads
+	// had to be done earlier than their lead allowed (an empty pool).
+	Waits int64 `json:"waits"`
 
 	DistinctChunksPerBatch        float64 `json:"distinct_chunks_per_batch"`
 	DistinctChunksPerBatchShuffle float64 `json:"distinct_chunks_per_batch_shuffle"`
@@ -139,6 +149,11 @@ func Run(cfg Config, emit func(Result)) error {
 	for _, v := range cfg.Variants {
 		if err := runVariant(cfg, sizes, v, emit); err != nil {
 			return fmt.Errorf("sim: %s: %w", v, err)
+		}
+	}
+	if cfg.WindowPolicy {
+		if err := runWindow(cfg, sizes, emit); err != nil {
+			return fmt.Errorf("sim: window: %w", err)
 		}
 	}
 	return nil

@@ -1,0 +1,86 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/brandrt/brandrt/proto"
+)
+
+// runWindow plans each epoch with the window policy (proto.PlanWindow) on
+// the traces the paper's variants get, and reports it like them: every
+// chunk is read once; a position answered by another rank's file is a
+// remote request whose file was pushed ahead (a prefetch hit); Seconds is
+// the planning time.
+func runWindow(cfg Config, sizes [][]int64, emit func(Result)) error {
+	d := proto.Dataset{K: cfg.ChunkFiles}
+	for _, s := range sizes {
+		var b int64
+		for _, x := range s {
+			b += x
+		}
+		d.Shards = append(d.Shards, proto.Shard{Files: len(s), Bytes: b, MemBytes: int64(cfg.MemFraction * float64(b))})
+	}
+	m, err := proto.NewMapping(d)
+	if err != nil {
+		return err
+	}
+	in := proto.WindowInput{Mapping: m, Sizes: sizes, Seed: cfg.Seed, Lead: cfg.Lead, Ramp: cfg.Ramp}
+	for r := range sizes {
+		in.Budget = append(in.Budget, m.MemBytes(r))
+	}
+	for e := 1; e <= cfg.Epochs; e++ {
+		in.Epoch = uint32(e)
+		in.Traces = proto.Traces(m.Files(), m.Ranks(), cfg.Seed, uint32(e))
+		start := time.Now()
+		p, err := proto.PlanWindow(in)
+		planned := time.Since(start)
+		if err != nil {
+			return fmt.Errorf("epoch %d: %w", e, err)
+		}
+		res := windowResult(cfg, in, p, e)
+		res.Seconds = planned.Seconds()
+		emit(res)
+	}
+	return nil
+}
+
+func windowResult(cfg Config, in proto.WindowInput, p *proto.WindowPlan, e int) Result {
+	m := in.Mapping
+	res := Result{Variant: "window", Epoch: e, Ranks: cfg.Ranks, Files: cfg.Files, ChunkFiles: cfg.ChunkFiles,
+		MemFraction: cfg.MemFraction, Window: cfg.Window, Inflight: cfg.Inflight, MemBytes: m.MemBytes(0),
+		FillRate: 1}
+	size := func(f proto.FileID) int64 {
+		h := m.Home(f)
+		first, _ := m.RankFiles(h)
+		return in.Sizes[h][f-first]
+	}
+	for r := range m.Ranks() {
+		res.Bytes += m.ShardBytes(r)
+		for _, rd := range p.Reads[r] {
+			res.ChunkReads++
+			lo, hi := m.PCFiles(rd.PC)
+			for f := lo; f < hi; f++ {
+				res.BytesRead += size(f)
+			}
+		}
+		res.PeakMemBytes = max(res.PeakMemBytes, p.PeakBytes[r])
+		res.Waits += p.Waits[r]
+		for _, f := range p.Files[r] {
+			res.Requests++
+			res.Delivered++
+			res.BytesDelivered += size(f)
+			if m.Home(f) == r {
+				res.LocalHits++
+			} else {
+				res.RemoteRequests++
+				res.Prefetched++
+				res.PrefetchHits++
+			}
+		}
+	}
+	res.ReadAmplification = ratio(res.BytesRead, res.BytesDelivered)
+	res.DistinctChunksPerBatch, res.ChunkSpan = randomness(m, p.Files, cfg.Batch)
+	res.DistinctChunksPerBatchShuffle, res.ChunkSpanShuffle = randomness(m, in.Traces, cfg.Batch)
+	return res
+}
