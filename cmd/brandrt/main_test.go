@@ -81,6 +81,52 @@ func TestSimulateTable(t *testing.T) {
 	}
 }
 
+// The same seed writes the same order, byte for byte, for either policy;
+// another seed another; every epoch holds every file once.
+func TestSimulateOrderOut(t *testing.T) {
+	dir := t.TempDir()
+	orders := map[string]string{}
+	for _, c := range []struct{ name, policy, seed string }{
+		{"w1", "window", "1"}, {"w1again", "window", "1"}, {"w2", "window", "2"},
+		{"p1", "paper", "1"}, {"p1again", "paper", "1"},
+	} {
+		path := filepath.Join(dir, c.name)
+		_, errs, status := runCLI(t, "simulate", "--files", "3000", "--ranks", "2", "--chunk-files", "8",
+			"--epochs", "2", "--policy", c.policy, "--seed", c.seed, "--order-out", path)
+		if status != 0 {
+			t.Fatalf("%s: status %d: %s", c.name, status, errs)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		orders[c.name] = string(b)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if !strings.HasPrefix(lines[0], "# brandrt delivered order, policy "+c.policy) || len(lines) != 1+2*3000 {
+			t.Fatalf("%s: %d lines, header %q", c.name, len(lines), lines[0])
+		}
+		seen := map[[2]string]bool{}
+		for _, l := range lines[1:] {
+			f := strings.Fields(l)
+			key := [2]string{f[0], f[3]}
+			if len(f) != 4 || seen[key] || f[3] == "-1" {
+				t.Fatalf("%s: line %q repeats a file of its epoch or is malformed", c.name, l)
+			}
+			seen[key] = true
+		}
+	}
+	if orders["w1"] != orders["w1again"] || orders["p1"] != orders["p1again"] {
+		t.Fatal("the same seed wrote two orders")
+	}
+	if orders["w1"] == orders["w2"] {
+		t.Fatal("another seed wrote the same order")
+	}
+	_, errs, status := runCLI(t, "simulate", "--files", "3000", "--ranks", "2", "--order-out", filepath.Join(dir, "w1"))
+	if status == 0 || !strings.Contains(errs, "exists; pass --force") {
+		t.Fatalf("an existing --order-out file: status %d, %q", status, errs)
+	}
+}
+
 func TestSimulateRejectsBadFlags(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -92,6 +138,7 @@ func TestSimulateRejectsBadFlags(t *testing.T) {
 		{[]string{"--mem-fraction", "1.5", "--chunk-files", "0"}, "chunk files = 0"},
 		{[]string{"--variant", "fast"}, `unknown variant "fast"`},
 		{[]string{"--policy", "lru"}, `--policy "lru": want window or paper`},
+		{[]string{"--compare", "--order-out", "x"}, "drop --compare"},
 		{[]string{"--lead", "-1"}, "lead -1 and ramp 8"},
 		{[]string{"--size-dist", "zipf"}, `--size-dist "zipf"`},
 		{[]string{"--file-size", "big"}, `"big" is not a size`},

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -53,6 +55,8 @@ func simulateCommand() *cli.Command {
 			&cli.Float64Flag{Name: "sigma", Value: d.Sigma, Usage: "shape of the lognormal sizes"},
 			&cli.IntFlag{Name: "inflight", Value: d.Inflight, Usage: "requests each rank keeps outstanding"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per epoch and variant instead of a table"},
+			&cli.StringFlag{Name: "order-out", Usage: "write the delivered order to this file: a line per position, \"epoch rank sn file\" (one policy: not with --compare)"},
+			&cli.BoolFlag{Name: "force", Usage: "overwrite the --order-out file if it exists"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (cpu.pprof) into this directory"},
 			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile (mem.pprof) into this directory"},
 		},
@@ -116,6 +120,19 @@ func runSimulate(c *cli.Context) error {
 		}
 		bar.update(done, total, comma, "requests", "")
 	}
+	var order *bytes.Buffer
+	if name := c.String("order-out"); name != "" {
+		if c.Bool("compare") {
+			return fmt.Errorf("--order-out writes one policy's order; drop --compare")
+		}
+		if _, err := os.Stat(name); err == nil && !c.Bool("force") {
+			return fmt.Errorf("%s exists; pass --force to overwrite it", name)
+		}
+		order = new(bytes.Buffer)
+		fmt.Fprintf(order, "# brandrt delivered order, policy %s, seed %d: epoch rank sn file\n",
+			orderPolicy(cfg), cfg.Seed)
+		cfg.Order = func(_ string, e int, files [][]proto.FileID) { writeOrder(order, e, files) }
+	}
 	start := time.Now()
 	var results []sim.Result
 	emit := func(r sim.Result) {
@@ -130,7 +147,27 @@ func runSimulate(c *cli.Context) error {
 	if !c.Bool("json") {
 		writeTable(out, cfg, results, time.Since(start))
 	}
+	if order != nil {
+		return writeOut(c, c.String("order-out"), order.Bytes())
+	}
 	return nil
+}
+
+func orderPolicy(cfg sim.Config) string {
+	if cfg.WindowPolicy {
+		return "window"
+	}
+	return "paper " + cfg.Variants[0].String()
+}
+
+// writeOrder appends an epoch's delivered order, rank by rank in position
+// order; a position left unanswered is written as file -1.
+func writeOrder(b *bytes.Buffer, e int, files [][]proto.FileID) {
+	for r, fs := range files {
+		for sn, f := range fs {
+			fmt.Fprintf(b, "%d %d %d %d\n", e, r, sn, f)
+		}
+	}
 }
 
 func writeJSON(w io.Writer, r sim.Result) {

@@ -58,6 +58,10 @@ type Config struct {
 	// Progress, if set, is called now and then with the requests done
 	// and the total of the current epoch and variant.
 	Progress func(v proto.Variant, epoch int, done, total int64)
+	// Order, if set, is given each epoch's delivered order: files[r][sn]
+	// answered position sn of rank r under the named policy ("window", or
+	// the paper policy's variant).
+	Order func(policy string, epoch int, files [][]proto.FileID)
 }
 
 // DefaultConfig is an ImageNet-1k-sized run: 1,281,167 files of 110 KB on
@@ -204,6 +208,9 @@ func runVariant(cfg Config, sizes [][]int64, v proto.Variant, emit func(Result))
 		}
 		if err := c.PlayEpoch(uint32(e), traces, cfg.Inflight, progress); err != nil {
 			return fmt.Errorf("epoch %d: %w", e, err)
+		}
+		if cfg.Order != nil {
+			cfg.Order(v.String(), e, c.Delivered)
 		}
 		res := result(cfg, c, v, e)
 		res.Seconds = time.Since(start).Seconds()

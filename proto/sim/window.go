@@ -38,6 +38,9 @@ func runWindow(cfg Config, sizes [][]int64, emit func(Result)) error {
 		if err != nil {
 			return fmt.Errorf("epoch %d: %w", e, err)
 		}
+		if cfg.Order != nil {
+			cfg.Order("window", e, p.Files)
+		}
 		res := windowResult(cfg, in, p, e)
 		res.Seconds = planned.Seconds()
 		emit(res)
