@@ -29,7 +29,7 @@ func TestSimulateJSON(t *testing.T) {
 	required := []string{"variant", "epoch", "ranks", "files", "chunk_files", "mem_fraction", "requests",
 		"local_hits", "chunk_reads", "read_amplification", "fill_rate", "remote_requests", "prefetched",
 		"prefetch_hits", "peak_mem_bytes", "distinct_chunks_per_batch", "distinct_chunks_per_batch_shuffle",
-		"chunk_span", "chunk_span_shuffle"}
+		"chunk_span", "chunk_span_shuffle", "distinct_first_1pct", "distinct_last_1pct_shuffle"}
 	variants := map[string]int{}
 	for _, l := range lines {
 		var r map[string]any
@@ -43,6 +43,9 @@ func TestSimulateJSON(t *testing.T) {
 		}
 		if r["requests"].(float64) != 6000 || r["delivered"].(float64) != 6000 {
 			t.Fatalf("requests %v delivered %v, want 6000: %s", r["requests"], r["delivered"], l)
+		}
+		if _, ok := r["pairs_again_shuffle"]; ok != (r["epoch"].(float64) == 2) {
+			t.Fatalf("pairs_again_shuffle must be there in epoch 2 alone: %s", l)
 		}
 		variants[r["variant"].(string)]++
 		if amp := r["read_amplification"].(float64); r["variant"] == "window" && amp != 1 {

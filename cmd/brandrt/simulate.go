@@ -201,9 +201,9 @@ func writeTable(w io.Writer, cfg sim.Config, rs []sim.Result, took time.Duration
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tepoch\tlocal hits\tmisses\tchunk reads\tfill\tread amp\tremote req\tprefetched\tpf hits\twaits\tpeak mem\tchunks/batch\t(shuffle)\tspan\t(shuffle)\ttime\t")
 	for _, r := range rs {
-		name, waits := "paper "+r.Variant, "-"
+		name, waits := policyName(r), "-"
 		if r.Variant == "window" {
-			name, waits = r.Variant, comma(r.Waits)
+			waits = comma(r.Waits)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%.0f%%\t%.2f×\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.3f\t%.3f\t%.1fs\t\n",
 			name, r.Epoch, comma(r.LocalHits), comma(r.Misses), comma(r.ChunkReads), 100*r.FillRate,
@@ -212,6 +212,30 @@ func writeTable(w io.Writer, cfg sim.Config, rs []sim.Result, took time.Duration
 			r.ChunkSpan, r.ChunkSpanShuffle, r.Seconds)
 	}
 	tw.Flush()
+	fmt.Fprintf(w, "\nrandomness at the edges of an epoch (distinct chunks per batch over its first and last 1 %%)\n"+
+		"and across epochs (pairs of files in one batch that share a batch again in the next epoch)\n\n")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tepoch\tfirst 1%\t(shuffle)\tlast 1%\t(shuffle)\tpairs again\t(shuffle)\t")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t\n", policyName(r), r.Epoch, r.DistinctFirst,
+			r.DistinctFirstShuffle, r.DistinctLast, r.DistinctLastShuffle, percent(r.PairsAgain), percent(r.PairsAgainShuffle))
+	}
+	tw.Flush()
 	fmt.Fprintf(w, "\n%s requests per epoch, every file delivered exactly once; simulated in %s\n",
 		comma(r0.Requests), took.Round(100*time.Millisecond))
+}
+
+func policyName(r sim.Result) string {
+	if r.Variant == "window" {
+		return r.Variant
+	}
+	return "paper " + r.Variant
+}
+
+// percent prints a fraction as a percentage, "-" where there is none.
+func percent(x *float64) string {
+	if x == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f%%", 100**x)
 }

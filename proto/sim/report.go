@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"slices"
+
 	"github.com/brandrt/brandrt/proto"
 	"github.com/brandrt/brandrt/proto/prototest"
 )
@@ -22,8 +24,6 @@ func result(cfg Config, c *prototest.Cluster, v proto.Variant, e int) Result {
 		RemoteRequests: s.RemoteRequests, Redirects: s.Redirects,
 		Prefetched: s.Pushed, PrefetchHits: s.BufferHits, PeakMemBytes: s.PeakMem,
 	}
-	res.DistinctChunksPerBatch, res.ChunkSpan = randomness(m, c.Delivered, cfg.Batch)
-	res.DistinctChunksPerBatchShuffle, res.ChunkSpanShuffle = randomness(m, c.Traces, cfg.Batch)
 	return res
 }
 
@@ -104,4 +104,105 @@ func meanSpan(pcs []int32, first, last []int32) float64 {
 		}
 	}
 	return sum / float64(n)
+}
+
+// edges is the mean distinct PCs per batch over the first and over the
+// last 1 % of each rank's sequence (at least a batch), averaged over
+// ranks: how mixed the start of an epoch is, when memory is still filling,
+// and its end, when it drains.
+func edges(m *proto.Mapping, seqs [][]proto.FileID, batch int) (first, last float64) {
+	stamp := make([]int32, m.PCs())
+	ranks := 0
+	for _, seq := range seqs {
+		pcs := make([]int32, 0, len(seq))
+		for _, f := range seq {
+			if f != proto.NoFile {
+				pcs = append(pcs, int32(m.PC(f)))
+			}
+		}
+		if len(pcs) == 0 {
+			continue
+		}
+		ranks++
+		n := min(len(pcs), max(batch, len(pcs)/100))
+		first += batchDistinct(pcs[:n], batch, stamp)
+		last += batchDistinct(pcs[len(pcs)-n:], batch, stamp)
+	}
+	if ranks == 0 {
+		return 0, 0
+	}
+	return first / float64(ranks), last / float64(ranks)
+}
+
+// pairsAgain is the fraction of the pairs of files that shared a batch
+// (of one rank) in epoch prev and share one again in epoch cur: what a
+// model sees repeat from one epoch to the next. A shuffle gives about
+// (batch − 1) / (files − 1). nil when prev has no pairs.
+func pairsAgain(files int, prev, cur [][]proto.FileID, batch int) *float64 {
+	key := make([]int64, files)
+	for i := range key {
+		key[i] = -1
+	}
+	for r, seq := range cur {
+		for sn, f := range seq {
+			if f != proto.NoFile {
+				key[f] = int64(r)<<32 | int64(sn/batch)
+			}
+		}
+	}
+	var again, pairs int64
+	keys := make([]int64, 0, batch)
+	for _, seq := range prev {
+		for lo := 0; lo < len(seq); lo += batch {
+			keys = keys[:0]
+			for _, f := range seq[lo:min(lo+batch, len(seq))] {
+				if f != proto.NoFile {
+					keys = append(keys, key[f])
+				}
+			}
+			n := int64(len(keys))
+			pairs += n * (n - 1) / 2
+			slices.Sort(keys)
+			for i := 0; i < len(keys); {
+				j := i
+				for j < len(keys) && keys[j] == keys[i] {
+					j++
+				}
+				if c := int64(j - i); keys[i] >= 0 {
+					again += c * (c - 1) / 2
+				}
+				i = j
+			}
+		}
+	}
+	if pairs == 0 {
+		return nil
+	}
+	x := float64(again) / float64(pairs)
+	return &x
+}
+
+// orders are an epoch's delivered order and its traces (a true shuffle of
+// the same files), kept for the next epoch's pairs-again figure.
+type orders struct{ files, traces [][]proto.FileID }
+
+// mix fills res's randomness figures from this epoch's orders and, after
+// the first epoch, the previous one's.
+func mix(res *Result, m *proto.Mapping, batch int, cur, prev orders) {
+	res.DistinctChunksPerBatch, res.ChunkSpan = randomness(m, cur.files, batch)
+	res.DistinctChunksPerBatchShuffle, res.ChunkSpanShuffle = randomness(m, cur.traces, batch)
+	res.DistinctFirst, res.DistinctLast = edges(m, cur.files, batch)
+	res.DistinctFirstShuffle, res.DistinctLastShuffle = edges(m, cur.traces, batch)
+	if prev.files != nil {
+		res.PairsAgain = pairsAgain(m.Files(), prev.files, cur.files, batch)
+		res.PairsAgainShuffle = pairsAgain(m.Files(), prev.traces, cur.traces, batch)
+	}
+}
+
+func clone(seqs [][]proto.FileID) [][]proto.FileID {
+	out := make([][]proto.FileID, len(seqs))
+	for i, s := range seqs {
+		out[i] = slices.Clone(s)
+	}
+	return out
 }

@@ -138,6 +138,17 @@ type Result struct {
 	DistinctChunksPerBatchShuffle float64 `json:"distinct_chunks_per_batch_shuffle"`
 	ChunkSpan                     float64 `json:"chunk_span"`
 	ChunkSpanShuffle              float64 `json:"chunk_span_shuffle"`
+	// DistinctFirst and DistinctLast are distinct chunks per batch over
+	// the first and the last 1 % of each rank's epoch.
+	DistinctFirst        float64 `json:"distinct_first_1pct"`
+	DistinctFirstShuffle float64 `json:"distinct_first_1pct_shuffle"`
+	DistinctLast         float64 `json:"distinct_last_1pct"`
+	DistinctLastShuffle  float64 `json:"distinct_last_1pct_shuffle"`
+	// PairsAgain is the fraction of the pairs of files that shared a
+	// batch in the previous epoch and share one again in this one; absent
+	// in the first epoch.
+	PairsAgain        *float64 `json:"pairs_again,omitempty"`
+	PairsAgainShuffle *float64 `json:"pairs_again_shuffle,omitempty"`
 
 	// Seconds is the wall time the simulation of this epoch took.
 	Seconds float64 `json:"seconds"`
@@ -199,6 +210,7 @@ func runVariant(cfg Config, sizes [][]int64, v proto.Variant, emit func(Result))
 	if c, err = prototest.New(opts); err != nil {
 		return err
 	}
+	var prev orders
 	for e := 1; e <= cfg.Epochs; e++ {
 		start := time.Now()
 		traces := prototest.GenTraces(c.Mapping, cfg.Seed, uint32(e))
@@ -213,6 +225,9 @@ func runVariant(cfg Config, sizes [][]int64, v proto.Variant, emit func(Result))
 			cfg.Order(v.String(), e, c.Delivered)
 		}
 		res := result(cfg, c, v, e)
+		cur := orders{clone(c.Delivered), traces}
+		mix(&res, c.Mapping, cfg.Batch, cur, prev)
+		prev = cur
 		res.Seconds = time.Since(start).Seconds()
 		emit(res)
 	}

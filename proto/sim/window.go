@@ -29,6 +29,7 @@ func runWindow(cfg Config, sizes [][]int64, emit func(Result)) error {
 	for r := range sizes {
 		in.Budget = append(in.Budget, m.MemBytes(r))
 	}
+	var prev orders
 	for e := 1; e <= cfg.Epochs; e++ {
 		in.Epoch = uint32(e)
 		in.Traces = proto.Traces(m.Files(), m.Ranks(), cfg.Seed, uint32(e))
@@ -43,6 +44,9 @@ func runWindow(cfg Config, sizes [][]int64, emit func(Result)) error {
 		}
 		res := windowResult(cfg, in, p, e)
 		res.Seconds = planned.Seconds()
+		cur := orders{p.Files, in.Traces}
+		mix(&res, m, cfg.Batch, cur, prev)
+		prev = cur
 		emit(res)
 	}
 	return nil
@@ -83,7 +87,5 @@ func windowResult(cfg Config, in proto.WindowInput, p *proto.WindowPlan, e int) 
 		}
 	}
 	res.ReadAmplification = ratio(res.BytesRead, res.BytesDelivered)
-	res.DistinctChunksPerBatch, res.ChunkSpan = randomness(m, p.Files, cfg.Batch)
-	res.DistinctChunksPerBatchShuffle, res.ChunkSpanShuffle = randomness(m, in.Traces, cfg.Batch)
 	return res
 }
