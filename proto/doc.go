@@ -120,7 +120,9 @@
 // steps (step t: every rank answers its position t): the file for each
 // position, each rank's reads with the step from which the budget has
 // room for them (Issue) and the step by which they must be done (Due),
-// and the step from which each file may be pushed to the rank it answers.
+// and the step at which each file from another rank is pushed to the rank
+// it answers: up to Window positions ahead, within that rank's Remote
+// bytes, or on demand.
 // A read takes Lead steps and a rank reads one chunk at a time; Ramp
 // chunks are in before the first answer. An executor carries the plan
 // out; it does not decide anything. The executor in rt and the policy

@@ -36,6 +36,12 @@ type WindowInput struct {
 	// first position is answered (as many as fit, if fewer): the start-up
 	// wait traded for the randomness of the first batches.
 	Ramp int
+	// Remote is, per rank, the most bytes of files other ranks pushed to
+	// it ahead of their positions; nil or 0 pushes nothing ahead.
+	Remote []int64
+	// Window is how many positions ahead of the current step a file may
+	// be pushed to the rank that will ask for it.
+	Window int
 }
 
 // PlannedRead is one chunk read of a window plan. Logical step t is the
@@ -60,6 +66,10 @@ type WindowPlan struct {
 	// At[r][sn] is the step from which that file is in its home's pool:
 	// the earliest its home may push it to r.
 	At [][]int32
+	// PushAt[r][sn] is the step at which a file from another rank is
+	// pushed to r: before sn ahead of the request, within r's Remote
+	// bytes; sn itself when it is sent on demand; -1 for r's own files.
+	PushAt [][]int32
 	// Reads[h] are rank h's chunk reads in the order it issues them.
 	Reads [][]PlannedRead
 	// Waits[h] counts the logical steps by which draws from h's pool
@@ -115,6 +125,9 @@ func PlanWindow(in WindowInput) (*WindowPlan, error) {
 				p.Files[r][t], p.At[r][t] = in.draw(h, pools[h], t)
 			}
 		}
+	}
+	for r := range in.Traces {
+		p.PushAt = append(p.PushAt, in.pushes(r, p.Files[r], p.At[r]))
 	}
 	for _, pl := range pools {
 		// reads still pending serve no position (the traces left files of
@@ -198,6 +211,45 @@ func (in WindowInput) draw(h int, pl *pool, t int32) (FileID, int32) {
 	return f, at
 }
 
+// pushes plans when each file of another rank reaches r: at step t the
+// files of r's positions in (t, t+Window] are pushed, in position order,
+// once they are in their home's pool and while r's Remote bytes allow; a
+// pushed file's bytes are r's until its position's step is over. A file
+// not pushed ahead is sent on demand, at its step.
+func (in WindowInput) pushes(r int, files []FileID, at []int32) []int32 {
+	push := make([]int32, len(files))
+	var remote []int32 // r's positions answered by other ranks' files
+	for sn, f := range files {
+		push[sn] = -1
+		if in.Mapping.Home(f) != r {
+			remote = append(remote, int32(sn))
+		}
+	}
+	limit := int64(0)
+	if in.Remote != nil {
+		limit = in.Remote[r]
+	}
+	held, release := int64(0), make([]int64, len(files))
+	next := 0
+	for t := int32(0); int(t) < len(files); t++ {
+		for ; next < len(remote); next++ {
+			sn := remote[next]
+			f := files[sn]
+			b := in.size(in.Mapping.Home(f), f)
+			if sn == t {
+				push[sn] = t // on demand
+				continue
+			}
+			if int(sn) > int(t)+in.Window || at[sn] > t || held+b > limit {
+				break
+			}
+			push[sn], held, release[sn] = t, held+b, release[sn]+b
+		}
+		held -= release[t]
+	}
+	return push
+}
+
 func (in WindowInput) size(h int, f FileID) int64 {
 	first, _ := in.Mapping.RankFiles(h)
 	return in.Sizes[h][f-first]
@@ -223,8 +275,12 @@ func (in WindowInput) validate() error {
 		return fmt.Errorf("proto: window plan for %d ranks given %d size lists, %d budgets and %d traces",
 			m.Ranks(), len(in.Sizes), len(in.Budget), len(in.Traces))
 	}
-	if in.Lead < 0 || in.Ramp < 0 {
-		errs = append(errs, fmt.Errorf("proto: window lead %d and ramp %d, want ≥ 0", in.Lead, in.Ramp))
+	if in.Lead < 0 || in.Ramp < 0 || in.Window < 0 {
+		errs = append(errs, fmt.Errorf("proto: window lead %d, ramp %d and push window %d, want ≥ 0",
+			in.Lead, in.Ramp, in.Window))
+	}
+	if in.Remote != nil && len(in.Remote) != m.Ranks() {
+		errs = append(errs, fmt.Errorf("proto: window plan for %d ranks given %d remote budgets", m.Ranks(), len(in.Remote)))
 	}
 	for h := range m.Ranks() {
 		errs = append(errs, in.validateRank(h))

@@ -35,7 +35,12 @@ func windowCase(t *testing.T, seed uint64) proto.WindowInput {
 		t.Fatal(err)
 	}
 	in := proto.WindowInput{Mapping: m, Sizes: sizes, Seed: seed, Epoch: uint32(rng.IntN(3)),
-		Lead: rng.IntN(2 * k), Ramp: rng.IntN(4)}
+		Lead: rng.IntN(2 * k), Ramp: rng.IntN(4), Window: rng.IntN(100)}
+	if rng.IntN(4) > 0 {
+		for range ranks {
+			in.Remote = append(in.Remote, rng.Int64N(20000))
+		}
+	}
 	for h := range ranks {
 		var largest, total int64
 		first, n := m.RankPCs(h)
@@ -151,6 +156,43 @@ func checkWindowPlan(t *testing.T, in proto.WindowInput, p *proto.WindowPlan) {
 	for f, ok := range seen {
 		if !ok {
 			t.Fatalf("file %d answered no position", f)
+		}
+	}
+	checkPushes(t, in, p)
+}
+
+// checkPushes checks each rank's pushes: other ranks' files only, not
+// before their home has them nor more than Window positions ahead, and
+// never more bytes held ahead than the rank's Remote budget.
+func checkPushes(t *testing.T, in proto.WindowInput, p *proto.WindowPlan) {
+	t.Helper()
+	m := in.Mapping
+	for r, fs := range p.Files {
+		delta := make([]int64, len(fs)+1)
+		for sn, f := range fs {
+			push := p.PushAt[r][sn]
+			if (push < 0) != (m.Home(f) == r) {
+				t.Fatalf("rank %d position %d: file %d of rank %d pushed at %d", r, sn, f, m.Home(f), push)
+			}
+			if push < 0 || push == int32(sn) {
+				continue
+			}
+			if push > int32(sn) || push < p.At[r][sn] || int(push) < sn-in.Window {
+				t.Fatalf("rank %d position %d: pushed at %d, in its home from %d, window %d", r, sn, push,
+					p.At[r][sn], in.Window)
+			}
+			b := in.Sizes[m.Home(f)][f-mustFirst(m, m.Home(f))]
+			delta[push] += b
+			delta[sn+1] -= b
+		}
+		var held, limit int64
+		if in.Remote != nil {
+			limit = in.Remote[r]
+		}
+		for step, d := range delta[:len(fs)] {
+			if held += d; held > limit {
+				t.Fatalf("rank %d step %d: %d bytes pushed ahead, remote budget %d", r, step, held, limit)
+			}
 		}
 	}
 }

@@ -41,7 +41,7 @@ func simulateCommand() *cli.Command {
 			&cli.IntFlag{Name: "ranks", Value: d.Ranks, Usage: "ranks (nodes); files are split evenly"},
 			&cli.Float64Flag{Name: "mem-fraction", Value: d.MemFraction, Usage: "each rank's memory as a fraction of its shard, in (0, 1]"},
 			&cli.Float64Flag{Name: "remote-fraction", Value: d.RemoteFraction, Usage: "each rank's prefetch buffer as a fraction of its memory"},
-			&cli.IntFlag{Name: "window", Value: d.Window, Usage: "P, upcoming trace positions an owner considers for prefetch"},
+			&cli.IntFlag{Name: "window", Value: d.Window, Usage: "P, how far ahead files are prefetched, in positions (paper: those an owner considers; window: how early a file is pushed)"},
 			&cli.StringFlag{Name: "policy", Value: "window", Usage: "window or paper"},
 			&cli.StringFlag{Name: "variant", Value: d.Variants[0].String(), Usage: "the paper policy's variant: full, random-selection, no-prefetching or no-optimization"},
 			&cli.BoolFlag{Name: "compare", Usage: "run the paper policy's four variants and (unless --policy paper) the window policy on the same traces"},
@@ -195,7 +195,8 @@ func writeTable(w io.Writer, cfg sim.Config, rs []sim.Result, took time.Duration
 		}
 	}
 	if cfg.WindowPolicy {
-		fmt.Fprintf(w, "window   a chunk read takes %d steps, %d chunks read before the first answer\n", cfg.Lead, cfg.Ramp)
+		fmt.Fprintf(w, "window   a chunk read takes %d steps, %d chunks read before the first answer; files pushed up to %d positions ahead within %s\n",
+			cfg.Lead, cfg.Ramp, cfg.Window, ibytes(int64(cfg.RemoteFraction*float64(r0.MemBytes))))
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

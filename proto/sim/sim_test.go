@@ -35,8 +35,9 @@ func TestWindowPolicyReadsEachChunkOnce(t *testing.T) {
 			t.Fatalf("epoch %d: %s delivered %d, read amplification %.3f, %d chunk reads", r.Epoch, r.Variant,
 				r.Delivered, r.ReadAmplification, r.ChunkReads)
 		}
-		if r.LocalHits+r.RemoteRequests != 60000 || r.Prefetched != r.RemoteRequests {
-			t.Fatalf("epoch %d: %d local, %d remote, %d pushed", r.Epoch, r.LocalHits, r.RemoteRequests, r.Prefetched)
+		if r.LocalHits+r.RemoteRequests+r.Prefetched != 60000 || r.Prefetched < 35000 {
+			t.Fatalf("epoch %d: %d local, %d on demand, %d pushed ahead", r.Epoch, r.LocalHits, r.RemoteRequests,
+				r.Prefetched)
 		}
 		if r.DistinctChunksPerBatch < 0.85*r.DistinctChunksPerBatchShuffle {
 			t.Fatalf("epoch %d: %.1f distinct chunks per batch, a shuffle %.1f", r.Epoch, r.DistinctChunksPerBatch,

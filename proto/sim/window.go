@@ -9,9 +9,9 @@ import (
 
 // runWindow plans each epoch with the window policy (proto.PlanWindow) on
 // the traces the paper's variants get, and reports it like them: every
-// chunk is read once; a position answered by another rank's file is a
-// remote request whose file was pushed ahead (a prefetch hit); Seconds is
-// the planning time.
+// chunk is read once; a position answered by another rank's file counts
+// as prefetched (and hit) when the plan pushes it ahead, else as a remote
+// request; Seconds is the planning time.
 func runWindow(cfg Config, sizes [][]int64, emit func(Result)) error {
 	d := proto.Dataset{K: cfg.ChunkFiles}
 	for _, s := range sizes {
@@ -25,9 +25,11 @@ func runWindow(cfg Config, sizes [][]int64, emit func(Result)) error {
 	if err != nil {
 		return err
 	}
-	in := proto.WindowInput{Mapping: m, Sizes: sizes, Seed: cfg.Seed, Lead: cfg.Lead, Ramp: cfg.Ramp}
+	in := proto.WindowInput{Mapping: m, Sizes: sizes, Seed: cfg.Seed, Lead: cfg.Lead, Ramp: cfg.Ramp, Window: cfg.Window}
 	for r := range sizes {
 		in.Budget = append(in.Budget, m.MemBytes(r))
+		// as for the paper policy: a fraction of the first rank's budget
+		in.Remote = append(in.Remote, int64(cfg.RemoteFraction*float64(m.MemBytes(0))))
 	}
 	var prev orders
 	for e := 1; e <= cfg.Epochs; e++ {
@@ -56,7 +58,7 @@ func windowResult(cfg Config, in proto.WindowInput, p *proto.WindowPlan, e int) 
 	m := in.Mapping
 	res := Result{Variant: "window", Epoch: e, Ranks: cfg.Ranks, Files: cfg.Files, ChunkFiles: cfg.ChunkFiles,
 		MemFraction: cfg.MemFraction, Window: cfg.Window, Inflight: cfg.Inflight, MemBytes: m.MemBytes(0),
-		FillRate: 1}
+		RemoteMemBytes: in.Remote[0], FillRate: 1}
 	size := func(f proto.FileID) int64 {
 		h := m.Home(f)
 		first, _ := m.RankFiles(h)
@@ -73,14 +75,16 @@ func windowResult(cfg Config, in proto.WindowInput, p *proto.WindowPlan, e int) 
 		}
 		res.PeakMemBytes = max(res.PeakMemBytes, p.PeakBytes[r])
 		res.Waits += p.Waits[r]
-		for _, f := range p.Files[r] {
+		for sn, f := range p.Files[r] {
 			res.Requests++
 			res.Delivered++
 			res.BytesDelivered += size(f)
-			if m.Home(f) == r {
+			switch push := p.PushAt[r][sn]; {
+			case push < 0:
 				res.LocalHits++
-			} else {
-				res.RemoteRequests++
+			case push == int32(sn):
+				res.RemoteRequests++ // sent on demand
+			default:
 				res.Prefetched++
 				res.PrefetchHits++
 			}
