@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/brandrt/brandrt/chunk"
+	"github.com/brandrt/brandrt/proto/sim"
 )
 
 func runCLI(t *testing.T, args ...string) (stdout, stderr string, status int) {
@@ -127,6 +130,31 @@ func TestSimulateOrderOut(t *testing.T) {
 	_, errs, status := runCLI(t, "simulate", "--files", "3000", "--ranks", "2", "--order-out", filepath.Join(dir, "w1"))
 	if status == 0 || !strings.Contains(errs, "exists; pass --force") {
 		t.Fatalf("an existing --order-out file: status %d, %q", status, errs)
+	}
+}
+
+// simulate --chunks takes the ranks, K and sizes of a packed dataset.
+func TestSimulateChunks(t *testing.T) {
+	dir := servePack(t, 300, 2, filepath.Join(t.TempDir(), "chunks"))
+	out, errs, status := runCLI(t, "simulate", "--chunks", dir, "--json")
+	if status != 0 {
+		t.Fatalf("status %d: %s", status, errs)
+	}
+	var r sim.Result
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &r); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	m, err := chunk.ReadManifest(chunk.OS, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Files != 300 || r.Ranks != 2 || r.ChunkFiles != 16 || r.Bytes != m.Bytes || r.ReadAmplification != 1 {
+		t.Fatalf("simulated %d files of %d bytes on %d ranks, K=%d, read %.2f×; the dataset has 300 of %d, 2, 16",
+			r.Files, r.Bytes, r.Ranks, r.ChunkFiles, r.ReadAmplification, m.Bytes)
+	}
+	_, errs, status = runCLI(t, "simulate", "--chunks", dir, "--ranks", "3")
+	if status == 0 || !strings.Contains(errs, "--ranks comes from the dataset") {
+		t.Fatalf("--chunks with --ranks: status %d, %q", status, errs)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/pkg/profile"
 	"github.com/urfave/cli/v2"
 
+	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/proto"
 	"github.com/brandrt/brandrt/proto/sim"
 )
@@ -36,6 +37,7 @@ func simulateCommand() *cli.Command {
 			"no-prefetching; no-optimization (random refill chunk, no prefetch).\n\n" +
 			"Example: brandrt simulate --compare --files 1.28M --ranks 3 --chunk-files 64 --mem-fraction 0.25",
 		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "chunks", Usage: "simulate this packed dataset (brandrt pack --out): its ranks, K and file sizes, instead of generated ones"},
 			&cli.GenericFlag{Name: "files", Value: &files, Usage: "files in the dataset (1281167, 40k, 1.28M)"},
 			&cli.IntFlag{Name: "chunk-files", Value: d.ChunkFiles, Usage: "K, files per chunk"},
 			&cli.IntFlag{Name: "ranks", Value: d.Ranks, Usage: "ranks (nodes); files are split evenly"},
@@ -81,6 +83,18 @@ func simConfig(c *cli.Context) (sim.Config, error) {
 		return cfg, fmt.Errorf("--size-dist %q: want lognormal or fixed", c.String("size-dist"))
 	}
 	cfg.Lead, cfg.Ramp = c.Int("lead"), c.Int("ramp")
+	if dir := c.String("chunks"); dir != "" {
+		for _, f := range []string{"files", "ranks", "chunk-files", "file-size", "size-dist", "sigma"} {
+			if c.IsSet(f) {
+				return cfg, fmt.Errorf("--%s comes from the dataset with --chunks; drop it", f)
+			}
+		}
+		m, sizes, err := datasetSizes(dir)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Files, cfg.Ranks, cfg.ChunkFiles, cfg.DatasetSizes = int(m.Files), m.Ranks, m.K, sizes
+	}
 	v, err := proto.ParseVariant(c.String("variant"))
 	if err != nil {
 		return cfg, fmt.Errorf("--variant: %w", err)
@@ -181,7 +195,10 @@ func writeJSON(w io.Writer, r sim.Result) {
 func writeTable(w io.Writer, cfg sim.Config, rs []sim.Result, took time.Duration) {
 	r0 := rs[0]
 	dist := "fixed"
-	if cfg.Lognormal {
+	switch {
+	case cfg.DatasetSizes != nil:
+		dist = "the packed dataset's sizes"
+	case cfg.Lognormal:
 		dist = fmt.Sprintf("lognormal σ=%.2g", cfg.Sigma)
 	}
 	fmt.Fprintf(w, "dataset  %s files, %s (mean %s, %s), %d ranks, K=%d\n",
@@ -239,4 +256,19 @@ func percent(x *float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.3f%%", 100**x)
+}
+
+// datasetSizes reads a packed dataset's manifest and the size of every
+// file from its indexes, one list per rank.
+func datasetSizes(dir string) (*chunk.Manifest, [][]int64, error) {
+	m, err := chunk.ReadManifest(chunk.OS, dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	sizes := make([][]int64, m.Ranks)
+	err = chunk.Each(chunk.OS, dir, func(e chunk.Entry) error {
+		sizes[e.Rank] = append(sizes[e.Rank], int64(e.Size))
+		return nil
+	})
+	return m, sizes, err
 }

@@ -58,6 +58,10 @@ type Config struct {
 	// Progress, if set, is called now and then with the requests done
 	// and the total of the current epoch and variant.
 	Progress func(v proto.Variant, epoch int, done, total int64)
+	// DatasetSizes, when set, are the sizes of a real dataset's files, one
+	// list per rank (a packed dataset's shards), used instead of drawn
+	// sizes; Files and Ranks must match them.
+	DatasetSizes [][]int64
 	// Order, if set, is given each epoch's delivered order: files[r][sn]
 	// answered position sn of rank r under the named policy ("window", or
 	// the paper policy's variant).
@@ -97,6 +101,14 @@ func (c Config) Validate() error {
 	check(c.FileSize < 1, "file size = %d bytes, want ≥ 1", c.FileSize)
 	check(c.Lognormal && !(c.Sigma >= 0 && c.Sigma <= 4), "sigma = %g, want 0 to 4", c.Sigma)
 	check(c.Inflight < 1, "inflight = %d, want ≥ 1", c.Inflight)
+	if c.DatasetSizes != nil {
+		n := 0
+		for _, s := range c.DatasetSizes {
+			n += len(s)
+		}
+		check(len(c.DatasetSizes) != c.Ranks || n != c.Files, "dataset sizes for %d ranks and %d files, config %d and %d",
+			len(c.DatasetSizes), n, c.Ranks, c.Files)
+	}
 	return errors.Join(errs...)
 }
 
@@ -174,9 +186,12 @@ func Run(cfg Config, emit func(Result)) error {
 	return nil
 }
 
-// Sizes draws the file sizes of cfg's dataset, split into one list per
-// rank of Files/Ranks files (±1).
+// Sizes returns the file sizes of cfg's dataset, one list per rank: its
+// DatasetSizes, or drawn, Files/Ranks files (±1) per rank.
 func Sizes(cfg Config) [][]int64 {
+	if cfg.DatasetSizes != nil {
+		return cfg.DatasetSizes
+	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x51235))
 	mu := math.Log(float64(cfg.FileSize)) - cfg.Sigma*cfg.Sigma/2
 	sizes := make([][]int64, cfg.Ranks)
