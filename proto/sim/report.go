@@ -46,16 +46,7 @@ func randomness(m *proto.Mapping, seqs [][]proto.FileID, batch int) (distinct, s
 	first := make([]int32, m.PCs())
 	last := make([]int32, m.PCs())
 	ranks := 0
-	for _, seq := range seqs {
-		pcs := make([]int32, 0, len(seq))
-		for _, f := range seq {
-			if f != proto.NoFile {
-				pcs = append(pcs, int32(m.PC(f)))
-			}
-		}
-		if len(pcs) == 0 {
-			continue
-		}
+	for _, pcs := range chunkSeqs(m, seqs) {
 		ranks++
 		distinct += batchDistinct(pcs, batch, stamp)
 		span += meanSpan(pcs, first, last)
@@ -64,6 +55,24 @@ func randomness(m *proto.Mapping, seqs [][]proto.FileID, batch int) (distinct, s
 		return 0, 0
 	}
 	return distinct / float64(ranks), span / float64(ranks)
+}
+
+// chunkSeqs maps each non-empty sequence of files to the sequence of
+// their PCs, skipping NoFile.
+func chunkSeqs(m *proto.Mapping, seqs [][]proto.FileID) [][]int32 {
+	var out [][]int32
+	for _, seq := range seqs {
+		pcs := make([]int32, 0, len(seq))
+		for _, f := range seq {
+			if f != proto.NoFile {
+				pcs = append(pcs, int32(m.PC(f)))
+			}
+		}
+		if len(pcs) > 0 {
+			out = append(out, pcs)
+		}
+	}
+	return out
 }
 
 // batchDistinct is the mean count of distinct values per batch of pcs;
@@ -113,16 +122,7 @@ func meanSpan(pcs []int32, first, last []int32) float64 {
 func edges(m *proto.Mapping, seqs [][]proto.FileID, batch int) (first, last float64) {
 	stamp := make([]int32, m.PCs())
 	ranks := 0
-	for _, seq := range seqs {
-		pcs := make([]int32, 0, len(seq))
-		for _, f := range seq {
-			if f != proto.NoFile {
-				pcs = append(pcs, int32(m.PC(f)))
-			}
-		}
-		if len(pcs) == 0 {
-			continue
-		}
+	for _, pcs := range chunkSeqs(m, seqs) {
 		ranks++
 		n := min(len(pcs), max(batch, len(pcs)/100))
 		first += batchDistinct(pcs[:n], batch, stamp)
