@@ -86,6 +86,7 @@ type WindowPlan struct {
 type pool struct {
 	rng     *rand.Rand
 	order   []int         // the rank's PCs, in read order
+	bytes   []int64       // per entry of order, the chunk's bytes
 	next    int           // the next of order to issue
 	pending []PlannedRead // issued, not yet due, in issue order
 	ready   []FileID      // files due and not yet drawn
@@ -142,9 +143,9 @@ func PlanWindow(in WindowInput) (*WindowPlan, error) {
 func (in WindowInput) newPool(h int) *pool {
 	first, n := in.Mapping.RankPCs(h)
 	pl := &pool{rng: rand.New(rand.NewPCG(in.Seed^0x5749_4e44_4f57, uint64(in.Epoch)<<32|uint64(h)))}
-	pl.order = make([]int, n)
+	pl.order, pl.bytes = make([]int, n), make([]int64, n)
 	for i, j := range pl.rng.Perm(n) {
-		pl.order[i] = first + j
+		pl.order[i], pl.bytes[i] = first+j, in.pcBytes(h, first+j)
 	}
 	return pl
 }
@@ -152,8 +153,7 @@ func (in WindowInput) newPool(h int) *pool {
 // issue starts reads of h's next chunks while its budget has room.
 func (in WindowInput) issue(h int, pl *pool, t int32) {
 	for pl.next < len(pl.order) {
-		pc := pl.order[pl.next]
-		b := in.pcBytes(h, pc)
+		pc, b := pl.order[pl.next], pl.bytes[pl.next]
 		if pl.held+b > in.Budget[h] {
 			return
 		}
@@ -249,6 +249,9 @@ func (in WindowInput) pushes(r int, files []FileID, at []int32) []int32 {
 	}
 	return push
 }
+
+// FileSize returns the size of file f in bytes.
+func (in WindowInput) FileSize(f FileID) int64 { return in.size(in.Mapping.Home(f), f) }
 
 func (in WindowInput) size(h int, f FileID) int64 {
 	first, _ := in.Mapping.RankFiles(h)

@@ -96,8 +96,8 @@ func writeOut(c *cli.Context, name string, data []byte) error {
 		_, err := c.App.Writer.Write(data)
 		return err
 	}
-	if _, err := os.Stat(name); err == nil && !c.Bool("force") {
-		return fmt.Errorf("%s exists; pass --force to overwrite it", name)
+	if err := refuseOverwrite(c, name); err != nil {
+		return err
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".tmp-")
 	if err != nil {
@@ -114,6 +114,14 @@ func writeOut(c *cli.Context, name string, data []byte) error {
 		os.Remove(tmp.Name())
 	}
 	return err
+}
+
+// refuseOverwrite fails when name exists and --force was not given.
+func refuseOverwrite(c *cli.Context, name string) error {
+	if _, err := os.Stat(name); err == nil && !c.Bool("force") {
+		return fmt.Errorf("%s exists; pass --force to overwrite it", name)
+	}
+	return nil
 }
 
 func printSummary(w io.Writer, dir string, s *chunk.Summary) {

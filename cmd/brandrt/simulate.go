@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"text/tabwriter"
 	"time"
 
@@ -139,8 +138,8 @@ func runSimulate(c *cli.Context) error {
 		if c.Bool("compare") {
 			return fmt.Errorf("--order-out writes one policy's order; drop --compare")
 		}
-		if _, err := os.Stat(name); err == nil && !c.Bool("force") {
-			return fmt.Errorf("%s exists; pass --force to overwrite it", name)
+		if err := refuseOverwrite(c, name); err != nil { // before the run, not after it
+			return err
 		}
 		order = new(bytes.Buffer)
 		fmt.Fprintf(order, "# brandrt delivered order, policy %s, seed %d: epoch rank sn file\n",

@@ -71,11 +71,7 @@ func New(opts Options) (*Cluster, error) {
 	if len(opts.Sizes) != n {
 		return nil, fmt.Errorf("prototest: %d size lists for %d ranks", len(opts.Sizes), n)
 	}
-	d := proto.Dataset{K: opts.K, Shards: make([]proto.Shard, n)}
-	for r := range d.Shards {
-		d.Shards[r] = shard(opts, r)
-	}
-	m, err := proto.NewMapping(d)
+	m, err := Mapping(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -89,6 +85,16 @@ func New(opts Options) (*Cluster, error) {
 		errs = append(errs, err)
 	}
 	return c, errors.Join(errs...)
+}
+
+// Mapping builds the mapping of opts' dataset: K, and per rank (one per
+// list of Sizes) its files, their bytes and its memory budget.
+func Mapping(opts Options) (*proto.Mapping, error) {
+	d := proto.Dataset{K: opts.K, Shards: make([]proto.Shard, len(opts.Sizes))}
+	for r := range d.Shards {
+		d.Shards[r] = shard(opts, r)
+	}
+	return proto.NewMapping(d)
 }
 
 func shard(opts Options, r int) proto.Shard {

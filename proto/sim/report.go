@@ -198,11 +198,3 @@ func mix(res *Result, m *proto.Mapping, batch int, cur, prev orders) {
 		res.PairsAgainShuffle = pairsAgain(m.Files(), prev.traces, cur.traces, batch)
 	}
 }
-
-func clone(seqs [][]proto.FileID) [][]proto.FileID {
-	out := make([][]proto.FileID, len(seqs))
-	for i, s := range seqs {
-		out[i] = slices.Clone(s)
-	}
-	return out
-}

@@ -208,6 +208,12 @@ func Sizes(cfg Config) [][]int64 {
 	return sizes
 }
 
+// remoteBytes is each rank's buffer limit for files pushed ahead, for
+// either policy: a fraction of the first rank's memory budget.
+func remoteBytes(cfg Config, m *proto.Mapping) int64 {
+	return int64(cfg.RemoteFraction * float64(m.MemBytes(0)))
+}
+
 func runVariant(cfg Config, sizes [][]int64, v proto.Variant, emit func(Result)) error {
 	opts := prototest.Options{
 		Files: make([]int, cfg.Ranks), K: cfg.ChunkFiles, Sizes: sizes,
@@ -220,8 +226,7 @@ func runVariant(cfg Config, sizes [][]int64, v proto.Variant, emit func(Result))
 	if err != nil {
 		return err
 	}
-	// The buffer limit is a fraction of the smallest rank's VC budget.
-	opts.RemoteMemBytes = int64(cfg.RemoteFraction * float64(c.Mapping.MemBytes(0)))
+	opts.RemoteMemBytes = remoteBytes(cfg, c.Mapping)
 	if c, err = prototest.New(opts); err != nil {
 		return err
 	}
@@ -240,7 +245,9 @@ func runVariant(cfg Config, sizes [][]int64, v proto.Variant, emit func(Result))
 			cfg.Order(v.String(), e, c.Delivered)
 		}
 		res := result(cfg, c, v, e)
-		cur := orders{clone(c.Delivered), traces}
+		// each epoch's record is new, and PlayEpoch answers every
+		// position, so nothing writes into this one later
+		cur := orders{c.Delivered, traces}
 		mix(&res, c.Mapping, cfg.Batch, cur, prev)
 		prev = cur
 		res.Seconds = time.Since(start).Seconds()

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/brandrt/brandrt/proto"
+	"github.com/brandrt/brandrt/proto/prototest"
 )
 
 // runWindow plans each epoch with the window policy (proto.PlanWindow) on
@@ -13,23 +14,14 @@ import (
 // as prefetched (and hit) when the plan pushes it ahead, else as a remote
 // request; Seconds is the planning time.
 func runWindow(cfg Config, sizes [][]int64, emit func(Result)) error {
-	d := proto.Dataset{K: cfg.ChunkFiles}
-	for _, s := range sizes {
-		var b int64
-		for _, x := range s {
-			b += x
-		}
-		d.Shards = append(d.Shards, proto.Shard{Files: len(s), Bytes: b, MemBytes: int64(cfg.MemFraction * float64(b))})
-	}
-	m, err := proto.NewMapping(d)
+	m, err := prototest.Mapping(prototest.Options{K: cfg.ChunkFiles, Sizes: sizes, MemFraction: cfg.MemFraction})
 	if err != nil {
 		return err
 	}
 	in := proto.WindowInput{Mapping: m, Sizes: sizes, Seed: cfg.Seed, Lead: cfg.Lead, Ramp: cfg.Ramp, Window: cfg.Window}
 	for r := range sizes {
 		in.Budget = append(in.Budget, m.MemBytes(r))
-		// as for the paper policy: a fraction of the first rank's budget
-		in.Remote = append(in.Remote, int64(cfg.RemoteFraction*float64(m.MemBytes(0))))
+		in.Remote = append(in.Remote, remoteBytes(cfg, m))
 	}
 	var prev orders
 	for e := 1; e <= cfg.Epochs; e++ {
@@ -59,18 +51,13 @@ func windowResult(cfg Config, in proto.WindowInput, p *proto.WindowPlan, e int) 
 	res := Result{Variant: "window", Epoch: e, Ranks: cfg.Ranks, Files: cfg.Files, ChunkFiles: cfg.ChunkFiles,
 		MemFraction: cfg.MemFraction, Window: cfg.Window, Inflight: cfg.Inflight, MemBytes: m.MemBytes(0),
 		RemoteMemBytes: in.Remote[0], FillRate: 1}
-	size := func(f proto.FileID) int64 {
-		h := m.Home(f)
-		first, _ := m.RankFiles(h)
-		return in.Sizes[h][f-first]
-	}
 	for r := range m.Ranks() {
 		res.Bytes += m.ShardBytes(r)
 		for _, rd := range p.Reads[r] {
 			res.ChunkReads++
 			lo, hi := m.PCFiles(rd.PC)
 			for f := lo; f < hi; f++ {
-				res.BytesRead += size(f)
+				res.BytesRead += in.FileSize(f)
 			}
 		}
 		res.PeakMemBytes = max(res.PeakMemBytes, p.PeakBytes[r])
@@ -78,7 +65,7 @@ func windowResult(cfg Config, in proto.WindowInput, p *proto.WindowPlan, e int) 
 		for sn, f := range p.Files[r] {
 			res.Requests++
 			res.Delivered++
-			res.BytesDelivered += size(f)
+			res.BytesDelivered += in.FileSize(f)
 			switch push := p.PushAt[r][sn]; {
 			case push < 0:
 				res.LocalHits++
