@@ -109,7 +109,7 @@ def args_parser():
                    help="where the formats are built and kept between runs (default %(default)s); on the disk "
                         "to measure")
     r = p.add_argument_group("runs")
-    r.add_argument("--systems", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
+    r.add_argument("--systems", type=listed(str.strip),
                    default=ALL, help="comma-separated, from: %s (default all)" % ", ".join(ALL))
     r.add_argument("--storage", type=lambda s: [x.strip() for x in s.split(",")], default=["local"],
                    help="local, nas or both (local,nas); nas starts the emulated NAS of nas.sh and stops it")

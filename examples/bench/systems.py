@@ -59,14 +59,37 @@ def loader_args(spec):
     return dict(batch_size=spec["batch_size"], num_workers=w, persistent_workers=w > 0, collate_fn=collate)
 
 
+def shm_dir(spec, what):
+    """A new directory in /dev/shm whose name gives the driver's pid, so
+    that a later run removes what a killed one left."""
+    return tempfile.mkdtemp(prefix="brandrt-bench-%d-%s-" % (spec.get("owner", os.getppid()), what), dir="/dev/shm")
+
+
 class _System:
     check = "files"  # the delivered files are compared with the dataset's
+
+    def epoch(self, e):
+        """What yields epoch e's batches: by default the same DataLoader
+        every epoch."""
+        return self.loader
 
     def close(self):
         pass
 
     def own(self):
         return {}
+
+
+class _ShmCached(_System):
+    """A system whose cache is a directory in /dev/shm (tmpfs, so the
+    cgroup counts it), removed when the run closes."""
+
+    def make_cache(self, spec, what):
+        self.cache = shm_dir(spec, what)
+        return self.cache
+
+    def close(self):
+        shutil.rmtree(self.cache, ignore_errors=True)
 
 
 class _Files(tud.Dataset):
@@ -97,9 +120,6 @@ class Random(_System):
 
     def dataset(self, spec, cat):
         return _Files(spec["input"], cat["files"])
-
-    def epoch(self, e):
-        return self.loader
 
 
 class _CachedFiles(_Files):
@@ -191,9 +211,6 @@ class WebDataset(_System):
         self.loader = tud.DataLoader(ds, **loader_args(spec))
         self.shards = len(urls)
 
-    def epoch(self, e):
-        return self.loader
-
     def own(self):
         return {"shards": self.shards, "shuffle_buffer_per_worker": self.buffer}
 
@@ -209,13 +226,7 @@ def _mosaic_class():
     return MosaicBytes
 
 
-def shm_prefix(spec, what):
-    """The prefix of a directory in /dev/shm: it names the driver's pid, so
-    that a later run removes what a killed one left."""
-    return "brandrt-bench-%d-%s-" % (spec.get("owner", os.getppid()), what)
-
-
-class Mosaic(_System):
+class Mosaic(_ShmCached):
     """Mosaic Streaming over its MDS shards: remote is the storage, local a
     cache in memory (tmpfs, counted by the cgroup) of the budget
     (cache_limit), its default shuffle (py1e), its StreamingDataLoader."""
@@ -223,7 +234,7 @@ class Mosaic(_System):
     def __init__(self, spec, cat):
         from streaming import StreamingDataLoader
 
-        self.cache = tempfile.mkdtemp(prefix=shm_prefix(spec, "mosaic"), dir="/dev/shm")
+        cache = self.make_cache(spec, "mosaic")
         # py1e shuffles blocks of shuffle_block_size samples; its default
         # (at least 262,144) spans the whole dataset here, so a cache of the
         # budget downloads each shard again and again (a tenth of the
@@ -239,16 +250,10 @@ class Mosaic(_System):
         self.block = max(1, fit // 2)
         b = spec["batch_size"]
         self.predownload = max(b, min(8 * b, fit // (2 * max(1, spec["workers"]))))
-        ds = _mosaic_class()(remote=os.path.join(spec["root"], "mds"), local=self.cache, shuffle=True,
+        ds = _mosaic_class()(remote=os.path.join(spec["root"], "mds"), local=cache, shuffle=True,
                              shuffle_seed=SEED, batch_size=b, cache_limit=spec["budget"],
                              shuffle_block_size=self.block, predownload=self.predownload)
         self.loader = StreamingDataLoader(ds, **loader_args(spec))
-
-    def epoch(self, e):
-        return self.loader
-
-    def close(self):
-        shutil.rmtree(self.cache, ignore_errors=True)
 
     def own(self):
         return {"shuffle_block_size": self.block, "predownload": self.predownload}
@@ -265,7 +270,7 @@ def _litdata_class():
     return LitBytes
 
 
-class LitData(_System):
+class LitData(_ShmCached):
     """LitData over its optimized chunks: input_dir is the storage (a local:
     URL, so chunks are copied into the cache as from a remote), the cache in
     memory (tmpfs) of the budget (max_cache_size), shuffle=True, its
@@ -279,16 +284,9 @@ class LitData(_System):
         # Its constructor asks PyPI for a newer version (up to 30 s); not
         # what is measured, and not possible on an offline node.
         lsd._check_version_and_prompt_upgrade = lambda v: None
-        self.cache = tempfile.mkdtemp(prefix=shm_prefix(spec, "litdata"), dir="/dev/shm")
-        ds = _litdata_class()(Dir(path=self.cache, url="local:" + os.path.join(spec["root"], "litdata")),
+        ds = _litdata_class()(Dir(path=self.make_cache(spec, "litdata"), url="local:" + os.path.join(spec["root"], "litdata")),
                               shuffle=True, seed=SEED, max_cache_size=spec["budget"])
         self.loader = StreamingDataLoader(ds, **loader_args(spec))
-
-    def epoch(self, e):
-        return self.loader
-
-    def close(self):
-        shutil.rmtree(self.cache, ignore_errors=True)
 
 
 class Brandrt(_System):
@@ -301,7 +299,7 @@ class Brandrt(_System):
         sys.path.insert(0, os.path.join(spec["repo"], "python"))
         from brandrt.torch import BrandDataset, BrandSampler
 
-        self.attach = tempfile.mkdtemp(prefix=shm_prefix(spec, "brandrt"), dir="/dev/shm")
+        self.attach = shm_dir(spec, "brandrt")
         self.stats = os.path.join(self.attach, "stats.json")
         chunks = os.path.join(spec["root"], "chunks-k%d" % spec["chunk_files"])
         cmd = spec["mpirun"] + ["-np", "1", spec["brandrt"], "serve", "--chunks", chunks,
