@@ -357,7 +357,7 @@ func TestSuppliedTraces(t *testing.T) {
 	env := []string{"BRANDRT_ATTACH=" + tmp}
 	cmd, out := startServeEnv(t, env, 2, "--chunks", dir, "--mem", "30%", "--epochs", "2", "--traces", "clients")
 	var args [][]string
-	results := make([]string, 2)
+	results, resDir := make([]string, 2), t.TempDir()
 	for r := range 2 {
 		var orders [][]int
 		for _, s := range split {
@@ -367,7 +367,9 @@ func TestSuppliedTraces(t *testing.T) {
 		if r == 1 {
 			bad = append([]int{perm[0]}, bad...) // perm[0] is rank 0's
 		}
-		results[r] = filepath.Join(tmp, fmt.Sprintf("%d.json", r))
+		// not in tmp: serve removes its attach directory when it ends,
+		// which may be before a training process writes its results
+		results[r] = filepath.Join(resDir, fmt.Sprintf("%d.json", r))
 		args = append(args, []string{"traces.py", "--local-rank", fmt.Sprint(r), "--input", input, "--out", results[r],
 			"--orders", jsonFile(t, orders), "--bad", jsonFile(t, bad)})
 	}
