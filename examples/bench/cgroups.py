@@ -56,10 +56,11 @@ class Group:
         self.dirs = {c: os.path.join(ROOT, c, name) for c in ("memory", "blkio", "cpuacct")}
 
     @classmethod
-    def existing(cls, name):
-        """The group name as it is, to read or remove."""
+    def existing(cls, name, device=None):
+        """The group name as it is, to read or remove; device is the disk
+        whose reads counters() gives."""
         g = cls.__new__(cls)
-        g._names(name, None)
+        g._names(name, device)
         return g
 
     def _write(self, c, f, v):

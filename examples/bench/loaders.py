@@ -233,7 +233,7 @@ def run_one(a, cat, storage, mem, system, k, n):
             "chunk_files": k, "brandrt": os.path.abspath(a.brandrt), "repo": REPO,
             "mpirun": ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"],
             "serve_flags": POLICIES.get(system[8:], []) if system.startswith("brandrt") else [],
-            "blkio": group.dirs["blkio"], "cpuacct": group.dirs["cpuacct"], "device": device,
+            "group": group.name, "device": device,
             "net_dev": NAS_IF if storage == "nas" else None, "owner": os.getpid()}
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)

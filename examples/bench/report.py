@@ -59,16 +59,20 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
+def _by_round(records, of=lambda r: r):
+    """({round: {label: of(record)}}, the labels in first-run order)."""
+    rounds, labels = {}, []
+    for r in records:
+        rounds.setdefault(r["round"], {})[label(r)] = of(r)
+        if label(r) not in labels:
+            labels.append(label(r))
+    return rounds, labels
+
+
 def rows(records):
     """Per system label (in first-run order): medians over the rounds of
     each figure, and of the per-round ratio to random."""
-    rounds = {}
-    for r in records:
-        rounds.setdefault(r["round"], {})[label(r)] = r
-    labels = []
-    for r in records:
-        if label(r) not in labels:
-            labels.append(label(r))
+    rounds, labels = _by_round(records)
     out = []
     for lab in labels:
         runs = [rs[lab] for rs in rounds.values() if lab in rs]
@@ -173,13 +177,7 @@ def tables(meta, records):
 def versus(records):
     """Lines giving each brandrt run's files/s over every other system's,
     epoch 1 and epochs 2 on: medians of the ratios taken in each round."""
-    rounds = {}
-    for r in records:
-        rounds.setdefault(r["round"], {})[label(r)] = summary(r)
-    labels = []
-    for r in records:
-        if label(r) not in labels:
-            labels.append(label(r))
+    rounds, labels = _by_round(records, summary)
     out = []
     for mine in [lab for lab in labels if lab.startswith("brandrt")]:
         cells = []

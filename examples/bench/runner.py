@@ -24,6 +24,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import cgroups  # noqa: E402
 import prepare  # noqa: E402
 import systems  # noqa: E402
 
@@ -33,25 +34,15 @@ def emit(**kw):
 
 
 class Counters:
-    """The run's cgroup counters, and the NAS link's received bytes."""
+    """The run's cgroup counters (cgroups.Group.counters), and the NAS
+    link's received bytes."""
 
     def __init__(self, spec):
-        self.blkio = spec.get("blkio")
-        self.device = spec.get("device")
-        self.cpuacct = spec.get("cpuacct")
+        self.group = cgroups.Group.existing(spec["group"], spec.get("device"))
         self.net = spec.get("net_dev")
 
     def read(self):
-        out = {"read_bytes": 0, "net_bytes": 0, "cpu_ns": 0}
-        if self.blkio and self.device:
-            with open(os.path.join(self.blkio, "blkio.throttle.io_service_bytes")) as f:
-                for line in f:
-                    p = line.split()
-                    if len(p) == 3 and p[0] == self.device and p[1] == "Read":
-                        out["read_bytes"] = int(p[2])
-        if self.cpuacct:
-            with open(os.path.join(self.cpuacct, "cpuacct.usage")) as f:
-                out["cpu_ns"] = int(f.read())
+        out = dict(self.group.counters(), net_bytes=0)
         if self.net:
             with open("/sys/class/net/%s/statistics/rx_bytes" % self.net) as f:
                 out["net_bytes"] = int(f.read())
