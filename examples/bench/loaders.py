@@ -235,7 +235,13 @@ def run_one(a, cat, storage, mem, system, k, n):
             "serve_flags": POLICIES.get(system[8:], []) if system.startswith("brandrt") else [],
             "group": group.name, "device": device,
             "net_dev": NAS_IF if storage == "nas" else None, "owner": os.getpid()}
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+    # The run's own temporary directory (TMPDIR of everything it starts),
+    # holding its spec: what its processes leave there (Mosaic's file
+    # locks, the pymp-* directories of killed DataLoader workers, Open
+    # MPI's session) goes with it.
+    tmp = tempfile.mkdtemp(prefix="brandrt-bench-%d-%d-" % (os.getpid(), n), dir="/tmp")
+    spec_file = os.path.join(tmp, "spec.json")
+    with open(spec_file, "w") as f:
         json.dump(spec, f)
     shm_before = set(os.listdir("/dev/shm"))
     killed = threading.Event()
@@ -245,9 +251,9 @@ def run_one(a, cat, storage, mem, system, k, n):
     timer.daemon = True
     try:
         drop_caches()
-        proc = subprocess.Popen([sys.executable, "-W", "ignore", os.path.join(HERE, "runner.py"), f.name],
+        proc = subprocess.Popen([sys.executable, "-W", "ignore", os.path.join(HERE, "runner.py"), spec_file],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=group.join, start_new_session=True)
+                                env=dict(os.environ, TMPDIR=tmp), preexec_fn=group.join, start_new_session=True)
         err = []
         t = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
         t.start()
@@ -300,7 +306,7 @@ def run_one(a, cat, storage, mem, system, k, n):
     finally:
         timer.cancel()
         group.remove()
-        os.unlink(f.name)
+        shutil.rmtree(tmp, ignore_errors=True)
         clean_shm(shm_before)
 
 
@@ -343,18 +349,20 @@ class NAS:
 
 
 def remove_stale():
-    """Removes the cgroups and /dev/shm directories of earlier runs whose
-    driver died (SIGKILL, a reboot of a VM that kept /dev/shm), with what
-    is left in them; both are named brandrt-bench-<driver's pid>-…"""
+    """Removes the cgroups and the /dev/shm and /tmp directories of earlier
+    runs whose driver died (SIGKILL, a reboot of a VM that kept /dev/shm),
+    with what is left in them; all are named brandrt-bench-<driver's
+    pid>-…"""
     for d in os.listdir(os.path.join(cgroups.ROOT, "memory")):
         parts = d.split("-")
         if len(parts) == 4 and _stale(d):
             log("removing cgroup %s, left by a run that was killed" % d)
             cgroups.Group.existing(d).remove()
-    for d in os.listdir("/dev/shm"):
-        if _stale(d) and os.path.isdir(os.path.join("/dev/shm", d)):
-            log("removing /dev/shm/%s, left by a run that was killed" % d)
-            shutil.rmtree(os.path.join("/dev/shm", d), ignore_errors=True)
+    for top in ("/dev/shm", "/tmp"):
+        for d in os.listdir(top):
+            if _stale(d) and os.path.isdir(os.path.join(top, d)):
+                log("removing %s/%s, left by a run that was killed" % (top, d))
+                shutil.rmtree(os.path.join(top, d), ignore_errors=True)
 
 
 def _stale(name):

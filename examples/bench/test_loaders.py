@@ -120,7 +120,11 @@ class EndToEnd(unittest.TestCase):
         systems = ["threads", "coordl", "webdataset", "mosaic", "litdata", "noio"]
         # Mosaic stalled now and then with a cache of 25% of this tiny set (5
         # shards): the run then fails as "stalled"; at 50% it never did.
+        tmp = set(os.listdir("/tmp"))
         p, meta, recs = bench(Work.get(), "--systems", ",".join(systems), "--mem", "50%", *TINY)
+        # Mosaic's file locks and the workers' pymp-* directories went with
+        # each run's own TMPDIR.
+        self.assertEqual(set(os.listdir("/tmp")) - tmp, set())
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
         self.assertEqual([r["system"] for r in recs], systems)
         for r in recs:
@@ -176,16 +180,18 @@ class EndToEnd(unittest.TestCase):
     def test_what_a_killed_run_left_is_removed(self):
         dead = subprocess.Popen(["true"])
         dead.wait()
-        left = os.path.join("/dev/shm", "brandrt-bench-%d-mosaic-x1" % dead.pid)
+        left = [os.path.join("/dev/shm", "brandrt-bench-%d-mosaic-x1" % dead.pid),
+                os.path.join("/tmp", "brandrt-bench-%d-3-x1" % dead.pid)]
         live = os.path.join("/dev/shm", "brandrt-bench-%d-mosaic-x2" % os.getpid())
         try:
-            for d in (left, live):
+            for d in left + [live]:
                 os.makedirs(os.path.join(d, "sub"))
             loaders.remove_stale()
-            self.assertFalse(os.path.exists(left))
+            for d in left:
+                self.assertFalse(os.path.exists(d), d)
             self.assertTrue(os.path.exists(live))  # its driver is alive
         finally:
-            for d in (left, live):
+            for d in left + [live]:
                 shutil.rmtree(d, ignore_errors=True)
 
 
