@@ -231,6 +231,12 @@ def litdata_chunks(work, cat, workers, min_budget, log):
         import litdata
 
         inputs = [(os.path.join(cat["input"], cat["files"][i][0]), cat["files"][i][2]) for i in cat["order"]]
+        # optimize stages its chunks in TMPDIR/chunks and TMPDIR/data
+        # unless told otherwise, and leaves them there
+        scratch = tmp + ".scratch"
+        saved = {k: os.environ.get(k) for k in ("DATA_OPTIMIZER_CACHE_FOLDER", "DATA_OPTIMIZER_DATA_CACHE_FOLDER")}
+        os.environ.update(DATA_OPTIMIZER_CACHE_FOLDER=os.path.join(scratch, "chunks"),
+                          DATA_OPTIMIZER_DATA_CACHE_FOLDER=os.path.join(scratch, "data"))
         with open(os.devnull, "w") as null:
             old = sys.stdout
             sys.stdout = null  # optimize prints a progress line per worker
@@ -239,6 +245,12 @@ def litdata_chunks(work, cat, workers, min_budget, log):
                                  mode="overwrite")
             finally:
                 sys.stdout = old
+                shutil.rmtree(scratch, ignore_errors=True)
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
 
     return build(work, "litdata", {"key": _digest(cat), "chunk": size}, make, log)
 
