@@ -124,7 +124,10 @@
 // it answers: up to Window positions ahead, within that rank's Remote
 // bytes, or on demand.
 // A read takes Lead steps and a rank reads one chunk at a time; Ramp
-// chunks are in before the first answer. An executor carries the plan
-// out; it does not decide anything. The executor in rt and the policy
-// switch are not written yet (issues 13 and 14).
+// chunks are in before the first answer. An epoch's pools drain at its
+// end; the next epoch's plan (given the previous one's Drains as After)
+// reads its first chunks into the room they free, at steps before its
+// start, so only the first epoch starts empty. An executor carries the
+// plan out; it does not decide anything. The executor in rt is not
+// written yet (issue 14).
 package proto

@@ -42,6 +42,24 @@ type WindowInput struct {
 	// Window is how many positions ahead of the current step a file may
 	// be pushed to the rank that will ask for it.
 	Window int
+	// After is the previous epoch's Drains, one per rank: its pools' room
+	// as they empty at its end, which this epoch's first reads fill
+	// (steps before 0). Nil starts every pool empty at step 0, as the
+	// first epoch does.
+	After []Drain
+}
+
+// Drain is what one rank's pool leaves the next epoch: once its last read
+// is issued, the pool only shrinks, and the next epoch may read into the
+// room it frees.
+type Drain struct {
+	// Held[i] is the bytes the pool holds at the start of step
+	// Steps-len(Held)+i of its epoch, once that step's reads are issued.
+	Held []int64
+	// LastDue is the step its last read is due, counted from the end of
+	// the epoch (-1: the epoch's last step): a rank reads one chunk at a
+	// time, so the next epoch's first read is due Lead steps later.
+	LastDue int32
 }
 
 // PlannedRead is one chunk read of a window plan. Logical step t is the
@@ -78,6 +96,8 @@ type WindowPlan struct {
 	Waits []int64
 	// PeakBytes[h] is the most bytes h's pool held at any step.
 	PeakBytes []int64
+	// Drains[h] is what h's pool leaves the next epoch (its After).
+	Drains []Drain
 	// Steps is the length of the longest trace.
 	Steps int
 }
@@ -93,6 +113,7 @@ type pool struct {
 	since   []int32       // per ready file, the step it became due
 	held    int64         // bytes of pending and ready
 	lastDue int32
+	drain   []int64 // held at each step's start once every read is issued
 	reads   []PlannedRead
 	waits   int64
 	peak    int64
@@ -108,6 +129,9 @@ func PlanWindow(in WindowInput) (*WindowPlan, error) {
 	pools := make([]*pool, m.Ranks())
 	for h := range pools {
 		pools[h] = in.newPool(h)
+		if in.After != nil {
+			in.fillDrain(h, pools[h], in.After[h])
+		}
 	}
 	p := &WindowPlan{Files: make([][]FileID, len(in.Traces)), At: make([][]int32, len(in.Traces))}
 	for r, tr := range in.Traces {
@@ -117,8 +141,11 @@ func PlanWindow(in WindowInput) (*WindowPlan, error) {
 	}
 	for t := int32(0); int(t) < p.Steps; t++ {
 		for h, pl := range pools {
-			in.issue(h, pl, t)
+			in.issue(h, pl, t, 0)
 			in.admit(pl, t)
+			if pl.next == len(pl.order) {
+				pl.drain = append(pl.drain, pl.held)
+			}
 		}
 		for r, tr := range in.Traces {
 			if int(t) < len(tr) {
@@ -136,8 +163,18 @@ func PlanWindow(in WindowInput) (*WindowPlan, error) {
 		p.Reads = append(p.Reads, append(pl.reads, pl.pending...))
 		p.Waits = append(p.Waits, pl.waits)
 		p.PeakBytes = append(p.PeakBytes, pl.peak)
+		p.Drains = append(p.Drains, Drain{Held: pl.drain, LastDue: pl.lastDue - int32(p.Steps)})
 	}
 	return p, nil
+}
+
+// fillDrain issues h's first reads into the room the previous epoch's
+// pool frees as it drains, at steps counted back from this epoch's start.
+func (in WindowInput) fillDrain(h int, pl *pool, d Drain) {
+	pl.lastDue = d.LastDue
+	for i, held := range d.Held {
+		in.issue(h, pl, int32(i-len(d.Held)), held)
+	}
 }
 
 func (in WindowInput) newPool(h int) *pool {
@@ -150,16 +187,17 @@ func (in WindowInput) newPool(h int) *pool {
 	return pl
 }
 
-// issue starts reads of h's next chunks while its budget has room.
-func (in WindowInput) issue(h int, pl *pool, t int32) {
+// issue starts reads of h's next chunks while its budget, less other
+// bytes (the previous epoch's pool), has room.
+func (in WindowInput) issue(h int, pl *pool, t int32, other int64) {
 	for pl.next < len(pl.order) {
 		pc, b := pl.order[pl.next], pl.bytes[pl.next]
-		if pl.held+b > in.Budget[h] {
+		if other+pl.held+b > in.Budget[h] {
 			return
 		}
 		due := max(t, pl.lastDue) + int32(in.Lead)
-		if pl.next < in.Ramp && t == 0 {
-			due = 0 // read before the epoch's first answer
+		if pl.next < in.Ramp && t <= 0 {
+			due = min(due, 0) // read before the epoch's first answer
 		}
 		pl.lastDue = due
 		pl.pending = append(pl.pending, PlannedRead{PC: pc, Issue: t, Due: due})
@@ -193,7 +231,7 @@ func (in WindowInput) land(pl *pool) {
 func (in WindowInput) draw(h int, pl *pool, t int32) (FileID, int32) {
 	if len(pl.ready) == 0 {
 		if len(pl.pending) == 0 {
-			in.issue(h, pl, t) // the pool is empty: its next chunk fits
+			in.issue(h, pl, t, 0) // the pool is empty: its next chunk fits
 		}
 		if len(pl.pending) == 0 {
 			panic(fmt.Sprintf("proto: invariant violated: rank %d has no file left for a position of step %d", h, t))
@@ -285,6 +323,10 @@ func (in WindowInput) validate() error {
 	if in.Remote != nil && len(in.Remote) != m.Ranks() {
 		errs = append(errs, fmt.Errorf("proto: window plan for %d ranks given %d remote budgets", m.Ranks(), len(in.Remote)))
 	}
+	if in.After != nil && len(in.After) != m.Ranks() {
+		errs = append(errs, fmt.Errorf("proto: window plan for %d ranks given %d drains", m.Ranks(), len(in.After)))
+		return errors.Join(errs...)
+	}
 	for h := range m.Ranks() {
 		errs = append(errs, in.validateRank(h))
 	}
@@ -297,6 +339,14 @@ func (in WindowInput) validateRank(h int) error {
 	first, n := m.RankFiles(h)
 	if len(in.Sizes[h]) != n {
 		return fmt.Errorf("proto: rank %d has %d files but %d sizes", h, n, len(in.Sizes[h]))
+	}
+	if in.After != nil {
+		for i, held := range in.After[h].Held {
+			if held < 0 || held > in.Budget[h] {
+				return fmt.Errorf("proto: rank %d's pool held %d bytes %d steps before the epoch, over its budget of %d",
+					h, held, len(in.After[h].Held)-i, in.Budget[h])
+			}
+		}
 	}
 	for i, s := range in.Sizes[h] {
 		if s < 0 {

@@ -208,6 +208,90 @@ func TestWindowPlanExactlyOnceWithinBudget(t *testing.T) {
 	}
 }
 
+// The next epoch reads its first chunks into the room the previous one's
+// pools free as they drain: within each budget at every step before the
+// epoch starts, one read at a time after the previous epoch's last, and
+// the epoch itself passes every check.
+func TestWindowPlanOverlapsEpochs(t *testing.T) {
+	ahead := 0
+	for seed := range uint64(200) {
+		in := windowCase(t, 5000+seed)
+		p, err := proto.PlanWindow(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := in
+		next.Epoch++
+		next.After = p.Drains
+		next.Traces = reshuffle(in.Traces, seed)
+		q, err := proto.PlanWindow(next)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		checkWindowPlan(t, next, q)
+		for h, d := range p.Drains {
+			ahead += checkDrainFill(t, next, h, d, q.Reads[h])
+		}
+	}
+	if ahead == 0 {
+		t.Fatal("no read was planned before an epoch's start")
+	}
+}
+
+// checkDrainFill checks rank h's reads issued before the epoch's start
+// against the previous epoch's drain d, and returns how many there were.
+func checkDrainFill(t *testing.T, in proto.WindowInput, h int, d proto.Drain, rds []proto.PlannedRead) int {
+	t.Helper()
+	var held int64
+	n, last := 0, d.LastDue
+	for s := -int32(len(d.Held)); s < 0; s++ {
+		for ; n < len(rds) && rds[n].Issue == s; n++ {
+			held += pcBytes(in, rds[n].PC)
+			want := max(s, last) + int32(in.Lead)
+			if n < in.Ramp {
+				want = min(want, 0) // the ramp: in before the epoch's first answer
+			}
+			// a draw from an empty pool makes a read due earlier (a wait)
+			if rds[n].Due > want {
+				t.Fatalf("rank %d: chunk %d issued at %d due at %d, want %d", h, rds[n].PC, s, rds[n].Due, want)
+			}
+			last = want
+		}
+		if used := held + d.Held[int(s)+len(d.Held)]; used > in.Budget[h] {
+			t.Fatalf("rank %d step %d before the epoch: %d bytes with the previous pool, budget %d", h, -s, used, in.Budget[h])
+		}
+	}
+	if n < len(rds) && rds[n].Issue < 0 {
+		t.Fatalf("rank %d: chunk %d issued at %d, before the previous epoch's drain of %d steps", h, rds[n].PC,
+			rds[n].Issue, len(d.Held))
+	}
+	return n
+}
+
+func pcBytes(in proto.WindowInput, pc int) int64 {
+	lo, hi := in.Mapping.PCFiles(pc)
+	var b int64
+	for f := lo; f < hi; f++ {
+		b += in.FileSize(f)
+	}
+	return b
+}
+
+// reshuffle returns traces of the same lengths over the same files in
+// another order.
+func reshuffle(traces [][]proto.FileID, seed uint64) [][]proto.FileID {
+	var all []proto.FileID
+	for _, tr := range traces {
+		all = append(all, tr...)
+	}
+	rand.New(rand.NewPCG(seed, 9)).Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	out := make([][]proto.FileID, len(traces))
+	for r, tr := range traces {
+		out[r], all = all[:len(tr):len(tr)], all[len(tr):]
+	}
+	return out
+}
+
 func TestWindowPlanIsDeterministic(t *testing.T) {
 	in := windowCase(t, 7)
 	a, _ := proto.PlanWindow(in)
