@@ -152,6 +152,9 @@ func TestSimulateChunks(t *testing.T) {
 		t.Fatalf("simulated %d files of %d bytes on %d ranks, K=%d, read %.2f×; the dataset has 300 of %d, 2, 16",
 			r.Files, r.Bytes, r.Ranks, r.ChunkFiles, r.ReadAmplification, m.Bytes)
 	}
+	if len(m.Classes) < 2 || r.LabelEntropy == nil || *r.LabelEntropy <= 0 || *r.LabelEntropyShuffle <= 0 {
+		t.Fatalf("%d classes, label entropy %v (shuffle %v)", len(m.Classes), r.LabelEntropy, r.LabelEntropyShuffle)
+	}
 	_, errs, status = runCLI(t, "simulate", "--chunks", dir, "--ranks", "3")
 	if status == 0 || !strings.Contains(errs, "--ranks comes from the dataset") {
 		t.Fatalf("--chunks with --ranks: status %d, %q", status, errs)
@@ -168,9 +171,9 @@ func TestSimulateRejectsBadFlags(t *testing.T) {
 		{[]string{"--mem-fraction", "0"}, "memory fraction = 0"},
 		{[]string{"--mem-fraction", "1.5", "--chunk-files", "0"}, "chunk files = 0"},
 		{[]string{"--variant", "fast"}, `unknown variant "fast"`},
-		{[]string{"--policy", "lru"}, `--policy "lru": want window or paper`},
+		{[]string{"--policy", "lru"}, `--policy "lru": want one of paper, window`},
 		{[]string{"--compare", "--order-out", "x"}, "drop --compare"},
-		{[]string{"--lead", "-1"}, "lead -1 and ramp 8"},
+		{[]string{"--lead", "-1"}, "lead -1 and ramp 64"},
 		{[]string{"--size-dist", "zipf"}, `--size-dist "zipf"`},
 		{[]string{"--file-size", "big"}, `"big" is not a size`},
 		{[]string{"--ranks", "5", "--files", "4"}, "5 ranks for 4 files"},

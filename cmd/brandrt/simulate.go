@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -44,10 +46,10 @@ func simulateCommand() *cli.Command {
 			&cli.Float64Flag{Name: "remote-fraction", Value: d.RemoteFraction, Usage: "each rank's prefetch buffer as a fraction of its memory"},
 			&cli.IntFlag{Name: "window", Value: d.Window, Usage: "P, how far ahead files are prefetched, in positions (paper: those an owner considers; window: how early a file is pushed)"},
 			&cli.StringFlag{Name: "policy", Value: "window", Usage: "window or paper"},
-			&cli.StringFlag{Name: "variant", Value: d.Variants[0].String(), Usage: "the paper policy's variant: full, random-selection, no-prefetching or no-optimization"},
+			&cli.StringFlag{Name: "variant", Value: proto.Full.String(), Usage: "the paper policy's variant: full, random-selection, no-prefetching or no-optimization"},
 			&cli.BoolFlag{Name: "compare", Usage: "run the paper policy's four variants and (unless --policy paper) the window policy on the same traces"},
 			&cli.IntFlag{Name: "lead", Value: d.Lead, Usage: "window: logical steps a chunk read takes (steps: positions of every rank)"},
-			&cli.IntFlag{Name: "ramp", Value: d.Ramp, Usage: "window: chunks each rank reads before the first answer"},
+			&cli.IntFlag{Name: "ramp", Value: d.Ramp, Usage: "window: chunks each rank reads before the first epoch's first answer (later epochs read into the room the previous one's drain frees)"},
 			&cli.IntFlag{Name: "epochs", Value: d.Epochs, Usage: "epochs per variant"},
 			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the sizes, traces and refill choices"},
 			&cli.IntFlag{Name: "batch", Value: d.Batch, Usage: "batch size for distinct chunks per batch"},
@@ -88,27 +90,40 @@ func simConfig(c *cli.Context) (sim.Config, error) {
 				return cfg, fmt.Errorf("--%s comes from the dataset with --chunks; drop it", f)
 			}
 		}
-		m, sizes, err := datasetSizes(dir)
+		m, sizes, labels, err := datasetSizes(dir)
 		if err != nil {
 			return cfg, err
 		}
-		cfg.Files, cfg.Ranks, cfg.ChunkFiles, cfg.DatasetSizes = int(m.Files), m.Ranks, m.K, sizes
+		cfg.Files, cfg.Ranks, cfg.ChunkFiles, cfg.DatasetSizes, cfg.Labels = int(m.Files), m.Ranks, m.K, sizes, labels
 	}
 	v, err := proto.ParseVariant(c.String("variant"))
 	if err != nil {
 		return cfg, fmt.Errorf("--variant: %w", err)
 	}
-	switch policy := c.String("policy"); {
-	case policy != "window" && policy != "paper":
-		return cfg, fmt.Errorf("--policy %q: want window or paper", policy)
-	case c.Bool("compare"):
-		cfg.Variants, cfg.WindowPolicy = proto.Variants, policy == "window"
-	case policy == "paper":
-		cfg.Variants = []proto.Variant{v}
-	default:
-		cfg.Variants, cfg.WindowPolicy = nil, true
+	cfg.Policies, err = simPolicies(c.String("policy"), v, c.Bool("compare"))
+	if err != nil {
+		return cfg, err
 	}
 	return cfg, cfg.Validate()
+}
+
+// simPolicies names the policies to run: the one of --policy (for paper,
+// its --variant); with --compare, every policy, or with --policy paper
+// the paper's four variants.
+func simPolicies(policy string, v proto.Variant, compare bool) ([]string, error) {
+	if !slices.Contains(sim.Families(), policy) {
+		return nil, fmt.Errorf("--policy %q: want one of %s", policy, strings.Join(sim.Families(), ", "))
+	}
+	var names []string
+	for _, name := range sim.Names() {
+		switch {
+		case compare && (policy != "paper" || sim.Family(name) == "paper"),
+			!compare && name == policy,
+			!compare && policy == "paper" && name == v.String():
+			names = append(names, name)
+		}
+	}
+	return names, nil
 }
 
 func runSimulate(c *cli.Context) error {
@@ -127,8 +142,8 @@ func runSimulate(c *cli.Context) error {
 	}
 	out := c.App.Writer
 	var bar *progress
-	cfg.Progress = func(v proto.Variant, e int, done, total int64) {
-		if label := fmt.Sprintf("%s epoch %d:", v, e); bar == nil || bar.label != label {
+	cfg.Progress = func(policy string, e int, done, total int64) {
+		if label := fmt.Sprintf("%s epoch %d:", policy, e); bar == nil || bar.label != label {
 			bar = newProgress(c.App.ErrWriter, label)
 		}
 		bar.update(done, total, comma, "requests", "")
@@ -143,7 +158,7 @@ func runSimulate(c *cli.Context) error {
 		}
 		order = new(bytes.Buffer)
 		fmt.Fprintf(order, "# brandrt delivered order, policy %s, seed %d: epoch rank sn file\n",
-			orderPolicy(cfg), cfg.Seed)
+			policyLabel(cfg.Policies[0]), cfg.Seed)
 		cfg.Order = func(_ string, e int, files [][]proto.FileID) { writeOrder(order, e, files) }
 	}
 	start := time.Now()
@@ -164,13 +179,6 @@ func runSimulate(c *cli.Context) error {
 		return writeOut(c, c.String("order-out"), order.Bytes())
 	}
 	return nil
-}
-
-func orderPolicy(cfg sim.Config) string {
-	if cfg.WindowPolicy {
-		return "window"
-	}
-	return "paper " + cfg.Variants[0].String()
 }
 
 // writeOrder appends an epoch's delivered order, rank by rank in position
@@ -204,13 +212,13 @@ func writeTable(w io.Writer, cfg sim.Config, rs []sim.Result, took time.Duration
 		comma(int64(r0.Files)), ibytes(r0.Bytes), ibytes(r0.Bytes/int64(r0.Files)), dist, r0.Ranks, r0.ChunkFiles)
 	fmt.Fprintf(w, "memory   %s per rank (%.0f%% of a shard)\n", ibytes(r0.MemBytes), 100*r0.MemFraction)
 	for _, r := range rs {
-		if r.Variant != "window" {
+		if r.Policy == "paper" {
 			fmt.Fprintf(w, "paper    prefetch buffer %s, window %d, %d requests in flight per rank\n",
 				ibytes(r.RemoteMemBytes), r.Window, r.Inflight)
 			break
 		}
 	}
-	if cfg.WindowPolicy {
+	if slices.Contains(cfg.Policies, "window") {
 		fmt.Fprintf(w, "window   a chunk read takes %d steps, %d chunks read before the first answer; files pushed up to %d positions ahead within %s\n",
 			cfg.Lead, cfg.Ramp, cfg.Window, ibytes(int64(cfg.RemoteFraction*float64(r0.MemBytes))))
 	}
@@ -218,8 +226,8 @@ func writeTable(w io.Writer, cfg sim.Config, rs []sim.Result, took time.Duration
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tepoch\tlocal hits\tmisses\tchunk reads\tfill\tread amp\tremote req\tprefetched\tpf hits\twaits\tpeak mem\tchunks/batch\t(shuffle)\tspan\t(shuffle)\ttime\t")
 	for _, r := range rs {
-		name, waits := policyName(r), "-"
-		if r.Variant == "window" {
+		name, waits := policyLabel(r.Variant), "-"
+		if r.Policy == "window" {
 			waits = comma(r.Waits)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%.0f%%\t%.2f×\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.3f\t%.3f\t%.1fs\t\n",
@@ -232,21 +240,44 @@ func writeTable(w io.Writer, cfg sim.Config, rs []sim.Result, took time.Duration
 	fmt.Fprintf(w, "\nrandomness at the edges of an epoch (distinct chunks per batch over its first and last 1 %%)\n"+
 		"and across epochs (pairs of files in one batch that share a batch again in the next epoch)\n\n")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tepoch\tfirst 1%\t(shuffle)\tlast 1%\t(shuffle)\tpairs again\t(shuffle)\t")
+	labels := ""
+	if r0.LabelEntropy != nil {
+		labels = "label entropy\t(shuffle)\t"
+	}
+	fmt.Fprintln(tw, "policy\tepoch\tfirst 1%\t(shuffle)\tlast 1%\t(shuffle)\tpairs again\t(shuffle)\t"+labels)
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t\n", policyName(r), r.Epoch, r.DistinctFirst,
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t", policyLabel(r.Variant), r.Epoch, r.DistinctFirst,
 			r.DistinctFirstShuffle, r.DistinctLast, r.DistinctLastShuffle, percent(r.PairsAgain), percent(r.PairsAgainShuffle))
+		if r.LabelEntropy != nil {
+			fmt.Fprintf(tw, "%.2f bits\t%.2f bits\t", *r.LabelEntropy, *r.LabelEntropyShuffle)
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+	writePlanning(w, rs)
 	fmt.Fprintf(w, "\n%s requests per epoch, every file delivered exactly once; simulated in %s\n",
 		comma(r0.Requests), took.Round(100*time.Millisecond))
 }
 
-func policyName(r sim.Result) string {
-	if r.Variant == "window" {
-		return r.Variant
+// policyLabel names a policy with its family: "window", "paper full".
+func policyLabel(name string) string {
+	if f := sim.Family(name); f != name {
+		return f + " " + name
 	}
-	return "paper " + r.Variant
+	return name
+}
+
+// writePlanning prints, for the window policy, what planning each epoch
+// took and what it read before the epoch started.
+func writePlanning(w io.Writer, rs []sim.Result) {
+	for _, r := range rs {
+		if r.Policy == "window" {
+			took := time.Duration(r.Seconds * float64(time.Second)).Round(time.Millisecond)
+			fmt.Fprintf(w, "\nwindow epoch %d: planned in %s, allocating %s; %s of %s chunk reads done before the epoch, in the room the previous one's drain freed",
+				r.Epoch, took, ibytes(r.PlanBytes), comma(r.ReadsAhead), comma(r.ChunkReads))
+		}
+	}
+	fmt.Fprintln(w)
 }
 
 // percent prints a fraction as a percentage, "-" where there is none.
@@ -257,17 +288,23 @@ func percent(x *float64) string {
 	return fmt.Sprintf("%.3f%%", 100**x)
 }
 
-// datasetSizes reads a packed dataset's manifest and the size of every
-// file from its indexes, one list per rank.
-func datasetSizes(dir string) (*chunk.Manifest, [][]int64, error) {
+// datasetSizes reads a packed dataset's manifest and, from its indexes,
+// the size of every file, one list per rank, and its label by file id
+// (nil when the dataset has none).
+func datasetSizes(dir string) (*chunk.Manifest, [][]int64, []int32, error) {
 	m, err := chunk.ReadManifest(chunk.OS, dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	sizes := make([][]int64, m.Ranks)
+	labels, labelled := make([]int32, m.Files), false
 	err = chunk.Each(chunk.OS, dir, func(e chunk.Entry) error {
 		sizes[e.Rank] = append(sizes[e.Rank], int64(e.Size))
+		labels[e.ID], labelled = e.Label, labelled || e.Label >= 0
 		return nil
 	})
-	return m, sizes, err
+	if !labelled {
+		labels = nil
+	}
+	return m, sizes, labels, err
 }

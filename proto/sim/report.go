@@ -1,31 +1,11 @@
 package sim
 
 import (
+	"math"
 	"slices"
 
 	"github.com/brandrt/brandrt/proto"
-	"github.com/brandrt/brandrt/proto/prototest"
 )
-
-func result(cfg Config, c *prototest.Cluster, v proto.Variant, e int) Result {
-	m := c.Mapping
-	s := c.Stats()
-	var bytes int64
-	for r := 0; r < m.Ranks(); r++ {
-		bytes += m.ShardBytes(r)
-	}
-	res := Result{
-		Variant: v.String(), Epoch: e, Ranks: cfg.Ranks, Files: cfg.Files, ChunkFiles: cfg.ChunkFiles,
-		MemFraction: cfg.MemFraction, Window: cfg.Window, Inflight: cfg.Inflight,
-		Bytes: bytes, MemBytes: m.MemBytes(0), RemoteMemBytes: c.Opts.RemoteMemBytes,
-		Requests: s.Requests, Delivered: s.Delivered, LocalHits: s.LocalHits, Misses: s.Misses,
-		ChunkReads: s.ChunkReads, BytesRead: s.BytesRead, BytesDelivered: s.BytesDelivered,
-		ReadAmplification: ratio(s.BytesRead, s.BytesDelivered), FillRate: ratio(s.FilesLoaded, s.FilesRead),
-		RemoteRequests: s.RemoteRequests, Redirects: s.Redirects,
-		Prefetched: s.Pushed, PrefetchHits: s.BufferHits, PeakMemBytes: s.PeakMem,
-	}
-	return res
-}
 
 func ratio(a, b int64) float64 {
 	if b == 0 {
@@ -188,7 +168,8 @@ type orders struct{ files, traces [][]proto.FileID }
 
 // mix fills res's randomness figures from this epoch's orders and, after
 // the first epoch, the previous one's.
-func mix(res *Result, m *proto.Mapping, batch int, cur, prev orders) {
+func mix(res *Result, m *proto.Mapping, cfg Config, cur, prev orders) {
+	batch := cfg.Batch
 	res.DistinctChunksPerBatch, res.ChunkSpan = randomness(m, cur.files, batch)
 	res.DistinctChunksPerBatchShuffle, res.ChunkSpanShuffle = randomness(m, cur.traces, batch)
 	res.DistinctFirst, res.DistinctLast = edges(m, cur.files, batch)
@@ -197,4 +178,64 @@ func mix(res *Result, m *proto.Mapping, batch int, cur, prev orders) {
 		res.PairsAgain = pairsAgain(m.Files(), prev.files, cur.files, batch)
 		res.PairsAgainShuffle = pairsAgain(m.Files(), prev.traces, cur.traces, batch)
 	}
+	if cfg.Labels != nil {
+		res.LabelEntropy = labelEntropy(cfg.Labels, cur.files, batch)
+		res.LabelEntropyShuffle = labelEntropy(cfg.Labels, cur.traces, batch)
+	}
+}
+
+// labelEntropy is the mean over batches (of each rank's sequence) of the
+// Shannon entropy, in bits, of the labels of a batch's files: how far a
+// batch is from a stratified sample of the classes. A batch of one class
+// gives 0; a shuffle gives near min(log2 classes, log2 batch) less a
+// small-sample bias. Files labelled -1 are left out; nil when no batch
+// has a label.
+func labelEntropy(labels []int32, seqs [][]proto.FileID, batch int) *float64 {
+	count := make([]int, slices.Max(append([]int32{0}, labels...))+1)
+	var seen []int32 // the labels of the batch, in order of appearance
+	var sum float64
+	batches := 0
+	for _, seq := range seqs {
+		for lo := 0; lo < len(seq); lo += batch {
+			seen = seen[:0]
+			n := 0
+			for _, f := range seq[lo:min(lo+batch, len(seq))] {
+				if l := labelOf(labels, f); l >= 0 {
+					if count[l] == 0 {
+						seen = append(seen, l)
+					}
+					count[l]++
+					n++
+				}
+			}
+			if n > 0 {
+				batches++
+				sum += entropy(count, seen, n)
+			}
+		}
+	}
+	if batches == 0 {
+		return nil
+	}
+	x := sum / float64(batches)
+	return &x
+}
+
+func labelOf(labels []int32, f proto.FileID) int32 {
+	if f == proto.NoFile {
+		return -1
+	}
+	return labels[f]
+}
+
+// entropy is the entropy in bits of the counts of labels seen (n in all),
+// which it resets to zero.
+func entropy(count []int, seen []int32, n int) float64 {
+	var h float64
+	for _, l := range seen {
+		p := float64(count[l]) / float64(n)
+		h -= p * math.Log2(p)
+		count[l] = 0
+	}
+	return h
 }

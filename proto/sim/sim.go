@@ -32,15 +32,13 @@ type Config struct {
 	RemoteFraction float64
 	// Window is P, the prefetch window in positions.
 	Window int
-	// Variants are the paper policy's variants, run one after the other on
+	// Policies are the policies to run (Names), one after the other on
 	// the same traces.
-	Variants []proto.Variant
-	// Window, when set, runs the window policy too (proto.PlanWindow), on
-	// the same traces, after the variants. Lead and Ramp are its read time
-	// in logical steps and the chunks read before the first answer.
-	WindowPolicy bool
-	Lead, Ramp   int
-	// Epochs is the number of epochs per variant.
+	Policies []string
+	// Lead and Ramp are the window policy's read time in logical steps and
+	// the chunks read before the first epoch's first answer.
+	Lead, Ramp int
+	// Epochs is the number of epochs per policy.
 	Epochs int
 	// Seed drives the file sizes, the traces and the protocol's choices.
 	Seed uint64
@@ -57,14 +55,16 @@ type Config struct {
 	Inflight int
 	// Progress, if set, is called now and then with the requests done
 	// and the total of the current epoch and variant.
-	Progress func(v proto.Variant, epoch int, done, total int64)
+	Progress func(policy string, epoch int, done, total int64)
 	// DatasetSizes, when set, are the sizes of a real dataset's files, one
 	// list per rank (a packed dataset's shards), used instead of drawn
 	// sizes; Files and Ranks must match them.
 	DatasetSizes [][]int64
+	// Labels, when set, are the label of every file (by file id; -1 for
+	// none), for the label entropy per batch.
+	Labels []int32
 	// Order, if set, is given each epoch's delivered order: files[r][sn]
-	// answered position sn of rank r under the named policy ("window", or
-	// the paper policy's variant).
+	// answered position sn of rank r under the named policy.
 	Order func(policy string, epoch int, files [][]proto.FileID)
 }
 
@@ -74,7 +74,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Files: 1281167, ChunkFiles: 64, Ranks: 3, MemFraction: 0.25, RemoteFraction: 0.1,
-		Window: 64, Variants: []proto.Variant{proto.Full}, Lead: 8, Ramp: 8, Epochs: 1, Seed: 1, Batch: 256,
+		Window: 64, Policies: []string{"window"}, Lead: 8, Ramp: 64, Epochs: 1, Seed: 1, Batch: 256,
 		FileSize: 110_000, Lognormal: true, Sigma: 0.6, Inflight: 8,
 	}
 }
@@ -94,7 +94,13 @@ func (c Config) Validate() error {
 	check(!(c.MemFraction > 0 && c.MemFraction <= 1), "memory fraction = %g, want in (0, 1]", c.MemFraction)
 	check(!(c.RemoteFraction >= 0), "remote fraction = %g, want ≥ 0", c.RemoteFraction)
 	check(c.Window < 0, "window = %d, want ≥ 0", c.Window)
-	check(len(c.Variants) == 0 && !c.WindowPolicy, "no policy to run")
+	check(len(c.Policies) == 0, "no policy to run")
+	for _, name := range c.Policies {
+		if _, err := lookup(name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	check(c.Labels != nil && len(c.Labels) != c.Files, "labels for %d files, config %d", len(c.Labels), c.Files)
 	check(c.Lead < 0 || c.Ramp < 0, "lead %d and ramp %d, want ≥ 0", c.Lead, c.Ramp)
 	check(c.Epochs < 1, "epochs = %d, want ≥ 1", c.Epochs)
 	check(c.Batch < 1, "batch = %d, want ≥ 1", c.Batch)
@@ -112,8 +118,10 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Result is one line of the report: one epoch of one variant.
+// Result is one line of the report: one epoch of one policy.
 type Result struct {
+	// Variant is the policy's name (Names), Policy its family.
+	Policy      string  `json:"policy"`
 	Variant     string  `json:"variant"`
 	Epoch       int     `json:"epoch"`
 	Ranks       int     `json:"ranks"`
@@ -145,6 +153,11 @@ type Result struct {
 	// Waits is, for the window policy, the logical steps by which reads
 	// had to be done earlier than their lead allowed (an empty pool).
 	Waits int64 `json:"waits"`
+	// ReadsAhead counts, for the window policy, the chunk reads done
+	// before the epoch started, in the room the previous one's drain
+	// freed; PlanBytes is the memory its planner allocated.
+	ReadsAhead int64 `json:"reads_ahead"`
+	PlanBytes  int64 `json:"plan_bytes"`
 
 	DistinctChunksPerBatch        float64 `json:"distinct_chunks_per_batch"`
 	DistinctChunksPerBatchShuffle float64 `json:"distinct_chunks_per_batch_shuffle"`
@@ -161,29 +174,74 @@ type Result struct {
 	// in the first epoch.
 	PairsAgain        *float64 `json:"pairs_again,omitempty"`
 	PairsAgainShuffle *float64 `json:"pairs_again_shuffle,omitempty"`
+	// LabelEntropy is the mean Shannon entropy, in bits, of the labels of
+	// a batch; absent where files have no labels.
+	LabelEntropy        *float64 `json:"label_entropy,omitempty"`
+	LabelEntropyShuffle *float64 `json:"label_entropy_shuffle,omitempty"`
 
 	// Seconds is the wall time the simulation of this epoch took.
 	Seconds float64 `json:"seconds"`
 }
 
-// Run simulates cfg and calls emit with each epoch's result, variant by
-// variant. Every variant sees the same file sizes and the same traces.
+// Run simulates cfg and calls emit with each epoch's result, policy by
+// policy. Every policy sees the same file sizes and the same traces.
 func Run(cfg Config, emit func(Result)) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	sizes := Sizes(cfg)
-	for _, v := range cfg.Variants {
-		if err := runVariant(cfg, sizes, v, emit); err != nil {
-			return fmt.Errorf("sim: %s: %w", v, err)
-		}
+	m, err := prototest.Mapping(prototest.Options{K: cfg.ChunkFiles, Sizes: sizes, MemFraction: cfg.MemFraction})
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
 	}
-	if cfg.WindowPolicy {
-		if err := runWindow(cfg, sizes, emit); err != nil {
-			return fmt.Errorf("sim: window: %w", err)
+	for _, name := range cfg.Policies {
+		if err := runPolicy(cfg, sizes, m, name, emit); err != nil {
+			return fmt.Errorf("sim: %s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+func runPolicy(cfg Config, sizes [][]int64, m *proto.Mapping, name string, emit func(Result)) error {
+	def, _ := lookup(name) // Validate checked the name
+	pol, err := def.build(cfg, sizes, m)
+	if err != nil {
+		return err
+	}
+	var prev orders
+	for e := 1; e <= cfg.Epochs; e++ {
+		start := time.Now()
+		traces := proto.Traces(m.Files(), m.Ranks(), cfg.Seed, uint32(e))
+		var progress func(done, total int64)
+		if cfg.Progress != nil {
+			progress = func(done, total int64) { cfg.Progress(name, e, done, total) }
+		}
+		files, res, err := pol.Epoch(e, traces, progress)
+		if err != nil {
+			return fmt.Errorf("epoch %d: %w", e, err)
+		}
+		if cfg.Order != nil {
+			cfg.Order(name, e, files)
+		}
+		res.Seconds = time.Since(start).Seconds()
+		describe(&res, cfg, m, def, e)
+		cur := orders{files, traces}
+		mix(&res, m, cfg, cur, prev)
+		prev = cur
+		emit(res)
+	}
+	return nil
+}
+
+// describe fills in what every policy's result says of the run.
+func describe(res *Result, cfg Config, m *proto.Mapping, def policyDef, e int) {
+	res.Policy, res.Variant, res.Epoch = def.family, def.name, e
+	res.Ranks, res.Files, res.ChunkFiles, res.MemFraction = cfg.Ranks, cfg.Files, cfg.ChunkFiles, cfg.MemFraction
+	res.Window, res.Inflight, res.MemBytes, res.RemoteMemBytes = cfg.Window, cfg.Inflight, m.MemBytes(0), remoteBytes(cfg, m)
+	for r := range m.Ranks() {
+		res.Bytes += m.ShardBytes(r)
+	}
+	res.ReadAmplification = ratio(res.BytesRead, res.BytesDelivered)
 }
 
 // Sizes returns the file sizes of cfg's dataset, one list per rank: its
@@ -212,46 +270,4 @@ func Sizes(cfg Config) [][]int64 {
 // either policy: a fraction of the first rank's memory budget.
 func remoteBytes(cfg Config, m *proto.Mapping) int64 {
 	return int64(cfg.RemoteFraction * float64(m.MemBytes(0)))
-}
-
-func runVariant(cfg Config, sizes [][]int64, v proto.Variant, emit func(Result)) error {
-	opts := prototest.Options{
-		Files: make([]int, cfg.Ranks), K: cfg.ChunkFiles, Sizes: sizes,
-		MemFraction: cfg.MemFraction, Window: cfg.Window, Variant: v, Seed: cfg.Seed, Light: true,
-	}
-	for r := range sizes {
-		opts.Files[r] = len(sizes[r])
-	}
-	c, err := prototest.New(opts)
-	if err != nil {
-		return err
-	}
-	opts.RemoteMemBytes = remoteBytes(cfg, c.Mapping)
-	if c, err = prototest.New(opts); err != nil {
-		return err
-	}
-	var prev orders
-	for e := 1; e <= cfg.Epochs; e++ {
-		start := time.Now()
-		traces := prototest.GenTraces(c.Mapping, cfg.Seed, uint32(e))
-		var progress func(done, total int64)
-		if cfg.Progress != nil {
-			progress = func(done, total int64) { cfg.Progress(v, e, done, total) }
-		}
-		if err := c.PlayEpoch(uint32(e), traces, cfg.Inflight, progress); err != nil {
-			return fmt.Errorf("epoch %d: %w", e, err)
-		}
-		if cfg.Order != nil {
-			cfg.Order(v.String(), e, c.Delivered)
-		}
-		res := result(cfg, c, v, e)
-		// each epoch's record is new, and PlayEpoch answers every
-		// position, so nothing writes into this one later
-		cur := orders{c.Delivered, traces}
-		mix(&res, c.Mapping, cfg.Batch, cur, prev)
-		prev = cur
-		res.Seconds = time.Since(start).Seconds()
-		emit(res)
-	}
-	return nil
 }

@@ -1,6 +1,9 @@
 package sim
 
 import (
+	"math"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/brandrt/brandrt/proto"
@@ -9,7 +12,7 @@ import (
 func TestSmallRunAllVariants(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Files, cfg.ChunkFiles = 20000, 16
-	cfg.Variants, cfg.Epochs = proto.Variants, 2
+	cfg.Policies, cfg.Epochs = []string{"full", "random-selection", "no-prefetching", "no-optimization"}, 2
 	var got []Result
 	if err := Run(cfg, func(r Result) { got = append(got, r) }); err != nil {
 		t.Fatal(err)
@@ -22,7 +25,7 @@ func TestSmallRunAllVariants(t *testing.T) {
 func TestWindowPolicyReadsEachChunkOnce(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Files, cfg.Ranks, cfg.Epochs = 60000, 3, 2
-	cfg.Variants, cfg.WindowPolicy = nil, true
+	cfg.Policies = []string{"window"}
 	var got []Result
 	if err := Run(cfg, func(r Result) { got = append(got, r) }); err != nil {
 		t.Fatal(err)
@@ -31,7 +34,7 @@ func TestWindowPolicyReadsEachChunkOnce(t *testing.T) {
 		t.Fatalf("%d results for 2 epochs", len(got))
 	}
 	for _, r := range got {
-		if r.Variant != "window" || r.Delivered != 60000 || r.ReadAmplification != 1 || r.ChunkReads != 3*((20000+63)/64) {
+		if r.Variant != "window" || r.Policy != "window" || r.Delivered != 60000 || r.ReadAmplification != 1 || r.ChunkReads != 3*((20000+63)/64) {
 			t.Fatalf("epoch %d: %s delivered %d, read amplification %.3f, %d chunk reads", r.Epoch, r.Variant,
 				r.Delivered, r.ReadAmplification, r.ChunkReads)
 		}
@@ -74,5 +77,38 @@ func TestPairsAgainAndEdges(t *testing.T) {
 	}
 	if first, _ := edges(m, a, batch); first < 90 {
 		t.Fatalf("a shuffle: %.1f distinct chunks per batch at the start", first)
+	}
+}
+
+func TestPoliciesAreRegistered(t *testing.T) {
+	want := []string{"full", "random-selection", "no-prefetching", "no-optimization", "window"}
+	if got := Names(); !slices.Equal(got, want) {
+		t.Fatalf("policies %v, want %v", got, want)
+	}
+	for _, name := range want[:4] {
+		if Family(name) != "paper" {
+			t.Fatalf("%s is of family %q", name, Family(name))
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Policies = []string{"nosuch"}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `no policy "nosuch"`) {
+		t.Fatalf("an unknown policy: %v", err)
+	}
+}
+
+func TestLabelEntropy(t *testing.T) {
+	labels := []int32{0, 0, 1, 1, 2, 3, -1, -1}
+	seqs := [][]proto.FileID{{0, 1, 2, 3}, {4, 5, 6, 7}}
+	// batches of 2: {0,0}=0 bits, {1,1}=0, {2,3}=1, {-1,-1} has none
+	if got := *labelEntropy(labels, seqs, 2); math.Abs(got-1.0/3) > 1e-12 {
+		t.Fatalf("entropy %.4f, want 1/3", got)
+	}
+	// batches of 4: {0,0,1,1}=1 bit, {2,3}=1 bit
+	if got := *labelEntropy(labels, seqs, 4); math.Abs(got-1) > 1e-12 {
+		t.Fatalf("entropy %.4f, want 1", got)
+	}
+	if labelEntropy(labels, [][]proto.FileID{{6, 7}}, 2) != nil {
+		t.Fatal("no labelled file must give no figure")
 	}
 }

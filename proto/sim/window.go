@@ -1,61 +1,56 @@
 package sim
 
 import (
-	"fmt"
-	"time"
+	"runtime"
 
 	"github.com/brandrt/brandrt/proto"
-	"github.com/brandrt/brandrt/proto/prototest"
 )
 
-// runWindow plans each epoch with the window policy (proto.PlanWindow) on
-// the traces the paper's variants get, and reports it like them: every
-// chunk is read once; a position answered by another rank's file counts
-// as prefetched (and hit) when the plan pushes it ahead, else as a remote
-// request; Seconds is the planning time.
-func runWindow(cfg Config, sizes [][]int64, emit func(Result)) error {
-	m, err := prototest.Mapping(prototest.Options{K: cfg.ChunkFiles, Sizes: sizes, MemFraction: cfg.MemFraction})
-	if err != nil {
-		return err
-	}
-	in := proto.WindowInput{Mapping: m, Sizes: sizes, Seed: cfg.Seed, Lead: cfg.Lead, Ramp: cfg.Ramp, Window: cfg.Window}
-	for r := range sizes {
-		in.Budget = append(in.Budget, m.MemBytes(r))
-		in.Remote = append(in.Remote, remoteBytes(cfg, m))
-	}
-	var prev orders
-	for e := 1; e <= cfg.Epochs; e++ {
-		in.Epoch = uint32(e)
-		in.Traces = proto.Traces(m.Files(), m.Ranks(), cfg.Seed, uint32(e))
-		start := time.Now()
-		p, err := proto.PlanWindow(in)
-		planned := time.Since(start)
-		if err != nil {
-			return fmt.Errorf("epoch %d: %w", e, err)
-		}
-		if cfg.Order != nil {
-			cfg.Order("window", e, p.Files)
-		}
-		res := windowResult(cfg, in, p, e)
-		res.Seconds = planned.Seconds()
-		cur := orders{p.Files, in.Traces}
-		mix(&res, m, cfg.Batch, cur, prev)
-		prev = cur
-		emit(res)
-	}
-	return nil
+// window is the window policy: each epoch planned whole by
+// proto.PlanWindow, each next epoch reading into the room the previous
+// one's drain frees. A position answered by another rank's file counts as
+// prefetched (and hit) when the plan pushes it ahead, else as a remote
+// request. PlanBytes is what the planner allocated.
+type window struct {
+	in proto.WindowInput
 }
 
-func windowResult(cfg Config, in proto.WindowInput, p *proto.WindowPlan, e int) Result {
-	m := in.Mapping
-	res := Result{Variant: "window", Epoch: e, Ranks: cfg.Ranks, Files: cfg.Files, ChunkFiles: cfg.ChunkFiles,
-		MemFraction: cfg.MemFraction, Window: cfg.Window, Inflight: cfg.Inflight, MemBytes: m.MemBytes(0),
-		RemoteMemBytes: in.Remote[0], FillRate: 1}
-	for r := range m.Ranks() {
-		res.Bytes += m.ShardBytes(r)
+func init() {
+	register("window", "window", func(cfg Config, sizes [][]int64, m *proto.Mapping) (Policy, error) {
+		in := proto.WindowInput{Mapping: m, Sizes: sizes, Seed: cfg.Seed, Lead: cfg.Lead, Ramp: cfg.Ramp, Window: cfg.Window}
+		for r := range sizes {
+			in.Budget = append(in.Budget, m.MemBytes(r))
+			in.Remote = append(in.Remote, remoteBytes(cfg, m))
+		}
+		return &window{in: in}, nil
+	})
+}
+
+func (w *window) Epoch(e int, traces [][]proto.FileID, _ func(done, total int64)) ([][]proto.FileID, Result, error) {
+	w.in.Epoch, w.in.Traces = uint32(e), traces
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	p, err := proto.PlanWindow(w.in)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	res := w.result(p)
+	res.PlanBytes = int64(after.TotalAlloc - before.TotalAlloc)
+	w.in.After = p.Drains
+	return p.Files, res, nil
+}
+
+func (w *window) result(p *proto.WindowPlan) Result {
+	in := w.in
+	res := Result{FillRate: 1}
+	for r := range in.Mapping.Ranks() {
 		for _, rd := range p.Reads[r] {
 			res.ChunkReads++
-			lo, hi := m.PCFiles(rd.PC)
+			if rd.Issue < 0 {
+				res.ReadsAhead++
+			}
+			lo, hi := in.Mapping.PCFiles(rd.PC)
 			for f := lo; f < hi; f++ {
 				res.BytesRead += in.FileSize(f)
 			}
@@ -77,6 +72,5 @@ func windowResult(cfg Config, in proto.WindowInput, p *proto.WindowPlan, e int) 
 			}
 		}
 	}
-	res.ReadAmplification = ratio(res.BytesRead, res.BytesDelivered)
 	return res
 }
