@@ -92,7 +92,8 @@ type WindowPlan struct {
 	Reads [][]PlannedRead
 	// Waits[h] counts the logical steps by which draws from h's pool
 	// moved a read's Due earlier than its lead allowed, because the pool
-	// was empty: what requests would wait for storage.
+	// was empty: what requests would wait for storage. A wait of d steps
+	// brings every later pending read d steps closer as well.
 	Waits []int64
 	// PeakBytes[h] is the most bytes h's pool held at any step.
 	PeakBytes []int64
@@ -236,8 +237,7 @@ func (in WindowInput) draw(h int, pl *pool, t int32) (FileID, int32) {
 		if len(pl.pending) == 0 {
 			panic(fmt.Sprintf("proto: invariant violated: rank %d has no file left for a position of step %d", h, t))
 		}
-		pl.waits += int64(pl.pending[0].Due - t)
-		pl.pending[0].Due = t
+		pl.stall(t)
 		in.land(pl)
 	}
 	i := pl.rng.IntN(len(pl.ready))
@@ -247,6 +247,18 @@ func (in WindowInput) draw(h int, pl *pool, t int32) (FileID, int32) {
 	pl.ready, pl.since = pl.ready[:last], pl.since[:last]
 	pl.held -= in.size(h, f)
 	return f, at
+}
+
+// stall makes h's oldest pending read due at step t, d steps before its
+// lead allowed: the position waits d steps for storage, and the reader,
+// busy meanwhile, brings every later read d steps closer too.
+func (pl *pool) stall(t int32) {
+	d := pl.pending[0].Due - t
+	pl.waits += int64(d)
+	for i := range pl.pending {
+		pl.pending[i].Due -= d
+	}
+	pl.lastDue -= d
 }
 
 // pushes plans when each file of another rank reaches r: at step t the
@@ -384,7 +396,8 @@ func (in WindowInput) validateTraces() error {
 }
 
 // String dumps the plan in a stable text form, for golden tests: per
-// rank its reads (chunk@issue→due) and the file answering each position.
+// rank its reads (chunk@issue→due), the file answering each position,
+// the positions answered by pushes ahead (sn@step) and its drain.
 func (p *WindowPlan) String() string {
 	var b strings.Builder
 	for h, rds := range p.Reads {
@@ -399,7 +412,16 @@ func (p *WindowPlan) String() string {
 		for _, f := range fs {
 			fmt.Fprintf(&b, " %d", f)
 		}
+		fmt.Fprintf(&b, "\nrank %d pushed ahead:", r)
+		for sn, push := range p.PushAt[r] {
+			if push >= 0 && push < int32(sn) {
+				fmt.Fprintf(&b, " %d@%d", sn, push)
+			}
+		}
 		b.WriteByte('\n')
+	}
+	for h, d := range p.Drains {
+		fmt.Fprintf(&b, "rank %d drain: last due %d, held %v\n", h, d.LastDue, d.Held)
 	}
 	return b.String()
 }

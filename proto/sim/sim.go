@@ -1,8 +1,10 @@
-// Package sim runs whole epochs of the protocol for N ranks in one process
-// over a synthetic dataset and reports, per epoch and variant, the traffic
-// (requests, hits, chunk reads, remote requests, prefetch) and how random
-// the delivered order is compared with a true shuffle. It is what
-// `brandrt simulate` prints.
+// Package sim runs whole epochs of a policy for N ranks in one process,
+// over a synthetic dataset or a packed one's sizes and labels, and reports,
+// per epoch and policy, the traffic (requests, hits, chunk reads, remote
+// requests, prefetch) and how random the delivered order is compared with
+// a true shuffle of the same files. Each policy (the papers' protocol in
+// its four variants, the window plan) is one type behind Policy, in its
+// own file. It is what `brandrt simulate` prints.
 package sim
 
 import (
