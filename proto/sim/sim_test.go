@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -110,5 +111,46 @@ func TestLabelEntropy(t *testing.T) {
 	}
 	if labelEntropy(labels, [][]proto.FileID{{6, 7}}, 2) != nil {
 		t.Fatal("no labelled file must give no figure")
+	}
+}
+
+// Changing the rank count or K changes the window policy's traffic and
+// order, never the set of files delivered (each exactly once) nor that
+// each chunk is read once.
+func TestWindowMetamorphicRanksAndK(t *testing.T) {
+	var orders []string
+	for _, c := range []struct{ ranks, k int }{{1, 16}, {2, 16}, {3, 8}, {3, 64}} {
+		cfg := DefaultConfig()
+		cfg.Files, cfg.Ranks, cfg.ChunkFiles, cfg.Epochs = 5000, c.ranks, c.k, 2
+		var order strings.Builder
+		cfg.Order = func(_ string, e int, files [][]proto.FileID) {
+			seen := make([]bool, cfg.Files)
+			for r, fs := range files {
+				for sn, f := range fs {
+					if f < 0 || seen[f] {
+						t.Fatalf("%d ranks, K=%d, epoch %d: rank %d position %d gets file %d, twice or none", c.ranks, c.k, e, r, sn, f)
+					}
+					seen[f] = true
+					fmt.Fprint(&order, f, " ")
+				}
+			}
+			if slices.Contains(seen, false) {
+				t.Fatalf("%d ranks, K=%d, epoch %d: a file was not delivered", c.ranks, c.k, e)
+			}
+		}
+		err := Run(cfg, func(r Result) {
+			if r.ReadAmplification != 1 || r.Delivered != 5000 {
+				t.Fatalf("%d ranks, K=%d: read %.3f×, delivered %d", c.ranks, c.k, r.ReadAmplification, r.Delivered)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		orders = append(orders, order.String())
+	}
+	for i := 1; i < len(orders); i++ {
+		if orders[i] == orders[0] {
+			t.Fatalf("case %d delivered in the same order as case 0", i)
+		}
 	}
 }
