@@ -1,0 +1,454 @@
+package proto
+
+import (
+	"errors"
+	"fmt"
+)
+
+// A Machine is one rank's policy as a state machine, driven the same way
+// whatever the policy: the papers' Rank or the window policy's
+// WindowRank.
+type Machine interface {
+	Step(ev Event) error
+	HasReady() bool
+	Ready() Ready
+	Advance(rd Ready)
+	Stats() Stats
+	// CheckTraces reports whether an epoch could start with traces.
+	CheckTraces(traces [][]FileID) error
+}
+
+var (
+	_ Machine = (*Rank)(nil)
+	_ Machine = (*WindowRank)(nil)
+)
+
+// WindowConfig configures one rank of the window policy.
+type WindowConfig struct {
+	// Rank is this rank; Mapping the dataset's mapping, whose MemBytes
+	// are the ranks' budgets.
+	Rank    int
+	Mapping *Mapping
+	// Sizes holds, per rank, the size of each of its files: every rank
+	// plans every rank's part of the epoch.
+	Sizes [][]int64
+	// Seed drives the plan with the epoch (WindowInput).
+	Seed uint64
+	// Lead and Ramp shape the plan (WindowInput); they change which file
+	// answers a position, not what the rank reads.
+	Lead, Ramp int
+	// Window is how many positions ahead of its clients' highest request
+	// the rank asks other ranks for the files planned for it, within
+	// RemoteMemBytes of files received and not yet delivered.
+	Window         int
+	RemoteMemBytes int64
+}
+
+// WindowRank carries out window plans for one rank. At the start of an
+// epoch it plans the whole epoch (PlanWindow); then it reads its own
+// chunks in plan order whenever its budget has room for the next, answers
+// each position with its planned file, asks the home rank of a file
+// planned for one of its positions ahead of its clients (up to Window
+// positions, within RemoteMemBytes), and answers other ranks' requests for
+// its files as soon as their chunks are in. Positions may be asked in any
+// order. The plan's logical steps are not a schedule here: the rank reads
+// as far ahead as memory allows, and a request waits only when its file's
+// chunk is not yet in.
+type WindowRank struct {
+	cfg   WindowConfig
+	me    int
+	first FileID
+	rd    Ready
+	stats Stats
+
+	epoch   uint32
+	started bool
+	plan    *WindowPlan
+	deferred []Message // messages of a later epoch
+
+	// own files: state per local index, bytes held, the next read
+	state   []fileState
+	held    int64
+	nextRd  int
+	waiters map[FileID][]waiter // requests for own files not yet in
+
+	// this rank's positions
+	asked    []bool // a client asked for the position
+	fetched  []bool // the file was asked of its home (ahead or on demand)
+	reserved []bool // fetched ahead: its bytes count in buffered
+	arrived  []bool // the file came from its home, not yet delivered
+	failed   []bool // its home could not read it
+	buffered int64  // bytes fetched ahead and not yet delivered
+	frontier int32  // one past the highest position a client asked for
+	ahead    int32  // the next position to consider fetching ahead
+}
+
+type fileState uint8
+
+const (
+	notRead fileState = iota
+	reading
+	inMemory
+	gone // delivered or sent
+	lost // its chunk's read failed
+)
+
+// waiter is a request for a file not yet in: of this rank's client
+// (from = -1) or of rank from, for its position sn.
+type waiter struct {
+	from int
+	sn   int32
+}
+
+// NewWindowRank returns rank cfg.Rank of the window policy.
+func NewWindowRank(cfg WindowConfig) (*WindowRank, error) {
+	m := cfg.Mapping
+	if m == nil {
+		return nil, errors.New("proto: window rank without a mapping")
+	}
+	if cfg.Rank < 0 || cfg.Rank >= m.Ranks() || len(cfg.Sizes) != m.Ranks() {
+		return nil, fmt.Errorf("proto: window rank %d of %d ranks given %d size lists", cfg.Rank, m.Ranks(), len(cfg.Sizes))
+	}
+	if cfg.Window < 0 || cfg.RemoteMemBytes < 0 {
+		return nil, fmt.Errorf("proto: window %d and remote memory %d bytes, want ≥ 0", cfg.Window, cfg.RemoteMemBytes)
+	}
+	w := &WindowRank{cfg: cfg, me: cfg.Rank}
+	w.first, _ = m.RankFiles(cfg.Rank)
+	return w, w.input(nil).validate()
+}
+
+func (w *WindowRank) input(traces [][]FileID) WindowInput {
+	m := w.cfg.Mapping
+	in := WindowInput{Mapping: m, Sizes: w.cfg.Sizes, Traces: traces, Seed: w.cfg.Seed, Epoch: w.epoch,
+		Lead: w.cfg.Lead, Ramp: w.cfg.Ramp}
+	for h := range m.Ranks() {
+		in.Budget = append(in.Budget, m.MemBytes(h))
+	}
+	if traces == nil {
+		in.Traces = make([][]FileID, m.Ranks())
+	}
+	return in
+}
+
+// Plan returns the current epoch's plan (nil before the first epoch).
+func (w *WindowRank) Plan() *WindowPlan { return w.plan }
+
+// CheckTraces reports whether an epoch could be planned on traces.
+func (w *WindowRank) CheckTraces(traces [][]FileID) error {
+	return w.input(traces).validate()
+}
+
+// Step applies one event.
+func (w *WindowRank) Step(ev Event) error {
+	switch e := ev.(type) {
+	case EpochStart:
+		return w.startEpoch(e)
+	case ClientRequest:
+		return w.clientRequest(e.Sn)
+	case ReadDone:
+		return w.readDone(e)
+	case Message:
+		return w.message(e)
+	}
+	return fmt.Errorf("proto: unknown event %T", ev)
+}
+
+// HasReady reports whether there is something to carry out.
+func (w *WindowRank) HasReady() bool {
+	return len(w.rd.Reads)+len(w.rd.Loaded)+len(w.rd.Sends)+len(w.rd.Deliveries)+len(w.rd.Dropped) > 0
+}
+
+// Ready returns what to carry out.
+func (w *WindowRank) Ready() Ready { return w.rd }
+
+// Advance acknowledges that rd was carried out.
+func (w *WindowRank) Advance(Ready) {
+	w.rd.Reads, w.rd.Loaded, w.rd.Sends = w.rd.Reads[:0], w.rd.Loaded[:0], w.rd.Sends[:0]
+	w.rd.Deliveries, w.rd.Dropped = w.rd.Deliveries[:0], w.rd.Dropped[:0]
+}
+
+// Stats returns the epoch's counters.
+func (w *WindowRank) Stats() Stats { return w.stats }
+
+func (w *WindowRank) startEpoch(e EpochStart) error {
+	if w.started && e.Epoch <= w.epoch {
+		return fmt.Errorf("proto: epoch %d after epoch %d", e.Epoch, w.epoch)
+	}
+	prev := w.epoch
+	w.epoch = e.Epoch
+	p, err := PlanWindow(w.input(e.Traces))
+	if err != nil {
+		w.epoch = prev
+		return err
+	}
+	_, n := w.cfg.Mapping.RankFiles(w.me)
+	steps := len(p.Files[w.me])
+	*w = WindowRank{cfg: w.cfg, me: w.me, first: w.first, rd: w.rd, epoch: e.Epoch, started: true, plan: p,
+		deferred: w.deferred, state: make([]fileState, n), waiters: map[FileID][]waiter{},
+		asked: make([]bool, steps), fetched: make([]bool, steps), reserved: make([]bool, steps),
+		arrived: make([]bool, steps), failed: make([]bool, steps)}
+	w.issue()
+	held := w.deferred
+	w.deferred = nil
+	for _, m := range held {
+		if err := w.message(m); err != nil {
+			w.rd.Dropped = append(w.rd.Dropped, err)
+		}
+	}
+	return nil
+}
+
+// issue starts reads of the rank's next chunks, in plan order, while its
+// budget has room for them.
+func (w *WindowRank) issue() {
+	m := w.cfg.Mapping
+	for rds := w.plan.Reads[w.me]; w.nextRd < len(rds); w.nextRd++ {
+		pc := rds[w.nextRd].PC
+		b := w.pcBytes(pc)
+		if w.held+b > m.MemBytes(w.me) {
+			return
+		}
+		w.held += b
+		w.stats.PeakHeld = max(w.stats.PeakHeld, w.held)
+		w.stats.PeakMem = max(w.stats.PeakMem, w.held+w.buffered)
+		lo, hi := m.PCFiles(pc)
+		for f := lo; f < hi; f++ {
+			w.state[f-w.first] = reading
+		}
+		w.stats.ChunkReads++
+		w.stats.FilesRead += int64(hi - lo)
+		w.stats.BytesRead += b
+		w.rd.Reads = append(w.rd.Reads, Read{PC: pc, VC: -1, Epoch: w.epoch})
+	}
+}
+
+func (w *WindowRank) pcBytes(pc int) int64 {
+	lo, hi := w.cfg.Mapping.PCFiles(pc)
+	var b int64
+	for f := lo; f < hi; f++ {
+		b += w.size(f)
+	}
+	return b
+}
+
+func (w *WindowRank) size(f FileID) int64 {
+	h := w.cfg.Mapping.Home(f)
+	first, _ := w.cfg.Mapping.RankFiles(h)
+	return w.cfg.Sizes[h][f-first]
+}
+
+func (w *WindowRank) clientRequest(sn int32) error {
+	if !w.started {
+		return fmt.Errorf("proto: rank %d: request for position %d before the first epoch", w.me, sn)
+	}
+	if sn < 0 || int(sn) >= len(w.asked) {
+		return fmt.Errorf("proto: rank %d: position %d outside its trace of %d", w.me, sn, len(w.asked))
+	}
+	if w.asked[sn] {
+		return fmt.Errorf("proto: rank %d: position %d asked twice in epoch %d", w.me, sn, w.epoch)
+	}
+	w.asked[sn] = true
+	w.stats.Requests++
+	w.frontier = max(w.frontier, sn+1)
+	f := w.plan.Files[w.me][sn]
+	switch {
+	case w.cfg.Mapping.Home(f) == w.me:
+		w.local(f, waiter{from: -1, sn: sn})
+	case w.arrived[sn]:
+		w.stats.BufferHits++
+		w.unreserve(sn, f)
+		w.deliver(sn, f, FromBuffer)
+	case w.failed[sn]:
+		w.rd.Deliveries = append(w.rd.Deliveries, Delivery{Sn: sn, File: f, Status: StatusReadFailed})
+	case !w.fetched[sn]:
+		w.stats.RemoteRequests++
+		w.fetch(sn, f, false)
+	}
+	w.fetchAhead()
+	return nil
+}
+
+// local answers a request for own file f: at once when it is in memory,
+// once its chunk is in otherwise.
+func (w *WindowRank) local(f FileID, q waiter) {
+	switch w.state[f-w.first] {
+	case inMemory:
+		if q.from < 0 {
+			w.stats.LocalHits++
+		}
+		w.answer(f, q, FromMemory)
+	case lost:
+		w.fail(f, q)
+	case gone:
+		panic(fmt.Sprintf("proto: invariant violated: rank %d: file %d asked for twice in epoch %d", w.me, f, w.epoch))
+	default:
+		if q.from < 0 {
+			w.stats.Misses++
+		}
+		w.waiters[f] = append(w.waiters[f], q)
+	}
+}
+
+// answer hands own file f, in memory, to its asker: this rank's client,
+// or rank q.from in a reply. Either way it leaves the pool.
+func (w *WindowRank) answer(f FileID, q waiter, src Source) {
+	w.state[f-w.first] = gone
+	w.held -= w.size(f)
+	if q.from < 0 {
+		w.deliver(q.sn, f, src)
+	} else {
+		w.stats.RemoteServed++
+		w.rd.Sends = append(w.rd.Sends, Message{Type: MsgReply, From: int32(w.me), To: int32(q.from), Epoch: w.epoch,
+			Sn: q.sn, File: f, Size: w.size(f), Status: StatusOK})
+	}
+	w.issue()
+}
+
+func (w *WindowRank) fail(f FileID, q waiter) {
+	if q.from < 0 {
+		w.rd.Deliveries = append(w.rd.Deliveries, Delivery{Sn: q.sn, File: f, Status: StatusReadFailed})
+		return
+	}
+	w.rd.Sends = append(w.rd.Sends, Message{Type: MsgReply, From: int32(w.me), To: int32(q.from), Epoch: w.epoch,
+		Sn: q.sn, File: f, Status: StatusReadFailed})
+}
+
+func (w *WindowRank) deliver(sn int32, f FileID, src Source) {
+	w.stats.Delivered++
+	w.stats.BytesDelivered += w.size(f)
+	w.rd.Deliveries = append(w.rd.Deliveries, Delivery{Sn: sn, File: f, Size: w.size(f), Source: src, Status: StatusOK})
+}
+
+// fetch asks the home of file f, planned for position sn, for it; ahead
+// reserves its bytes in the buffer until it is delivered.
+func (w *WindowRank) fetch(sn int32, f FileID, ahead bool) {
+	w.fetched[sn], w.reserved[sn] = true, ahead
+	if ahead {
+		w.buffered += w.size(f)
+		w.stats.PeakBuffered = max(w.stats.PeakBuffered, w.buffered)
+		w.stats.PeakMem = max(w.stats.PeakMem, w.held+w.buffered)
+		w.stats.Pushed++
+		w.stats.PushedBytes += w.size(f)
+	}
+	w.rd.Sends = append(w.rd.Sends, Message{Type: MsgRequest, From: int32(w.me), To: int32(w.cfg.Mapping.Home(f)),
+		Epoch: w.epoch, Sn: sn, File: f, Frontier: w.frontier})
+}
+
+// fetchAhead asks for the files of other ranks planned for the next
+// positions, in order, up to Window past the frontier and while the
+// buffer has room.
+func (w *WindowRank) fetchAhead() {
+	files := w.plan.Files[w.me]
+	w.ahead = max(w.ahead, w.frontier)
+	for ; w.ahead < min(w.frontier+int32(w.cfg.Window), int32(len(files))); w.ahead++ {
+		sn, f := w.ahead, files[w.ahead]
+		if w.cfg.Mapping.Home(f) == w.me || w.fetched[sn] {
+			continue
+		}
+		if w.buffered+w.size(f) > w.cfg.RemoteMemBytes {
+			return
+		}
+		w.fetch(sn, f, true)
+	}
+}
+
+func (w *WindowRank) readDone(e ReadDone) error {
+	if e.Epoch != w.epoch {
+		return fmt.Errorf("proto: rank %d: read of chunk %d done for epoch %d in epoch %d", w.me, e.PC, e.Epoch, w.epoch)
+	}
+	lo, hi := w.cfg.Mapping.PCFiles(e.PC)
+	if w.cfg.Mapping.Home(lo) != w.me || w.state[lo-w.first] != reading {
+		return fmt.Errorf("proto: rank %d: read of chunk %d done, which it is not reading", w.me, e.PC)
+	}
+	if e.Failed {
+		w.stats.FailedReads++
+	}
+	for f := lo; f < hi; f++ {
+		if e.Failed {
+			w.state[f-w.first] = lost
+			w.held -= w.size(f)
+		} else {
+			w.state[f-w.first] = inMemory
+			w.stats.FilesLoaded++
+			w.stats.BytesLoaded += w.size(f)
+			w.rd.Loaded = append(w.rd.Loaded, f)
+		}
+	}
+	for f := lo; f < hi; f++ {
+		qs := w.waiters[f]
+		delete(w.waiters, f)
+		for _, q := range qs {
+			w.local(f, q)
+		}
+	}
+	w.issue()
+	return nil
+}
+
+func (w *WindowRank) message(m Message) error {
+	switch {
+	case !w.started || m.Epoch > w.epoch:
+		w.deferred = append(w.deferred, m)
+		return nil
+	case m.Epoch < w.epoch:
+		w.stats.Stale++
+		return nil
+	case m.From < 0 || int(m.From) >= w.cfg.Mapping.Ranks() || int(m.From) == w.me || int(m.To) != w.me:
+		return fmt.Errorf("proto: rank %d: message %v not meant for it", w.me, m)
+	}
+	switch m.Type {
+	case MsgRequest:
+		return w.peerRequest(m)
+	case MsgReply:
+		return w.reply(m)
+	}
+	return fmt.Errorf("proto: rank %d: unexpected %v", w.me, m)
+}
+
+// peerRequest answers rank m.From's request for the file planned for its
+// position m.Sn.
+func (w *WindowRank) peerRequest(m Message) error {
+	files := w.plan.Files[m.From]
+	if m.Sn < 0 || int(m.Sn) >= len(files) || files[m.Sn] != m.File || w.cfg.Mapping.Home(m.File) != w.me {
+		return fmt.Errorf("proto: rank %d: rank %d asks for file %d at its position %d, which the plan does not give it here",
+			w.me, m.From, m.File, m.Sn)
+	}
+	if w.state[m.File-w.first] == gone || len(w.waiters[m.File]) > 0 {
+		return fmt.Errorf("proto: rank %d: rank %d asks again for file %d", w.me, m.From, m.File)
+	}
+	w.local(m.File, waiter{from: int(m.From), sn: m.Sn})
+	return nil
+}
+
+// reply takes a file this rank asked for.
+func (w *WindowRank) reply(m Message) error {
+	files := w.plan.Files[w.me]
+	if m.Sn < 0 || int(m.Sn) >= len(files) || files[m.Sn] != m.File || !w.fetched[m.Sn] || w.arrived[m.Sn] {
+		return fmt.Errorf("proto: rank %d: unexpected reply of rank %d for position %d (file %d)", w.me, m.From, m.Sn, m.File)
+	}
+	if m.Status == StatusOK && !w.asked[m.Sn] {
+		w.stats.PushesReceived++
+		w.arrived[m.Sn] = true // its bytes stay reserved until its position is asked for
+		return nil
+	}
+	w.unreserve(m.Sn, m.File)
+	switch {
+	case m.Status != StatusOK && w.asked[m.Sn]:
+		w.rd.Deliveries = append(w.rd.Deliveries, Delivery{Sn: m.Sn, File: m.File, Status: m.Status})
+	case m.Status != StatusOK:
+		w.failed[m.Sn] = true
+	default:
+		w.stats.PushesReceived++
+		w.deliver(m.Sn, m.File, FromRemote)
+	}
+	w.fetchAhead()
+	return nil
+}
+
+// unreserve frees position sn's bytes in the buffer, if it had any.
+func (w *WindowRank) unreserve(sn int32, f FileID) {
+	if w.reserved[sn] {
+		w.reserved[sn] = false
+		w.buffered -= w.size(f)
+	}
+}

@@ -1,0 +1,193 @@
+package proto_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/brandrt/brandrt/proto"
+)
+
+// windowCluster runs WindowRanks of one epoch in one process: clients ask
+// for positions in any order within a depth, messages and reads complete
+// in random order, and every step is checked against the plan.
+type windowCluster struct {
+	t      *testing.T
+	in     proto.WindowInput
+	ranks  []*proto.WindowRank
+	rng    *rand.Rand
+	net    []proto.Message
+	reads  [][]proto.Read // per rank, in flight
+	next   []int32        // per rank, the lowest position not yet asked
+	asked  [][]bool
+	got    [][]proto.FileID
+	done   int
+	remote int64
+}
+
+func newWindowCluster(t *testing.T, in proto.WindowInput, remote int64, window int, seed uint64) *windowCluster {
+	// the ranks' budgets are their mapping's MemBytes
+	d := proto.Dataset{K: in.Mapping.K()}
+	for r := range in.Mapping.Ranks() {
+		_, n := in.Mapping.RankFiles(r)
+		d.Shards = append(d.Shards, proto.Shard{Files: n, Bytes: in.Mapping.ShardBytes(r), MemBytes: in.Budget[r]})
+	}
+	m, err := proto.NewMapping(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Mapping = m
+	c := &windowCluster{t: t, in: in, rng: rand.New(rand.NewPCG(seed, 7)), remote: remote}
+	for r := range m.Ranks() {
+		w, err := proto.NewWindowRank(proto.WindowConfig{Rank: r, Mapping: m, Sizes: in.Sizes, Seed: in.Seed,
+			Lead: in.Lead, Ramp: in.Ramp, Window: window, RemoteMemBytes: remote})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.ranks = append(c.ranks, w)
+		c.reads = append(c.reads, nil)
+		c.next = append(c.next, 0)
+		c.asked = append(c.asked, make([]bool, len(in.Traces[r])))
+		got := make([]proto.FileID, len(in.Traces[r]))
+		for i := range got {
+			got[i] = proto.NoFile
+		}
+		c.got = append(c.got, got)
+	}
+	for r, w := range c.ranks {
+		if err := w.Step(proto.EpochStart{Epoch: in.Epoch, Traces: in.Traces}); err != nil {
+			t.Fatal(err)
+		}
+		c.carry(r)
+	}
+	return c
+}
+
+func (c *windowCluster) step(r int, ev proto.Event) {
+	if err := c.ranks[r].Step(ev); err != nil {
+		c.t.Fatalf("rank %d: %v: %v", r, ev, err)
+	}
+	c.carry(r)
+}
+
+func (c *windowCluster) carry(r int) {
+	w := c.ranks[r]
+	for w.HasReady() {
+		rd := w.Ready()
+		if len(rd.Dropped) > 0 {
+			c.t.Fatalf("rank %d dropped %v", r, rd.Dropped)
+		}
+		c.reads[r] = append(c.reads[r], rd.Reads...)
+		c.net = append(c.net, rd.Sends...)
+		for _, d := range rd.Deliveries {
+			c.delivered(r, d)
+		}
+		w.Advance(rd)
+	}
+	s := w.Stats()
+	if s.PeakHeld > c.in.Mapping.MemBytes(r) || s.PeakBuffered > c.remote {
+		c.t.Fatalf("rank %d holds up to %d bytes of its own (budget %d) and %d of others' (limit %d)", r,
+			s.PeakHeld, c.in.Mapping.MemBytes(r), s.PeakBuffered, c.remote)
+	}
+}
+
+func (c *windowCluster) delivered(r int, d proto.Delivery) {
+	plan := c.ranks[r].Plan()
+	if d.Status != proto.StatusOK || !c.asked[r][d.Sn] || c.got[r][d.Sn] != proto.NoFile || d.File != plan.Files[r][d.Sn] {
+		c.t.Fatalf("rank %d: delivery %v, asked %v, had %d, planned %d", r, d, c.asked[r][d.Sn], c.got[r][d.Sn],
+			plan.Files[r][d.Sn])
+	}
+	c.got[r][d.Sn] = d.File
+	c.done++
+}
+
+// run drives the epoch to its end with depth positions asked ahead per
+// rank, each rank advancing at its own random pace.
+func (c *windowCluster) run(depth int) {
+	total := 0
+	for _, tr := range c.in.Traces {
+		total += len(tr)
+	}
+	for idle := 0; c.done < total; {
+		if c.act(depth) {
+			idle = 0
+		} else if idle++; idle > 1000 {
+			c.t.Fatalf("stuck after %d of %d deliveries: %d messages and %v reads in flight", c.done, total, len(c.net), c.reads)
+		}
+	}
+	seen := map[proto.FileID]bool{}
+	for _, got := range c.got {
+		for _, f := range got {
+			if seen[f] {
+				c.t.Fatalf("file %d delivered twice", f)
+			}
+			seen[f] = true
+		}
+	}
+}
+
+// act does one random thing: a client request, a message, or a read.
+func (c *windowCluster) act(depth int) bool {
+	switch r := c.rng.IntN(len(c.ranks)); c.rng.IntN(3) {
+	case 0:
+		return c.request(r, depth)
+	case 1:
+		if len(c.net) == 0 {
+			return false
+		}
+		i := c.rng.IntN(len(c.net))
+		m := c.net[i]
+		c.net = append(c.net[:i], c.net[i+1:]...)
+		c.step(int(m.To), m)
+		return true
+	default:
+		if len(c.reads[r]) == 0 {
+			return false
+		}
+		i := c.rng.IntN(len(c.reads[r]))
+		rd := c.reads[r][i]
+		c.reads[r] = append(c.reads[r][:i], c.reads[r][i+1:]...)
+		c.step(r, proto.ReadDone{PC: rd.PC, Epoch: rd.Epoch})
+		return true
+	}
+}
+
+// request asks for a random position among rank r's next depth unasked.
+func (c *windowCluster) request(r, depth int) bool {
+	asked := c.asked[r]
+	for int(c.next[r]) < len(asked) && asked[c.next[r]] {
+		c.next[r]++
+	}
+	if int(c.next[r]) == len(asked) {
+		return false
+	}
+	sn := c.next[r] + int32(c.rng.IntN(depth))
+	if int(sn) >= len(asked) || asked[sn] {
+		return false
+	}
+	asked[sn] = true
+	c.step(r, proto.ClientRequest{Sn: sn})
+	return true
+}
+
+// Every position gets its planned file exactly once, whatever the order
+// of requests, messages and reads, within every budget, and each chunk is
+// read once; the randomized cases of the planner's tests.
+func TestWindowRankCarriesOutThePlan(t *testing.T) {
+	for seed := range uint64(150) {
+		in := windowCase(t, seed)
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			remote := int64(seed%3) * 3000
+			c := newWindowCluster(t, in, remote, int(seed%40), seed)
+			c.run(1 + int(seed%12))
+			var read, total int64
+			for r, w := range c.ranks {
+				read += w.Stats().BytesRead
+				total += in.Mapping.ShardBytes(r)
+			}
+			if read != total {
+				t.Fatalf("read %d bytes of a %d-byte dataset", read, total)
+			}
+		})
+	}
+}
