@@ -61,9 +61,9 @@ type WindowRank struct {
 	rd    Ready
 	stats Stats
 
-	epoch   uint32
-	started bool
-	plan    *WindowPlan
+	epoch    uint32
+	started  bool
+	plan     *WindowPlan
 	deferred []Message // messages of a later epoch
 
 	// own files: state per local index, bytes held, the next read
