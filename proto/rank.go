@@ -130,6 +130,8 @@ func (r *Rank) Step(ev Event) error {
 		err = r.readDone(e)
 	case Message:
 		err = r.receive(e)
+	case PeerDone, ClientsDone:
+		// nothing is kept for a rank that asks nothing more
 	default:
 		err = fmt.Errorf("proto: rank %d: unknown event %T", r.me, ev)
 	}
@@ -156,6 +158,10 @@ type Ready struct {
 	// Dropped are peer messages held for this epoch before it started that
 	// proved malformed when it did; each was dropped.
 	Dropped []error
+	// Forget are files in memory the rank no longer keeps (the window
+	// policy's, planned for a rank that asks for nothing more): the
+	// caller frees their bytes.
+	Forget []FileID
 }
 
 // HasReady reports whether Ready has anything for the caller.

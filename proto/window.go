@@ -7,6 +7,13 @@ import (
 	"strings"
 )
 
+// DefaultLead and DefaultRamp are the Lead and Ramp that simulate and
+// serve plan with, so that both deliver the same order.
+const (
+	DefaultLead = 8
+	DefaultRamp = 64
+)
+
 // WindowInput is everything the window policy plans an epoch from. Every
 // rank knows all of it when the epoch starts, so every rank computes the
 // same plan.

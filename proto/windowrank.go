@@ -79,6 +79,12 @@ type WindowRank struct {
 	arrived  []bool // the file came from its home, not yet delivered
 	failed   []bool // its home could not read it
 	buffered int64  // bytes fetched ahead and not yet delivered
+	// clientsDone: this rank's clients ask for nothing more this epoch;
+	// dropped: own files planned for a rank that asks nothing more,
+	// dropped from memory as soon as they are in
+	clientsDone bool
+	dropped     []bool
+	done        []bool // per rank, said it asks for nothing more
 	frontier int32  // one past the highest position a client asked for
 	ahead    int32  // the next position to consider fetching ahead
 }
@@ -149,13 +155,32 @@ func (w *WindowRank) Step(ev Event) error {
 		return w.readDone(e)
 	case Message:
 		return w.message(e)
+	case PeerDone:
+		if e.Rank < 0 || e.Rank >= w.cfg.Mapping.Ranks() || e.Rank == w.me {
+			return fmt.Errorf("proto: rank %d: rank %d said it is done", w.me, e.Rank)
+		}
+		if w.started {
+			w.done[e.Rank] = true
+			w.drop(e.Rank)
+		}
+		return nil
+	case ClientsDone:
+		if !w.started {
+			return nil
+		}
+		w.clientsDone = true
+		for sn, f := range w.plan.Files[w.me] {
+			w.unreserve(int32(sn), f)
+		}
+		w.drop(w.me)
+		return nil
 	}
 	return fmt.Errorf("proto: unknown event %T", ev)
 }
 
 // HasReady reports whether there is something to carry out.
 func (w *WindowRank) HasReady() bool {
-	return len(w.rd.Reads)+len(w.rd.Loaded)+len(w.rd.Sends)+len(w.rd.Deliveries)+len(w.rd.Dropped) > 0
+	return len(w.rd.Reads)+len(w.rd.Loaded)+len(w.rd.Sends)+len(w.rd.Deliveries)+len(w.rd.Dropped)+len(w.rd.Forget) > 0
 }
 
 // Ready returns what to carry out.
@@ -164,7 +189,7 @@ func (w *WindowRank) Ready() Ready { return w.rd }
 // Advance acknowledges that rd was carried out.
 func (w *WindowRank) Advance(Ready) {
 	w.rd.Reads, w.rd.Loaded, w.rd.Sends = w.rd.Reads[:0], w.rd.Loaded[:0], w.rd.Sends[:0]
-	w.rd.Deliveries, w.rd.Dropped = w.rd.Deliveries[:0], w.rd.Dropped[:0]
+	w.rd.Deliveries, w.rd.Dropped, w.rd.Forget = w.rd.Deliveries[:0], w.rd.Dropped[:0], w.rd.Forget[:0]
 }
 
 // Stats returns the epoch's counters.
@@ -184,7 +209,8 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 	_, n := w.cfg.Mapping.RankFiles(w.me)
 	steps := len(p.Files[w.me])
 	*w = WindowRank{cfg: w.cfg, me: w.me, first: w.first, rd: w.rd, epoch: e.Epoch, started: true, plan: p,
-		deferred: w.deferred, state: make([]fileState, n), waiters: map[FileID][]waiter{},
+		deferred: w.deferred, state: make([]fileState, n), dropped: make([]bool, n),
+		done: make([]bool, w.cfg.Mapping.Ranks()), waiters: map[FileID][]waiter{},
 		asked: make([]bool, steps), fetched: make([]bool, steps), reserved: make([]bool, steps),
 		arrived: make([]bool, steps), failed: make([]bool, steps)}
 	w.issue()
@@ -338,6 +364,9 @@ func (w *WindowRank) fetch(sn int32, f FileID, ahead bool) {
 // positions, in order, up to Window past the frontier and while the
 // buffer has room.
 func (w *WindowRank) fetchAhead() {
+	if w.clientsDone {
+		return
+	}
 	files := w.plan.Files[w.me]
 	w.ahead = max(w.ahead, w.frontier)
 	for ; w.ahead < min(w.frontier+int32(w.cfg.Window), int32(len(files))); w.ahead++ {
@@ -364,10 +393,14 @@ func (w *WindowRank) readDone(e ReadDone) error {
 		w.stats.FailedReads++
 	}
 	for f := lo; f < hi; f++ {
-		if e.Failed {
+		switch {
+		case w.dropped[f-w.first]:
+			w.state[f-w.first] = gone
+			w.held -= w.size(f)
+		case e.Failed:
 			w.state[f-w.first] = lost
 			w.held -= w.size(f)
-		} else {
+		default:
 			w.state[f-w.first] = inMemory
 			w.stats.FilesLoaded++
 			w.stats.BytesLoaded += w.size(f)
@@ -385,6 +418,29 @@ func (w *WindowRank) readDone(e ReadDone) error {
 	return nil
 }
 
+// drop lets go of the own files planned for rank r's positions that
+// were never answered, now that r asks for nothing more: those in memory
+// at once, the others when their chunks are in; requests r left waiting
+// are forgotten.
+func (w *WindowRank) drop(r int) {
+	for _, f := range w.plan.Files[r] {
+		if w.cfg.Mapping.Home(f) != w.me {
+			continue
+		}
+		i := f - w.first
+		delete(w.waiters, f)
+		switch w.state[i] {
+		case inMemory:
+			w.state[i] = gone
+			w.held -= w.size(f)
+			w.rd.Forget = append(w.rd.Forget, f)
+		case notRead, reading:
+			w.dropped[i] = true
+		}
+	}
+	w.issue()
+}
+
 func (w *WindowRank) message(m Message) error {
 	switch {
 	case !w.started || m.Epoch > w.epoch:
@@ -398,6 +454,10 @@ func (w *WindowRank) message(m Message) error {
 	}
 	switch m.Type {
 	case MsgRequest:
+		if w.done[m.From] { // a request sent ahead, overtaken by the rank's done
+			w.stats.Stale++
+			return nil
+		}
 		return w.peerRequest(m)
 	case MsgReply:
 		return w.reply(m)

@@ -23,6 +23,10 @@ type windowCluster struct {
 	got    [][]proto.FileID
 	done   int
 	remote int64
+	// stop[r] is where rank r's clients end the epoch early (its trace
+	// length when they do not); ended[r] once they did
+	stop  []int
+	ended []bool
 }
 
 func newWindowCluster(t *testing.T, in proto.WindowInput, remote int64, window int, seed uint64) *windowCluster {
@@ -53,6 +57,8 @@ func newWindowCluster(t *testing.T, in proto.WindowInput, remote int64, window i
 			got[i] = proto.NoFile
 		}
 		c.got = append(c.got, got)
+		c.stop = append(c.stop, len(got))
+		c.ended = append(c.ended, false)
 	}
 	for r, w := range c.ranks {
 		if err := w.Step(proto.EpochStart{Epoch: in.Epoch, Traces: in.Traces}); err != nil {
@@ -105,8 +111,8 @@ func (c *windowCluster) delivered(r int, d proto.Delivery) {
 // rank, each rank advancing at its own random pace.
 func (c *windowCluster) run(depth int) {
 	total := 0
-	for _, tr := range c.in.Traces {
-		total += len(tr)
+	for _, s := range c.stop {
+		total += s
 	}
 	for idle := 0; c.done < total; {
 		if c.act(depth) {
@@ -118,6 +124,9 @@ func (c *windowCluster) run(depth int) {
 	seen := map[proto.FileID]bool{}
 	for _, got := range c.got {
 		for _, f := range got {
+			if f == proto.NoFile {
+				continue
+			}
 			if seen[f] {
 				c.t.Fatalf("file %d delivered twice", f)
 			}
@@ -152,17 +161,19 @@ func (c *windowCluster) act(depth int) bool {
 	}
 }
 
-// request asks for a random position among rank r's next depth unasked.
+// request asks for a random position among rank r's next depth unasked,
+// or ends the epoch for r's clients once they asked for every position
+// before its stop and got them.
 func (c *windowCluster) request(r, depth int) bool {
 	asked := c.asked[r]
-	for int(c.next[r]) < len(asked) && asked[c.next[r]] {
+	for int(c.next[r]) < c.stop[r] && asked[c.next[r]] {
 		c.next[r]++
 	}
-	if int(c.next[r]) == len(asked) {
-		return false
+	if int(c.next[r]) == c.stop[r] {
+		return c.end(r)
 	}
 	sn := c.next[r] + int32(c.rng.IntN(depth))
-	if int(sn) >= len(asked) || asked[sn] {
+	if int(sn) >= c.stop[r] || asked[sn] {
 		return false
 	}
 	asked[sn] = true
@@ -170,16 +181,57 @@ func (c *windowCluster) request(r, depth int) bool {
 	return true
 }
 
+// end tells every rank that r's clients ask for nothing more, once they
+// have every position they asked for (as the runtime does).
+func (c *windowCluster) end(r int) bool {
+	if c.ended[r] || c.stop[r] == len(c.asked[r]) {
+		return false
+	}
+	for sn := range c.stop[r] {
+		if c.got[r][sn] == proto.NoFile {
+			return false
+		}
+	}
+	c.ended[r] = true
+	c.step(r, proto.ClientsDone{})
+	for h := range c.ranks {
+		if h != r {
+			c.step(h, proto.PeerDone{Rank: r})
+		}
+	}
+	return true
+}
+
 // Every position gets its planned file exactly once, whatever the order
 // of requests, messages and reads, within every budget, and each chunk is
 // read once; the randomized cases of the planner's tests.
 func TestWindowRankCarriesOutThePlan(t *testing.T) {
+	testWindowRank(t, false)
+}
+
+// Clients of some ranks end the epoch early: the files kept for their
+// positions are dropped, and every other rank still gets all of its own.
+func TestWindowRankEndedEarly(t *testing.T) {
+	testWindowRank(t, true)
+}
+
+func testWindowRank(t *testing.T, early bool) {
 	for seed := range uint64(150) {
 		in := windowCase(t, seed)
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			remote := int64(seed%3) * 3000
 			c := newWindowCluster(t, in, remote, int(seed%40), seed)
+			if early {
+				for r := range c.stop {
+					if c.rng.IntN(2) == 0 {
+						c.stop[r] = c.rng.IntN(c.stop[r] + 1)
+					}
+				}
+			}
 			c.run(1 + int(seed%12))
+			if early {
+				return
+			}
 			var read, total int64
 			for r, w := range c.ranks {
 				read += w.Stats().BytesRead

@@ -30,6 +30,10 @@ func (l *loop) carry() error {
 		for _, d := range rd.Deliveries {
 			l.deliver(d)
 		}
+		for _, f := range rd.Forget {
+			l.files[f].release()
+			delete(l.files, f)
+		}
 		l.p.Advance(rd)
 	}
 	return nil

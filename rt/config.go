@@ -24,7 +24,11 @@ type Config struct {
 	// time into this rank's memory (its buffer VCs); −1 means a tenth of
 	// the rank's budget.
 	RemoteMemBytes int64
-	// Variant and Window configure the protocol (proto.Config).
+	// Policy is "window" (each chunk read once, every epoch planned
+	// ahead: proto.WindowRank) or "paper" (the papers' protocol,
+	// proto.Rank, in its Variant). Window is how many positions ahead
+	// files of other ranks are prefetched, for either.
+	Policy  string
 	Variant proto.Variant
 	Window  int
 	// Seed drives the traces (with the epoch) and the refill choices.
@@ -66,7 +70,7 @@ type Config struct {
 // DefaultConfig returns the defaults; the caller sets Chunks and the
 // memory.
 func DefaultConfig() Config {
-	return Config{Variant: proto.Full, Window: 64, RemoteMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 0, Depth: 4,
+	return Config{Policy: "window", Variant: proto.Full, Window: 64, RemoteMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 0, Depth: 4,
 		Log: io.Discard, FS: chunk.OS}
 }
 
@@ -81,6 +85,7 @@ func (c Config) Validate() error {
 	add(c.Chunks != "", "no chunk directory (--chunks)")
 	add(c.MemBytes > 0 || (c.MemFraction > 0 && c.MemFraction <= 1), "memory budget: %d bytes or a fraction %g of the shard, want one of them positive (and the fraction ≤ 1)", c.MemBytes, c.MemFraction)
 	add(c.RemoteMemBytes >= -1, "remote memory %d bytes, want ≥ 0 (or −1 for a tenth of the budget)", c.RemoteMemBytes)
+	add(c.Policy == "window" || c.Policy == "paper", "policy %q, want window or paper", c.Policy)
 	add(int(c.Variant) < len(proto.Variants), "unknown variant %d", c.Variant)
 	add(c.Window >= 0, "window %d, want ≥ 0", c.Window)
 	add(c.Epochs >= 1, "%d epochs, want ≥ 1", c.Epochs)

@@ -60,7 +60,7 @@ func (d *Delivery) Release() {
 // chunk reads run in I/O workers and clients talk to it through channels.
 type loop struct {
 	n       *Node
-	p       *proto.Rank
+	p       proto.Machine
 	comm    collectives.Comm
 	io      *ioPool
 	pool    *recvPool
@@ -288,6 +288,12 @@ func (l *loop) readDone(res readResult) error {
 // sayDone tells every peer that this rank will request nothing more.
 func (l *loop) sayDone() error {
 	l.done = true
+	if err := l.p.Step(proto.ClientsDone{}); err != nil {
+		return err
+	}
+	if err := l.carry(); err != nil {
+		return err
+	}
 	for r := range l.n.size {
 		if r == l.n.me {
 			continue
@@ -314,7 +320,10 @@ func (l *loop) receive() (bool, error) {
 	switch st.Tag {
 	case tagDone:
 		l.doneIn++
-		return true, nil
+		if err := l.p.Step(proto.PeerDone{Rank: st.Source}); err != nil {
+			return true, fmt.Errorf("rt: rank %d: %w", l.n.me, err)
+		}
+		return true, l.carry()
 	case tagMsg:
 		return true, l.message(st.Source, b)
 	}

@@ -21,7 +21,7 @@ type Node struct {
 	man      *chunk.Manifest
 	shard    *chunk.Shard
 	m        *proto.Mapping
-	p        *proto.Rank
+	p        proto.Machine
 	first    proto.FileID
 	k        int
 	// sums of the shard's index, to check what the consumers received
@@ -37,6 +37,9 @@ type Node struct {
 	early  map[uint32]TraceOffer
 	// counts holds this epoch's deliveries on this rank per file id.
 	counts []int32
+	// sizes are this rank's file sizes, until the window policy's rank
+	// is built from every rank's.
+	sizes []int64
 }
 
 // Open opens this rank's shard and builds the protocol state. Every rank
@@ -51,6 +54,9 @@ func Open(cfg Config, comm collectives.Comm) (*Node, error) {
 	err := n.agree(n.open())
 	if err == nil {
 		err = n.sameDataset()
+	}
+	if err == nil && n.p == nil {
+		err = n.newWindowRank() // the same input on every rank: every rank fails alike
 	}
 	if err != nil {
 		n.Close()
@@ -130,14 +136,49 @@ func (n *Node) newRank(sizes []int64) error {
 	}
 	n.m = m
 	n.first, _ = m.RankFiles(n.me)
+	if n.cfg.Policy == "window" {
+		n.sizes = sizes // the window rank is built once every rank opened (Open)
+		return nil
+	}
 	pc := proto.DefaultConfig()
 	pc.Rank, pc.Mapping, pc.Sizes = n.me, m, sizes
-	pc.Variant, pc.Window, pc.RemoteMemBytes, pc.Seed = n.cfg.Variant, n.cfg.Window, n.cfg.RemoteMemBytes, n.cfg.Seed
-	if pc.RemoteMemBytes < 0 {
-		pc.RemoteMemBytes = m.MemBytes(n.me) / 10
-	}
+	pc.Variant, pc.Window, pc.RemoteMemBytes, pc.Seed = n.cfg.Variant, n.cfg.Window, n.remoteBytes(), n.cfg.Seed
 	n.p, err = proto.NewRank(pc)
 	return err
+}
+
+// newWindowRank builds this rank's window policy, which plans every
+// rank's part of each epoch and so needs every rank's file sizes: the
+// ranks gather them (as 32-bit words; index records hold 32-bit sizes).
+func (n *Node) newWindowRank() error {
+	own := make([]int32, len(n.sizes))
+	for i, s := range n.sizes {
+		own[i] = int32(uint32(s))
+	}
+	all, counts, err := n.comm.Allgatherv(own)
+	if err != nil {
+		return err
+	}
+	every := make([][]int64, len(counts))
+	for r, c := range counts {
+		every[r] = make([]int64, c)
+		for i, s := range all[:c] {
+			every[r][i] = int64(uint32(s))
+		}
+		all = all[c:]
+	}
+	n.p, err = proto.NewWindowRank(proto.WindowConfig{Rank: n.me, Mapping: n.m, Sizes: every, Seed: n.cfg.Seed,
+		Lead: proto.DefaultLead, Ramp: proto.DefaultRamp, Window: n.cfg.Window, RemoteMemBytes: n.remoteBytes()})
+	return err
+}
+
+// remoteBytes is the rank's limit for files of other ranks held ahead of
+// their requests: Config.RemoteMemBytes, by default a tenth of the budget.
+func (n *Node) remoteBytes() int64 {
+	if n.cfg.RemoteMemBytes < 0 {
+		return n.m.MemBytes(n.me) / 10
+	}
+	return n.cfg.RemoteMemBytes
 }
 
 // agree tells every rank which ranks failed to start. A rank that failed

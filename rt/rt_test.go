@@ -204,21 +204,22 @@ func TestServeExactlyOnce(t *testing.T) {
 	dir := packed(t, 700, 3, 8)
 	cases := []struct {
 		name    string
+		policy  string
 		variant proto.Variant
 		mem     float64
 		window  int
 	}{
-		{"full, a quarter in memory", proto.Full, 0.25, 64},
-		{"full, everything in memory", proto.Full, 1, 64},
-		{"no prefetch", proto.NoPrefetching, 0.25, 64},
-		{"random selection, small window", proto.RandomSelection, 0.3, 4},
-		{"no optimization", proto.NoOptimization, 0.1, 64},
+		{"full, a quarter in memory", "paper", proto.Full, 0.25, 64},
+		{"full, everything in memory", "paper", proto.Full, 1, 64},
+		{"no prefetch", "paper", proto.NoPrefetching, 0.25, 64},
+		{"random selection, small window", "paper", proto.RandomSelection, 0.3, 4},
+		{"no optimization", "paper", proto.NoOptimization, 0.1, 64},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes = dir, tc.mem, 200_000
-			cfg.Variant, cfg.Window, cfg.Epochs, cfg.Consume, cfg.Depth = tc.variant, tc.window, 2, 3, 3
+			cfg.Policy, cfg.Variant, cfg.Window, cfg.Epochs, cfg.Consume, cfg.Depth = tc.policy, tc.variant, tc.window, 2, 3, 3
 			for _, st := range serveLocal(t, 3, cfg) {
 				t.Logf("epoch %d: %d files, %d local hits, %d chunk reads, %d remote requests, %d pushes, %d prefetch hits", st.Epoch, st.FilesDelivered, st.LocalHits, st.ChunkReads, st.RemoteRequests, st.PrefetchPushes, st.PrefetchHits)
 				if !st.OK() || st.FilesExpected != 700 {
@@ -229,6 +230,36 @@ func TestServeExactlyOnce(t *testing.T) {
 				}
 				if st.RemoteFiles == 0 || st.ChunkReads == 0 {
 					t.Errorf("epoch %d: no remote files or no reads: %+v", st.Epoch, st)
+				}
+			}
+		})
+	}
+}
+
+// The window policy delivers every file exactly once and reads each
+// chunk once per epoch (from storage, or from memory when the budget
+// holds the whole shard), for any rank count, budget and window.
+func TestServeWindowReadsEachChunkOnce(t *testing.T) {
+	for _, tc := range []struct {
+		ranks  int
+		mem    float64
+		window int
+	}{{1, 0.25, 64}, {2, 0.25, 64}, {3, 0.25, 8}, {2, 0.1, 0}, {3, 1, 64}} {
+		t.Run(fmt.Sprintf("%d ranks, %.0f%% in memory, window %d", tc.ranks, 100*tc.mem, tc.window), func(t *testing.T) {
+			dir := packed(t, 700, tc.ranks, 8)
+			cfg := DefaultConfig()
+			cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes = dir, tc.mem, 20_000
+			cfg.Window, cfg.Epochs, cfg.Consume, cfg.Depth = tc.window, 2, 3, 3
+			for _, st := range serveLocal(t, tc.ranks, cfg) {
+				if !st.OK() || st.FilesExpected != 700 || st.ReadAmplification != 1 {
+					t.Fatalf("epoch %d: %+v", st.Epoch, st)
+				}
+				// chunk files hold their index and padding besides the files
+				if tc.mem < 1 && (st.BytesRead < st.BytesDelivered || float64(st.BytesRead) > 1.02*float64(st.BytesDelivered)) {
+					t.Fatalf("epoch %d: %d bytes read from storage for %d delivered", st.Epoch, st.BytesRead, st.BytesDelivered)
+				}
+				if (tc.ranks > 1) != (st.RemoteFiles > 0) || (tc.window > 0 && tc.ranks > 1) != (st.PrefetchPushes > 0) {
+					t.Fatalf("epoch %d: %d files from other ranks, %d fetched ahead", st.Epoch, st.RemoteFiles, st.PrefetchPushes)
 				}
 			}
 		})

@@ -51,7 +51,8 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "dataset directory ({rank} is replaced by the rank, for node-local copies)"},
 			&cli.GenericFlag{Name: "mem", Value: &mem, Usage: "memory for this rank's own files: bytes (12GiB) or a percentage of its shard (25%); the default is half this node's RAM"},
 			&cli.GenericFlag{Name: "remote-mem", Value: &memBudget{bytes: -1}, Usage: "memory for files other ranks push ahead of time, in bytes"},
-			&cli.StringFlag{Name: "variant", Value: d.Variant.String(), Usage: "full, random-selection, no-prefetching or no-optimization"},
+			&cli.StringFlag{Name: "policy", Value: d.Policy, Usage: "window (read each chunk once, every epoch planned ahead, as brandrt simulate does) or paper (the Brand/Redox protocol)"},
+			&cli.StringFlag{Name: "variant", Value: d.Variant.String(), Usage: "the paper policy's variant: full, random-selection, no-prefetching or no-optimization"},
 			&cli.IntFlag{Name: "window", Value: d.Window, Usage: "P, upcoming trace positions an owner considers for prefetch (0: none)"},
 			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the traces and refill choices"},
 			&cli.StringFlag{Name: "traces", Value: "seed", Usage: "where each epoch's traces come from: seed (drawn from --seed) or clients (supplied by the training processes)"},
@@ -123,6 +124,7 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 		}
 		cfg.RemoteMemBytes = rm.bytes
 	}
+	cfg.Policy = c.String("policy")
 	if cfg.Variant, err = proto.ParseVariant(c.String("variant")); err != nil {
 		return cfg, err
 	}
@@ -346,7 +348,8 @@ func printEpoch(w io.Writer, s rt.EpochStats, epochs int) {
 		comma(int64(s.FilesPerSecond)), ibytes(int64(s.BytesPerSecond)))
 	fmt.Fprintf(w, "  chunks   %s loaded whole, %s (%.2f× what was delivered); %s read from storage (%s)\n",
 		comma(s.ChunkReads), ibytes(s.BytesLoaded), s.ReadAmplification, comma(s.StorageReads), ibytes(s.BytesRead))
-	fmt.Fprintf(w, "  memory   %s local hits; at most %s held by one rank\n", comma(s.LocalHits), ibytes(s.PeakMemBytes))
+	fmt.Fprintf(w, "  memory   %s local hits, %s requests waited for their chunk's read; at most %s held by one rank\n",
+		comma(s.LocalHits), comma(s.Waits), ibytes(s.PeakMemBytes))
 	fmt.Fprintf(w, "  network  %s remote requests, %s files pushed ahead, %s prefetch hits; %s files (%s) from other ranks, %s sent\n",
 		comma(s.RemoteRequests), comma(s.PrefetchPushes), comma(s.PrefetchHits), comma(s.RemoteFiles), ibytes(s.RemoteBytes), ibytes(s.NetworkBytes))
 	if s.Verified {

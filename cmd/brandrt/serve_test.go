@@ -68,7 +68,8 @@ func readStats(t *testing.T, name string) []rt.EpochStats {
 // TestServeUnderMpirun runs three ranks for two epochs and proves from the
 // statistics that every file was delivered exactly once per epoch, with
 // the bytes and label its index records: with a quarter of the data in
-// memory, without prefetch, and with everything in memory.
+// memory (the window policy, reading each chunk once, and the paper's,
+// with and without prefetch), and with everything in memory.
 func TestServeUnderMpirun(t *testing.T) {
 	const files = 3000
 	dir := servePack(t, files, 3, filepath.Join(t.TempDir(), "chunks"))
@@ -78,7 +79,8 @@ func TestServeUnderMpirun(t *testing.T) {
 		args []string
 	}{
 		{"quarter", []string{"--mem", "25%"}},
-		{"no-prefetch", []string{"--mem", "25%", "--variant", "no-prefetching"}},
+		{"no-prefetch", []string{"--mem", "25%", "--policy", "paper", "--variant", "no-prefetching"}},
+		{"paper", []string{"--mem", "25%", "--policy", "paper"}},
 		{"in-memory", []string{"--mem", "100%"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,6 +103,11 @@ func TestServeUnderMpirun(t *testing.T) {
 				}
 				if prefetch := tc.name != "no-prefetch"; prefetch != (s.PrefetchPushes > 0) {
 					t.Errorf("epoch %d: %d pushes", s.Epoch, s.PrefetchPushes)
+				}
+				// the default policy reads each chunk once: storage bytes are the
+				// delivered bytes and the chunk files' own index and padding
+				if tc.name == "quarter" && float64(s.BytesRead) > 1.02*float64(s.BytesDelivered) {
+					t.Errorf("epoch %d: %d bytes read from storage for %d delivered", s.Epoch, s.BytesRead, s.BytesDelivered)
 				}
 				if tc.name == "in-memory" && s.ReadAmplification > 1.01 {
 					t.Errorf("epoch %d: everything fits, yet read amplification %.2f", s.Epoch, s.ReadAmplification)

@@ -76,7 +76,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Files: 1281167, ChunkFiles: 64, Ranks: 3, MemFraction: 0.25, RemoteFraction: 0.1,
-		Window: 64, Policies: []string{"window"}, Lead: 8, Ramp: 64, Epochs: 1, Seed: 1, Batch: 256,
+		Window: 64, Policies: []string{"window"}, Lead: proto.DefaultLead, Ramp: proto.DefaultRamp, Epochs: 1, Seed: 1, Batch: 256,
 		FileSize: 110_000, Lognormal: true, Sigma: 0.6, Inflight: 8,
 	}
 }
