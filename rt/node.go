@@ -169,7 +169,11 @@ func (n *Node) newWindowRank() error {
 	}
 	n.p, err = proto.NewWindowRank(proto.WindowConfig{Rank: n.me, Mapping: n.m, Sizes: every, Seed: n.cfg.Seed,
 		Lead: proto.DefaultLead, Ramp: proto.DefaultRamp, Window: n.cfg.Window, RemoteMemBytes: n.remoteBytes()})
-	return err
+	if err != nil {
+		return fmt.Errorf("rt: rank %d: the window policy reads whole chunks into each rank's memory (--mem): %w; "+
+			"give it more memory, pack with a smaller --chunk-files, or serve with --policy paper", n.me, err)
+	}
+	return nil
 }
 
 // remoteBytes is the rank's limit for files of other ranks held ahead of

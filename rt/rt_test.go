@@ -265,3 +265,18 @@ func TestServeWindowReadsEachChunkOnce(t *testing.T) {
 		})
 	}
 }
+
+// A budget smaller than a chunk cannot run the window policy; the error
+// says what to change.
+func TestWindowBudgetBelowAChunk(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Chunks, cfg.MemBytes = packed(t, 100, 1, 8), 100
+	n, err := Open(cfg, collectives.NewLocal(1)[0])
+	if err == nil {
+		n.Close()
+		t.Fatal("a 100-byte budget opened")
+	}
+	if !strings.Contains(err.Error(), "more than the rank's budget") || !strings.Contains(err.Error(), "--policy paper") {
+		t.Fatalf("error %q", err)
+	}
+}
