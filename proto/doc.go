@@ -127,7 +127,9 @@
 // chunks are in before the first answer. An epoch's pools drain at its
 // end; the next epoch's plan (given the previous one's Drains as After)
 // reads its first chunks into the room they free, at steps before its
-// start, so only the first epoch starts empty. An executor carries the
-// plan out; it does not decide anything. The executor in rt is not
-// written yet (issue 14).
+// start, so only the first epoch starts empty. WindowRank carries the
+// plan out for one rank, with Rank's API (both are a Machine): it reads
+// its chunks in plan order as its budget frees, answers each position
+// with its planned file, and fetches the files planned for its next
+// positions from their homes.
 package proto

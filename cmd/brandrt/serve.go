@@ -33,7 +33,12 @@ func serveCommand() *cli.Command {
 			"in memory, reads chunks whole, answers the other ranks' requests over MPI and\n" +
 			"pushes them the files their traces ask for next. Every epoch, each rank's\n" +
 			"trace is its part of a permutation of the dataset drawn from --seed and the\n" +
-			"epoch; every file is delivered exactly once per epoch across the ranks.\n" +
+			"epoch; every file is delivered exactly once per epoch across the ranks.\n\n" +
+			"Policies: window (the default) plans each epoch before it starts, as brandrt\n" +
+			"simulate does: each rank reads each of its chunks once, in a seeded order, as\n" +
+			"its memory frees, and answers a position with the file the plan gives it (a\n" +
+			"file drawn from the pool of its home rank); --mem must hold a whole chunk.\n" +
+			"paper is the Brand/Redox protocol (--variant), which reads chunks ~7 times.\n\n" +
 			"With --traces clients, a training process of each rank supplies the rank's\n" +
 			"trace instead, before each epoch (a custom sampler's order of file ids; see\n" +
 			"brandrt.torch.BrandSampler(order=...)); the epoch starts when every rank has\n" +
