@@ -6,27 +6,21 @@ import (
 )
 
 func TestData(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no test scripts: %v", err)
-	}
-	for _, path := range files {
-		t.Run(filepath.Base(path), func(t *testing.T) {
-			env := &Env{}
-			RunFile(t, path, env.Handle)
-		})
-	}
+	runScripts(t, "testdata/*.txt", func() func(*Cmd) string { return (&Env{}).Handle })
 }
 
 func TestWindowData(t *testing.T) {
-	files, err := filepath.Glob("testdata/window/*.txt")
+	runScripts(t, "testdata/window/*.txt", func() func(*Cmd) string { return (&WindowEnv{}).Handle })
+}
+
+// runScripts runs every script matching glob, each through a new
+// environment's handler.
+func runScripts(t *testing.T, glob string, env func() func(*Cmd) string) {
+	files, err := filepath.Glob(glob)
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no window scripts: %v", err)
+		t.Fatalf("no test scripts %s: %v", glob, err)
 	}
 	for _, path := range files {
-		t.Run(filepath.Base(path), func(t *testing.T) {
-			env := &WindowEnv{}
-			RunFile(t, path, env.Handle)
-		})
+		t.Run(filepath.Base(path), func(t *testing.T) { RunFile(t, path, env()) })
 	}
 }
