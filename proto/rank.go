@@ -165,20 +165,23 @@ type Ready struct {
 }
 
 // HasReady reports whether Ready has anything for the caller.
-func (r *Rank) HasReady() bool {
-	return len(r.rd.Reads)+len(r.rd.Loaded)+len(r.rd.Sends)+len(r.rd.Deliveries)+len(r.rd.Dropped) > 0
-}
+func (r *Rank) HasReady() bool { return r.rd.pending() }
 
 // Ready returns the pending effects. They stay valid until Advance.
 func (r *Rank) Ready() Ready { return r.rd }
 
 // Advance acknowledges that rd was carried out.
-func (r *Rank) Advance(rd Ready) {
-	r.rd.Reads = r.rd.Reads[:0]
-	r.rd.Loaded = r.rd.Loaded[:0]
-	r.rd.Sends = r.rd.Sends[:0]
-	r.rd.Deliveries = r.rd.Deliveries[:0]
-	r.rd.Dropped = r.rd.Dropped[:0]
+func (r *Rank) Advance(rd Ready) { r.rd.clear() }
+
+// pending reports whether rd holds anything.
+func (rd *Ready) pending() bool {
+	return len(rd.Reads)+len(rd.Loaded)+len(rd.Sends)+len(rd.Deliveries)+len(rd.Dropped)+len(rd.Forget) > 0
+}
+
+// clear empties rd, keeping its slices' room.
+func (rd *Ready) clear() {
+	rd.Reads, rd.Loaded, rd.Sends = rd.Reads[:0], rd.Loaded[:0], rd.Sends[:0]
+	rd.Deliveries, rd.Dropped, rd.Forget = rd.Deliveries[:0], rd.Dropped[:0], rd.Forget[:0]
 }
 
 // Epoch returns the current epoch and whether one has started.

@@ -190,7 +190,7 @@ func (in WindowInput) newPool(h int) *pool {
 	pl := &pool{rng: rand.New(rand.NewPCG(in.Seed^0x5749_4e44_4f57, uint64(in.Epoch)<<32|uint64(h)))}
 	pl.order, pl.bytes = make([]int, n), make([]int64, n)
 	for i, j := range pl.rng.Perm(n) {
-		pl.order[i], pl.bytes[i] = first+j, in.pcBytes(h, first+j)
+		pl.order[i], pl.bytes[i] = first+j, in.ChunkBytes(first+j)
 	}
 	return pl
 }
@@ -315,8 +315,10 @@ func (in WindowInput) size(h int, f FileID) int64 {
 	return in.Sizes[h][f-first]
 }
 
-func (in WindowInput) pcBytes(h, pc int) int64 {
+// ChunkBytes returns the size in bytes of chunk pc, the sum of its files'.
+func (in WindowInput) ChunkBytes(pc int) int64 {
 	lo, hi := in.Mapping.PCFiles(pc)
+	h := in.Mapping.Home(lo)
 	var b int64
 	for f := lo; f < hi; f++ {
 		b += in.size(h, f)
@@ -378,7 +380,7 @@ func (in WindowInput) validateRank(h int) error {
 	}
 	pc0, pcs := m.RankPCs(h)
 	for pc := pc0; pc < pc0+pcs; pc++ {
-		if b := in.pcBytes(h, pc); b > in.Budget[h] {
+		if b := in.ChunkBytes(pc); b > in.Budget[h] {
 			return fmt.Errorf("proto: chunk %d of rank %d is %d bytes, more than the rank's budget of %d; "+
 				"the budget must hold its largest chunk", pc, h, b, in.Budget[h])
 		}

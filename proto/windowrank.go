@@ -56,6 +56,7 @@ type WindowConfig struct {
 // chunk is not yet in.
 type WindowRank struct {
 	cfg   WindowConfig
+	in    WindowInput // what every epoch is planned from, less its traces
 	me    int
 	first FileID
 	rd    Ready
@@ -118,21 +119,19 @@ func NewWindowRank(cfg WindowConfig) (*WindowRank, error) {
 	if cfg.Window < 0 || cfg.RemoteMemBytes < 0 {
 		return nil, fmt.Errorf("proto: window %d and remote memory %d bytes, want ≥ 0", cfg.Window, cfg.RemoteMemBytes)
 	}
-	w := &WindowRank{cfg: cfg, me: cfg.Rank}
+	w := &WindowRank{cfg: cfg, me: cfg.Rank, in: WindowInput{Mapping: m, Sizes: cfg.Sizes, Seed: cfg.Seed,
+		Lead: cfg.Lead, Ramp: cfg.Ramp, Traces: make([][]FileID, m.Ranks())}}
+	for h := range m.Ranks() {
+		w.in.Budget = append(w.in.Budget, m.MemBytes(h))
+	}
 	w.first, _ = m.RankFiles(cfg.Rank)
-	return w, w.input(nil).validate()
+	return w, w.in.validate()
 }
 
-func (w *WindowRank) input(traces [][]FileID) WindowInput {
-	m := w.cfg.Mapping
-	in := WindowInput{Mapping: m, Sizes: w.cfg.Sizes, Traces: traces, Seed: w.cfg.Seed, Epoch: w.epoch,
-		Lead: w.cfg.Lead, Ramp: w.cfg.Ramp}
-	for h := range m.Ranks() {
-		in.Budget = append(in.Budget, m.MemBytes(h))
-	}
-	if traces == nil {
-		in.Traces = make([][]FileID, m.Ranks())
-	}
+// input returns the input of epoch e's plan on traces.
+func (w *WindowRank) input(e uint32, traces [][]FileID) WindowInput {
+	in := w.in
+	in.Epoch, in.Traces = e, traces
 	return in
 }
 
@@ -141,7 +140,7 @@ func (w *WindowRank) Plan() *WindowPlan { return w.plan }
 
 // CheckTraces reports whether an epoch could be planned on traces.
 func (w *WindowRank) CheckTraces(traces [][]FileID) error {
-	return w.input(traces).validate()
+	return w.input(w.epoch, traces).validate()
 }
 
 // Step applies one event.
@@ -179,18 +178,13 @@ func (w *WindowRank) Step(ev Event) error {
 }
 
 // HasReady reports whether there is something to carry out.
-func (w *WindowRank) HasReady() bool {
-	return len(w.rd.Reads)+len(w.rd.Loaded)+len(w.rd.Sends)+len(w.rd.Deliveries)+len(w.rd.Dropped)+len(w.rd.Forget) > 0
-}
+func (w *WindowRank) HasReady() bool { return w.rd.pending() }
 
 // Ready returns what to carry out.
 func (w *WindowRank) Ready() Ready { return w.rd }
 
 // Advance acknowledges that rd was carried out.
-func (w *WindowRank) Advance(Ready) {
-	w.rd.Reads, w.rd.Loaded, w.rd.Sends = w.rd.Reads[:0], w.rd.Loaded[:0], w.rd.Sends[:0]
-	w.rd.Deliveries, w.rd.Dropped, w.rd.Forget = w.rd.Deliveries[:0], w.rd.Dropped[:0], w.rd.Forget[:0]
-}
+func (w *WindowRank) Advance(Ready) { w.rd.clear() }
 
 // Stats returns the epoch's counters.
 func (w *WindowRank) Stats() Stats { return w.stats }
@@ -199,16 +193,13 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 	if w.started && e.Epoch <= w.epoch {
 		return fmt.Errorf("proto: epoch %d after epoch %d", e.Epoch, w.epoch)
 	}
-	prev := w.epoch
-	w.epoch = e.Epoch
-	p, err := PlanWindow(w.input(e.Traces))
+	p, err := PlanWindow(w.input(e.Epoch, e.Traces))
 	if err != nil {
-		w.epoch = prev
 		return err
 	}
 	_, n := w.cfg.Mapping.RankFiles(w.me)
 	steps := len(p.Files[w.me])
-	*w = WindowRank{cfg: w.cfg, me: w.me, first: w.first, rd: w.rd, epoch: e.Epoch, started: true, plan: p,
+	*w = WindowRank{cfg: w.cfg, in: w.in, me: w.me, first: w.first, rd: w.rd, epoch: e.Epoch, started: true, plan: p,
 		deferred: w.deferred, state: make([]fileState, n), dropped: make([]bool, n),
 		done: make([]bool, w.cfg.Mapping.Ranks()), waiters: map[FileID][]waiter{},
 		asked: make([]bool, steps), fetched: make([]bool, steps), reserved: make([]bool, steps),
@@ -230,7 +221,7 @@ func (w *WindowRank) issue() {
 	m := w.cfg.Mapping
 	for rds := w.plan.Reads[w.me]; w.nextRd < len(rds); w.nextRd++ {
 		pc := rds[w.nextRd].PC
-		b := w.pcBytes(pc)
+		b := w.in.ChunkBytes(pc)
 		if w.held+b > m.MemBytes(w.me) {
 			return
 		}
@@ -248,20 +239,7 @@ func (w *WindowRank) issue() {
 	}
 }
 
-func (w *WindowRank) pcBytes(pc int) int64 {
-	lo, hi := w.cfg.Mapping.PCFiles(pc)
-	var b int64
-	for f := lo; f < hi; f++ {
-		b += w.size(f)
-	}
-	return b
-}
-
-func (w *WindowRank) size(f FileID) int64 {
-	h := w.cfg.Mapping.Home(f)
-	first, _ := w.cfg.Mapping.RankFiles(h)
-	return w.cfg.Sizes[h][f-first]
-}
+func (w *WindowRank) size(f FileID) int64 { return w.in.FileSize(f) }
 
 func (w *WindowRank) clientRequest(sn int32) error {
 	if !w.started {
@@ -285,7 +263,7 @@ func (w *WindowRank) clientRequest(sn int32) error {
 		w.unreserve(sn, f)
 		w.deliver(sn, f, FromBuffer)
 	case w.failed[sn]:
-		w.rd.Deliveries = append(w.rd.Deliveries, Delivery{Sn: sn, File: f, Status: StatusReadFailed})
+		w.fail(f, waiter{from: -1, sn: sn})
 	case !w.fetched[sn]:
 		w.stats.RemoteRequests++
 		w.fetch(sn, f, false)

@@ -138,12 +138,8 @@ func (e *Env) init(cmd *Cmd) error {
 		return fmt.Errorf("mem: %w", err)
 	}
 	if cmd.Has("mem-bytes") {
-		mb, err := ints(cmd.Args["mem-bytes"])
-		if err != nil {
-			return fmt.Errorf("mem-bytes: %w", err)
-		}
-		for _, b := range mb {
-			opts.MemBytes = append(opts.MemBytes, int64(b))
+		if opts.MemBytes, err = int64s(cmd, "mem-bytes"); err != nil {
+			return err
 		}
 	}
 	if opts.Variant, err = proto.ParseVariant(arg(cmd, "variant", "full")); err != nil {
@@ -334,6 +330,19 @@ func ints(s string) ([]int, error) {
 			return nil, err
 		}
 		out = append(out, v)
+	}
+	return out, nil
+}
+
+// int64s parses the comma-separated integers of argument key.
+func int64s(cmd *Cmd, key string) ([]int64, error) {
+	vs, err := ints(cmd.Args[key])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	out := make([]int64, len(vs))
+	for i, v := range vs {
+		out[i] = int64(v)
 	}
 	return out, nil
 }

@@ -64,7 +64,7 @@ func replayPools(in proto.WindowInput, p *proto.WindowPlan, due []int32) error {
 	next := make([]int, m.Ranks())
 	start := func(h int, step int32) {
 		for rds := p.Reads[h]; next[h] < len(rds) && rds[next[h]].Issue <= step; next[h]++ {
-			b := chunkBytes(in, rds[next[h]].PC)
+			b := in.ChunkBytes(rds[next[h]].PC)
 			if held[h]+b > in.Budget[h] {
 				return
 			}
@@ -123,7 +123,7 @@ func checkDrainFill(in proto.WindowInput, p *proto.WindowPlan, h int) error {
 	n, last := 0, d.LastDue
 	for s := -int32(len(d.Held)); s < 0; s++ {
 		for ; n < len(rds) && rds[n].Issue == s; n++ {
-			held += chunkBytes(in, rds[n].PC)
+			held += in.ChunkBytes(rds[n].PC)
 			want := max(s, last) + int32(in.Lead)
 			if n < in.Ramp {
 				want = min(want, 0) // the ramp: in before the epoch's first answer
@@ -182,13 +182,4 @@ func remoteLimit(in proto.WindowInput, r int) int64 {
 		return 0
 	}
 	return in.Remote[r]
-}
-
-func chunkBytes(in proto.WindowInput, pc int) int64 {
-	lo, hi := in.Mapping.PCFiles(pc)
-	var b int64
-	for f := lo; f < hi; f++ {
-		b += in.FileSize(f)
-	}
-	return b
 }

@@ -101,18 +101,6 @@ func (w *WindowEnv) setup(cmd *Cmd) error {
 	return err
 }
 
-func int64s(cmd *Cmd, key string) ([]int64, error) {
-	vs, err := ints(cmd.Args[key])
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", key, err)
-	}
-	out := make([]int64, len(vs))
-	for i, v := range vs {
-		out[i] = int64(v)
-	}
-	return out, nil
-}
-
 // run plans w.in's epoch on the command's traces, or drawn ones.
 func (w *WindowEnv) run(cmd *Cmd) (string, error) {
 	m := w.in.Mapping

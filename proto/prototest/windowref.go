@@ -150,7 +150,7 @@ func (ref *refPlan) draw(f proto.FileID, t int32) (int, error) {
 // has room.
 func (ref *refPlan) issue(h int, t int32, other int64) {
 	rk := ref.ranks[h]
-	for rk.next < len(rk.order) && other+ref.held(h)+chunkBytes(ref.in, rk.order[rk.next]) <= ref.in.Budget[h] {
+	for rk.next < len(rk.order) && other+ref.held(h)+ref.in.ChunkBytes(rk.order[rk.next]) <= ref.in.Budget[h] {
 		due := max(t, rk.lastDue) + int32(ref.in.Lead)
 		if rk.next < ref.in.Ramp && t <= 0 {
 			due = min(due, 0)

@@ -47,12 +47,8 @@ func Names() []string {
 // Family returns the family of the named policy: "paper" for the papers'
 // protocol's variants, or the policy's own name.
 func Family(name string) string {
-	for _, d := range registry {
-		if d.name == name {
-			return d.family
-		}
-	}
-	return ""
+	d, _ := lookup(name)
+	return d.family
 }
 
 // Families lists the registered policies' families, in Names order.

@@ -50,10 +50,7 @@ func (w *window) result(p *proto.WindowPlan) Result {
 			if rd.Issue < 0 {
 				res.ReadsAhead++
 			}
-			lo, hi := in.Mapping.PCFiles(rd.PC)
-			for f := lo; f < hi; f++ {
-				res.BytesRead += in.FileSize(f)
-			}
+			res.BytesRead += in.ChunkBytes(rd.PC)
 		}
 		res.PeakMemBytes = max(res.PeakMemBytes, p.PeakBytes[r])
 		res.Waits += p.Waits[r]
