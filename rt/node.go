@@ -37,8 +37,8 @@ type Node struct {
 	early  map[uint32]TraceOffer
 	// counts holds this epoch's deliveries on this rank per file id.
 	counts []int32
-	// sizes are this rank's file sizes, until the window policy's rank
-	// is built from every rank's.
+	// sizes are this rank's file sizes, from its opening until the window
+	// policy's rank is built from every rank's.
 	sizes []int64
 }
 
@@ -55,7 +55,7 @@ func Open(cfg Config, comm collectives.Comm) (*Node, error) {
 	if err == nil {
 		err = n.sameDataset()
 	}
-	if err == nil && n.p == nil {
+	if err == nil && cfg.Policy == "window" {
 		err = n.newWindowRank() // the same input on every rank: every rank fails alike
 	}
 	if err != nil {
@@ -155,6 +155,7 @@ func (n *Node) newWindowRank() error {
 	for i, s := range n.sizes {
 		own[i] = int32(uint32(s))
 	}
+	n.sizes = nil
 	all, counts, err := n.comm.Allgatherv(own)
 	if err != nil {
 		return err

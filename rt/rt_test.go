@@ -204,22 +204,22 @@ func TestServeExactlyOnce(t *testing.T) {
 	dir := packed(t, 700, 3, 8)
 	cases := []struct {
 		name    string
-		policy  string
 		variant proto.Variant
 		mem     float64
 		window  int
 	}{
-		{"full, a quarter in memory", "paper", proto.Full, 0.25, 64},
-		{"full, everything in memory", "paper", proto.Full, 1, 64},
-		{"no prefetch", "paper", proto.NoPrefetching, 0.25, 64},
-		{"random selection, small window", "paper", proto.RandomSelection, 0.3, 4},
-		{"no optimization", "paper", proto.NoOptimization, 0.1, 64},
+		{"full, a quarter in memory", proto.Full, 0.25, 64},
+		{"full, everything in memory", proto.Full, 1, 64},
+		{"no prefetch", proto.NoPrefetching, 0.25, 64},
+		{"random selection, small window", proto.RandomSelection, 0.3, 4},
+		{"no optimization", proto.NoOptimization, 0.1, 64},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes = dir, tc.mem, 200_000
-			cfg.Policy, cfg.Variant, cfg.Window, cfg.Epochs, cfg.Consume, cfg.Depth = tc.policy, tc.variant, tc.window, 2, 3, 3
+			cfg.Policy = "paper" // the window policy: TestServeWindowReadsEachChunkOnce
+			cfg.Variant, cfg.Window, cfg.Epochs, cfg.Consume, cfg.Depth = tc.variant, tc.window, 2, 3, 3
 			for _, st := range serveLocal(t, 3, cfg) {
 				t.Logf("epoch %d: %d files, %d local hits, %d chunk reads, %d remote requests, %d pushes, %d prefetch hits", st.Epoch, st.FilesDelivered, st.LocalHits, st.ChunkReads, st.RemoteRequests, st.PrefetchPushes, st.PrefetchHits)
 				if !st.OK() || st.FilesExpected != 700 {
