@@ -7,9 +7,15 @@ type Event interface{ isEvent() }
 // EpochStart begins epoch Epoch with every rank's trace (Traces[r] is the
 // ordered list of files rank r will request). All per-epoch state is
 // cleared. The traces must not share a file.
+//
+// Start, when set, resumes the epoch mid-way (the window policy only):
+// Start[r] is the first position rank r's clients will ask for; the files
+// planned for the positions before it were delivered before a restart,
+// and are neither asked for nor kept.
 type EpochStart struct {
 	Epoch  uint32
 	Traces [][]FileID
+	Start  []int32
 }
 
 // ClientRequest is a local client asking for the file at position Sn of

@@ -3,6 +3,7 @@ package proto
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 )
 
 type slotState uint8
@@ -204,6 +205,9 @@ func (r *Rank) startEpoch(e EpochStart) error {
 	}
 	if err := r.CheckTraces(e.Traces); err != nil {
 		return err
+	}
+	if slices.ContainsFunc(e.Start, func(sn int32) bool { return sn != 0 }) {
+		return fmt.Errorf("proto: rank %d: epoch %d cannot start mid-way: the papers' protocol chooses files as requests come, so an interrupted epoch cannot be taken up where it stopped", r.me, e.Epoch)
 	}
 	r.epoch, r.started, r.traces = e.Epoch, true, e.Traces
 	r.rng = rand.New(rand.NewPCG(r.cfg.Seed, uint64(e.Epoch)<<32|uint64(r.me)))

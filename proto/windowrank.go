@@ -42,6 +42,12 @@ type WindowConfig struct {
 	// RemoteMemBytes of files received and not yet delivered.
 	Window         int
 	RemoteMemBytes int64
+	// Traces, when set, gives the traces of any epoch: each epoch's plan
+	// starts from the previous one's (WindowInput.After), so a rank that
+	// starts at a later epoch than 1 (a resumed job) plans the epochs
+	// before it again. Without it, it can start only at epoch 1 or right
+	// after the epoch it served last.
+	Traces func(epoch uint32) [][]FileID
 }
 
 // WindowRank carries out window plans for one rank. At the start of an
@@ -66,6 +72,7 @@ type WindowRank struct {
 	started  bool
 	plan     *WindowPlan
 	deferred []Message // messages of a later epoch
+	start    int32     // the first position this rank's clients ask for
 
 	// own files: state per local index, bytes held, the next read
 	state   []fileState
@@ -193,7 +200,21 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 	if w.started && e.Epoch <= w.epoch {
 		return fmt.Errorf("proto: epoch %d after epoch %d", e.Epoch, w.epoch)
 	}
-	p, err := PlanWindow(w.input(e.Epoch, e.Traces))
+	if e.Start != nil && len(e.Start) != len(e.Traces) {
+		return fmt.Errorf("proto: rank %d: epoch %d starts with %d start positions for %d traces", w.me, e.Epoch, len(e.Start), len(e.Traces))
+	}
+	for r, sn := range e.Start {
+		if sn < 0 || int(sn) > len(e.Traces[r]) {
+			return fmt.Errorf("proto: rank %d: epoch %d starts at position %d of rank %d, whose trace has %d", w.me, e.Epoch, sn, r, len(e.Traces[r]))
+		}
+	}
+	after, err := w.after(e.Epoch)
+	if err != nil {
+		return err
+	}
+	in := w.input(e.Epoch, e.Traces)
+	in.After = after
+	p, err := PlanWindow(in)
 	if err != nil {
 		return err
 	}
@@ -204,6 +225,7 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 		done: make([]bool, w.cfg.Mapping.Ranks()), waiters: map[FileID][]waiter{},
 		asked: make([]bool, steps), fetched: make([]bool, steps), reserved: make([]bool, steps),
 		arrived: make([]bool, steps), failed: make([]bool, steps)}
+	w.skip(e.Start)
 	w.issue()
 	held := w.deferred
 	w.deferred = nil
@@ -215,12 +237,66 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 	return nil
 }
 
+// after returns the drains epoch e's plan starts from: the previous
+// epoch's. A rank that did not just plan that epoch plans the epochs
+// before e again, from epoch 1, on cfg.Traces.
+func (w *WindowRank) after(e uint32) ([]Drain, error) {
+	switch {
+	case e <= 1:
+		return nil, nil
+	case w.plan != nil && w.epoch == e-1:
+		return w.plan.Drains, nil
+	case w.cfg.Traces == nil:
+		return nil, fmt.Errorf("proto: rank %d: epoch %d plans from epoch %d's, whose traces it does not know", w.me, e, e-1)
+	}
+	var after []Drain
+	for k := uint32(1); k < e; k++ {
+		in := w.input(k, w.cfg.Traces(k))
+		in.After = after
+		p, err := PlanWindow(in)
+		if err != nil {
+			return nil, fmt.Errorf("proto: rank %d: planning epoch %d again, to start at epoch %d: %w", w.me, k, e, err)
+		}
+		after = p.Drains
+	}
+	return after, nil
+}
+
+// skip takes the positions before start (a resumed epoch) as delivered:
+// this rank's clients will not ask for them, and the own files planned
+// for any rank's are not kept. Chunks left with no file to keep are not
+// read (issue).
+func (w *WindowRank) skip(start []int32) {
+	if start == nil {
+		return
+	}
+	for r, n := range start {
+		for _, f := range w.plan.Files[r][:n] {
+			if w.cfg.Mapping.Home(f) == w.me {
+				w.dropped[f-w.first] = true
+			}
+		}
+	}
+	w.start = start[w.me]
+	for sn := range w.start {
+		w.asked[sn] = true
+	}
+	w.frontier, w.ahead = w.start, w.start
+}
+
 // issue starts reads of the rank's next chunks, in plan order, while its
 // budget has room for them.
 func (w *WindowRank) issue() {
 	m := w.cfg.Mapping
 	for rds := w.plan.Reads[w.me]; w.nextRd < len(rds); w.nextRd++ {
 		pc := rds[w.nextRd].PC
+		lo, hi := m.PCFiles(pc)
+		if w.unwanted(lo, hi) {
+			for f := lo; f < hi; f++ {
+				w.state[f-w.first] = gone
+			}
+			continue
+		}
 		b := w.in.ChunkBytes(pc)
 		if w.held+b > m.MemBytes(w.me) {
 			return
@@ -228,7 +304,6 @@ func (w *WindowRank) issue() {
 		w.held += b
 		w.stats.PeakHeld = max(w.stats.PeakHeld, w.held)
 		w.stats.PeakMem = max(w.stats.PeakMem, w.held+w.buffered)
-		lo, hi := m.PCFiles(pc)
 		for f := lo; f < hi; f++ {
 			w.state[f-w.first] = reading
 		}
@@ -239,6 +314,17 @@ func (w *WindowRank) issue() {
 	}
 }
 
+// unwanted reports whether every own file in [lo, hi) was dropped: its
+// chunk need not be read.
+func (w *WindowRank) unwanted(lo, hi FileID) bool {
+	for f := lo; f < hi; f++ {
+		if !w.dropped[f-w.first] {
+			return false
+		}
+	}
+	return true
+}
+
 func (w *WindowRank) size(f FileID) int64 { return w.in.FileSize(f) }
 
 func (w *WindowRank) clientRequest(sn int32) error {
@@ -247,6 +333,9 @@ func (w *WindowRank) clientRequest(sn int32) error {
 	}
 	if sn < 0 || int(sn) >= len(w.asked) {
 		return fmt.Errorf("proto: rank %d: position %d outside its trace of %d", w.me, sn, len(w.asked))
+	}
+	if sn < w.start {
+		return fmt.Errorf("proto: rank %d: position %d asked for, but epoch %d resumed at position %d", w.me, sn, w.epoch, w.start)
 	}
 	if w.asked[sn] {
 		return fmt.Errorf("proto: rank %d: position %d asked twice in epoch %d", w.me, sn, w.epoch)

@@ -3,6 +3,8 @@ package proto_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/brandrt/brandrt/proto"
@@ -27,9 +29,15 @@ type windowCluster struct {
 	// length when they do not); ended[r] once they did
 	stop  []int
 	ended []bool
+	// start[r] is where rank r's clients resume the epoch (0: from its
+	// start)
+	start []int32
 }
 
-func newWindowCluster(t *testing.T, in proto.WindowInput, remote int64, window int, seed uint64) *windowCluster {
+// newWindowCluster starts epoch in.Epoch; with start, the ranks resume it
+// there, on traces of the epochs before it.
+func newWindowCluster(t *testing.T, in proto.WindowInput, remote int64, window int, seed uint64,
+	start []int32, traces func(uint32) [][]proto.FileID) *windowCluster {
 	// the ranks' budgets are their mapping's MemBytes
 	d := proto.Dataset{K: in.Mapping.K()}
 	for r := range in.Mapping.Ranks() {
@@ -44,7 +52,7 @@ func newWindowCluster(t *testing.T, in proto.WindowInput, remote int64, window i
 	c := &windowCluster{t: t, in: in, rng: rand.New(rand.NewPCG(seed, 7)), remote: remote}
 	for r := range m.Ranks() {
 		w, err := proto.NewWindowRank(proto.WindowConfig{Rank: r, Mapping: m, Sizes: in.Sizes, Seed: in.Seed,
-			Lead: in.Lead, Ramp: in.Ramp, Window: window, RemoteMemBytes: remote})
+			Lead: in.Lead, Ramp: in.Ramp, Window: window, RemoteMemBytes: remote, Traces: traces})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,11 +68,21 @@ func newWindowCluster(t *testing.T, in proto.WindowInput, remote int64, window i
 		c.stop = append(c.stop, len(got))
 		c.ended = append(c.ended, false)
 	}
+	c.start = start
+	if start == nil {
+		c.start = make([]int32, m.Ranks())
+	}
 	for r, w := range c.ranks {
-		if err := w.Step(proto.EpochStart{Epoch: in.Epoch, Traces: in.Traces}); err != nil {
+		if err := w.Step(proto.EpochStart{Epoch: in.Epoch, Traces: in.Traces, Start: start}); err != nil {
 			t.Fatal(err)
 		}
 		c.carry(r)
+	}
+	for r, w := range c.ranks { // delivered before the restart
+		c.next[r] = c.start[r]
+		for sn := range c.start[r] {
+			c.asked[r][sn], c.got[r][sn] = true, w.Plan().Files[r][sn]
+		}
 	}
 	return c
 }
@@ -111,8 +129,8 @@ func (c *windowCluster) delivered(r int, d proto.Delivery) {
 // rank, each rank advancing at its own random pace.
 func (c *windowCluster) run(depth int) {
 	total := 0
-	for _, s := range c.stop {
-		total += s
+	for r, s := range c.stop {
+		total += s - int(c.start[r])
 	}
 	for idle := 0; c.done < total; {
 		if c.act(depth) {
@@ -220,7 +238,10 @@ func testWindowRank(t *testing.T, early bool) {
 		in := windowCase(t, seed)
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			remote := int64(seed%3) * 3000
-			c := newWindowCluster(t, in, remote, int(seed%40), seed)
+			traces := func(e uint32) [][]proto.FileID { // of the epochs before in.Epoch
+				return proto.Traces(in.Mapping.Files(), in.Mapping.Ranks(), seed, e)
+			}
+			c := newWindowCluster(t, in, remote, int(seed%40), seed, nil, traces)
 			if early {
 				for r := range c.stop {
 					if c.rng.IntN(2) == 0 {
@@ -241,5 +262,78 @@ func testWindowRank(t *testing.T, early bool) {
 				t.Fatalf("read %d bytes of a %d-byte dataset", read, total)
 			}
 		})
+	}
+}
+
+// A rank resumed at epoch e and positions Start plans epochs 1 to e−1
+// again and serves what an uninterrupted run would have: the same plan,
+// every position from Start on, within every budget, no file twice, and
+// no more bytes read than the dataset's.
+func TestWindowRankResumes(t *testing.T) {
+	for seed := range uint64(100) {
+		in := windowCase(t, seed)
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			m := in.Mapping
+			traces := func(e uint32) [][]proto.FileID { return proto.Traces(m.Files(), m.Ranks(), seed, e) }
+			var want *proto.WindowPlan
+			for e := uint32(1); e <= 1+uint32(seed%3); e++ {
+				in.Epoch, in.Traces = e, traces(e)
+				if want != nil {
+					in.After = want.Drains
+				}
+				var err error
+				if want, err = proto.PlanWindow(in); err != nil {
+					t.Fatal(err)
+				}
+			}
+			in.After = nil
+			rng := rand.New(rand.NewPCG(seed, 9))
+			start := make([]int32, m.Ranks())
+			for r := range start {
+				start[r] = int32(rng.IntN(len(in.Traces[r]) + 1))
+			}
+			c := newWindowCluster(t, in, int64(seed%3)*3000, int(seed%40), seed, start, traces)
+			for r, w := range c.ranks {
+				if !slices.Equal(w.Plan().Files[r], want.Files[r]) {
+					t.Fatalf("rank %d resumed with another plan than the uninterrupted run's", r)
+				}
+			}
+			c.run(1 + int(seed%12))
+			var read, total int64
+			for r, w := range c.ranks {
+				read += w.Stats().BytesRead
+				total += m.ShardBytes(r)
+			}
+			if read > total {
+				t.Fatalf("read %d bytes of a %d-byte dataset", read, total)
+			}
+		})
+	}
+}
+
+// Without the traces of the epochs before it, a rank cannot resume past
+// epoch 1; the papers' protocol cannot resume mid-epoch at all.
+func TestResumeRefused(t *testing.T) {
+	in := windowCase(t, 3)
+	m := in.Mapping
+	w, err := proto.NewWindowRank(proto.WindowConfig{Rank: 0, Mapping: m, Sizes: in.Sizes, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.Step(proto.EpochStart{Epoch: 3, Traces: proto.Traces(m.Files(), m.Ranks(), 1, 3)})
+	if err == nil || !strings.Contains(err.Error(), "whose traces it does not know") {
+		t.Fatalf("epoch 3 first, without traces: %v", err)
+	}
+	cfg := proto.DefaultConfig()
+	cfg.Mapping, cfg.Sizes = m, in.Sizes[0]
+	r, err := proto.NewRank(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := make([]int32, m.Ranks())
+	start[0] = 1
+	err = r.Step(proto.EpochStart{Epoch: 1, Traces: proto.Traces(m.Files(), m.Ranks(), 1, 1), Start: start})
+	if err == nil || !strings.Contains(err.Error(), "cannot start mid-way") {
+		t.Fatalf("the paper policy started mid-epoch: %v", err)
 	}
 }

@@ -146,6 +146,9 @@ func (l *loop) deliver(d proto.Delivery) {
 	}
 	delete(l.files, d.File)
 	l.count(f)
+	if l.order != nil {
+		l.order[d.Sn] = int32(d.File)
+	}
 	if d.Source == proto.FromRemote || d.Source == proto.FromBuffer {
 		l.stats.remoteFiles++
 		l.stats.remoteBytes += int64(len(f.data))

@@ -31,6 +31,10 @@ type Config struct {
 	Policy  string
 	Variant proto.Variant
 	Window  int
+	// Ramp is, for the window policy, the chunks each rank reads before
+	// the first epoch's first answer (proto.WindowInput.Ramp): simulate's
+	// --ramp, which changes the order delivered.
+	Ramp int
 	// Seed drives the traces (with the epoch) and the refill choices.
 	Seed uint64
 	// ClientTraces makes every epoch wait for its trace from the clients
@@ -38,6 +42,15 @@ type Config struct {
 	ClientTraces bool
 	// Epochs is the number of epochs to serve.
 	Epochs int
+	// Resume makes the rank wait, before its first epoch, for a client to
+	// say at which epoch and position the job resumes (Node.Starts): the
+	// window policy plans the epochs before it again and serves the rest
+	// of the epoch exactly as the interrupted job would have.
+	Resume bool
+	// Order, when set, is called on every rank at the end of each epoch
+	// with the file delivered at every position of every rank's trace
+	// (proto.NoFile where none was).
+	Order func(epoch uint32, files [][]proto.FileID)
 	// IOWorkers bounds the chunk reads in flight.
 	IOWorkers int
 	// Consume is the number of in-process consumers per rank, each reading
@@ -70,7 +83,7 @@ type Config struct {
 // DefaultConfig returns the defaults; the caller sets Chunks and the
 // memory.
 func DefaultConfig() Config {
-	return Config{Policy: "window", Variant: proto.Full, Window: 64, RemoteMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 0, Depth: 4,
+	return Config{Policy: "window", Variant: proto.Full, Window: 64, Ramp: proto.DefaultRamp, RemoteMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 0, Depth: 4,
 		Log: io.Discard, FS: chunk.OS}
 }
 
@@ -88,11 +101,14 @@ func (c Config) Validate() error {
 	add(c.Policy == "window" || c.Policy == "paper", "policy %q, want window or paper", c.Policy)
 	add(int(c.Variant) < len(proto.Variants), "unknown variant %d", c.Variant)
 	add(c.Window >= 0, "window %d, want ≥ 0", c.Window)
+	add(c.Ramp >= 0, "ramp %d chunks, want ≥ 0", c.Ramp)
 	add(c.Epochs >= 1, "%d epochs, want ≥ 1", c.Epochs)
 	add(c.IOWorkers >= 1, "%d I/O workers, want ≥ 1", c.IOWorkers)
 	add(c.Consume >= 0 && c.Consume <= 1024, "%d consumers, want 0 to 1024", c.Consume)
 	add(c.Depth >= 1 && c.Depth <= 1024, "depth %d, want 1 to 1024", c.Depth)
 	add(!c.ClientTraces || c.Consume == 0, "in-process consumers read generated traces: client traces need 0 consumers, not %d", c.Consume)
+	add(!c.Resume || c.Policy == "window", "resuming mid-epoch needs --policy window: the paper policy chooses files as requests come, so an interrupted epoch cannot be taken up where it stopped")
+	add(!c.Resume || !c.ClientTraces, "resuming needs the traces of the epochs before it: use traces from --seed, not from the clients")
 	add(c.Pause >= 0, "pause %v, want ≥ 0", c.Pause)
 	add(c.FS != nil && c.Log != nil, "no file system or log")
 	return errors.Join(errs...)

@@ -30,9 +30,9 @@ func (s *consumerStats) add(t consumerStats) {
 	s.stall += t.stall
 }
 
-// startConsumers starts w consumers over positions [0, length); done is
-// closed when all have finished.
-func startConsumers(ctx context.Context, w, depth int, epoch uint32, length int, pause time.Duration, reqs chan<- Request) *consumers {
+// startConsumers starts w consumers over positions [from, length); done
+// is closed when all have finished.
+func startConsumers(ctx context.Context, w, depth int, epoch uint32, from, length int, pause time.Duration, reqs chan<- Request) *consumers {
 	c := &consumers{done: make(chan struct{})}
 	for i := range w {
 		c.wg.Add(1)
@@ -42,7 +42,7 @@ func startConsumers(ctx context.Context, w, depth int, epoch uint32, length int,
 			case <-time.After(pause):
 			case <-ctx.Done():
 			}
-			s := c.consume(ctx, epoch, int32(i), int32(w), depth, int32(length), reqs)
+			s := c.consume(ctx, epoch, int32(from+i), int32(w), depth, int32(length), reqs)
 			c.mu.Lock()
 			c.total.add(s)
 			c.mu.Unlock()

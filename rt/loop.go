@@ -75,9 +75,11 @@ type loop struct {
 	// answered so far; ended is set when a client ended the epoch.
 	traceLen, answered int
 	ended              bool
-	done               bool // local clients finished; tagDone sent
-	doneIn             int  // peers whose tagDone arrived
-	stats              loopStats
+	// order holds the file delivered at each position (Config.Order).
+	order  []int32
+	done   bool // local clients finished; tagDone sent
+	doneIn int  // peers whose tagDone arrived
+	stats  loopStats
 	// start, cpu0: when the epoch began and the process's CPU time then;
 	// first: when the first client request came; idleCPU: the CPU time
 	// the process used in between.

@@ -35,6 +35,8 @@ type Node struct {
 	// those offered for an epoch not yet begun.
 	offers chan TraceOffer
 	early  map[uint32]TraceOffer
+	// starts carries clients' start offers (Config.Resume).
+	starts chan StartOffer
 	// counts holds this epoch's deliveries on this rank per file id.
 	counts []int32
 	// sizes are this rank's file sizes, from its opening until the window
@@ -50,7 +52,8 @@ func Open(cfg Config, comm collectives.Comm) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, comm: comm, me: comm.Rank(), size: comm.Size(), dir: chunk.ForRank(cfg.Chunks, comm.Rank()),
-		reqs: make(chan Request, 1024), offers: make(chan TraceOffer, 16), early: make(map[uint32]TraceOffer)}
+		reqs: make(chan Request, 1024), offers: make(chan TraceOffer, 16), early: make(map[uint32]TraceOffer),
+		starts: make(chan StartOffer, 16)}
 	err := n.agree(n.open())
 	if err == nil {
 		err = n.sameDataset()
@@ -168,8 +171,13 @@ func (n *Node) newWindowRank() error {
 		}
 		all = all[c:]
 	}
-	n.p, err = proto.NewWindowRank(proto.WindowConfig{Rank: n.me, Mapping: n.m, Sizes: every, Seed: n.cfg.Seed,
-		Lead: proto.DefaultLead, Ramp: proto.DefaultRamp, Window: n.cfg.Window, RemoteMemBytes: n.remoteBytes()})
+	wc := proto.WindowConfig{Rank: n.me, Mapping: n.m, Sizes: every, Seed: n.cfg.Seed,
+		Lead: proto.DefaultLead, Ramp: n.cfg.Ramp, Window: n.cfg.Window, RemoteMemBytes: n.remoteBytes()}
+	if !n.cfg.ClientTraces { // a resumed job plans the epochs before it again
+		files, seed := n.m.Files(), n.cfg.Seed
+		wc.Traces = func(e uint32) [][]proto.FileID { return proto.Traces(files, n.size, seed, e) }
+	}
+	n.p, err = proto.NewWindowRank(wc)
 	if err != nil {
 		return fmt.Errorf("rt: rank %d: the window policy reads whole chunks into each rank's memory (--mem): %w; "+
 			"give it more memory, pack with a smaller --chunk-files, or serve with --policy paper", n.me, err)

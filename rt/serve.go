@@ -25,8 +25,16 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 	pool := &recvPool{mem: n.cfg.Memory}
 	defer pool.drain()
 	var all []EpochStats
-	for e := 1; e <= n.cfg.Epochs; e++ {
-		st, err := n.epoch(ctx, uint32(e), io, pool, reqs)
+	first, start, resumed := uint32(1), []int32(nil), StartOffer{}
+	if n.cfg.Resume {
+		var err error
+		if first, start, resumed, err = n.resumePoint(ctx); err != nil {
+			return nil, err
+		}
+	}
+	for e := first; e <= uint32(n.cfg.Epochs); e++ {
+		st, err := n.epoch(ctx, e, io, pool, reqs, start, resumed)
+		start, resumed = nil, StartOffer{}
 		if err != nil {
 			return all, err
 		}
@@ -39,19 +47,33 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 }
 
 // epoch serves one epoch: traces are gathered, the loop runs until every
-// rank's clients are done, then the statistics are reduced.
-func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, reqs chan Request) (EpochStats, error) {
+// rank's clients are done, then the statistics are reduced. With start,
+// the epoch resumes there (Config.Resume), and resumed is told when it
+// starts.
+func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, reqs chan Request, start []int32, resumed StartOffer) (EpochStats, error) {
 	files := n.m.Files()
 	traces, own, offer, err := n.epochTraces(ctx, e)
 	if err != nil {
 		return EpochStats{}, err
 	}
-	if err := n.p.Step(proto.EpochStart{Epoch: e, Traces: traces}); err != nil {
-		return EpochStats{}, fmt.Errorf("rt: rank %d: epoch %d: %w", n.me, e, err)
+	if err := n.p.Step(proto.EpochStart{Epoch: e, Traces: traces, Start: start}); err != nil {
+		err = fmt.Errorf("rt: rank %d: epoch %d: %w", n.me, e, err)
+		resumed.answer(err)
+		return EpochStats{}, err
 	}
 	n.counts = make([]int32, files)
-	l := &loop{n: n, p: n.p, comm: n.comm, io: io, pool: pool, reqs: reqs, epoch: e, traceLen: len(own),
+	from := 0
+	if start != nil {
+		from = int(start[n.me])
+	}
+	l := &loop{n: n, p: n.p, comm: n.comm, io: io, pool: pool, reqs: reqs, epoch: e, traceLen: len(own), answered: from,
 		waiting: make(map[int32]chan<- Delivery), files: make(map[proto.FileID]*file)}
+	if n.cfg.Order != nil {
+		l.order = make([]int32, len(own))
+		for i := range l.order {
+			l.order[i] = int32(proto.NoFile)
+		}
+	}
 	if err := l.carry(); err != nil {
 		return EpochStats{}, err
 	}
@@ -60,6 +82,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		n.cfg.OnEpoch(e, len(own))
 	}
 	offer.answer(nil)
+	resumed.answer(nil)
 	held := n.held
 	n.held = nil
 	for _, r := range held {
@@ -67,7 +90,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 			return EpochStats{}, err
 		}
 	}
-	cons := startConsumers(ctx, n.cfg.Consume, n.cfg.Depth, e, len(own), n.cfg.Pause, reqs)
+	cons := startConsumers(ctx, n.cfg.Consume, n.cfg.Depth, e, from, len(own), n.cfg.Pause, reqs)
 	err = l.serve(ctx)
 	if l.first.IsZero() { // no request at all: the whole epoch was idle
 		l.markFirst()
@@ -84,8 +107,20 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	if err := n.comm.Barrier(); err != nil {
 		return EpochStats{}, err
 	}
+	if l.order != nil {
+		order, err := gatherTraces(n.comm, l.order)
+		if err != nil {
+			return EpochStats{}, err
+		}
+		n.cfg.Order(e, order)
+	}
+	before := int64(0)
+	for _, sn := range start {
+		before += int64(sn)
+	}
 	return n.reduce(e, epochCounts{proto: n.p.Stats(), loop: l.stats, cons: cons.total, left: left, seconds: secs,
-		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, expected: positions(traces), verified: n.cfg.Consume > 0, ended: l.ended})
+		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, expected: positions(traces) - before, before: before,
+		verified: n.cfg.Consume > 0, ended: l.ended})
 }
 
 // positions counts the positions of every rank's trace.

@@ -19,7 +19,11 @@ type EpochStats struct {
 	// delivered than expected (with traces covering the dataset, the files
 	// never delivered); FailedDeliveries the positions answered with an
 	// error.
+	//
+	// In an epoch resumed mid-way (Config.Resume), FilesBefore counts the
+	// positions delivered before the restart, which are not expected.
 	DatasetFiles        int64 `json:"dataset_files"`
+	FilesBefore         int64 `json:"files_before_restart,omitempty"`
 	FilesExpected       int64 `json:"files_expected"`
 	FilesDelivered      int64 `json:"files_delivered"`
 	DuplicateDeliveries int64 `json:"duplicate_deliveries"`
@@ -100,6 +104,7 @@ type epochCounts struct {
 	idle     float64
 	idleCPU  time.Duration
 	expected int64
+	before   int64
 	verified bool
 	ended    bool
 }
@@ -126,7 +131,7 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 	if err != nil {
 		return EpochStats{}, err
 	}
-	st := EpochStats{Epoch: int(e), Ranks: n.size, DatasetFiles: int64(len(n.counts)), FilesExpected: c.expected,
+	st := EpochStats{Epoch: int(e), Ranks: n.size, DatasetFiles: int64(len(n.counts)), FilesExpected: c.expected, FilesBefore: c.before,
 		FilesDelivered: s[0], FailedDeliveries: s[1], ChecksumErrors: s[2], BytesDelivered: s[3],
 		ChunkReads: s[4], BytesLoaded: s[5], StorageReads: s[19], BytesRead: s[20], LocalHits: s[6], Waits: s[21], RemoteRequests: s[7], RemoteFiles: s[8],
 		RemoteBytes: s[9], NetworkBytes: s[10], PrefetchPushes: s[11], PrefetchHits: s[12],

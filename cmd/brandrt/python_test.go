@@ -170,14 +170,19 @@ func onceEach(t *testing.T, ds []delivery, epoch, files int) {
 // TestDataLoaderUnderMpirun: two ranks serve, and beside each a training
 // process reads two epochs with a 4-worker DataLoader. Across both, each
 // file is delivered once per epoch, with the label of its class directory
-// and the bytes of the original file.
+// and the bytes of the original file. The order delivered (--order-out)
+// is the same, byte for byte, as simulate's of the same dataset and seed,
+// and as that of in-process readers asking out of order. (A ramp of 2
+// chunks, less than the 5 the budget holds, makes epoch 2's order depend
+// on epoch 1's drain.)
 func TestDataLoaderUnderMpirun(t *testing.T) {
 	cleanVader(t)
 	needTorch(t)
 	const files = 600
 	input, dir := packPaths(t, files, 5, 16, 2)
 	env := []string{"BRANDRT_ATTACH=" + t.TempDir()}
-	cmd, out := startServeEnv(t, env, 2, "--chunks", dir, "--mem", "30%", "--consume", "0", "--epochs", "2")
+	orders := []string{filepath.Join(t.TempDir(), "loader.txt"), filepath.Join(t.TempDir(), "consume.txt"), filepath.Join(t.TempDir(), "simulate.txt")}
+	cmd, out := startServeEnv(t, env, 2, "--chunks", dir, "--mem", "30%", "--consume", "0", "--epochs", "2", "--ramp", "2", "--order-out", orders[0])
 	results := []string{filepath.Join(t.TempDir(), "0.json"), filepath.Join(t.TempDir(), "1.json")}
 	var args [][]string
 	for r, res := range results {
@@ -195,6 +200,25 @@ func TestDataLoaderUnderMpirun(t *testing.T) {
 	onceEach(t, all, 1, files)
 	if c := strings.Count(out.String(), "every file delivered exactly once"); c != 2 {
 		t.Errorf("serve reported %d good epochs:\n%s", c, out)
+	}
+	if o, err := launch.Run(time.Minute, nil, "mpirun", append(append([]string{}, launch.MpirunArgs...), "-np", "2", binary(t), "serve",
+		"--chunks", dir, "--mem", "30%", "--consume", "3", "--depth", "5", "--epochs", "2", "--ramp", "2", "--order-out", orders[1])...); err != nil {
+		t.Fatalf("serve --consume 3: %v\n%s", err, o)
+	}
+	if _, errs, status := runCLI(t, "simulate", "--chunks", dir, "--epochs", "2", "--mem-fraction", "0.3", "--ramp", "2", "--order-out", orders[2]); status != 0 {
+		t.Fatal(errs)
+	}
+	var bodies []string
+	for _, name := range orders {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, string(b))
+	}
+	if lines := strings.Count(bodies[0], "\n"); lines != 1+2*files || bodies[0] != bodies[1] || bodies[0] != bodies[2] {
+		t.Errorf("delivered orders differ (%d lines): DataLoader workers, in-process readers, simulate:\n%.300s\n%.300s\n%.300s",
+			lines, bodies[0], bodies[1], bodies[2])
 	}
 	// A rank's own files reach its clients in place, and so do those from
 	// the other rank of more than 32 KiB; smaller ones from the other rank

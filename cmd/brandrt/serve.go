@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -58,6 +59,7 @@ func serveCommand() *cli.Command {
 			&cli.GenericFlag{Name: "remote-mem", Value: &memBudget{bytes: -1}, Usage: "memory for files other ranks push ahead of time, in bytes"},
 			&cli.StringFlag{Name: "policy", Value: d.Policy, Usage: "window (read each chunk once, every epoch planned ahead, as brandrt simulate does) or paper (the Brand/Redox protocol)"},
 			&cli.StringFlag{Name: "variant", Value: d.Variant.String(), Usage: "the paper policy's variant: full, random-selection, no-prefetching or no-optimization"},
+			&cli.IntFlag{Name: "ramp", Value: d.Ramp, Usage: "window: chunks each rank reads before the first epoch's first answer (as brandrt simulate --ramp: the same value gives the same order)"},
 			&cli.IntFlag{Name: "window", Value: d.Window, Usage: "P, upcoming trace positions an owner considers for prefetch (0: none)"},
 			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the traces and refill choices"},
 			&cli.StringFlag{Name: "traces", Value: "seed", Usage: "where each epoch's traces come from: seed (drawn from --seed) or clients (supplied by the training processes)"},
@@ -66,6 +68,9 @@ func serveCommand() *cli.Command {
 			&cli.IntFlag{Name: "consume", Value: d.Consume, Usage: "in-process readers per rank; 0: serve training processes through shared memory"},
 			&cli.IntFlag{Name: "depth", Value: d.Depth, Usage: "requests each in-process reader keeps in flight"},
 			&cli.DurationFlag{Name: "pause", Usage: "in-process readers wait this long at the start of each epoch (the rank's idle CPU use is then printed)"},
+			&cli.BoolFlag{Name: "resume", Usage: "wait for the training processes to say which epoch and position the job takes up (a checkpoint's BrandSampler state), then serve from there exactly as the interrupted job would have (--policy window)"},
+			&cli.StringFlag{Name: "order-out", Usage: "write the delivered order to this file at the end (rank 0): a line per position, \"epoch rank sn file\", as brandrt simulate --order-out writes it"},
+			&cli.BoolFlag{Name: "force", Usage: "overwrite the --order-out file if it exists"},
 			&cli.StringFlag{Name: "stats-json", Usage: "write each epoch's statistics to this file, one JSON object per line (rank 0)"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (cpu.pprof) into this directory (every rank: use {rank})"},
 			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile (mem.pprof) into this directory (every rank: use {rank})"},
@@ -133,7 +138,7 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 	if cfg.Variant, err = proto.ParseVariant(c.String("variant")); err != nil {
 		return cfg, err
 	}
-	cfg.Window, cfg.Seed, cfg.Epochs = c.Int("window"), c.Uint64("seed"), c.Int("epochs")
+	cfg.Window, cfg.Ramp, cfg.Seed, cfg.Epochs = c.Int("window"), c.Int("ramp"), c.Uint64("seed"), c.Int("epochs")
 	switch t := c.String("traces"); t {
 	case "seed":
 	case "clients":
@@ -142,6 +147,7 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 		return cfg, fmt.Errorf("--traces %q: want seed or clients", t)
 	}
 	cfg.IOWorkers, cfg.Consume, cfg.Depth, cfg.Pause = c.Int("io-workers"), c.Int("consume"), c.Int("depth"), c.Duration("pause")
+	cfg.Resume = c.Bool("resume")
 	cfg.Log = c.App.ErrWriter
 	return cfg, cfg.Validate()
 }
@@ -160,6 +166,16 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 	cfg, err := serveConfig(c)
 	if err != nil {
 		return err
+	}
+	env, err := launch.FromEnv()
+	if err != nil {
+		return err
+	}
+	name := c.String("order-out")
+	if name != "" && env.Rank == 0 {
+		if err := refuseOverwrite(c, name); err != nil { // before the run, not after it
+			return err
+		}
 	}
 	comm, done, err := joinWorld()
 	if err != nil {
@@ -190,7 +206,27 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 			more(w, s)
 		}
 	}
-	return serve(cfg, comm)
+	var order *bytes.Buffer
+	if name != "" {
+		order = new(bytes.Buffer)
+		label := cfg.Policy
+		if label == "paper" {
+			label = policyLabel(cfg.Variant.String())
+		}
+		fmt.Fprintf(order, "# brandrt delivered order, policy %s, seed %d: epoch rank sn file\n", label, cfg.Seed)
+		cfg.Order = func(e uint32, files [][]proto.FileID) {
+			if comm.Rank() == 0 {
+				writeOrder(order, int(e), files)
+			}
+		}
+	}
+	if err := serve(cfg, comm); err != nil {
+		return err
+	}
+	if order != nil && comm.Rank() == 0 {
+		return writeOut(c, name, order.Bytes())
+	}
+	return nil
 }
 
 // startProfiles starts the profiles --cpuprofile and --memprofile ask
@@ -284,9 +320,13 @@ func listen(n *rt.Node, rank int, arena *shm.Arena, log io.Writer) (*shm.Server,
 	if err != nil {
 		return nil, err
 	}
-	o := shm.Options{Slots: 64, Data: max(uint64(64<<20), (2*uint64(n.MaxFileSize())+128+4095)&^4095), Requests: n.Requests(), Arena: arena}
+	o := shm.Options{Slots: 64, Data: max(uint64(64<<20), (2*uint64(n.MaxFileSize())+128+4095)&^4095), Requests: n.Requests(), Arena: arena,
+		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed}
 	if n.Config().ClientTraces {
 		o.Traces = n.Traces()
+	}
+	if n.Config().Resume {
+		o.Starts = n.Starts()
 	}
 	srv, err := shm.Listen(shm.DefaultDir(env.LocalRank), rank, o)
 	if err != nil {
@@ -365,6 +405,10 @@ func printEpoch(w io.Writer, s rt.EpochStats, epochs int) {
 			s.IdleSeconds, 100*s.IdleCPUSeconds/s.IdleSeconds)
 	}
 	switch {
+	case s.OK() && s.FilesBefore > 0:
+		fmt.Fprintf(w, "  check    resumed: every position from the restart on answered, no file twice (%s delivered before the restart)\n",
+			comma(s.FilesBefore))
+		return
 	case s.OK() && s.FilesExpected != s.DatasetFiles:
 		fmt.Fprintf(w, "  check    every position of the clients' traces answered, no file twice (they cover %s of %s files; %s loaded and never asked for)\n",
 			comma(s.FilesExpected), comma(s.DatasetFiles), comma(s.FilesLeft))

@@ -21,8 +21,10 @@ DataLoader with the same workers, batch size and collate:
                  cache (cache_limit) of the budget in memory
   litdata        LitData's optimized format, shuffle=True, a cache
                  (max_cache_size) of the budget in memory
-  brandrt-paper  brandrt serve (one rank, the papers' policy) through
-                 BrandDataset and BrandSampler; one run per --chunk-files K
+  brandrt-window brandrt serve (one rank, the window policy: its default)
+                 through BrandDataset and BrandSampler; one run per
+                 --chunk-files K
+  brandrt-paper  the same with the papers' policy (serve --policy paper)
   noio           the same DataLoader handing out bytes already in memory: the
                  loader's own upper bound
 
@@ -53,9 +55,9 @@ import report  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-ALL = ["threads", "random", "coordl", "webdataset", "mosaic", "litdata", "brandrt-paper", "noio"]
+ALL = ["threads", "random", "coordl", "webdataset", "mosaic", "litdata", "brandrt-window", "brandrt-paper", "noio"]
 # brandrt's policies: the serve flags of each.
-POLICIES = {"paper": []}
+POLICIES = {"window": ["--policy", "window"], "paper": ["--policy", "paper"]}
 NAS_IF = "brnas-h"
 NAS_MOUNT = "/run/brandrt-nas-mnt"
 

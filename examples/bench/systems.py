@@ -304,8 +304,7 @@ class Brandrt(_System):
         chunks = os.path.join(spec["root"], "chunks-k%d" % spec["chunk_files"])
         cmd = spec["mpirun"] + ["-np", "1", spec["brandrt"], "serve", "--chunks", chunks,
                                 "--mem", str(spec["budget"]), "--epochs", str(spec["epochs"]),
-                                "--seed", str(SEED), "--stats-json", self.stats,
-                                "--policy", "paper"] + spec.get("serve_flags", [])
+                                "--seed", str(SEED), "--stats-json", self.stats] + spec.get("serve_flags", [])
         self.log = open(os.path.join(self.attach, "serve.log"), "w+")
         env = dict(os.environ, BRANDRT_ATTACH=self.attach)
         self.serve = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -6,7 +6,13 @@
     # shuffled DataLoader):
     /usr/bin/python3 examples/pytorch/train.py --baseline --data /tmp/jpegs --epochs 1
 
-Prints images/s, loss and accuracy per epoch. With several brandrt ranks,
+Prints images/s, loss and accuracy per epoch. With --checkpoint DIR it
+saves the model, the optimizer and the sampler's position every
+--checkpoint-every steps (DIR/rank-<rank>-step-<step>.pt, written
+atomically; each process keeps its last two). After a crash, run it
+again with --resume beside `brandrt serve --resume`: the processes agree
+on the last step they all saved, and training takes up there with the
+files the interrupted run would have read next. With several brandrt ranks,
 run one training process beside each (--local-rank on one machine) and
 --world-size/--rank to train one model over all of them with
 DistributedDataParallel (gloo, CPU); each process then reads its rank's
@@ -44,7 +50,7 @@ def loaders(a, tf):
 
     # Each worker asks for its whole batch at once (BrandDataset.__getitems__).
     sampler = BrandSampler(local_rank=a.local_rank)
-    ds = BrandDataset(transform=lambda data: tf(decode_image(data)), local_rank=a.local_rank)
+    ds = BrandDataset(transform=lambda data: tf(decode_image(data)), local_rank=a.local_rank, with_id=True)
     dl = torch.utils.data.DataLoader(ds, batch_size=a.batch_size, sampler=sampler, num_workers=a.workers,
                                      persistent_workers=a.workers > 0)
     return dl, sampler, a.num_classes
@@ -64,45 +70,123 @@ def main():
     ap.add_argument("--world-size", type=int, default=1, help="training processes in all (DDP when > 1)")
     ap.add_argument("--rank", type=int, default=0, help="this process's rank among them")
     ap.add_argument("--master", default="127.0.0.1:29517", help="host:port of rank 0, for DDP")
+    ap.add_argument("--checkpoint", help="save model, optimizer and sampler state in this directory (brandrt)")
+    ap.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints")
+    ap.add_argument("--resume", action="store_true", help="take up from the checkpoint in --checkpoint, if there is one")
+    ap.add_argument("--log-files", help="append the id of every file trained on to this file: one line per step, "
+                    "'epoch step id id …', and 'checkpoint epoch step' when one is saved (brandrt)")
     a = ap.parse_args()
     if a.baseline and not a.data:
         ap.error("--baseline needs --data DIR")
     if not a.baseline and not a.num_classes:
         ap.error("reading through brandrt needs --num-classes N")
+    if a.baseline and (a.checkpoint or a.log_files):
+        ap.error("--checkpoint and --log-files read through brandrt, not --baseline")
+    if a.resume and not a.checkpoint:
+        ap.error("--resume needs --checkpoint DIR")
+    if a.checkpoint_every < 1:
+        ap.error("--checkpoint-every must be at least 1")
     torch.manual_seed(a.seed)
     torch.set_num_threads(1)
     tf = T.Compose([T.Resize((32, 32)), T.ToTensor()])
     dl, sampler, classes = loaders(a, tf)
     net = model(classes)
+    opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=0.9)
     if a.world_size > 1:
         import torch.distributed as dist
 
         dist.init_process_group("gloo", init_method="tcp://" + a.master, world_size=a.world_size, rank=a.rank)
+    first_epoch, step = 0, 0
+    if a.resume:
+        ckpt = agreed_checkpoint(a)
+        if ckpt:
+            state = torch.load(ckpt)
+            net.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])
+            sampler.load_state_dict(state["sampler"])
+            first_epoch, step = state["sampler"]["epoch"], state["step"]
+            print("rank %d: resuming epoch %d at position %d (step %d) from %s"
+                  % (a.rank, first_epoch + 1, state["sampler"]["position"], step, ckpt), flush=True)
+        else:
+            print("rank %d: no checkpoint in %s; starting from the beginning" % (a.rank, a.checkpoint), flush=True)
+    if a.world_size > 1:
         net = torch.nn.parallel.DistributedDataParallel(net)
-    opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     source = "files (ImageFolder)" if a.baseline else "brandrt"
     if a.world_size > 1:
         source += ", %d training processes" % a.world_size
-    for epoch in range(a.epochs):
+    log = open(a.log_files, "a") if a.log_files else None
+    for epoch in range(first_epoch, a.epochs):
         if sampler is not None:
             sampler.set_epoch(epoch)
         start, seen, correct, total_loss = time.monotonic(), 0, 0, 0.0
-        for x, y in dl:
+        for batch in dl:
+            x, y = batch[0], batch[1]
             opt.zero_grad()
             out = net(x)
             loss = loss_fn(out, y)
             loss.backward()
             opt.step()
             seen += len(y)
+            step += 1
             correct += (out.argmax(1) == y).sum().item()
             total_loss += loss.item() * len(y)
+            if log:
+                log.write("%d %d %s\n" % (epoch + 1, step, " ".join(str(int(i)) for i in batch[2])))
+                log.flush()
+            if a.checkpoint and step % a.checkpoint_every == 0:
+                save(a, net, opt, sampler.state_dict(seen), step)
+                if log:
+                    log.write("checkpoint %d %d\n" % (epoch + 1, step))
+                    log.flush()
         secs = time.monotonic() - start
         seen, correct, total_loss = reduce(a, seen, correct, total_loss)
         if a.rank == 0:
             print("epoch %d from %s: %d images in %.2f s, %.0f images/s, loss %.3f, accuracy %.1f%%"
                   % (epoch + 1, source, seen, secs, seen / secs, total_loss / max(seen, 1), 100 * correct / max(seen, 1)),
                   flush=True)
+
+
+def checkpoints(a):
+    """This process's checkpoints in --checkpoint, by step."""
+    found = {}
+    for name in os.listdir(a.checkpoint) if os.path.isdir(a.checkpoint) else ():
+        head, _, tail = name.partition("-step-")
+        if head == "rank-%d" % a.rank and tail.endswith(".pt") and tail[:-3].isdigit():
+            found[int(tail[:-3])] = os.path.join(a.checkpoint, name)
+    return found
+
+
+def save(a, net, opt, sampler_state, step):
+    """Write a checkpoint atomically (a crash leaves the older ones whole)
+    and keep the last two: a process killed while the others saved a step
+    has the one before, which they all still have."""
+    net = getattr(net, "module", net)  # DDP wraps the model
+    os.makedirs(a.checkpoint, exist_ok=True)
+    path = os.path.join(a.checkpoint, "rank-%d-step-%08d.pt" % (a.rank, step))
+    torch.save({"model": net.state_dict(), "optimizer": opt.state_dict(), "sampler": sampler_state, "step": step}, path + ".tmp")
+    os.replace(path + ".tmp", path)
+    for old in sorted(checkpoints(a))[:-2]:
+        os.remove(checkpoints(a)[old])
+
+
+def agreed_checkpoint(a):
+    """The checkpoint of the last step every training process saved, or
+    None when one of them has none."""
+    found = checkpoints(a)
+    latest = max(found, default=-1)
+    if a.world_size > 1:
+        import torch.distributed as dist
+
+        t = torch.tensor([latest], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        latest = int(t[0])
+    if latest < 0:
+        return None
+    if latest not in found:
+        raise SystemExit("rank %d: the training processes' last common checkpoint is step %d, which %s lacks"
+                         % (a.rank, latest, a.checkpoint))
+    return found[latest]
 
 
 def reduce(a, seen, correct, total_loss):

@@ -98,7 +98,7 @@ class Client:
         # x86-64), never byte by byte as struct would.
         self._c = {off: ctypes.c_uint32.from_buffer(self._mm, off)
                    for off in (L.OFF_REQ_HEAD, L.OFF_REQ_TAIL, L.OFF_REP_HEAD, L.OFF_RANK_SLEEPING,
-                               L.OFF_CLIENT_SLEEPING, L.OFF_EPOCH, L.OFF_TRACE_LEN)}
+                               L.OFF_CLIENT_SLEEPING, L.OFF_EPOCH, L.OFF_TRACE_LEN, L.OFF_RANKS, L.OFF_RESUME)}
         self._c.update({off: ctypes.c_uint64.from_buffer(self._mm, off) for off in (L.OFF_DATA_HEAD, L.OFF_DATA_TAIL)})
         # The counters of the hot path, bound once.
         self._req_head, self._req_tail = self._c[L.OFF_REQ_HEAD], self._c[L.OFF_REQ_TAIL]
@@ -153,6 +153,30 @@ class Client:
             socket.send_fds(self._sock, [hdr], [fd])
         finally:
             os.close(fd)
+        self._verdict(epoch, "the trace of epoch %d" % epoch, timeout)
+
+    def job(self):
+        """(ranks, seed, resume): the job's number of ranks and --seed, and
+        whether the rank was started with --resume (until its first epoch
+        starts, it waits to be told where the job takes up: start())."""
+        ranks, resume = self._u32(L.OFF_RANKS), self._u32(L.OFF_RESUME)
+        seed = struct.unpack_from("<Q", self._buf, L.OFF_SEED)[0]
+        return ranks, seed, bool(resume)
+
+    def start(self, epoch, position, ranks, seed, timeout=None):
+        """Tell a rank started with --resume where the job takes up: epoch
+        (from 1), the first position of the rank's trace its training
+        processes will ask for, and the ranks and seed of the job the
+        position was saved in. Returns once every rank was told and the
+        epoch starts. Raises BrandError when the rank refuses: another job's
+        ranks or seed, an epoch it does not serve, a position past its
+        trace, a rank without --resume, or ranks told different epochs."""
+        hdr = struct.pack("<8sIIIIQ", L.START_MAGIC, L.VERSION, epoch, position, ranks, seed)
+        self._sock.sendall(hdr)
+        self._verdict(epoch, "resuming epoch %d at position %d" % (epoch, position), timeout)
+
+    def _verdict(self, epoch, what, timeout):
+        """Wait for the rank's verdict on what was offered for epoch."""
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             ready, _, _ = select.select([self._sock], [], [], 0.5)
@@ -162,13 +186,13 @@ class Client:
                     raise RankGone("the brandrt rank at %s went away" % self.dir)
                 magic, _, got, status, n = struct.unpack_from("<8sIIII", msg)
                 if magic != L.VERDICT_MAGIC or got != epoch:
-                    raise BrandError("%s: an unexpected answer to the trace of epoch %d" % (self.dir, epoch))
+                    raise BrandError("%s: an unexpected answer to %s" % (self.dir, what))
                 if status:
                     why = msg[L.VERDICT_BYTES : L.VERDICT_BYTES + n].decode("utf-8", "replace")
-                    raise BrandError("the trace of epoch %d was refused: %s" % (epoch, why))
+                    raise BrandError("%s was refused: %s" % (what, why))
                 return
             if end is not None and time.monotonic() > end:
-                raise BrandError("epoch %d did not start within %.0f s of its trace" % (epoch, timeout))
+                raise BrandError("epoch %d did not start within %.0f s of %s" % (epoch, timeout, what))
 
     # requests and replies
     def request(self, sn, epoch):

@@ -17,6 +17,13 @@ brandrt chooses which file answers a position (any unseen file of the
 same memory slot): the sampler's indices are trace positions, not file
 ids. Epochs count from 0 here, as with DistributedSampler; brandrt's own
 count starts at 1.
+
+To resume a job where it stopped, save sampler.state_dict(samples) with
+the model, samples being how many this process took from the loader in
+the current epoch; after a restart, sampler.load_state_dict(state) and
+`brandrt serve --resume`: the rank serves the rest of that epoch exactly
+as the interrupted job would have (examples/pytorch/train.py
+--checkpoint).
 """
 
 import io
@@ -53,6 +60,40 @@ class BrandSampler(torch.utils.data.Sampler):
         self._set = False  # set_epoch was called since the last iteration began
         self._ran = False  # an iteration began
         self._positions = None
+        self._job = None  # (ranks, seed) of the brandrt job
+        self._resume = None  # a loaded state, until its epoch begins
+        self._begin, self._begun = 0, None  # the rank's position epoch _begun began at
+        self._yielded = 0  # positions yielded in the current epoch
+
+    def state_dict(self, samples=None):
+        """Where this process stands, to resume from after a restart:
+        {"epoch", "position", "ranks", "seed"}, position being the first of
+        the rank's trace positions not yet consumed. samples is how many
+        samples this process took from its DataLoader in the current epoch
+        (count them in the training loop); without it, what the sampler
+        yielded, which runs ahead of training when DataLoader workers
+        prefetch. Training processes of one rank step together, so
+        num_replicas × samples positions were consumed."""
+        if samples is None:
+            samples = self._yielded
+        n = self._positions if self._positions is not None else self._wait(self.epoch, supply=True)
+        ranks, seed = self._job
+        position = self._begin + samples * self.num_replicas
+        if position >= n:
+            return {"epoch": self.epoch + 1, "position": 0, "ranks": ranks, "seed": seed}
+        return {"epoch": self.epoch, "position": position, "ranks": ranks, "seed": seed}
+
+    def load_state_dict(self, state):
+        """Resume from state_dict(): the next iteration serves the saved
+        epoch from its saved position. The brandrt job must be served with
+        --resume, the same number of ranks and the same --seed (the rank
+        refuses otherwise); the number of DataLoader workers, or of
+        training processes per rank, may change."""
+        missing = {"epoch", "position", "ranks", "seed"} - set(state)
+        if missing:
+            raise ValueError("a BrandSampler state needs %s" % ", ".join(sorted(missing)))
+        self._resume = dict(state)
+        self.set_epoch(state["epoch"])
 
     def set_epoch(self, epoch):
         """Serve epoch (0-based) next; without a call, epochs advance by one."""
@@ -60,6 +101,17 @@ class BrandSampler(torch.utils.data.Sampler):
 
     def _wait(self, epoch, supply=False):
         with Client(self.attach_dir, self.local_rank) as c:
+            ranks, seed, resume = c.job()
+            self._job = ranks, seed
+            r = self._resume
+            if resume and c.epoch()[0] == 0 and self.rank == 0:
+                # the rank waits to be told where the job takes up
+                if r is None:
+                    r = {"epoch": epoch, "position": 0, "ranks": ranks, "seed": seed}
+                c.start(r["epoch"] + 1, r["position"], r["ranks"], r["seed"], self.timeout)
+            elif r is not None and not resume and (r["position"] > 0 or c.epoch()[0] not in (0, r["epoch"] + 1)):
+                raise BrandError("this sampler resumes epoch %d at position %d (load_state_dict), but the brandrt rank at %s "
+                                 "was not started with --resume: start brandrt serve with --resume" % (r["epoch"], r["position"], c.dir))
             if supply and self.order is not None and self.rank == 0 and c.epoch()[0] < epoch + 1:
                 c.set_trace(epoch + 1, self._files(epoch))
             self._positions = c.wait_epoch(epoch + 1, self.timeout)
@@ -87,29 +139,46 @@ class BrandSampler(torch.utils.data.Sampler):
             self.epoch += 1
         self._set, self._ran = False, True
         n = self._wait(self.epoch, supply=True)
-        sns = list(range(self.rank, n, self.num_replicas))
+        self._begin, self._begun, self._yielded = self._first(), self.epoch, 0
+        # positions rank, rank + R, ... from the epoch's beginning
+        first = self._begin + (self.rank - self._begin) % self.num_replicas
+        sns = range(first, n, self.num_replicas)
         if self.batch_size is None:
             for sn in sns:
+                self._yielded += 1
                 yield self.epoch + 1, sn
             return
         for i in range(0, len(sns), self.batch_size):
-            yield self.epoch + 1, sns[i : i + self.batch_size]
+            batch = list(sns[i : i + self.batch_size])
+            self._yielded += len(batch)
+            yield self.epoch + 1, batch
+
+    def _first(self):
+        """The position this epoch begins at: a loaded state's, in its epoch."""
+        r, self._resume = self._resume, None
+        return r["position"] if r is not None and r["epoch"] == self.epoch else 0
 
     def __len__(self):
         n = self._positions if self._positions is not None else self._wait(self.epoch, supply=True)
-        mine = max(0, math.ceil((n - self.rank) / self.num_replicas))
+        if self._resume is not None and self._resume["epoch"] == self.epoch:
+            begin = self._resume["position"]
+        else:
+            begin = self._begin if self._begun == self.epoch else 0
+        first = begin + (self.rank - begin) % self.num_replicas
+        mine = max(0, math.ceil((n - first) / self.num_replicas))
         return mine if self.batch_size is None else math.ceil(mine / self.batch_size)
 
 
 class BrandDataset(torch.utils.data.Dataset):
-    """ds[(epoch, sn)] -> (transform(data), label). data is a memoryview of
-    the file's bytes in shared memory, valid only during transform; without
-    a transform the item is bytes (one copy). ds[(epoch, [sn, ...])] reads
+    """ds[(epoch, sn)] -> (transform(data), label), or with with_id
+    (transform(data), label, file id). data is a memoryview of the file's
+    bytes in shared memory, valid only during transform; without a
+    transform the item is bytes (one copy). ds[(epoch, [sn, ...])] reads
     the positions together and returns their items in order. Each process
     attaches on first use, so the dataset can go to DataLoader workers."""
 
-    def __init__(self, transform=None, attach_dir=None, local_rank=None, timeout=None):
-        self.transform = transform
+    def __init__(self, transform=None, attach_dir=None, local_rank=None, timeout=None, with_id=False):
+        self.transform, self.with_id = transform, with_id
         self.attach_dir, self.local_rank, self.timeout = attach_dir, local_rank, timeout
         self._client, self._pid = None, None
 
@@ -126,12 +195,12 @@ class BrandDataset(torch.utils.data.Dataset):
         c = self._attached()
         if isinstance(sn, (list, tuple)):
             return self._many(c, epoch, sn)
-        _, label, data = c.read(sn, epoch)
+        fid, label, data = c.read(sn, epoch)
         try:
             item = self.transform(data) if self.transform else bytes(data)
         finally:
             c.release()
-        return item, label
+        return (item, label, fid) if self.with_id else (item, label)
 
     def __getitems__(self, indices):
         """The items of a batch of (epoch, sn), read together: DataLoader's
@@ -150,8 +219,9 @@ class BrandDataset(torch.utils.data.Dataset):
     def _many(self, c, epoch, sns):
         items = {}
 
-        def use(sn, _, label, data):
-            items[sn] = (self.transform(data) if self.transform else bytes(data), label)
+        def use(sn, fid, label, data):
+            item = self.transform(data) if self.transform else bytes(data)
+            items[sn] = (item, label, fid) if self.with_id else (item, label)
 
         c.read_many(sns, epoch, use)
         return [items[sn] for sn in sns]

@@ -13,7 +13,7 @@
 // rank reads EOF and frees the rings; when the rank dies the client sees
 // EOF or an error on the socket, which it checks while it waits.
 //
-//	hello, 16 bytes:   magic "BRTHELLO", version u32 (2), pid u32
+//	hello, 16 bytes:   magic "BRTHELLO", version u32 (3), pid u32
 //	welcome, 32 bytes: magic "BRTWELCM", version u32, client id u32,
 //	                   rank u32, ring bytes u32, arena bytes u64
 //
@@ -46,6 +46,23 @@
 // id out of range) every rank refuses its offer and waits for new ones.
 // The epoch starts on a rank before its verdict is sent.
 //
+// # Resume
+//
+// A rank started with `brandrt serve --resume` sets resume in every ring
+// and serves nothing until one client of each rank has said where the job
+// takes up (a checkpoint's BrandSampler state):
+//
+//	start, 32 bytes: magic "BRTSTART", version u32, epoch u32, position
+//	                 u32, ranks u32, seed u64
+//
+// position is the first position of this rank's trace its clients will
+// ask for in epoch; ranks and seed are those the position was saved in
+// (the ring's, then), and must be this job's. The rank answers with a
+// verdict (above) once the epoch starts, or at once when it refuses: a
+// start to a rank without --resume, another job's ranks or seed, an epoch
+// past --epochs, a position past the trace; starts whose epochs differ
+// across the ranks are refused to every rank's client.
+//
 // # Rings
 //
 // The memfd holds, little-endian, with offsets in bytes:
@@ -67,6 +84,9 @@
 //	448      8  data tail               client: bytes it released
 //	512      4  epoch                   rank: the epoch being served (0: none yet)
 //	516      4  trace length            rank: this rank's positions in that epoch
+//	520      4  ranks                   rank: the job's number of ranks
+//	524      4  resume                  rank: 1 when it waits for a start (below)
+//	528      8  seed                    rank: the job's --seed
 //
 // Counters only grow (32-bit ones wrap); each lives on its own 64-byte
 // line and is read and written whole, with one aligned load or store (a

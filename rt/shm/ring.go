@@ -31,6 +31,9 @@ const (
 	offDataTail       = 448
 	offEpoch          = 512
 	offTraceLen       = 516
+	offRanks          = 520
+	offResume         = 524
+	offSeed           = 528
 
 	slotBytes    = 16
 	recordHeader = 32
@@ -290,6 +293,18 @@ func (r *Ring) waitRoom(n uint64, alive func() bool) error {
 		nap = min(2*nap, 2*time.Millisecond)
 	}
 	return nil
+}
+
+// setJob publishes what a client saves with its position to resume from:
+// the job's ranks and seed, and whether the rank waits to be told where
+// to resume.
+func (r *Ring) setJob(ranks uint32, seed uint64, resume bool) {
+	le := binary.LittleEndian
+	le.PutUint32(r.mem[offRanks:], ranks)
+	le.PutUint64(r.mem[offSeed:], seed)
+	if resume {
+		le.PutUint32(r.mem[offResume:], 1)
+	}
 }
 
 // setEpoch publishes the epoch being served and this rank's trace length.

@@ -22,17 +22,17 @@ import (
 func TestLayoutGolden(t *testing.T) {
 	ours := map[string]string{
 		"ring_magic": ringMagic, "hello_magic": helloMagic, "welcome_magic": welcomeMagic,
-		"trace_magic": traceMagic, "verdict_magic": verdictMagic,
+		"trace_magic": traceMagic, "verdict_magic": verdictMagic, "start_magic": startMagic,
 	}
 	for k, v := range map[string]int{
 		"version": version, "hello_bytes": helloBytes, "welcome_bytes": welcomeBytes, "header_bytes": headerBytes,
 		"off_magic": offMagic, "off_header_bytes": offHeaderBytes, "off_slots": offSlots, "off_data_off": offDataOff,
 		"off_data_bytes": offDataBytes, "off_rank": offRank, "off_client": offClient, "off_req_head": offReqHead,
 		"off_req_tail": offReqTail, "off_rep_head": offRepHead, "off_rank_sleeping": offRankSleeping,
-		"off_client_sleeping": offClientSleeping, "off_data_head": offDataHead, "off_data_tail": offDataTail, "off_epoch": offEpoch, "off_trace_len": offTraceLen, "kind_end_epoch": KindEndEpoch,
+		"off_client_sleeping": offClientSleeping, "off_data_head": offDataHead, "off_data_tail": offDataTail, "off_epoch": offEpoch, "off_trace_len": offTraceLen, "off_ranks": offRanks, "off_resume": offResume, "off_seed": offSeed, "kind_end_epoch": KindEndEpoch,
 		"slot_bytes": slotBytes, "record_header": recordHeader, "record_align": recordAlign,
 		"kind_read": KindRead, "rec_file": RecFile, "rec_error": RecError, "rec_pad": RecPad, "rec_shared": RecShared,
-		"trace_bytes": traceBytes, "verdict_bytes": verdictBytes,
+		"trace_bytes": traceBytes, "verdict_bytes": verdictBytes, "start_bytes": startBytes,
 	} {
 		ours[k] = fmt.Sprint(v)
 	}

@@ -25,7 +25,7 @@ const closeWait = 5 * time.Second
 const (
 	helloMagic   = "BRTHELLO"
 	welcomeMagic = "BRTWELCM"
-	version      = 2
+	version      = 3
 	helloBytes   = 16
 	welcomeBytes = 32
 	// A client's trace, and the rank's verdict on it.
@@ -33,6 +33,9 @@ const (
 	verdictMagic = "BRTVRDCT"
 	traceBytes   = 24
 	verdictBytes = 24
+	// A client's start, to resume a job (answered with a verdict).
+	startMagic = "BRTSTART"
+	startBytes = 32
 	// SocketName is the attach socket's name in the attach directory.
 	SocketName = "attach.sock"
 	// EnvAttach names the environment variable that overrides the base
@@ -87,6 +90,11 @@ type Options struct {
 	Requests chan<- rt.Request
 	// Traces takes the traces the clients supply; nil refuses them.
 	Traces chan<- rt.TraceOffer
+	// Starts takes where the clients say the job resumes; nil refuses
+	// them. Ranks and Seed are the job's, published to the clients.
+	Starts chan<- rt.StartOffer
+	Ranks  int
+	Seed   uint64
 	// Arena, when set, is shared with every client (read-only): files
 	// whose bytes live in it are handed over by place instead of copied.
 	Arena *Arena
@@ -218,6 +226,7 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	c := &client{srv: s, id: id, pid: pid, conn: conn, ring: ring, replies: make(chan rt.Delivery, s.opt.Slots)}
 	s.mu.Lock()
 	s.clients[id] = c
+	ring.setJob(uint32(s.opt.Ranks), s.opt.Seed, s.opt.Starts != nil)
 	ring.setEpoch(s.epoch, s.traceLen)
 	s.mu.Unlock()
 	c.serve(s.opt.Requests)
@@ -323,7 +332,7 @@ func receivedFDs(oob []byte) []int {
 	return fds
 }
 
-// message handles one message from the client: a trace is read and
+// message handles one message from the client: a trace or a start,
 // offered to the rank, whose verdict goes back to the client when it
 // comes. The descriptors are closed.
 func (c *client) message(b []byte, fds []int) {
@@ -333,11 +342,20 @@ func (c *client) message(b []byte, fds []int) {
 		}
 	}()
 	le := binary.LittleEndian
-	if len(b) != traceBytes || string(b[:8]) != traceMagic || le.Uint32(b[8:]) != version {
-		fmt.Fprintf(os.Stderr, "brandrt: client %d (pid %d): ignoring a message of %d bytes that is not a version %d trace\n", c.id, c.pid, len(b), version)
-		return
+	switch {
+	case len(b) == traceBytes && string(b[:8]) == traceMagic && le.Uint32(b[8:]) == version:
+		c.trace(le.Uint32(b[12:]), le.Uint32(b[16:]), fds)
+	case len(b) == startBytes && string(b[:8]) == startMagic && le.Uint32(b[8:]) == version:
+		c.start(rt.StartOffer{Epoch: le.Uint32(b[12:]), Position: int32(le.Uint32(b[16:])), Ranks: int(le.Uint32(b[20:])),
+			Seed: le.Uint64(b[24:])})
+	default:
+		fmt.Fprintf(os.Stderr, "brandrt: client %d (pid %d): ignoring a message of %d bytes that is not a version %d trace or start\n",
+			c.id, c.pid, len(b), version)
 	}
-	epoch, count := le.Uint32(b[12:]), le.Uint32(b[16:])
+}
+
+// trace offers the client's trace of epoch to the rank.
+func (c *client) trace(epoch, count uint32, fds []int) {
 	files, err := readTrace(fds, count)
 	switch {
 	case err != nil:
@@ -356,6 +374,22 @@ func (c *client) message(b []byte, fds []int) {
 		go func() { c.verdict(epoch, <-reply) }()
 	case <-c.srv.stopping:
 		c.verdict(epoch, errors.New("the rank is stopping"))
+	}
+}
+
+// start offers the client's resume point to the rank.
+func (c *client) start(o rt.StartOffer) {
+	if c.srv.opt.Starts == nil {
+		c.verdict(o.Epoch, fmt.Errorf("the training process resumes epoch %d at position %d, but this rank already started: start brandrt serve with --resume to take up a job where it stopped", o.Epoch, o.Position))
+		return
+	}
+	reply := make(chan error, 1)
+	o.Reply = reply
+	select {
+	case c.srv.opt.Starts <- o:
+		go func() { c.verdict(o.Epoch, <-reply) }()
+	case <-c.srv.stopping:
+		c.verdict(o.Epoch, errors.New("the rank is stopping"))
 	}
 }
 
@@ -385,7 +419,7 @@ func readTrace(fds []int, count uint32) ([]int32, error) {
 	return files, nil
 }
 
-// verdict tells the client whether its trace of epoch was taken.
+// verdict tells the client whether its trace or start of epoch was taken.
 func (c *client) verdict(epoch uint32, err error) {
 	le := binary.LittleEndian
 	var msg []byte
