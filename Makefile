@@ -27,7 +27,7 @@ VENV_PY   := .venv/bin/python
 # your own data, --repeat 3, …; see examples/bench/loaders.py --help).
 LOADERS_FLAGS ?=
 
-.PHONY: all deps build test race lint fuzz bench bench-proto bench-storage bench-serve bench-loaders bench-loaders-sweep bench-train-nas check demo clean
+.PHONY: all deps build test race lint fuzz bench bench-proto bench-storage bench-serve bench-loaders bench-loaders-sweep bench-train-nas bench-convergence check demo clean
 
 all: build
 
@@ -106,6 +106,14 @@ bench-loaders-sweep: build
 bench-train-nas: build
 	@bash .ci/deps nas
 	$(VENV_PY) examples/bench/train_nas.py --work $(BENCH_DIR)/train
+
+# Convergence on Fashion-MNIST: train.py's CNN for 5 epochs, 3 seeds each,
+# through the window and paper policies and from the original files.
+bench-convergence: build
+	@bash .ci/deps fashion
+	test -d $(BENCH_DIR)/fashion-mnist || /usr/bin/python3 examples/pytorch/fashion_mnist.py --out $(BENCH_DIR)/fashion-mnist
+	/usr/bin/python3 examples/pytorch/convergence.py --data $(BENCH_DIR)/fashion-mnist --epochs 5 --seeds 1,2,3 \
+		--out $(BENCH_DIR)/convergence.jsonl
 
 check: lint test
 

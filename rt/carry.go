@@ -3,6 +3,7 @@ package rt
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/proto"
@@ -135,6 +136,9 @@ func (l *loop) deliver(d proto.Delivery) {
 	}
 	delete(l.waiting, d.Sn)
 	l.answered++
+	if l.answered1.IsZero() {
+		l.answered1 = time.Now()
+	}
 	if d.Status != proto.StatusOK {
 		l.stats.failed++
 		reply <- Delivery{Sn: d.Sn, File: proto.NoFile, Err: fmt.Errorf("rt: rank %d: position %d: %s", l.n.me, d.Sn, d.Status)}

@@ -85,6 +85,8 @@ type loop struct {
 	// the process used in between.
 	start, first  time.Time
 	cpu0, idleCPU time.Duration
+	// answered1: when the first answer went out
+	answered1 time.Time
 }
 
 // markFirst notes the end of the idle stretch at the start of the epoch.

@@ -119,8 +119,17 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		before += int64(sn)
 	}
 	return n.reduce(e, epochCounts{proto: n.p.Stats(), loop: l.stats, cons: cons.total, left: left, seconds: secs,
-		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, expected: positions(traces) - before, before: before,
+		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, firstWait: firstWait(l), expected: positions(traces) - before, before: before,
 		verified: n.cfg.Consume > 0, ended: l.ended})
+}
+
+// firstWait is how long the epoch's first request waited for an answer
+// (0 when nothing was answered).
+func firstWait(l *loop) float64 {
+	if l.answered1.IsZero() {
+		return 0
+	}
+	return l.answered1.Sub(l.first).Seconds()
 }
 
 // positions counts the positions of every rank's trace.

@@ -69,6 +69,10 @@ type EpochStats struct {
 	// a rank's process used meanwhile.
 	IdleSeconds    float64 `json:"idle_seconds"`
 	IdleCPUSeconds float64 `json:"idle_cpu_seconds"`
+	// FirstWaitSeconds is how long the epoch's first request waited for
+	// its answer on the slowest rank: the start-up wait a training job
+	// sees, which reading ahead of the epoch shortens.
+	FirstWaitSeconds float64 `json:"first_wait_seconds"`
 	// Seconds is the slowest rank's time to serve the epoch, from its
 	// first request.
 	Seconds        float64 `json:"seconds"`
@@ -96,17 +100,19 @@ type EpochStats struct {
 
 // epochCounts is one rank's raw counts of an epoch.
 type epochCounts struct {
-	proto    proto.Stats
-	loop     loopStats
-	cons     consumerStats
-	left     int64
-	seconds  float64
-	idle     float64
-	idleCPU  time.Duration
-	expected int64
-	before   int64
-	verified bool
-	ended    bool
+	proto   proto.Stats
+	loop    loopStats
+	cons    consumerStats
+	left    int64
+	seconds float64
+	idle    float64
+	idleCPU time.Duration
+	// firstWait: seconds the epoch's first request waited
+	firstWait float64
+	expected  int64
+	before    int64
+	verified  bool
+	ended     bool
 }
 
 // reduce sums the ranks' counts and checks the per-file delivery counts.
@@ -123,7 +129,7 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 	if c.ended {
 		ended = 1
 	}
-	mx, err := n.comm.AllreduceMax([]int64{ps.PeakMem, int64(c.seconds * 1e9), int64(c.idle * 1e9), int64(c.idleCPU), ended})
+	mx, err := n.comm.AllreduceMax([]int64{ps.PeakMem, int64(c.seconds * 1e9), int64(c.idle * 1e9), int64(c.idleCPU), ended, int64(c.firstWait * 1e9)})
 	if err != nil {
 		return EpochStats{}, err
 	}
@@ -138,7 +144,7 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 		StallSeconds: float64(s[13]) / 1e9, DeliveredCRCSum: s[14], IndexCRCSum: s[15],
 		DeliveredLabelSum: s[16], IndexLabelSum: s[17], FilesLeft: s[18],
 		DuplicateDeliveries: dup, FilesMissing: max(0, c.expected-distinct), PeakMemBytes: mx[0], Seconds: float64(mx[1]) / 1e9,
-		IdleSeconds: float64(mx[2]) / 1e9, IdleCPUSeconds: float64(mx[3]) / 1e9, Verified: c.verified, EndedEarly: mx[4] != 0}
+		IdleSeconds: float64(mx[2]) / 1e9, IdleCPUSeconds: float64(mx[3]) / 1e9, FirstWaitSeconds: float64(mx[5]) / 1e9, Verified: c.verified, EndedEarly: mx[4] != 0}
 	if st.BytesDelivered > 0 {
 		st.ReadAmplification = float64(st.BytesLoaded) / float64(st.BytesDelivered)
 	}

@@ -50,7 +50,13 @@ func serveCommand() *cli.Command {
 			"examples/pytorch/train.py. --consume W instead starts W in-process readers\n" +
 			"per rank that read the whole trace and verify every file (for tests and\n" +
 			"benchmarks without Python).\n\n" +
-			"Rank 0 prints each epoch's statistics, summed over the ranks.\n\n" +
+			"Rank 0 prints each epoch's statistics, summed over the ranks; --order-out\n" +
+			"writes what was delivered, as brandrt simulate --order-out does (the same bytes\n" +
+			"for the window policy, the same dataset, memory, --ramp and seed).\n\n" +
+			"A job that died mid-epoch takes up where a checkpoint left it: serve with\n" +
+			"--resume (and the same flags), and the training processes say where\n" +
+			"(BrandSampler.load_state_dict; examples/pytorch/train.py --checkpoint DIR\n" +
+			"--resume); the rest of the epoch is what the interrupted job would have read.\n\n" +
 			"Example: mpirun -np 4 --map-by ppr:1:node --bind-to none \\\n" +
 			"           brandrt serve --chunks /scratch/chunks --mem 12GiB --epochs 90",
 		Flags: []cli.Flag{
@@ -395,6 +401,7 @@ func printEpoch(w io.Writer, s rt.EpochStats, epochs int) {
 		comma(s.ChunkReads), ibytes(s.BytesLoaded), s.ReadAmplification, comma(s.StorageReads), ibytes(s.BytesRead))
 	fmt.Fprintf(w, "  memory   %s local hits, %s requests waited for their chunk's read; at most %s held by one rank\n",
 		comma(s.LocalHits), comma(s.Waits), ibytes(s.PeakMemBytes))
+	fmt.Fprintf(w, "  first    the epoch's first request waited %s for its file (the slowest rank)\n", seconds(s.FirstWaitSeconds))
 	fmt.Fprintf(w, "  network  %s remote requests, %s files pushed ahead, %s prefetch hits; %s files (%s) from other ranks, %s sent\n",
 		comma(s.RemoteRequests), comma(s.PrefetchPushes), comma(s.PrefetchHits), comma(s.RemoteFiles), ibytes(s.RemoteBytes), ibytes(s.NetworkBytes))
 	if s.Verified {

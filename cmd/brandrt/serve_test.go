@@ -294,3 +294,46 @@ func mapped(path string) bool {
 	}
 	return false
 }
+
+// TestServeSkew stops one rank of two (SIGSTOP) for 3 s while the job
+// runs, as a node that stalls would, readers and all: the other rank
+// waits for it and both go on. Nothing deadlocks, every epoch delivers
+// every file exactly once, and no rank holds more than its budgets at any
+// time.
+func TestServeSkew(t *testing.T) {
+	cleanVader(t)
+	dir := servePack(t, 4000, 2, filepath.Join(t.TempDir(), "chunks"))
+	js := filepath.Join(t.TempDir(), "stats.json")
+	const epochs, mem, remote = 30, 2 << 20, 256 << 10
+	cmd, out := startServe(t, 2, "--chunks", dir, "--mem", "2MiB", "--remote-mem", "256KiB", "--consume", "2",
+		"--epochs", fmt.Sprint(epochs), "--stats-json", js)
+	waitFor(t, js, 30*time.Second)
+	pids := ranks(t, binary(t))
+	if len(pids) != 2 {
+		t.Fatalf("found %d ranks: %v", len(pids), pids)
+	}
+	if err := syscall.Kill(pids[1], syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if err := syscall.Kill(pids[1], syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := exitWithin(t, cmd, 2*time.Minute); err != nil {
+		t.Fatalf("serve: %v\n%s", err, out)
+	}
+	stats := readStats(t, js)
+	if len(stats) != epochs {
+		t.Fatalf("%d epochs of %d:\n%s", len(stats), epochs, out)
+	}
+	stalled := false
+	for _, s := range stats {
+		if !s.OK() || s.PeakMemBytes > mem+remote {
+			t.Errorf("epoch %d: ok %v, at most %d bytes held by a rank (budgets %d + %d)", s.Epoch, s.OK(), s.PeakMemBytes, mem, remote)
+		}
+		stalled = stalled || s.Seconds >= 2.5
+	}
+	if !stalled {
+		t.Errorf("no epoch took the 3 s the rank was stopped for: the stop fell between epochs\n%s", out)
+	}
+}

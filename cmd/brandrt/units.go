@@ -63,3 +63,15 @@ func ibytes(n int64) string { return humanize.IBytes(uint64(max(n, 0))) }
 
 // comma formats n with thousands separators.
 func comma(n int64) string { return humanize.Comma(n) }
+
+// seconds prints a duration in seconds in a unit that fits it: 850 µs,
+// 12 ms, 1.25 s.
+func seconds(s float64) string {
+	switch {
+	case s < 1e-3:
+		return fmt.Sprintf("%.0f µs", s*1e6)
+	case s < 1:
+		return fmt.Sprintf("%.0f ms", s*1e3)
+	}
+	return fmt.Sprintf("%.2f s", s)
+}

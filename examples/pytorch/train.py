@@ -73,6 +73,7 @@ def main():
     ap.add_argument("--checkpoint", help="save model, optimizer and sampler state in this directory (brandrt)")
     ap.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints")
     ap.add_argument("--resume", action="store_true", help="take up from the checkpoint in --checkpoint, if there is one")
+    ap.add_argument("--test-data", help="an ImageFolder of test images: print the model's accuracy on them after each epoch")
     ap.add_argument("--log-files", help="append the id of every file trained on to this file: one line per step, "
                     "'epoch step id id …', and 'checkpoint epoch step' when one is saved (brandrt)")
     a = ap.parse_args()
@@ -142,9 +143,25 @@ def main():
         secs = time.monotonic() - start
         seen, correct, total_loss = reduce(a, seen, correct, total_loss)
         if a.rank == 0:
-            print("epoch %d from %s: %d images in %.2f s, %.0f images/s, loss %.3f, accuracy %.1f%%"
-                  % (epoch + 1, source, seen, secs, seen / secs, total_loss / max(seen, 1), 100 * correct / max(seen, 1)),
+            test = ", test accuracy %.2f%%" % (100 * evaluate(getattr(net, "module", net), a.test_data, tf)) if a.test_data else ""
+            print("epoch %d from %s: %d images in %.2f s, %.0f images/s, loss %.3f, accuracy %.1f%%%s"
+                  % (epoch + 1, source, seen, secs, seen / secs, total_loss / max(seen, 1), 100 * correct / max(seen, 1), test),
                   flush=True)
+
+
+def evaluate(net, root, tf):
+    """The model's accuracy on the ImageFolder at root."""
+    from torchvision.datasets import ImageFolder
+
+    dl = torch.utils.data.DataLoader(ImageFolder(root, transform=tf), batch_size=256)
+    net.eval()
+    right = total = 0
+    with torch.no_grad():
+        for x, y in dl:
+            right += (net(x).argmax(1) == y).sum().item()
+            total += len(y)
+    net.train()
+    return right / max(total, 1)
 
 
 def checkpoints(a):
