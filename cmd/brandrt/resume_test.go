@@ -173,22 +173,10 @@ func TestResumeUnderMpirun(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	killJob(t, serve, cmds)
-	// The processes take up at the last step they all saved (each keeps
-	// its last two checkpoints): one killed while saving has the one
-	// before.
-	agreed := -1
 	for r := range 2 {
 		_, last := trainLog(t, logs[r], 2, -1)
-		t.Logf("rank %d: killed after step %d; its last checkpoint is of step %d", r, killAt, last)
-		if agreed < 0 || last < agreed {
-			agreed = last
-		}
+		t.Logf("rank %d: killed after step %d; the last checkpoint it logged is of step %d", r, killAt, last)
 	}
-	var before [2][]int
-	for r := range 2 {
-		before[r], _ = trainLog(t, logs[r], 2, agreed)
-	}
-	t.Logf("resuming at step %d, %d files into epoch 2", agreed, len(before[0]))
 
 	// Run 2, resumed, with 3 DataLoader workers instead of 2.
 	env = []string{"BRANDRT_ATTACH=" + t.TempDir()}
@@ -199,6 +187,24 @@ func TestResumeUnderMpirun(t *testing.T) {
 	waitTrainers(t, cmds)
 	if err := exitWithin(t, serve, time.Minute); err != nil {
 		t.Fatalf("resumed serve: %v\n%s", err, out)
+	}
+	// The processes take up at the last step they all saved (each keeps
+	// its last two checkpoints; one killed while the others saved has the
+	// one before, and one killed after saving but before logging it has
+	// one more than its log says): what they say they resumed from.
+	var before [2][]int
+	for r := range 2 {
+		var pos, step int
+		said := cmds[r].Stdout.(*strings.Builder).String()
+		i := strings.Index(said, "resuming epoch 2 at position ")
+		if i < 0 {
+			t.Fatalf("training process %d did not resume epoch 2:\n%s", r, said)
+		}
+		fmt.Sscanf(said[i:], "resuming epoch 2 at position %d (step %d)", &pos, &step)
+		if before[r], _ = trainLog(t, logs[r], 2, step); len(before[r]) != pos {
+			t.Fatalf("rank %d resumed at position %d (step %d), but trained on %d files of epoch 2 up to that step", r, pos, step, len(before[r]))
+		}
+		t.Logf("rank %d resumed at step %d, position %d", r, step, pos)
 	}
 	if !strings.Contains(out.String(), "check    resumed: every position from the restart on answered") {
 		t.Errorf("resumed serve did not check the epoch:\n%s", out)
