@@ -218,6 +218,9 @@ func (s *Server) attach(conn *net.UnixConn) error {
 		return err
 	}
 	defer ring.Close()
+	// before the welcome: the client reads the job's fields as soon as it
+	// maps the ring
+	ring.setJob(uint32(s.opt.Ranks), s.opt.Seed, s.opt.Starts != nil)
 	err = sendWelcome(conn, id, s.rank, len(ring.mem), fd, s.opt.Arena)
 	syscall.Close(fd) // the client holds its own descriptor now
 	if err != nil {
@@ -226,7 +229,6 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	c := &client{srv: s, id: id, pid: pid, conn: conn, ring: ring, replies: make(chan rt.Delivery, s.opt.Slots)}
 	s.mu.Lock()
 	s.clients[id] = c
-	ring.setJob(uint32(s.opt.Ranks), s.opt.Seed, s.opt.Starts != nil)
 	ring.setEpoch(s.epoch, s.traceLen)
 	s.mu.Unlock()
 	c.serve(s.opt.Requests)
