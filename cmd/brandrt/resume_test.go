@@ -83,7 +83,9 @@ func startTrainers(t *testing.T, env []string, np int, extra func(r int) []strin
 		args := append([]string{"-W", "ignore", "../../examples/pytorch/train.py", "--num-classes", "4", "--local-rank", fmt.Sprint(r),
 			"--world-size", fmt.Sprint(np), "--rank", fmt.Sprint(r), "--master", fmt.Sprintf("127.0.0.1:%d", port)}, extra(r)...)
 		cmd := exec.Command(python, args...)
-		cmd.Env = append(os.Environ(), env...)
+		// a killed process leaves its multiprocessing directory (pymp-*)
+		// in TMPDIR: the test's, removed when it ends
+		cmd.Env = append(append(os.Environ(), env...), "TMPDIR="+t.TempDir())
 		out := new(strings.Builder)
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
