@@ -15,7 +15,20 @@ func Traces(files, ranks int, seed uint64, e uint32) [][]FileID {
 	}
 	traces := make([][]FileID, ranks)
 	for r := range traces {
-		traces[r] = all[r*files/ranks : (r+1)*files/ranks : (r+1)*files/ranks]
+		lo, hi := traceRun(files, ranks, r)
+		traces[r] = all[lo:hi:hi]
 	}
 	return traces
+}
+
+// TraceLen returns the length of rank r's trace from Traces, without
+// drawing the permutation.
+func TraceLen(files, ranks, r int) int {
+	lo, hi := traceRun(files, ranks, r)
+	return hi - lo
+}
+
+// traceRun returns where rank r's run of the permutation lies.
+func traceRun(files, ranks, r int) (lo, hi int) {
+	return r * files / ranks, (r + 1) * files / ranks
 }

@@ -12,8 +12,8 @@ func TestTracesCutOnePermutation(t *testing.T) {
 		traces := proto.Traces(c.files, c.ranks, 9, 2)
 		seen := make([]bool, c.files)
 		for r, tr := range traces {
-			if n := len(tr); n < c.files/c.ranks || n > c.files/c.ranks+1 {
-				t.Fatalf("%+v: rank %d has %d positions", c, r, n)
+			if n := len(tr); n < c.files/c.ranks || n > c.files/c.ranks+1 || n != proto.TraceLen(c.files, c.ranks, r) {
+				t.Fatalf("%+v: rank %d has %d positions, TraceLen says %d", c, r, n, proto.TraceLen(c.files, c.ranks, r))
 			}
 			for _, f := range tr {
 				if seen[f] {

@@ -86,7 +86,7 @@ func (n *Node) fits(o StartOffer) error {
 	case o.Epoch < 1 || int(o.Epoch) > n.cfg.Epochs:
 		return fmt.Errorf("resuming at epoch %d, but this job serves epochs 1 to %d (--epochs)", o.Epoch, n.cfg.Epochs)
 	}
-	length := len(proto.Traces(n.m.Files(), n.size, n.cfg.Seed, o.Epoch)[n.me])
+	length := proto.TraceLen(n.m.Files(), n.size, n.me)
 	if o.Position < 0 || int(o.Position) > length {
 		return fmt.Errorf("resuming epoch %d at position %d, but this rank's trace has %d positions", o.Epoch, o.Position, length)
 	}

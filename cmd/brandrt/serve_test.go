@@ -203,6 +203,18 @@ func ranks(t *testing.T, bin string) []int {
 	return pids
 }
 
+// servingRanks waits until the job writing the statistics js reported
+// an epoch, and returns the PIDs of its np ranks.
+func servingRanks(t *testing.T, js string, np int) []int {
+	t.Helper()
+	waitFor(t, js, 30*time.Second)
+	pids := ranks(t, binary(t))
+	if len(pids) != np {
+		t.Fatalf("found %d ranks: %v", len(pids), pids)
+	}
+	return pids
+}
+
 // exitWithin waits for cmd for at most d.
 func exitWithin(t *testing.T, cmd *exec.Cmd, d time.Duration) error {
 	t.Helper()
@@ -224,11 +236,7 @@ func TestServeRankKilled(t *testing.T) {
 	dir := servePack(t, 2000, 3, filepath.Join(t.TempDir(), "chunks"))
 	js := filepath.Join(t.TempDir(), "stats.json")
 	cmd, out := startServe(t, 3, "--chunks", dir, "--mem", "25%", "--consume", "2", "--epochs", "100000", "--stats-json", js)
-	waitFor(t, js, 30*time.Second)
-	pids := ranks(t, binary(t))
-	if len(pids) != 3 {
-		t.Fatalf("found %d ranks: %v", len(pids), pids)
-	}
+	pids := servingRanks(t, js, 3)
 	if err := syscall.Kill(pids[1], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -250,8 +258,7 @@ func TestServeInterrupted(t *testing.T) {
 	dir := servePack(t, 2000, 2, filepath.Join(t.TempDir(), "chunks"))
 	js := filepath.Join(t.TempDir(), "stats.json")
 	cmd, out := startServe(t, 2, "--chunks", dir, "--mem", "25%", "--consume", "2", "--epochs", "100000", "--stats-json", js)
-	waitFor(t, js, 30*time.Second)
-	for _, pid := range ranks(t, binary(t)) {
+	for _, pid := range servingRanks(t, js, 2) {
 		_ = syscall.Kill(pid, syscall.SIGTERM)
 	}
 	if err := exitWithin(t, cmd, 15*time.Second); err == nil {
@@ -307,11 +314,7 @@ func TestServeSkew(t *testing.T) {
 	const epochs, mem, remote = 30, 2 << 20, 256 << 10
 	cmd, out := startServe(t, 2, "--chunks", dir, "--mem", "2MiB", "--remote-mem", "256KiB", "--consume", "2",
 		"--epochs", fmt.Sprint(epochs), "--stats-json", js)
-	waitFor(t, js, 30*time.Second)
-	pids := ranks(t, binary(t))
-	if len(pids) != 2 {
-		t.Fatalf("found %d ranks: %v", len(pids), pids)
-	}
+	pids := servingRanks(t, js, 2)
 	if err := syscall.Kill(pids[1], syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

@@ -67,6 +67,7 @@ def run(a, system, seed, chunks):
             os.killpg(serve.pid, 9)
             serve.wait()
         if attach:
+            log.close()
             shutil.rmtree(attach, ignore_errors=True)
     if len(epochs) != a.epochs:
         raise SystemExit("%s, seed %d: %d epoch lines in train.py's output:\n%s" % (system, seed, len(epochs), out.stdout))

@@ -183,8 +183,9 @@ def save(a, net, opt, sampler_state, step):
     path = os.path.join(a.checkpoint, "rank-%d-step-%08d.pt" % (a.rank, step))
     torch.save({"model": net.state_dict(), "optimizer": opt.state_dict(), "sampler": sampler_state, "step": step}, path + ".tmp")
     os.replace(path + ".tmp", path)
-    for old in sorted(checkpoints(a))[:-2]:
-        os.remove(checkpoints(a)[old])
+    found = checkpoints(a)
+    for old in sorted(found)[:-2]:
+        os.remove(found[old])
 
 
 def agreed_checkpoint(a):
