@@ -163,6 +163,10 @@ type Ready struct {
 	// policy's, planned for a rank that asks for nothing more): the
 	// caller frees their bytes.
 	Forget []FileID
+	// Early are the files of completed reads for the next epoch, made
+	// while this one drains (the window policy's overlap): the caller
+	// keeps them apart from this epoch's files until the next starts.
+	Early []FileID
 }
 
 // HasReady reports whether Ready has anything for the caller.
@@ -176,13 +180,14 @@ func (r *Rank) Advance(rd Ready) { r.rd.clear() }
 
 // pending reports whether rd holds anything.
 func (rd *Ready) pending() bool {
-	return len(rd.Reads)+len(rd.Loaded)+len(rd.Sends)+len(rd.Deliveries)+len(rd.Dropped)+len(rd.Forget) > 0
+	return len(rd.Reads)+len(rd.Loaded)+len(rd.Sends)+len(rd.Deliveries)+len(rd.Dropped)+len(rd.Forget)+len(rd.Early) > 0
 }
 
 // clear empties rd, keeping its slices' room.
 func (rd *Ready) clear() {
 	rd.Reads, rd.Loaded, rd.Sends = rd.Reads[:0], rd.Loaded[:0], rd.Sends[:0]
 	rd.Deliveries, rd.Dropped, rd.Forget = rd.Deliveries[:0], rd.Dropped[:0], rd.Forget[:0]
+	rd.Early = rd.Early[:0]
 }
 
 // Epoch returns the current epoch and whether one has started.

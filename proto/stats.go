@@ -15,6 +15,9 @@ type Stats struct {
 	Misses int64
 	// ChunkReads, FilesRead and BytesRead count whole-chunk reads.
 	ChunkReads, FilesRead, BytesRead int64
+	// EarlyReads counts the chunk reads among them that were issued
+	// while the previous epoch drained (the window policy's overlap).
+	EarlyReads int64
 	// FailedReads counts reads that completed with a failure.
 	FailedReads int64
 	// FilesLoaded and BytesLoaded count files that entered memory.
@@ -47,7 +50,7 @@ func (s Stats) Add(t Stats) Stats {
 		Requests: s.Requests + t.Requests, LocalHits: s.LocalHits + t.LocalHits,
 		BufferHits: s.BufferHits + t.BufferHits, Misses: s.Misses + t.Misses,
 		ChunkReads: s.ChunkReads + t.ChunkReads, FilesRead: s.FilesRead + t.FilesRead,
-		BytesRead: s.BytesRead + t.BytesRead, FailedReads: s.FailedReads + t.FailedReads,
+		BytesRead: s.BytesRead + t.BytesRead, EarlyReads: s.EarlyReads + t.EarlyReads, FailedReads: s.FailedReads + t.FailedReads,
 		FilesLoaded: s.FilesLoaded + t.FilesLoaded, BytesLoaded: s.BytesLoaded + t.BytesLoaded,
 		Delivered: s.Delivered + t.Delivered, BytesDelivered: s.BytesDelivered + t.BytesDelivered,
 		RemoteRequests: s.RemoteRequests + t.RemoteRequests, RemoteServed: s.RemoteServed + t.RemoteServed,

@@ -3,6 +3,7 @@ package proto
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // A Machine is one rank's policy as a state machine, driven the same way
@@ -48,6 +49,11 @@ type WindowConfig struct {
 	// before it again. Without it, it can start only at epoch 1 or right
 	// after the epoch it served last.
 	Traces func(epoch uint32) [][]FileID
+	// Epochs, with Traces, is the job's last epoch: once an epoch's reads
+	// are all issued, the rank plans the next one and reads its first
+	// chunks into the room the drain frees, as the plan assumes
+	// (WindowInput.After). 0 reads nothing ahead.
+	Epochs uint32
 }
 
 // WindowRank carries out window plans for one rank. At the start of an
@@ -73,6 +79,8 @@ type WindowRank struct {
 	plan     *WindowPlan
 	deferred []Message // messages of a later epoch
 	start    int32     // the first position this rank's clients ask for
+	// early is the next epoch, read ahead while this one drains
+	early *earlyEpoch
 
 	// own files: state per local index, bytes held, the next read
 	state   []fileState
@@ -95,6 +103,19 @@ type WindowRank struct {
 	done        []bool // per rank, said it asks for nothing more
 	frontier    int32  // one past the highest position a client asked for
 	ahead       int32  // the next position to consider fetching ahead
+}
+
+// earlyEpoch is the next epoch while the current one drains: its plan,
+// and the reads of its first chunks, made within what the current
+// epoch's files leave of the budget.
+type earlyEpoch struct {
+	epoch  uint32
+	traces [][]FileID
+	plan   *WindowPlan
+	state  []fileState // per own file, as WindowRank.state
+	held   int64
+	nextRd int
+	stats  Stats // its reads, counted in its own epoch
 }
 
 type fileState uint8
@@ -208,23 +229,34 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 			return fmt.Errorf("proto: rank %d: epoch %d starts at position %d of rank %d, whose trace has %d", w.me, e.Epoch, sn, r, len(e.Traces[r]))
 		}
 	}
-	after, err := w.after(e.Epoch)
-	if err != nil {
-		return err
+	x := w.early
+	if x != nil && (x.epoch != e.Epoch || e.Start != nil || !sameTraces(x.traces, e.Traces)) {
+		return fmt.Errorf("proto: rank %d: epoch %d starts (on other traces, or mid-way), but epoch %d was read ahead on its own",
+			w.me, e.Epoch, x.epoch)
 	}
-	in := w.input(e.Epoch, e.Traces)
-	in.After = after
-	p, err := PlanWindow(in)
-	if err != nil {
-		return err
-	}
+	var p *WindowPlan
 	_, n := w.cfg.Mapping.RankFiles(w.me)
+	if x != nil {
+		p = x.plan
+	} else {
+		after, err := w.after(e.Epoch)
+		if err != nil {
+			return err
+		}
+		in := w.input(e.Epoch, e.Traces)
+		in.After = after
+		if p, err = PlanWindow(in); err != nil {
+			return err
+		}
+		x = &earlyEpoch{state: make([]fileState, n)}
+	}
 	steps := len(p.Files[w.me])
 	*w = WindowRank{cfg: w.cfg, in: w.in, me: w.me, first: w.first, rd: w.rd, epoch: e.Epoch, started: true, plan: p,
-		deferred: w.deferred, state: make([]fileState, n), dropped: make([]bool, n),
+		deferred: w.deferred, state: x.state, held: x.held, nextRd: x.nextRd, stats: x.stats, dropped: make([]bool, n),
 		done: make([]bool, w.cfg.Mapping.Ranks()), waiters: map[FileID][]waiter{},
 		asked: make([]bool, steps), fetched: make([]bool, steps), reserved: make([]bool, steps),
 		arrived: make([]bool, steps), failed: make([]bool, steps)}
+	w.stats.PeakHeld, w.stats.PeakMem = w.held, w.held
 	w.skip(e.Start)
 	w.issue()
 	held := w.deferred
@@ -235,6 +267,11 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 		}
 	}
 	return nil
+}
+
+// sameTraces reports whether a and b are the same traces.
+func sameTraces(a, b [][]FileID) bool {
+	return slices.EqualFunc(a, b, func(x, y []FileID) bool { return slices.Equal(x, y) })
 }
 
 // after returns the drains epoch e's plan starts from: the previous
@@ -312,6 +349,72 @@ func (w *WindowRank) issue() {
 		w.stats.BytesRead += b
 		w.rd.Reads = append(w.rd.Reads, Read{PC: pc, VC: -1, Epoch: w.epoch})
 	}
+	w.issueEarly()
+}
+
+// issueEarly, once every read of the epoch is issued, reads the next
+// epoch's chunks in its plan's order, while this epoch's files and those
+// read ahead leave the budget room.
+func (w *WindowRank) issueEarly() {
+	if w.cfg.Traces == nil || w.epoch >= w.cfg.Epochs {
+		return
+	}
+	if w.early == nil {
+		e := w.epoch + 1
+		in := w.input(e, w.cfg.Traces(e))
+		in.After = w.plan.Drains
+		p, err := PlanWindow(in)
+		if err != nil {
+			return // nothing read ahead; the epoch's start reports it
+		}
+		_, n := w.cfg.Mapping.RankFiles(w.me)
+		w.early = &earlyEpoch{epoch: e, traces: in.Traces, plan: p, state: make([]fileState, n)}
+	}
+	m, x := w.cfg.Mapping, w.early
+	for rds := x.plan.Reads[w.me]; x.nextRd < len(rds); x.nextRd++ {
+		pc := rds[x.nextRd].PC
+		b := w.in.ChunkBytes(pc)
+		if w.held+x.held+b > m.MemBytes(w.me) {
+			return
+		}
+		x.held += b
+		w.stats.PeakHeld = max(w.stats.PeakHeld, w.held+x.held)
+		w.stats.PeakMem = max(w.stats.PeakMem, w.held+x.held+w.buffered)
+		lo, hi := m.PCFiles(pc)
+		for f := lo; f < hi; f++ {
+			x.state[f-w.first] = reading
+		}
+		x.stats.ChunkReads++
+		x.stats.EarlyReads++
+		x.stats.FilesRead += int64(hi - lo)
+		x.stats.BytesRead += b
+		w.rd.Reads = append(w.rd.Reads, Read{PC: pc, VC: -1, Epoch: x.epoch})
+	}
+}
+
+// earlyDone takes a read of the next epoch's, made while this one drains.
+func (w *WindowRank) earlyDone(e ReadDone) error {
+	x := w.early
+	lo, hi := w.cfg.Mapping.PCFiles(e.PC)
+	if w.cfg.Mapping.Home(lo) != w.me || x.state[lo-w.first] != reading {
+		return fmt.Errorf("proto: rank %d: read of chunk %d done for epoch %d, which it is not reading", w.me, e.PC, e.Epoch)
+	}
+	if e.Failed {
+		x.stats.FailedReads++
+	}
+	for f := lo; f < hi; f++ {
+		if e.Failed {
+			x.state[f-w.first] = lost
+			x.held -= w.size(f)
+			continue
+		}
+		x.state[f-w.first] = inMemory
+		x.stats.FilesLoaded++
+		x.stats.BytesLoaded += w.size(f)
+		w.rd.Early = append(w.rd.Early, f)
+	}
+	w.issue()
+	return nil
 }
 
 // unwanted reports whether every own file in [lo, hi) was dropped: its
@@ -449,6 +552,9 @@ func (w *WindowRank) fetchAhead() {
 }
 
 func (w *WindowRank) readDone(e ReadDone) error {
+	if w.early != nil && e.Epoch == w.early.epoch {
+		return w.earlyDone(e)
+	}
 	if e.Epoch != w.epoch {
 		return fmt.Errorf("proto: rank %d: read of chunk %d done for epoch %d in epoch %d", w.me, e.PC, e.Epoch, w.epoch)
 	}

@@ -32,12 +32,15 @@ type windowCluster struct {
 	// start[r] is where rank r's clients resume the epoch (0: from its
 	// start)
 	start []int32
+	// issued counts the reads issued per epoch and chunk
+	issued map[[2]int]int
 }
 
 // newWindowCluster starts epoch in.Epoch; with start, the ranks resume it
-// there, on traces of the epochs before it.
+// there, on traces of the epochs before it. With epochs, the ranks read
+// ahead into the epochs after it, up to that one (WindowConfig.Epochs).
 func newWindowCluster(t *testing.T, in proto.WindowInput, remote int64, window int, seed uint64,
-	start []int32, traces func(uint32) [][]proto.FileID) *windowCluster {
+	start []int32, traces func(uint32) [][]proto.FileID, epochs uint32) *windowCluster {
 	// the ranks' budgets are their mapping's MemBytes
 	d := proto.Dataset{K: in.Mapping.K()}
 	for r := range in.Mapping.Ranks() {
@@ -49,18 +52,30 @@ func newWindowCluster(t *testing.T, in proto.WindowInput, remote int64, window i
 		t.Fatal(err)
 	}
 	in.Mapping = m
-	c := &windowCluster{t: t, in: in, rng: rand.New(rand.NewPCG(seed, 7)), remote: remote}
+	c := &windowCluster{t: t, in: in, rng: rand.New(rand.NewPCG(seed, 7)), remote: remote, issued: map[[2]int]int{}}
 	for r := range m.Ranks() {
 		w, err := proto.NewWindowRank(proto.WindowConfig{Rank: r, Mapping: m, Sizes: in.Sizes, Seed: in.Seed,
-			Lead: in.Lead, Ramp: in.Ramp, Window: window, RemoteMemBytes: remote, Traces: traces})
+			Lead: in.Lead, Ramp: in.Ramp, Window: window, RemoteMemBytes: remote, Traces: traces, Epochs: epochs})
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.ranks = append(c.ranks, w)
 		c.reads = append(c.reads, nil)
+	}
+	c.begin(in.Traces, start)
+	return c
+}
+
+// begin resets the clients' side for epoch c.in.Epoch on traces and
+// starts it on every rank; reads still in flight stay in flight.
+func (c *windowCluster) begin(traces [][]proto.FileID, start []int32) {
+	c.in.Traces = traces
+	m := c.in.Mapping
+	c.next, c.asked, c.got, c.stop, c.ended = nil, nil, nil, nil, nil
+	for r := range m.Ranks() {
 		c.next = append(c.next, 0)
-		c.asked = append(c.asked, make([]bool, len(in.Traces[r])))
-		got := make([]proto.FileID, len(in.Traces[r]))
+		c.asked = append(c.asked, make([]bool, len(traces[r])))
+		got := make([]proto.FileID, len(traces[r]))
 		for i := range got {
 			got[i] = proto.NoFile
 		}
@@ -68,13 +83,14 @@ func newWindowCluster(t *testing.T, in proto.WindowInput, remote int64, window i
 		c.stop = append(c.stop, len(got))
 		c.ended = append(c.ended, false)
 	}
+	c.done = 0
 	c.start = start
 	if start == nil {
 		c.start = make([]int32, m.Ranks())
 	}
 	for r, w := range c.ranks {
-		if err := w.Step(proto.EpochStart{Epoch: in.Epoch, Traces: in.Traces, Start: start}); err != nil {
-			t.Fatal(err)
+		if err := w.Step(proto.EpochStart{Epoch: c.in.Epoch, Traces: traces, Start: start}); err != nil {
+			c.t.Fatal(err)
 		}
 		c.carry(r)
 	}
@@ -84,7 +100,6 @@ func newWindowCluster(t *testing.T, in proto.WindowInput, remote int64, window i
 			c.asked[r][sn], c.got[r][sn] = true, w.Plan().Files[r][sn]
 		}
 	}
-	return c
 }
 
 func (c *windowCluster) step(r int, ev proto.Event) {
@@ -102,6 +117,9 @@ func (c *windowCluster) carry(r int) {
 			c.t.Fatalf("rank %d dropped %v", r, rd.Dropped)
 		}
 		c.reads[r] = append(c.reads[r], rd.Reads...)
+		for _, x := range rd.Reads {
+			c.issued[[2]int{int(x.Epoch), x.PC}]++
+		}
 		c.net = append(c.net, rd.Sends...)
 		for _, d := range rd.Deliveries {
 			c.delivered(r, d)
@@ -241,7 +259,7 @@ func testWindowRank(t *testing.T, early bool) {
 			traces := func(e uint32) [][]proto.FileID { // of the epochs before in.Epoch
 				return proto.Traces(in.Mapping.Files(), in.Mapping.Ranks(), seed, e)
 			}
-			c := newWindowCluster(t, in, remote, int(seed%40), seed, nil, traces)
+			c := newWindowCluster(t, in, remote, int(seed%40), seed, nil, traces, 0)
 			if early {
 				for r := range c.stop {
 					if c.rng.IntN(2) == 0 {
@@ -292,7 +310,7 @@ func TestWindowRankResumes(t *testing.T) {
 			for r := range start {
 				start[r] = int32(rng.IntN(len(in.Traces[r]) + 1))
 			}
-			c := newWindowCluster(t, in, int64(seed%3)*3000, int(seed%40), seed, start, traces)
+			c := newWindowCluster(t, in, int64(seed%3)*3000, int(seed%40), seed, start, traces, 0)
 			for r, w := range c.ranks {
 				if !slices.Equal(w.Plan().Files[r], want.Files[r]) {
 					t.Fatalf("rank %d resumed with another plan than the uninterrupted run's", r)
@@ -308,6 +326,66 @@ func TestWindowRankResumes(t *testing.T) {
 				t.Fatalf("read %d bytes of a %d-byte dataset", read, total)
 			}
 		})
+	}
+}
+
+// With the job's last epoch known, ranks read the next epoch's first
+// chunks while an epoch drains, within the budget: each epoch still
+// answers every position with the file the sequential plans give it,
+// reads each chunk once, and the reads ahead happen.
+func TestWindowRankOverlaps(t *testing.T) {
+	const epochs = 3
+	early := int64(0)
+	for seed := range uint64(100) {
+		in := windowCase(t, seed)
+		m := in.Mapping
+		traces := func(e uint32) [][]proto.FileID { return proto.Traces(m.Files(), m.Ranks(), seed, e) }
+		var want []*proto.WindowPlan
+		for e := uint32(1); e <= epochs; e++ {
+			in.Epoch, in.Traces, in.After = e, traces(e), nil
+			if e > 1 {
+				in.After = want[e-2].Drains
+			}
+			p, err := proto.PlanWindow(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, p)
+		}
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			in.Epoch, in.Traces, in.After = 1, traces(1), nil
+			c := newWindowCluster(t, in, int64(seed%3)*3000, int(seed%40), seed, nil, traces, epochs)
+			for e := uint32(1); ; e++ {
+				for r, w := range c.ranks {
+					if !slices.Equal(w.Plan().Files[r], want[e-1].Files[r]) {
+						t.Fatalf("epoch %d: rank %d carries out another plan than the sequential one", e, r)
+					}
+				}
+				c.run(1 + int(seed%12))
+				for r, w := range c.ranks {
+					early += w.Stats().EarlyReads
+					lo, n := m.RankPCs(r)
+					for pc := lo; pc < lo+n; pc++ {
+						if k := c.issued[[2]int{int(e), pc}]; k != 1 {
+							t.Fatalf("epoch %d: chunk %d read %d times", e, pc, k)
+						}
+					}
+				}
+				if e == epochs {
+					break
+				}
+				c.in.Epoch = e + 1
+				c.begin(traces(e+1), nil)
+			}
+			for k := range c.issued {
+				if k[0] > epochs {
+					t.Fatalf("read chunk %d for epoch %d, after the last", k[1], k[0])
+				}
+			}
+		})
+	}
+	if early == 0 {
+		t.Fatal("no chunk was read ahead during an epoch's drain")
 	}
 }
 

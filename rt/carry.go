@@ -20,7 +20,13 @@ func (l *loop) carry() error {
 			l.io.add(r)
 		}
 		for _, f := range rd.Loaded {
-			l.load(f)
+			l.load(f, l.files)
+		}
+		for _, f := range rd.Early {
+			if l.n.ahead == nil {
+				l.n.ahead = make(map[proto.FileID]*file)
+			}
+			l.load(f, l.n.ahead)
 		}
 		l.keepOrCopy() // before any of the files leaves the loop
 		for _, m := range rd.Sends {
@@ -40,8 +46,8 @@ func (l *loop) carry() error {
 	return nil
 }
 
-// load keeps file f of the chunk just read.
-func (l *loop) load(f proto.FileID) {
+// load keeps file f of the chunk just read, in files.
+func (l *loop) load(f proto.FileID, files map[proto.FileID]*file) {
 	li := int(f - l.n.first)
 	res := l.just
 	if res == nil || res.ch == nil || res.ch.Index != li/l.n.k {
@@ -52,7 +58,7 @@ func (l *loop) load(f proto.FileID) {
 	kf := &file{id: f, data: res.ch.File(li % l.n.k), label: e.Label, crc: e.CRC, buf: res.buf}
 	res.kept = append(res.kept, kf)
 	res.keptBytes += int64(len(kf.data))
-	l.files[f] = kf
+	files[f] = kf
 }
 
 // keepOrCopy lets go of the chunk just read. The files kept from it are

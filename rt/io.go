@@ -103,9 +103,11 @@ func (p *ioPool) next() (readResult, bool) {
 	}
 }
 
-// keep makes res's chunk resident, if the pool keeps chunks.
+// keep makes res's chunk resident, if the pool keeps chunks and has not
+// already (a read for the next epoch may start before this epoch's read
+// of the same chunk is done).
 func (p *ioPool) keep(res *readResult) {
-	if p.resident != nil && res.buf != nil && !res.resident {
+	if p.resident != nil && res.buf != nil && !res.resident && p.resident[res.read.PC] == nil {
 		res.buf.hold()
 		p.resident[res.read.PC] = res.buf
 	}

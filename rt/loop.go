@@ -268,14 +268,18 @@ func (l *loop) request(r Request) error {
 // readDone steps a finished chunk read.
 func (l *loop) readDone(res readResult) error {
 	l.io.inflight--
+	st := &l.stats
+	if res.read.Epoch > l.epoch { // read ahead while this epoch drains
+		st = &l.n.aheadStats
+	}
 	if !res.resident && res.ch != nil {
-		l.stats.storageReads++
-		l.stats.storageBytes += res.ch.BytesRead
+		st.storageReads++
+		st.storageBytes += res.ch.BytesRead
 		l.io.keep(&res)
 	}
 	if res.err != nil {
 		if res.corrupt {
-			l.stats.corruptReads++
+			st.corruptReads++
 		}
 		fmt.Fprintf(l.n.cfg.Log, "brandrt: rank %d: %v\n", l.n.me, res.err)
 	}

@@ -37,6 +37,10 @@ type Node struct {
 	early  map[uint32]TraceOffer
 	// starts carries clients' start offers (Config.Resume).
 	starts chan StartOffer
+	// ahead holds the files read for the next epoch while this one
+	// drains (proto.Ready.Early), aheadStats what those reads cost.
+	ahead      map[proto.FileID]*file
+	aheadStats loopStats
 	// counts holds this epoch's deliveries on this rank per file id.
 	counts []int32
 	// sizes are this rank's file sizes, from its opening until the window
@@ -176,6 +180,7 @@ func (n *Node) newWindowRank() error {
 	if !n.cfg.ClientTraces { // a resumed job plans the epochs before it again
 		files, seed := n.m.Files(), n.cfg.Seed
 		wc.Traces = func(e uint32) [][]proto.FileID { return proto.Traces(files, n.size, seed, e) }
+		wc.Epochs = uint32(n.cfg.Epochs) // the next epoch's first chunks are read while one drains
 	}
 	n.p, err = proto.NewWindowRank(wc)
 	if err != nil {

@@ -24,6 +24,7 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 	reqs := n.reqs
 	pool := &recvPool{mem: n.cfg.Memory}
 	defer pool.drain()
+	defer n.dropAhead()
 	var all []EpochStats
 	first, start, resumed := uint32(1), []int32(nil), StartOffer{}
 	if n.cfg.Resume {
@@ -67,7 +68,11 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		from = int(start[n.me])
 	}
 	l := &loop{n: n, p: n.p, comm: n.comm, io: io, pool: pool, reqs: reqs, epoch: e, traceLen: len(own), answered: from,
-		waiting: make(map[int32]chan<- Delivery), files: make(map[proto.FileID]*file)}
+		waiting: make(map[int32]chan<- Delivery), files: n.ahead, stats: n.aheadStats}
+	n.ahead, n.aheadStats = nil, loopStats{}
+	if l.files == nil {
+		l.files = make(map[proto.FileID]*file)
+	}
 	if n.cfg.Order != nil {
 		l.order = make([]int32, len(own))
 		for i := range l.order {
@@ -121,6 +126,14 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	return n.reduce(e, epochCounts{proto: n.p.Stats(), loop: l.stats, cons: cons.total, left: left, seconds: secs,
 		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, firstWait: firstWait(l), expected: positions(traces) - before, before: before,
 		verified: n.cfg.Consume > 0, ended: l.ended})
+}
+
+// dropAhead lets go of the files read for an epoch that will not come.
+func (n *Node) dropAhead() {
+	for _, f := range n.ahead {
+		f.release()
+	}
+	n.ahead = nil
 }
 
 // firstWait is how long the epoch's first request waited for an answer

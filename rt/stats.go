@@ -44,6 +44,10 @@ type EpochStats struct {
 	ReadAmplification float64 `json:"read_amplification"`
 	StorageReads      int64   `json:"storage_reads"`
 	BytesRead         int64   `json:"bytes_read"`
+	// EarlyReads counts the chunk reads made while the previous epoch
+	// drained, into the memory its last files freed (the window policy
+	// with the seed's traces).
+	EarlyReads int64 `json:"early_reads"`
 	// LocalHits counts requests answered from memory without a read;
 	// Waits the requests that waited for their chunk's read.
 	LocalHits int64 `json:"local_hits"`
@@ -120,7 +124,7 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 	ps, ls, cs := c.proto, c.loop, c.cons
 	sums := []int64{ls.delivered, ls.failed, cs.checksumErrors + ls.corruptReads, ls.deliveredBytes, ps.ChunkReads, ps.BytesRead,
 		ps.LocalHits, ps.RemoteRequests, ls.remoteFiles, ls.remoteBytes, ls.bytesOut, ps.Pushed, ps.BufferHits,
-		int64(cs.stall), ls.crcSum, n.crcSum, ls.labelSum, n.labelSum, c.left, ls.storageReads, ls.storageBytes, ps.Misses}
+		int64(cs.stall), ls.crcSum, n.crcSum, ls.labelSum, n.labelSum, c.left, ls.storageReads, ls.storageBytes, ps.Misses, ps.EarlyReads}
 	s, err := n.comm.AllreduceSum(sums)
 	if err != nil {
 		return EpochStats{}, err
@@ -139,7 +143,7 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 	}
 	st := EpochStats{Epoch: int(e), Ranks: n.size, DatasetFiles: int64(len(n.counts)), FilesExpected: c.expected, FilesBefore: c.before,
 		FilesDelivered: s[0], FailedDeliveries: s[1], ChecksumErrors: s[2], BytesDelivered: s[3],
-		ChunkReads: s[4], BytesLoaded: s[5], StorageReads: s[19], BytesRead: s[20], LocalHits: s[6], Waits: s[21], RemoteRequests: s[7], RemoteFiles: s[8],
+		ChunkReads: s[4], BytesLoaded: s[5], StorageReads: s[19], BytesRead: s[20], EarlyReads: s[22], LocalHits: s[6], Waits: s[21], RemoteRequests: s[7], RemoteFiles: s[8],
 		RemoteBytes: s[9], NetworkBytes: s[10], PrefetchPushes: s[11], PrefetchHits: s[12],
 		StallSeconds: float64(s[13]) / 1e9, DeliveredCRCSum: s[14], IndexCRCSum: s[15],
 		DeliveredLabelSum: s[16], IndexLabelSum: s[17], FilesLeft: s[18],

@@ -397,8 +397,12 @@ func printEpoch(w io.Writer, s rt.EpochStats, epochs int) {
 	fmt.Fprintf(w, "epoch %d/%d: %s files, %s delivered by %d ranks in %.2fs: %s files/s, %s/s\n",
 		s.Epoch, epochs, comma(s.FilesDelivered), ibytes(s.BytesDelivered), s.Ranks, s.Seconds,
 		comma(int64(s.FilesPerSecond)), ibytes(int64(s.BytesPerSecond)))
-	fmt.Fprintf(w, "  chunks   %s loaded whole, %s (%.2f× what was delivered); %s read from storage (%s)\n",
-		comma(s.ChunkReads), ibytes(s.BytesLoaded), s.ReadAmplification, comma(s.StorageReads), ibytes(s.BytesRead))
+	early := ""
+	if s.EarlyReads > 0 {
+		early = fmt.Sprintf(", %s of them while the previous epoch drained", comma(s.EarlyReads))
+	}
+	fmt.Fprintf(w, "  chunks   %s loaded whole, %s (%.2f× what was delivered); %s read from storage (%s)%s\n",
+		comma(s.ChunkReads), ibytes(s.BytesLoaded), s.ReadAmplification, comma(s.StorageReads), ibytes(s.BytesRead), early)
 	fmt.Fprintf(w, "  memory   %s local hits, %s requests waited for their chunk's read; at most %s held by one rank\n",
 		comma(s.LocalHits), comma(s.Waits), ibytes(s.PeakMemBytes))
 	fmt.Fprintf(w, "  first    the epoch's first request waited %s for its file (the slowest rank)\n", seconds(s.FirstWaitSeconds))
