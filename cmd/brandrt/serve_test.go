@@ -68,8 +68,9 @@ func readStats(t *testing.T, name string) []rt.EpochStats {
 // TestServeUnderMpirun runs three ranks for two epochs and proves from the
 // statistics that every file was delivered exactly once per epoch, with
 // the bytes and label its index records: with a quarter of the data in
-// memory (the window policy, reading each chunk once, and the paper's,
-// with and without prefetch), and with everything in memory.
+// memory (the window policy, reading each chunk once and the second
+// epoch's first chunks while the first drains, and the paper's, with and
+// without prefetch), and with everything in memory.
 func TestServeUnderMpirun(t *testing.T) {
 	const files = 3000
 	dir := servePack(t, files, 3, filepath.Join(t.TempDir(), "chunks"))
@@ -108,6 +109,11 @@ func TestServeUnderMpirun(t *testing.T) {
 				// delivered bytes and the chunk files' own index and padding
 				if tc.name == "quarter" && float64(s.BytesRead) > 1.02*float64(s.BytesDelivered) {
 					t.Errorf("epoch %d: %d bytes read from storage for %d delivered", s.Epoch, s.BytesRead, s.BytesDelivered)
+				}
+				// the window policy reads the second epoch's first chunks
+				// while the first drains
+				if window := tc.name == "quarter" || tc.name == "in-memory"; (window && s.Epoch > 1) != (s.EarlyReads > 0) {
+					t.Errorf("epoch %d: %d chunk reads while the previous epoch drained", s.Epoch, s.EarlyReads)
 				}
 				if tc.name == "in-memory" && s.ReadAmplification > 1.01 {
 					t.Errorf("epoch %d: everything fits, yet read amplification %.2f", s.Epoch, s.ReadAmplification)
