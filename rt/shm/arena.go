@@ -17,8 +17,10 @@ import (
 const arenaGrain = 4 << 10
 
 // Arena is memory shared with the clients: the rank reads chunks into it
-// (it is the chunk.Memory of the rank's shard), and a file that lives in
-// it reaches a client as its place in the arena, not as a copy in the
+// when they stay there whole (its budget holds its shard; it is then the
+// chunk.Memory of the rank's shard), and otherwise copies each file it
+// keeps from a chunk into a buffer of its own from it. A file that lives
+// in it reaches a client as its place in the arena, not as a copy in the
 // client's ring. Clients map it read-only.
 //
 // The arena is one memfd of a fixed size, mapped once; its pages are
