@@ -88,6 +88,51 @@ def table(records, systems):
     return "\n".join(lines)
 
 
+def per_epoch(records, systems):
+    """Mean ± sd of the test accuracy after each epoch, per system."""
+    epochs = max(len(r["epochs"]) for r in records)
+    lines = ["| system | " + " | ".join("epoch %d" % (e + 1) for e in range(epochs)) + " |", "|---|" + "---|" * epochs]
+    for system in systems:
+        rs = [r for r in records if r["system"] == system]
+        if not rs:
+            continue
+        cells = []
+        for e in range(epochs):
+            accs = [r["epochs"][e]["test_accuracy"] for r in rs if len(r["epochs"]) > e]
+            cells.append("%.2f ± %.2f" % (statistics.mean(accs), statistics.stdev(accs) if len(accs) > 1 else 0.0))
+        lines.append("| %s (%d) | %s |" % (system, len(rs), " | ".join(cells)))
+    return "\n".join(lines)
+
+
+def plot(records, systems, path):
+    """Test accuracy per epoch: each run's line, and each system's mean."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for i, system in enumerate(systems):
+        rs = [r for r in records if r["system"] == system]
+        if not rs:
+            continue
+        color = "C%d" % i
+        for r in rs:
+            ax.plot([e["epoch"] for e in r["epochs"]], [e["test_accuracy"] for e in r["epochs"]], color=color, alpha=0.3, lw=1)
+        n = min(len(r["epochs"]) for r in rs)
+        mean = [statistics.mean(r["epochs"][e]["test_accuracy"] for r in rs) for e in range(n)]
+        ax.plot(range(1, n + 1), mean, color=color, lw=2.2, marker="o", label="%s (mean of %d seeds)" % (system, len(rs)))
+    ax.set_xticks(range(1, max(len(r["epochs"]) for r in records) + 1))
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title("Fashion-MNIST, small CNN: test accuracy per epoch (thin lines: single seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print("plot: %s" % path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="fashion_mnist.py's output (train/ and test/)")
@@ -103,12 +148,18 @@ def main():
     ap.add_argument("--brandrt", default=os.path.join(REPO, "bin", "brandrt"))
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per run")
     ap.add_argument("--out", default="convergence.jsonl", help="JSON lines, one per run (appended)")
-    ap.add_argument("--report", action="store_true", help="print the table of --out and stop")
+    ap.add_argument("--report", action="store_true", help="print the tables of --out and stop")
+    ap.add_argument("--plot", metavar="PNG", help="with --report: draw test accuracy per epoch into PNG (needs matplotlib: .venv/bin/python)")
     a = ap.parse_args()
     systems = a.systems.split(",")
     if a.report:
         with open(a.out) as f:
-            print(table([json.loads(line) for line in f if line.strip()], systems))
+            records = [json.loads(line) for line in f if line.strip()]
+        print(table(records, systems))
+        print()
+        print(per_epoch(records, systems))
+        if a.plot:
+            plot(records, systems, a.plot)
         return
     for s in systems:
         if s not in ("baseline", "window", "paper"):
