@@ -111,7 +111,7 @@ type WindowRank struct {
 type earlyEpoch struct {
 	epoch  uint32
 	traces [][]FileID
-	plan   *WindowPlan
+	plan   *WindowPlan // nil when planning it failed: nothing is read ahead
 	state  []fileState // per own file, as WindowRank.state
 	held   int64
 	nextRd int
@@ -230,6 +230,9 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 		}
 	}
 	x := w.early
+	if x != nil && x.plan == nil { // its planning failed: plan again, and report it
+		x = nil
+	}
 	if x != nil && (x.epoch != e.Epoch || e.Start != nil || !sameTraces(x.traces, e.Traces)) {
 		return fmt.Errorf("proto: rank %d: epoch %d starts (on other traces, or mid-way), but epoch %d was read ahead on its own",
 			w.me, e.Epoch, x.epoch)
@@ -341,15 +344,22 @@ func (w *WindowRank) issue() {
 		w.held += b
 		w.stats.PeakHeld = max(w.stats.PeakHeld, w.held)
 		w.stats.PeakMem = max(w.stats.PeakMem, w.held+w.buffered)
-		for f := lo; f < hi; f++ {
-			w.state[f-w.first] = reading
-		}
-		w.stats.ChunkReads++
-		w.stats.FilesRead += int64(hi - lo)
-		w.stats.BytesRead += b
-		w.rd.Reads = append(w.rd.Reads, Read{PC: pc, VC: -1, Epoch: w.epoch})
+		w.startRead(pc, w.epoch, w.state, &w.stats)
 	}
 	w.issueEarly()
+}
+
+// startRead asks for chunk pc's read for epoch e: its files are being
+// read in state (the epoch's own files), and st counts the read.
+func (w *WindowRank) startRead(pc int, e uint32, state []fileState, st *Stats) {
+	lo, hi := w.cfg.Mapping.PCFiles(pc)
+	for f := lo; f < hi; f++ {
+		state[f-w.first] = reading
+	}
+	st.ChunkReads++
+	st.FilesRead += int64(hi - lo)
+	st.BytesRead += w.in.ChunkBytes(pc)
+	w.rd.Reads = append(w.rd.Reads, Read{PC: pc, VC: -1, Epoch: e})
 }
 
 // issueEarly, once every read of the epoch is issued, reads the next
@@ -363,32 +373,29 @@ func (w *WindowRank) issueEarly() {
 		e := w.epoch + 1
 		in := w.input(e, w.cfg.Traces(e))
 		in.After = w.plan.Drains
+		w.early = &earlyEpoch{epoch: e, traces: in.Traces}
 		p, err := PlanWindow(in)
 		if err != nil {
-			return // nothing read ahead; the epoch's start reports it
+			return // nothing read ahead (tried once, not on every call); the epoch's start plans again and reports it
 		}
 		_, n := w.cfg.Mapping.RankFiles(w.me)
-		w.early = &earlyEpoch{epoch: e, traces: in.Traces, plan: p, state: make([]fileState, n)}
+		w.early.plan, w.early.state = p, make([]fileState, n)
 	}
-	m, x := w.cfg.Mapping, w.early
+	x := w.early
+	if x.plan == nil {
+		return
+	}
 	for rds := x.plan.Reads[w.me]; x.nextRd < len(rds); x.nextRd++ {
 		pc := rds[x.nextRd].PC
 		b := w.in.ChunkBytes(pc)
-		if w.held+x.held+b > m.MemBytes(w.me) {
+		if w.held+x.held+b > w.cfg.Mapping.MemBytes(w.me) {
 			return
 		}
 		x.held += b
 		w.stats.PeakHeld = max(w.stats.PeakHeld, w.held+x.held)
 		w.stats.PeakMem = max(w.stats.PeakMem, w.held+x.held+w.buffered)
-		lo, hi := m.PCFiles(pc)
-		for f := lo; f < hi; f++ {
-			x.state[f-w.first] = reading
-		}
-		x.stats.ChunkReads++
+		w.startRead(pc, x.epoch, x.state, &x.stats)
 		x.stats.EarlyReads++
-		x.stats.FilesRead += int64(hi - lo)
-		x.stats.BytesRead += b
-		w.rd.Reads = append(w.rd.Reads, Read{PC: pc, VC: -1, Epoch: x.epoch})
 	}
 }
 
@@ -552,7 +559,7 @@ func (w *WindowRank) fetchAhead() {
 }
 
 func (w *WindowRank) readDone(e ReadDone) error {
-	if w.early != nil && e.Epoch == w.early.epoch {
+	if w.early != nil && w.early.plan != nil && e.Epoch == w.early.epoch {
 		return w.earlyDone(e)
 	}
 	if e.Epoch != w.epoch {
