@@ -109,43 +109,127 @@ func (s *Shard) entries(c int) ([]Entry, error) {
 }
 
 // ReadChunk reads chunk c whole and verifies its header against the index
-// and every file's checksum.
+// and every file's checksum: any damage is an error.
 func (s *Shard) ReadChunk(c int) (*Chunk, error) {
-	es, err := s.entries(c)
+	ch, damage, err := s.ReadWhole(c)
 	if err != nil {
 		return nil, err
 	}
-	last := es[len(es)-1]
-	length := last.Offset + int64(last.Size)
-	ch, data, err := s.read(c, []extent{{0, length}})
-	if err != nil {
-		return nil, err
-	}
-	if err := s.checkWhole(c, es, data[0]); err != nil {
+	if len(damage) > 0 {
 		ch.Release()
-		return nil, err
-	}
-	for i, e := range es {
-		ch.files[i] = data[0][e.Offset : e.Offset+int64(e.Size)]
+		return nil, &damage[0]
 	}
 	return ch, nil
 }
 
-func (s *Shard) checkWhole(c int, es []Entry, b []byte) error {
-	h, err := decodeHeader(b, s.idx.rank, c, len(es))
+// Damage is a file of a chunk that could not be read intact: its bytes
+// fail their checksum, the chunk file ends before them, or the chunk
+// file cannot be read at all. Slot -1 is the chunk's header and table,
+// which the index makes redundant: its damage costs no file.
+type Damage struct {
+	Rank, Chunk, Slot int
+	// ID is the file's global id, Path its path in the packed input (""
+	// for the header); File is the chunk file, and [Lo, Hi) the file's
+	// bytes in it.
+	ID     int64
+	Path   string
+	File   string
+	Lo, Hi int64
+	// Reason says what is wrong.
+	Reason string
+}
+
+func (d *Damage) Error() string {
+	what := fmt.Sprintf("slot %d (%s)", d.Slot, d.Path)
+	if d.Slot < 0 {
+		what = "header"
+	}
+	return fmt.Sprintf("chunk: rank %d chunk %d (%s): %v: %s, bytes %d–%d: %s", d.Rank, d.Chunk, d.File, errCorrupt, what, d.Lo, d.Hi, d.Reason)
+}
+
+// Unwrap makes damage count as corruption (ErrCorrupt).
+func (d *Damage) Unwrap() error { return errCorrupt }
+
+// ReadWhole reads chunk c whole, as ReadChunk does, but keeps what is
+// intact: each damaged file is left out of the chunk (File returns nil)
+// and named in the damage, which lists the header first when it fails
+// too. A chunk file that cannot be opened, or ends early, damages the
+// files it does not hold. The error is for what is not the data's fault
+// (no such chunk, no memory to read into).
+func (s *Shard) ReadWhole(c int) (*Chunk, []Damage, error) {
+	es, err := s.entries(c)
 	if err != nil {
-		return s.errorf(c, "%w", err)
+		return nil, nil, err
+	}
+	last := es[len(es)-1]
+	ch, data, cause, err := s.readPrefix(c, last.Offset+int64(last.Size))
+	if err != nil {
+		return nil, nil, err
+	}
+	var damage []Damage
+	if len(data) >= int(HeaderSize(len(es))) {
+		if reason := s.checkHeader(c, es, data); reason != "" {
+			damage = append(damage, Damage{Rank: s.idx.rank, Chunk: c, Slot: -1, ID: -1, File: s.path(c), Hi: HeaderSize(len(es)), Reason: reason})
+		}
 	}
 	for i, e := range es {
-		t := h.Files[i]
-		if t.Offset != e.Offset || t.Size != e.Size || t.CRC != e.CRC {
-			return s.errorf(c, "%w: slot %d (%s): chunk table and index disagree", errCorrupt, i, s.idx.path(int(e.ID-s.idx.first)))
+		lo, hi := e.Offset, e.Offset+int64(e.Size)
+		reason := cause
+		if hi <= int64(len(data)) {
+			if got := Checksum(data[lo:hi]); got != e.CRC {
+				reason = fmt.Sprintf("checksum %08x, expected %08x", got, e.CRC)
+			} else {
+				ch.files[i] = data[lo:hi]
+				continue
+			}
 		}
-		if err := s.verify(c, e, b[e.Offset:e.Offset+int64(e.Size)]); err != nil {
-			return err
+		damage = append(damage, Damage{Rank: s.idx.rank, Chunk: c, Slot: i, ID: e.ID, Path: s.idx.path(int(e.ID - s.idx.first)),
+			File: s.path(c), Lo: lo, Hi: hi, Reason: reason})
+	}
+	return ch, damage, nil
+}
+
+// checkHeader returns what is wrong with the chunk's header and table
+// against the index, or "".
+func (s *Shard) checkHeader(c int, es []Entry, b []byte) string {
+	h, err := decodeHeader(b, s.idx.rank, c, len(es))
+	if err != nil {
+		return err.Error()
+	}
+	for i, e := range es {
+		if t := h.Files[i]; t.Offset != e.Offset || t.Size != e.Size || t.CRC != e.CRC {
+			return fmt.Sprintf("slot %d: chunk table and index disagree", i)
 		}
 	}
-	return nil
+	return ""
+}
+
+// readPrefix reads the first length bytes of chunk c into a buffer from
+// the shard's memory and returns what it could read: all of them, or a
+// shorter prefix and, as cause, why the rest is missing (the file is
+// missing, unreadable or shorter). The error is for a failed allocation.
+func (s *Shard) readPrefix(c int, length int64) (*Chunk, []byte, string, error) {
+	ch := &Chunk{Rank: s.idx.rank, Index: c, files: make([][]byte, s.idx.ChunkFiles(c)), mem: s.mem}
+	f, err := s.fsys.Open(s.path(c), true)
+	if err != nil {
+		return ch, nil, unwrapPath(err).Error(), nil
+	}
+	defer f.Close()
+	a := int64(f.Align())
+	buf, err := s.mem.Alloc(alignUp(length, a))
+	if err != nil {
+		return nil, nil, "", s.errorf(c, "%w", err)
+	}
+	ch.buf = buf
+	n, err := f.ReadAt(buf[:alignUp(length, a)], 0)
+	ch.BytesRead = int64(n)
+	switch {
+	case int64(n) >= length:
+		return ch, buf[:length], "", nil
+	case err == nil || errors.Is(err, io.EOF):
+		return ch, buf[:n], fmt.Sprintf("the chunk file ends at %d bytes, the index needs %d", n, length), nil
+	}
+	return ch, buf[:n], unwrapPath(err).Error(), nil
 }
 
 func (s *Shard) verify(c int, e Entry, data []byte) error {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -229,4 +230,71 @@ func joinErrs(errs []error) error {
 		s = append(s, e.Error())
 	}
 	return fmt.Errorf("%s", strings.Join(s, "; "))
+}
+
+// TestReadWholeKeepsWhatIsIntact damages chunks in each way a disk can
+// (a flipped byte, a flipped header byte, a cut, a deleted file) and
+// checks that a lenient whole read names exactly the files lost, with
+// their place in the chunk file, and hands over every other one intact.
+func TestReadWholeKeepsWhatIsIntact(t *testing.T) {
+	out, _ := packed(t, 100)
+	s, err := chunk.OpenShard(chunk.OS, out, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	name := func(c int) string { return filepath.Join(out, "rank-00000", fmt.Sprintf("chunk-%08d.brc", c)) }
+	entry := func(c, slot int) chunk.Entry { return s.Index().Entry(c*8 + slot) }
+	e := entry(1, 5)
+	flipByte(t, name(1), e.Offset+int64(e.Size)/2)
+	flipByte(t, name(2), 13) // the header's rank field
+	cut := entry(3, 6)
+	if err := os.Truncate(name(3), cut.Offset+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(name(4)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		c     int
+		slots []int
+		why   string
+	}{
+		{1, []int{5}, "checksum"},
+		{2, []int{-1}, "rank"},
+		{3, []int{6, 7}, "ends at"},
+		{4, []int{0, 1, 2, 3, 4, 5, 6, 7}, "no such file"},
+		{5, nil, ""},
+	} {
+		ch, damage, err := s.ReadWhole(tc.c)
+		if err != nil {
+			t.Fatalf("chunk %d: %v", tc.c, err)
+		}
+		var got []int
+		for _, d := range damage {
+			got = append(got, d.Slot)
+			want := []string{"rank 0 chunk", name(tc.c), tc.why}
+			if d.Slot >= 0 {
+				x := entry(tc.c, d.Slot)
+				want = append(want, x.Path, fmt.Sprintf("bytes %d–%d", x.Offset, x.Offset+int64(x.Size)))
+				if d.ID != x.ID || d.Lo != x.Offset || d.Hi != x.Offset+int64(x.Size) {
+					t.Errorf("chunk %d: %+v for %+v", tc.c, d, x)
+				}
+			}
+			mustContain(t, fmt.Sprintf("chunk %d", tc.c), &d, want...)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.slots) {
+			t.Errorf("chunk %d: damaged slots %v, want %v", tc.c, got, tc.slots)
+		}
+		for i := range ch.Slots() {
+			lost := slices.Contains(tc.slots, i)
+			if f := ch.File(i); lost != (f == nil) || !lost && chunk.Checksum(f) != entry(tc.c, i).CRC {
+				t.Errorf("chunk %d slot %d: lost %v, got %d bytes", tc.c, i, lost, len(f))
+			}
+		}
+		ch.Release()
+		if _, err := s.ReadChunk(tc.c); (err != nil) != (len(tc.slots) > 0) || err != nil && !chunk.ErrCorrupt(err) {
+			t.Errorf("chunk %d: strict read: %v", tc.c, err)
+		}
+	}
 }
