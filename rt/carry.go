@@ -54,8 +54,13 @@ func (l *loop) load(f proto.FileID, files map[proto.FileID]*file) {
 		panic(fmt.Sprintf("rt: rank %d: file %d loaded without its chunk", l.n.me, f))
 	}
 	e := l.n.shard.Index().Record(li)
+	data := res.ch.File(li % l.n.k)
+	if data == nil { // damaged on storage: read, named, left out (Node.damaged)
+		files[f] = &file{id: f, label: e.Label, crc: e.CRC, damaged: l.n.lostNote(f)}
+		return
+	}
 	res.buf.hold()
-	kf := &file{id: f, data: res.ch.File(li % l.n.k), label: e.Label, crc: e.CRC, buf: res.buf}
+	kf := &file{id: f, data: data, label: e.Label, crc: e.CRC, buf: res.buf}
 	res.kept = append(res.kept, kf)
 	res.keptBytes += int64(len(kf.data))
 	files[f] = kf
@@ -116,6 +121,9 @@ func (l *loop) send(m proto.Message) error {
 		return err
 	}
 	for _, f := range files {
+		if f.damaged != "" { // the frame says so; no bytes follow
+			continue
+		}
 		if err := l.isend(f.data, f, int(m.To), tagData); err != nil {
 			return err
 		}
@@ -155,10 +163,18 @@ func (l *loop) deliver(d proto.Delivery) {
 		panic(fmt.Sprintf("rt: rank %d: delivering file %d, which it does not hold", l.n.me, d.File))
 	}
 	delete(l.files, d.File)
-	l.count(f)
 	if l.order != nil {
 		l.order[d.Sn] = int32(d.File)
 	}
+	l.n.counts[f.id]++
+	if f.damaged != "" {
+		l.stats.skipped++
+		l.stats.skippedCRC += int64(f.crc)
+		l.stats.skippedLabel += int64(f.label)
+		reply <- Delivery{Sn: d.Sn, File: d.File, Label: f.label, CRC: f.crc, Damaged: f.damaged}
+		return
+	}
+	l.count(f)
 	if d.Source == proto.FromRemote || d.Source == proto.FromBuffer {
 		l.stats.remoteFiles++
 		l.stats.remoteBytes += int64(len(f.data))
@@ -172,5 +188,4 @@ func (l *loop) count(f *file) {
 	l.stats.deliveredBytes += int64(len(f.data))
 	l.stats.crcSum += int64(f.crc)
 	l.stats.labelSum += int64(f.label)
-	l.n.counts[f.id]++
 }

@@ -68,7 +68,14 @@ type Config struct {
 	// Report, when set, is called on every rank with each epoch's
 	// statistics, summed over the ranks.
 	Report func(EpochStats)
-	// Log receives messages about this rank (failed reads).
+	// OnDamage says what a rank does with a file whose bytes are damaged
+	// on storage (its checksum fails on a read and again on a second
+	// read, or its chunk file is missing or short): "fail" stops the job
+	// with an error naming the file; "skip" leaves that file out of the
+	// epoch, naming it once, and answers its position with that news
+	// (Delivery.Damaged).
+	OnDamage string
+	// Log receives messages about this rank (damaged files).
 	Log io.Writer
 	// FS is the file system the chunks are read through.
 	FS chunk.FS
@@ -84,7 +91,7 @@ type Config struct {
 // memory.
 func DefaultConfig() Config {
 	return Config{Policy: "window", Variant: proto.Full, Window: 64, Ramp: proto.DefaultRamp, RemoteMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 0, Depth: 4,
-		Log: io.Discard, FS: chunk.OS}
+		OnDamage: "fail", Log: io.Discard, FS: chunk.OS}
 }
 
 // Validate reports every problem of c at once.
@@ -109,6 +116,7 @@ func (c Config) Validate() error {
 	add(!c.ClientTraces || c.Consume == 0, "in-process consumers read generated traces: client traces need 0 consumers, not %d", c.Consume)
 	add(!c.Resume || c.Policy == "window", "resuming mid-epoch needs --policy window: the paper policy chooses files as requests come, so an interrupted epoch cannot be taken up where it stopped")
 	add(!c.Resume || !c.ClientTraces, "resuming needs the traces of the epochs before it: use traces from --seed, not from the clients")
+	add(c.OnDamage == "fail" || c.OnDamage == "skip", "on damage %q, want fail or skip", c.OnDamage)
 	add(c.Pause >= 0, "pause %v, want ≥ 0", c.Pause)
 	add(c.FS != nil && c.Log != nil, "no file system or log")
 	return errors.Join(errs...)

@@ -13,7 +13,16 @@ type readResult struct {
 	ch      *chunk.Chunk
 	buf     *chunkBuf
 	err     error
-	corrupt bool
+	// damage lists the files of the chunk that are damaged on storage
+	// (left out of ch), header the damage of its header and table, if
+	// any; retried says that a first read found damage, so the chunk was
+	// read again (what is here is the second read's).
+	damage  []chunk.Damage
+	header  *chunk.Damage
+	retried bool
+	// transient is what a first read found damaged when the second read
+	// found the chunk intact.
+	transient *chunk.Damage
 	// resident: the chunk came from memory, not storage.
 	resident bool
 	// kept are the files proto loaded from the chunk.
@@ -50,9 +59,34 @@ func newIOPool(shard *chunk.Shard, firstPC, workers int) *ioPool {
 	return p
 }
 
+// readChunk reads chunk c whole. A read that finds a file damaged is
+// made once more, since a fault on the way from storage may not repeat;
+// what the second read finds stands.
 func readChunk(shard *chunk.Shard, r proto.Read, c int) readResult {
-	ch, err := shard.ReadChunk(c)
-	res := readResult{read: r, ch: ch, err: err, corrupt: chunk.ErrCorrupt(err)}
+	res := readOnce(shard, r, c)
+	if len(res.damage) == 0 {
+		return res
+	}
+	first := res.damage[0]
+	res.buf.release()
+	res = readOnce(shard, r, c)
+	res.retried = true
+	if len(res.damage) == 0 && res.err == nil {
+		res.transient = &first
+	}
+	return res
+}
+
+func readOnce(shard *chunk.Shard, r proto.Read, c int) readResult {
+	ch, damage, err := shard.ReadWhole(c)
+	res := readResult{read: r, ch: ch, err: err}
+	for i := range damage {
+		if damage[i].Slot < 0 {
+			res.header = &damage[i]
+		} else {
+			res.damage = append(res.damage, damage[i])
+		}
+	}
 	if ch != nil {
 		res.buf = newChunkBuf(ch)
 	}

@@ -36,6 +36,10 @@ type Delivery struct {
 	CRC  uint32
 	// Err is set when no file could be delivered (a failed chunk read).
 	Err error
+	// Damaged, when set, says that File is damaged on storage and left
+	// out of the epoch (Config.OnDamage "skip"), naming it: there are no
+	// bytes, and the position has no other answer.
+	Damaged string
 	// OnRelease, when set, is called by Release: how a delivery made
 	// outside the runtime (a test's stand-in for the loop) learns that its
 	// bytes are free again.
@@ -98,13 +102,15 @@ func (l *loop) markFirst() {
 // loopStats counts what the loop itself sees.
 type loopStats struct {
 	bytesOut                   int64 // bytes sent to peers
-	corruptReads               int64 // chunk reads that found damage
 	remoteFiles, remoteBytes   int64 // delivered files other ranks sent
 	storageReads, storageBytes int64 // chunk reads that went to storage
 	// files delivered to clients, their bytes, and the sums of their
 	// checksums and labels as their owners' indexes have them
 	delivered, deliveredBytes, failed int64
 	crcSum, labelSum                  int64
+	// files left out as damaged, and the sums of their checksums and
+	// labels
+	skipped, skippedCRC, skippedLabel int64
 }
 
 // pendingSend is a send in flight to rank to; frame must live, and file
@@ -277,14 +283,14 @@ func (l *loop) readDone(res readResult) error {
 		st.storageBytes += res.ch.BytesRead
 		l.io.keep(&res)
 	}
-	if res.err != nil {
-		if res.corrupt {
-			st.corruptReads++
-		}
-		fmt.Fprintf(l.n.cfg.Log, "brandrt: rank %d: %v\n", l.n.me, res.err)
+	if res.err != nil { // not the data's fault: no memory to read into, say
+		return fmt.Errorf("rt: rank %d: %w", l.n.me, res.err)
+	}
+	if err := l.n.damaged(&res); err != nil {
+		return err
 	}
 	l.just = &res
-	err := l.p.Step(proto.ReadDone{PC: res.read.PC, Epoch: res.read.Epoch, Failed: res.err != nil})
+	err := l.p.Step(proto.ReadDone{PC: res.read.PC, Epoch: res.read.Epoch})
 	if err == nil {
 		err = l.carry()
 	}
@@ -352,6 +358,9 @@ func (l *loop) message(src int, b []byte) error {
 		if l.files[f.id] != nil {
 			err = fmt.Errorf("rt: rank %d sent file %d, which this rank already holds", src, f.id)
 			break
+		}
+		if f.damaged != "" {
+			continue
 		}
 		if f.data, err = l.pool.get(int(fileSize(&m, i))); err == nil {
 			f.pool = l.pool

@@ -17,6 +17,10 @@ type file struct {
 	data  []byte
 	label int32
 	crc   uint32
+	// damaged, when set, says that the file's bytes are damaged on its
+	// home rank's storage and why: the file has no bytes, and its
+	// position is answered with that news (Config.OnDamage "skip").
+	damaged string
 	// buf is the chunk read whose buffer data lives in, pool the pool
 	// that lent data; both nil when data is ordinary Go memory (a copy).
 	buf  *chunkBuf

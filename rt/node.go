@@ -41,8 +41,14 @@ type Node struct {
 	// drains (proto.Ready.Early), aheadStats what those reads cost.
 	ahead      map[proto.FileID]*file
 	aheadStats loopStats
-	// counts holds this epoch's deliveries on this rank per file id.
+	// counts holds this epoch's deliveries on this rank per file id
+	// (files left out as damaged count too).
 	counts []int32
+	// named holds the damage (chunk, slot; slot −1 the header) already
+	// named in this job, lost what a client hears for each damaged file
+	// of this rank (Config.OnDamage "skip").
+	named map[[2]int]bool
+	lost  map[proto.FileID]string
 	// sizes are this rank's file sizes, from its opening until the window
 	// policy's rank is built from every rank's.
 	sizes []int64
@@ -112,6 +118,9 @@ func (n *Node) open() error {
 	if info := man.Shards[n.me]; idx.First() != info.FirstFile || int64(idx.Len()) != info.Files || idx.CRC() != info.IndexCRC {
 		return fmt.Errorf("rt: %s: the index of rank %d does not match the manifest; run brandrt verify", n.dir, n.me)
 	}
+	if err := n.checkSizes(); err != nil {
+		return err
+	}
 	sizes := make([]int64, idx.Len())
 	for i := range sizes {
 		e := idx.Record(i)
@@ -134,6 +143,22 @@ func (n *Node) open() error {
 	if n.cfg.Memory != nil && n.m.MemBytes(n.me) >= n.m.ShardBytes(n.me) {
 		n.shard.SetMemory(n.cfg.Memory)
 	}
+	return nil
+}
+
+// checkSizes checks, before anything is read, that every chunk file of
+// the shard is there whole: a missing or cut one stops the job at once
+// (Config.OnDamage "fail"), or is named and its lost files left out.
+func (n *Node) checkSizes() error {
+	probs, bad := n.shard.CheckSizes(10)
+	if bad == 0 {
+		return nil
+	}
+	err := chunk.SizesError(probs, bad)
+	if n.cfg.OnDamage != "skip" {
+		return fmt.Errorf("rt: chunk files of rank %d missing or cut short: %d (brandrt serve --on-damage skip leaves their files out; brandrt verify checks every byte):\n%w", n.me, bad, err)
+	}
+	fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: chunk files missing or cut short: %d; the files they lack are left out (--on-damage skip):\n%v\n", n.me, bad, err)
 	return nil
 }
 

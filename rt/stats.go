@@ -29,16 +29,23 @@ type EpochStats struct {
 	DuplicateDeliveries int64 `json:"duplicate_deliveries"`
 	FilesMissing        int64 `json:"files_missing"`
 	FailedDeliveries    int64 `json:"failed_deliveries"`
+	// FilesSkipped counts the positions answered with a file left out as
+	// damaged on storage (Config.OnDamage "skip"); they count as answered
+	// and distinct, not as delivered. SkippedCRCSum and SkippedLabelSum
+	// are their sums as below.
+	FilesSkipped    int64 `json:"files_skipped"`
+	SkippedCRCSum   int64 `json:"skipped_crc_sum"`
+	SkippedLabelSum int64 `json:"skipped_label_sum"`
 	// ChecksumErrors counts delivered files whose CRC32C differs from the
 	// index (checked by the in-process readers; shared-memory clients
-	// check their own), and chunk reads that found damage.
+	// check their own).
 	ChecksumErrors int64 `json:"checksum_errors"`
 	BytesDelivered int64 `json:"bytes_delivered"`
 	// ChunkReads counts whole chunks loaded into memory and BytesLoaded
-	// their bytes; ReadAmplification is BytesLoaded / BytesDelivered.
-	// StorageReads and BytesRead count the loads that went to storage:
-	// when a rank's budget holds its whole shard, its chunks stay in
-	// memory after their first read.
+	// their bytes. StorageReads and BytesRead count the loads that went
+	// to storage: when a rank's budget holds its whole shard, its chunks
+	// stay in memory after their first read. ReadAmplification is
+	// BytesRead / BytesDelivered: what storage paid per byte delivered.
 	ChunkReads        int64   `json:"chunk_reads"`
 	BytesLoaded       int64   `json:"bytes_loaded"`
 	ReadAmplification float64 `json:"read_amplification"`
@@ -122,9 +129,10 @@ type epochCounts struct {
 // reduce sums the ranks' counts and checks the per-file delivery counts.
 func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 	ps, ls, cs := c.proto, c.loop, c.cons
-	sums := []int64{ls.delivered, ls.failed, cs.checksumErrors + ls.corruptReads, ls.deliveredBytes, ps.ChunkReads, ps.BytesRead,
+	sums := []int64{ls.delivered, ls.failed, cs.checksumErrors, ls.deliveredBytes, ps.ChunkReads, ps.BytesRead,
 		ps.LocalHits, ps.RemoteRequests, ls.remoteFiles, ls.remoteBytes, ls.bytesOut, ps.Pushed, ps.BufferHits,
-		int64(cs.stall), ls.crcSum, n.crcSum, ls.labelSum, n.labelSum, c.left, ls.storageReads, ls.storageBytes, ps.Misses, ps.EarlyReads}
+		int64(cs.stall), ls.crcSum, n.crcSum, ls.labelSum, n.labelSum, c.left, ls.storageReads, ls.storageBytes, ps.Misses, ps.EarlyReads,
+		ls.skipped, ls.skippedCRC, ls.skippedLabel}
 	s, err := n.comm.AllreduceSum(sums)
 	if err != nil {
 		return EpochStats{}, err
@@ -146,11 +154,11 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 		ChunkReads: s[4], BytesLoaded: s[5], StorageReads: s[19], BytesRead: s[20], EarlyReads: s[22], LocalHits: s[6], Waits: s[21], RemoteRequests: s[7], RemoteFiles: s[8],
 		RemoteBytes: s[9], NetworkBytes: s[10], PrefetchPushes: s[11], PrefetchHits: s[12],
 		StallSeconds: float64(s[13]) / 1e9, DeliveredCRCSum: s[14], IndexCRCSum: s[15],
-		DeliveredLabelSum: s[16], IndexLabelSum: s[17], FilesLeft: s[18],
+		DeliveredLabelSum: s[16], IndexLabelSum: s[17], FilesLeft: s[18], FilesSkipped: s[23], SkippedCRCSum: s[24], SkippedLabelSum: s[25],
 		DuplicateDeliveries: dup, FilesMissing: max(0, c.expected-distinct), PeakMemBytes: mx[0], Seconds: float64(mx[1]) / 1e9,
 		IdleSeconds: float64(mx[2]) / 1e9, IdleCPUSeconds: float64(mx[3]) / 1e9, FirstWaitSeconds: float64(mx[5]) / 1e9, Verified: c.verified, EndedEarly: mx[4] != 0}
 	if st.BytesDelivered > 0 {
-		st.ReadAmplification = float64(st.BytesLoaded) / float64(st.BytesDelivered)
+		st.ReadAmplification = float64(st.BytesRead) / float64(st.BytesDelivered)
 	}
 	if st.Seconds > 0 {
 		st.FilesPerSecond = float64(st.FilesDelivered) / st.Seconds
@@ -188,9 +196,12 @@ func (n *Node) perFile() (dup, distinct int64, err error) {
 // index records them (the sums are over the whole index), and that no
 // file was left in memory undelivered (with partial traces, chunk reads
 // load files nobody asks for).
+//
+// Files left out as damaged (FilesSkipped) count as answered: OK then
+// says that every other file was delivered exactly once.
 func (s EpochStats) OK() bool {
 	whole := s.FilesExpected != s.DatasetFiles ||
-		s.DeliveredCRCSum == s.IndexCRCSum && s.DeliveredLabelSum == s.IndexLabelSum && s.FilesLeft == 0
-	return s.FilesDelivered == s.FilesExpected && s.DuplicateDeliveries == 0 && s.FilesMissing == 0 &&
+		s.DeliveredCRCSum+s.SkippedCRCSum == s.IndexCRCSum && s.DeliveredLabelSum+s.SkippedLabelSum == s.IndexLabelSum && s.FilesLeft == 0
+	return s.FilesDelivered+s.FilesSkipped == s.FilesExpected && s.DuplicateDeliveries == 0 && s.FilesMissing == 0 &&
 		s.FailedDeliveries == 0 && s.ChecksumErrors == 0 && whole
 }

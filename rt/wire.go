@@ -28,13 +28,22 @@ const (
 //
 //	4 bytes   n, the length of the encoded proto message
 //	n bytes   proto.Encode(m)
-//	8 × f     per carried file: label int32, CRC32C uint32
+//	12 × f    per carried file: label int32, CRC32C uint32, flags uint32
 //	          (f is 1 for an OK reply, len(m.Pushes) for a push, else 0)
 //
-// The f files' bytes follow as f tagData messages, sent straight from the
-// owner's memory (no copy into the frame); sizes are in m. The consumer
+// The f files' bytes follow as tagData messages, one per file, sent
+// straight from the owner's memory (no copy into the frame); sizes are in
+// m. A file whose flags have flagDamaged set has no bytes and no tagData
+// message: it is damaged on its owner's storage and left out
+// (Config.OnDamage "skip"). The consumer
 // checks every file's CRC32C against the one its owner sent, read from
 // its index.
+
+// flagDamaged marks a carried file that is damaged on storage.
+const flagDamaged = 1
+
+// metaBytes is the size of a carried file's metadata in a frame.
+const metaBytes = 12
 
 // carried returns the files m moves, in frame order.
 func carried(m *proto.Message) []proto.FileID {
@@ -54,12 +63,17 @@ func carried(m *proto.Message) []proto.FileID {
 // encodeFrame frames m with the labels and checksums of the files it
 // carries.
 func encodeFrame(m proto.Message, files []*file) []byte {
-	b := make([]byte, 4, 4+64+24*len(m.Pushes)+12*len(m.Acks)+8*len(files))
+	b := make([]byte, 4, 4+64+24*len(m.Pushes)+12*len(m.Acks)+metaBytes*len(files))
 	b = proto.Encode(b, m)
 	binary.LittleEndian.PutUint32(b, uint32(len(b)-4))
 	for _, f := range files {
+		flags := uint32(0)
+		if f.damaged != "" {
+			flags |= flagDamaged
+		}
 		b = binary.LittleEndian.AppendUint32(b, uint32(f.label))
 		b = binary.LittleEndian.AppendUint32(b, f.crc)
+		b = binary.LittleEndian.AppendUint32(b, flags)
 	}
 	return b
 }
@@ -77,7 +91,7 @@ func decodeFrame(b []byte) (proto.Message, []*file, error) {
 	}
 	ids := carried(&m)
 	meta := b[n:]
-	if len(meta) != 8*len(ids) {
+	if len(meta) != metaBytes*len(ids) {
 		return m, nil, fmt.Errorf("rt: %s from rank %d: %d bytes of file metadata for %d files", m.Type, m.From, len(meta), len(ids))
 	}
 	files := make([]*file, len(ids))
@@ -85,7 +99,11 @@ func decodeFrame(b []byte) (proto.Message, []*file, error) {
 		if size := fileSize(&m, i); size < 0 || size > chunk.MaxFileSize {
 			return m, nil, fmt.Errorf("rt: %s from rank %d: file %d of %d bytes", m.Type, m.From, id, size)
 		}
-		files[i] = &file{id: id, label: int32(binary.LittleEndian.Uint32(meta[8*i:])), crc: binary.LittleEndian.Uint32(meta[8*i+4:])}
+		at := meta[metaBytes*i:]
+		files[i] = &file{id: id, label: int32(binary.LittleEndian.Uint32(at)), crc: binary.LittleEndian.Uint32(at[4:])}
+		if binary.LittleEndian.Uint32(at[8:])&flagDamaged != 0 {
+			files[i].damaged = fmt.Sprintf("file %d is damaged on the storage of rank %d, which names it in its log, and left out (--on-damage skip)", id, m.From)
+		}
 	}
 	return m, files, nil
 }

@@ -41,6 +41,9 @@ type Rule struct {
 	// Flip, for reads with a nil Err, inverts the byte at this offset of
 	// the file in what each matching read returns.
 	Flip int64
+	// Times, when positive, makes the rule apply to its first Times
+	// matching operations only: a fault that does not repeat.
+	Times int
 }
 
 // ErrorFS wraps an FS and applies rules to its operations.
@@ -48,6 +51,7 @@ type ErrorFS struct {
 	chunk.FS
 	mu    sync.Mutex
 	rules []Rule
+	used  map[int]int // per rule, the operations it applied to
 }
 
 // New wraps fsys.
@@ -64,9 +68,15 @@ func (e *ErrorFS) match(op Op, path string) *Rule {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for i := range e.rules {
-		if r := &e.rules[i]; r.Op == op && strings.Contains(path, r.Path) {
-			return r
+		r := &e.rules[i]
+		if r.Op != op || !strings.Contains(path, r.Path) || r.Times > 0 && e.used[i] >= r.Times {
+			continue
 		}
+		if e.used == nil {
+			e.used = make(map[int]int)
+		}
+		e.used[i]++
+		return r
 	}
 	return nil
 }

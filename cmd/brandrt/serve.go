@@ -70,6 +70,7 @@ func serveCommand() *cli.Command {
 			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the traces and refill choices"},
 			&cli.StringFlag{Name: "traces", Value: "seed", Usage: "where each epoch's traces come from: seed (drawn from --seed) or clients (supplied by the training processes)"},
 			&cli.IntFlag{Name: "epochs", Value: d.Epochs, Usage: "epochs to serve"},
+			&cli.StringFlag{Name: "on-damage", Value: d.OnDamage, Usage: "what a rank does with a file damaged on storage (its checksum fails on a read and on a second one, or its chunk file is missing or cut short; checked at start-up): fail (stop the job within seconds, naming the rank, chunk file, slot, input path and byte range) or skip (leave that file out of every epoch, naming it once; the epoch statistics count it)"},
 			&cli.IntFlag{Name: "io-workers", Value: d.IOWorkers, Usage: "chunk reads in flight at once"},
 			&cli.IntFlag{Name: "consume", Value: d.Consume, Usage: "in-process readers per rank; 0: serve training processes through shared memory"},
 			&cli.IntFlag{Name: "depth", Value: d.Depth, Usage: "requests each in-process reader keeps in flight"},
@@ -154,6 +155,7 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 	}
 	cfg.IOWorkers, cfg.Consume, cfg.Depth, cfg.Pause = c.Int("io-workers"), c.Int("consume"), c.Int("depth"), c.Duration("pause")
 	cfg.Resume = c.Bool("resume")
+	cfg.OnDamage = c.String("on-damage")
 	cfg.Log = c.App.ErrWriter
 	return cfg, cfg.Validate()
 }
@@ -401,8 +403,11 @@ func printEpoch(w io.Writer, s rt.EpochStats, epochs int) {
 	if s.EarlyReads > 0 {
 		early = fmt.Sprintf(", %s of them while the previous epoch drained", comma(s.EarlyReads))
 	}
-	fmt.Fprintf(w, "  chunks   %s loaded whole, %s (%.2f× what was delivered); %s read from storage (%s)%s\n",
-		comma(s.ChunkReads), ibytes(s.BytesLoaded), s.ReadAmplification, comma(s.StorageReads), ibytes(s.BytesRead), early)
+	fmt.Fprintf(w, "  chunks   %s read from storage, %s (%.2f× what was delivered)%s; %s loaded whole into memory (%s)\n",
+		comma(s.StorageReads), ibytes(s.BytesRead), s.ReadAmplification, early, comma(s.ChunkReads), ibytes(s.BytesLoaded))
+	if s.FilesSkipped > 0 {
+		fmt.Fprintf(w, "  damaged  %s left out: damaged on storage (--on-damage skip; each named in the log when first found)\n", plural(s.FilesSkipped, "file"))
+	}
 	fmt.Fprintf(w, "  memory   %s local hits, %s requests waited for their chunk's read; at most %s held by one rank\n",
 		comma(s.LocalHits), comma(s.Waits), ibytes(s.PeakMemBytes))
 	fmt.Fprintf(w, "  first    the epoch's first request waited %s for its file (the slowest rank)\n", seconds(s.FirstWaitSeconds))
@@ -423,6 +428,9 @@ func printEpoch(w io.Writer, s rt.EpochStats, epochs int) {
 	case s.OK() && s.FilesExpected != s.DatasetFiles:
 		fmt.Fprintf(w, "  check    every position of the clients' traces answered, no file twice (they cover %s of %s files; %s loaded and never asked for)\n",
 			comma(s.FilesExpected), comma(s.DatasetFiles), comma(s.FilesLeft))
+		return
+	case s.OK() && s.FilesSkipped > 0:
+		fmt.Fprintf(w, "  check    every file delivered exactly once but the %s left out as damaged\n", comma(s.FilesSkipped))
 		return
 	case s.OK() && s.Verified:
 		fmt.Fprintf(w, "  check    every file delivered exactly once; bytes and labels match the index\n")

@@ -75,3 +75,11 @@ func seconds(s float64) string {
 	}
 	return fmt.Sprintf("%.2f s", s)
 }
+
+// plural writes n with its noun, in the plural unless n is 1.
+func plural(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return comma(n) + " " + noun + "s"
+}

@@ -48,6 +48,10 @@ const (
 	RecError  = 2
 	RecPad    = 3
 	RecShared = 4
+	// RecSkipped answers a position whose file is damaged on storage and
+	// left out (serve --on-damage skip): sn, file id and label as for a
+	// file, the data a UTF-8 message naming it.
+	RecSkipped = 5
 )
 
 // Ring is a client's ring pair, mapped in this process.

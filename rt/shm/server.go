@@ -539,6 +539,9 @@ func (c *client) put(d *rt.Delivery) (end uint64, lent bool) {
 	switch {
 	case d.Err != nil:
 		rec = Record{Kind: RecError, Sn: d.Sn, File: -1, Label: -1, Data: []byte(d.Err.Error())}
+	case d.Damaged != "":
+		rec = Record{Kind: RecSkipped, Sn: d.Sn, File: int32(d.File), Label: d.Label, CRC: d.CRC, Data: []byte(d.Damaged)}
+		lent = false
 	case lent:
 		rec.Kind = RecShared
 		c.srv.Shared.Add(1)

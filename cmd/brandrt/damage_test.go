@@ -1,0 +1,162 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/brandrt/brandrt/chunk"
+	"github.com/brandrt/brandrt/launch"
+)
+
+// damageCase damages a copy of a packed dataset and says which files of
+// it are lost: entries of rank 1's index.
+type damageCase struct {
+	name   string
+	damage func(t *testing.T, file string, es []chunk.Entry) []chunk.Entry
+}
+
+var damageCases = []damageCase{
+	{"flipped byte", func(t *testing.T, file string, es []chunk.Entry) []chunk.Entry {
+		e := es[5]
+		flip(t, file, e.Offset+int64(e.Size)/2)
+		return es[5:6]
+	}},
+	{"truncated", func(t *testing.T, file string, es []chunk.Entry) []chunk.Entry {
+		if err := os.Truncate(file, es[9].Offset+1); err != nil {
+			t.Fatal(err)
+		}
+		return es[9:]
+	}},
+	{"deleted", func(t *testing.T, file string, es []chunk.Entry) []chunk.Entry {
+		if err := os.Remove(file); err != nil {
+			t.Fatal(err)
+		}
+		return es
+	}},
+}
+
+// TestServeDamagedData damages one chunk file of rank 1 of two (a byte
+// flipped in a file, the chunk file cut or deleted) and serves it with
+// both policies. With --on-damage fail the job ends within 10 s, exit
+// status ≠ 0, naming the chunk file, the slot, the input path and the
+// byte range of a lost file. With --on-damage skip every other file is
+// delivered exactly once with its bytes and label, the lost files are
+// counted, and each is named once.
+func TestServeDamagedData(t *testing.T) {
+	cleanVader(t)
+	const files = 640
+	clean := servePack(t, files, 2, filepath.Join(t.TempDir(), "chunks"))
+	crc, label := indexSums(t, clean, 2)
+	for _, dc := range damageCases {
+		dir := filepath.Join(t.TempDir(), "chunks")
+		copyTree(t, clean, dir)
+		file := filepath.Join(dir, chunk.RankDir(1), chunk.ChunkName(2))
+		lost := dc.damage(t, file, chunkEntries(t, dir, 1, 2))
+		for _, policy := range []string{"window", "paper"} {
+			t.Run(dc.name+"/"+policy+"/fail", func(t *testing.T) {
+				start := time.Now()
+				out, err := mpirunStatus(t, 2, "serve", "--chunks", dir, "--mem", "25%", "--consume", "2", "--epochs", "2", "--policy", policy)
+				took := time.Since(start)
+				if err == nil || took > 10*time.Second {
+					t.Fatalf("exit %v after %v:\n%s", err, took, out)
+				}
+				for _, want := range []string{"rank 1", file, fmt.Sprintf("slot %d", lost[0].Slot), lost[0].Path,
+					fmt.Sprintf("bytes %d–%d", lost[0].Offset, lost[0].Offset+int64(lost[0].Size)), "--on-damage skip"} {
+					if !strings.Contains(out, want) {
+						t.Errorf("no %q in:\n%s", want, out)
+					}
+				}
+			})
+			t.Run(dc.name+"/"+policy+"/skip", func(t *testing.T) {
+				js := filepath.Join(t.TempDir(), "stats.json")
+				out := mpirun(t, 2, "serve", "--chunks", dir, "--mem", "25%", "--consume", "2", "--epochs", "2", "--policy", policy,
+					"--on-damage", "skip", "--stats-json", js)
+				lostCRC, lostLabel := int64(0), int64(0)
+				for _, e := range lost {
+					lostCRC, lostLabel = lostCRC+int64(e.CRC), lostLabel+int64(e.Label)
+					if n := strings.Count(out, fmt.Sprintf("slot %d (%s)", e.Slot, e.Path)); n != 1 {
+						t.Errorf("%s named %d times:\n%s", e.Path, n, out)
+					}
+				}
+				for _, s := range readStats(t, js) {
+					n := int64(len(lost))
+					if !s.OK() || s.FilesSkipped != n || s.FilesDelivered != files-n || s.DuplicateDeliveries != 0 || s.FilesMissing != 0 ||
+						s.ChecksumErrors != 0 || s.DeliveredCRCSum != crc-lostCRC || s.DeliveredLabelSum != label-lostLabel {
+						t.Errorf("epoch %d: %d of %d files lost: %+v", s.Epoch, n, files, s)
+					}
+				}
+				if strings.Count(out, fmt.Sprintf("every file delivered exactly once but the %d left out as damaged", len(lost))) != 2 {
+					t.Errorf("output:\n%s", out)
+				}
+			})
+		}
+	}
+}
+
+// chunkEntries returns the index entries of chunk c of rank r.
+func chunkEntries(t *testing.T, dir string, r, c int) []chunk.Entry {
+	t.Helper()
+	ix, err := chunk.OpenIndex(chunk.OS, filepath.Join(dir, chunk.RankDir(r)), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	var es []chunk.Entry
+	for i := c * ix.K(); i < min(ix.Len(), (c+1)*ix.K()); i++ {
+		es = append(es, ix.Entry(i))
+	}
+	return es
+}
+
+// flip inverts one byte of a file.
+func flip(t *testing.T, name string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// copyTree copies the regular files under src to dst.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, strings.TrimPrefix(p, src))
+		if fi.IsDir() {
+			return os.MkdirAll(to, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err == nil {
+			err = os.WriteFile(to, b, 0o644)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mpirunStatus runs brandrt under mpirun and returns its output and exit
+// error, whatever it is.
+func mpirunStatus(t *testing.T, np int, args ...string) (string, error) {
+	t.Helper()
+	all := append(append([]string{}, launch.MpirunArgs...), append([]string{"-np", fmt.Sprint(np), binary(t)}, args...)...)
+	out, err := launch.Run(time.Minute, nil, "mpirun", all...)
+	return string(out), err
+}

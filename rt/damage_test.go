@@ -1,0 +1,89 @@
+package rt
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/brandrt/brandrt/chunk"
+	"github.com/brandrt/brandrt/chunk/chunktest"
+)
+
+// syncLog is a log the ranks of one process may share.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A chunk read that finds a file damaged is made again: a fault on the
+// way that does not repeat costs nothing; one that does is the job's
+// error (OnDamage "fail") or costs that file alone ("skip"), for both
+// policies, with the budget holding a quarter of the shard or all of it
+// (later epochs then serve the chunk from memory: the file stays out).
+func TestServeRereadsDamage(t *testing.T) {
+	dir := packed(t, 400, 2, 8)
+	ix, err := chunk.OpenIndex(chunk.OS, dir+"/"+chunk.RankDir(1), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := ix.Entry(3*8 + 2) // rank 1, chunk 3, slot 2
+	ix.Close()
+	for e.Size == 0 {
+		t.Fatal("the damaged file is empty")
+	}
+	for _, policy := range []string{"window", "paper"} {
+		for _, mem := range []float64{0.25, 1} {
+			for _, tc := range []struct {
+				times    int
+				onDamage string
+			}{{1, "fail"}, {0, "fail"}, {0, "skip"}} {
+				t.Run(fmt.Sprintf("%s/%g/%d/%s", policy, mem, tc.times, tc.onDamage), func(t *testing.T) {
+					log := new(syncLog)
+					cfg := DefaultConfig()
+					cfg.Chunks, cfg.MemFraction, cfg.Policy, cfg.Epochs, cfg.Consume, cfg.Log, cfg.OnDamage = dir, mem, policy, 2, 2, log, tc.onDamage
+					cfg.FS = chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpRead, Path: "rank-00001/chunk-00000003.brc",
+						Flip: e.Offset + int64(e.Size)/2, Times: tc.times})
+					stats, err := serveLocalErr(t, 2, cfg)
+					named := fmt.Sprintf("slot 2 (%s), bytes %d–%d: checksum", e.Path, e.Offset, e.Offset+int64(e.Size))
+					switch {
+					case tc.times == 1:
+						if err != nil || !strings.Contains(log.String(), "read again, the chunk was intact") {
+							t.Fatalf("%v\n%s", err, log)
+						}
+						for _, s := range stats {
+							if !s.OK() || s.FilesSkipped != 0 || s.FilesDelivered != 400 {
+								t.Errorf("epoch %d: %+v", s.Epoch, s)
+							}
+						}
+					case tc.onDamage == "fail":
+						if err == nil || !strings.Contains(err.Error(), named) || !strings.Contains(err.Error(), "read twice") {
+							t.Fatalf("error %v", err)
+						}
+					default:
+						if err != nil || strings.Count(log.String(), named) != 1 {
+							t.Fatalf("%v\n%s", err, log)
+						}
+						for _, s := range stats {
+							if !s.OK() || s.FilesSkipped != 1 || s.FilesDelivered != 399 || s.SkippedCRCSum != int64(e.CRC) {
+								t.Errorf("epoch %d: %+v", s.Epoch, s)
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
