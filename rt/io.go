@@ -9,10 +9,10 @@ import (
 
 // readResult is a finished chunk read, and then what the loop kept of it.
 type readResult struct {
-	read    proto.Read
-	ch      *chunk.Chunk
-	buf     *chunkBuf
-	err     error
+	read proto.Read
+	ch   *chunk.Chunk
+	buf  *chunkBuf
+	err  error
 	// damage lists the files of the chunk that are damaged on storage
 	// (left out of ch), header the damage of its header and table, if
 	// any; retried says that a first read found damage, so the chunk was
