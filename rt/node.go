@@ -56,7 +56,8 @@ type Node struct {
 
 // Open opens this rank's shard and builds the protocol state. Every rank
 // must call it: it checks with the others that they all opened the same
-// dataset, and fails on every rank when one of them could not.
+// dataset, and fails on every rank when one of them could not (its error
+// is then EveryRank).
 func Open(cfg Config, comm collectives.Comm) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -73,10 +74,22 @@ func Open(cfg Config, comm collectives.Comm) (*Node, error) {
 	}
 	if err != nil {
 		n.Close()
-		return nil, err
+		return nil, everyRank{err}
 	}
 	return n, nil
 }
+
+// everyRank marks an error that every rank of the job returned at the
+// same point: Open's checks agree across the ranks, so each can stop
+// normally without ending the job for the others.
+type everyRank struct{ error }
+
+func (e everyRank) Unwrap() error { return e.error }
+
+// EveryRank reports whether every rank of the job returned err together
+// (an error of Open); any other error of a rank leaves the others
+// waiting for it, and must end the job (collectives.Comm.Abort).
+func EveryRank(err error) bool { return errors.As(err, new(everyRank)) }
 
 // Close releases the shard.
 func (n *Node) Close() {

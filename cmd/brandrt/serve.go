@@ -9,9 +9,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/pkg/profile"
 	"github.com/urfave/cli/v2"
@@ -185,17 +188,28 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 			return err
 		}
 	}
+	if err := env.Lifeline(); err != nil {
+		return err
+	}
 	comm, done, err := joinWorld()
 	if err != nil {
 		return err
 	}
-	defer finish(c.App.ErrWriter, done, &err)
-	defer startProfiles(c, comm.Rank())()
+	defer finishJob(c.App.ErrWriter, comm, done, &err)
+	defer recoverPanic(&err)
+	// A rank that fails from here on ends the job through MPI (finishJob),
+	// which leaves nothing behind; one that exits before joining it
+	// leaves the others' shared-memory segments in /dev/shm.
 	report, closeReport, err := reporter(c, comm.Rank())
 	if err != nil {
 		return err
 	}
-	defer closeReport()
+	defer startProfiles(c, comm.Rank())()
+	defer func() {
+		if cerr := closeReport(); err == nil {
+			err = cerr
+		}
+	}()
 	var w io.Writer = io.Discard
 	if comm.Rank() == 0 {
 		w = c.App.Writer
@@ -257,9 +271,7 @@ func startProfiles(c *cli.Context, rank int) func() {
 	}
 }
 
-// serve runs the node until its epochs are done or a signal stops it. An
-// error after start-up ends the whole job (MPI_Abort), so that no rank
-// waits forever for one that gave up.
+// serve runs the node until its epochs are done or a signal stops it.
 func serve(cfg rt.Config, comm collectives.Comm) error {
 	var srv *shm.Server
 	var arena *shm.Arena
@@ -279,24 +291,39 @@ func serve(cfg rt.Config, comm collectives.Comm) error {
 	defer n.Close()
 	if cfg.Consume == 0 {
 		if srv, err = listen(n, comm.Rank(), arena, cfg.Log); err != nil {
-			return abort(cfg.Log, comm, err)
+			return err
 		}
 		defer srv.Close()
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	served := make(chan struct{})
+	defer close(served)
+	// On a signal the attach point goes at once: the rank may be killed
+	// (mpirun ending the job) before its deferred clean-ups run.
+	unlink := func() {}
+	if srv != nil {
+		unlink = func() { removeAttach(srv.Dir()) }
+	}
+	go onSignal(cfg.Log, comm, cancel, served, unlink)
 	// The loop runs off the main thread, which stays locked for MPI's
 	// Init and Finalize: on a locked thread every wait and yield of the
 	// loop would cost a handoff between OS threads (futex calls), which
 	// doubled the rank's CPU per file. MPI_THREAD_MULTIPLE allows its calls
 	// from any thread, and the loop still makes them all.
 	errc := make(chan error, 1)
-	go func() { _, err := n.Serve(ctx); errc <- err }()
+	go func() {
+		var err error
+		defer func() { errc <- err }()
+		defer recoverPanic(&err)
+		panicForTests(comm.Rank())
+		_, err = n.Serve(ctx)
+	}()
 	if err := <-errc; err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("rank %d: interrupted; stopped", comm.Rank())
+		if cause := context.Cause(ctx); cause != nil {
+			return cause
 		}
-		return abort(cfg.Log, comm, err)
+		return err
 	}
 	if srv != nil {
 		srv.Close() // every delivery written, so that the counts are whole
@@ -308,16 +335,92 @@ func serve(cfg rt.Config, comm collectives.Comm) error {
 	return nil
 }
 
-// abort ends the whole job after an error on this rank alone: the other
-// ranks would otherwise wait for it forever. A job of one rank just
-// returns the error.
-func abort(log io.Writer, comm collectives.Comm, err error) error {
-	if comm.Size() == 1 {
-		return err
+// onSignal waits for SIGINT or SIGTERM (from the user, mpirun, a batch
+// system, or the lifeline when mpirun died) and stops the rank: the loop
+// sees ctx cancelled and returns, its deferred clean-ups run (the attach
+// point goes), and finishJob ends the job. A rank blocked in a collective
+// never sees ctx; should it still run interruptGrace later, the job ends
+// from here. It returns once served is closed.
+func onSignal(log io.Writer, comm collectives.Comm, cancel context.CancelCauseFunc, served <-chan struct{}, unlink func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	var sig os.Signal
+	select {
+	case sig = <-sigs:
+	case <-served:
+		return
 	}
-	fmt.Fprintf(log, "brandrt: rank %d: %v\nbrandrt: rank %d: ending the job\n", comm.Rank(), err, comm.Rank())
+	unlink()
+	cancel(fmt.Errorf("interrupted by %s; stopped", signalName(sig)))
+	select {
+	case <-served:
+	case <-time.After(interruptGrace):
+		fmt.Fprintf(log, "brandrt: rank %d: interrupted by %s, and still busy %v later; ending the job\n", comm.Rank(), signalName(sig), interruptGrace)
+		abortJob(comm)
+	}
+}
+
+// removeAttach removes a rank's attach point (shm.Server.Close does too,
+// later): the socket, its directory, and their base when it is empty.
+func removeAttach(dir string) {
+	_ = os.Remove(filepath.Join(dir, shm.SocketName))
+	_ = os.Remove(dir)
+	_ = os.Remove(filepath.Dir(dir))
+}
+
+// interruptGrace is how long a signalled rank may take to stop by itself.
+const interruptGrace = 3 * time.Second
+
+func signalName(s os.Signal) string {
+	switch s {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
+}
+
+// finishJob ends a serve. Without an error, or with one that every rank
+// returned together (rt.EveryRank), MPI is finalized as usual. Any other
+// error of one rank ends the whole job (MPI_Abort), with a message naming
+// the rank and the cause: the other ranks would wait for it forever.
+func finishJob(w io.Writer, comm collectives.Comm, done func(), err *error) {
+	if *err == nil || comm.Size() == 1 || rt.EveryRank(*err) {
+		finish(w, done, err)
+		return
+	}
+	fmt.Fprintf(w, "brandrt: rank %d: %v\nbrandrt: rank %d: ending the job\n", comm.Rank(), *err, comm.Rank())
+	*err = reported{*err}
+	abortJob(comm)
+}
+
+// abortJob ends every rank of the job. Should MPI_Abort not end this
+// process (its launcher is gone), it exits anyway.
+func abortJob(comm collectives.Comm) {
+	time.AfterFunc(5*time.Second, func() { os.Exit(1) })
+	if comm.Size() == 1 {
+		os.Exit(1)
+	}
 	comm.Abort(1)
-	return err
+}
+
+// recoverPanic turns a panic of the goroutine deferring it into *err,
+// with the stack, so that the job ends naming the rank (finishJob)
+// rather than with a bare crash.
+func recoverPanic(err *error) {
+	if p := recover(); p != nil {
+		*err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+	}
+}
+
+// panicForTests panics when $BRANDRT_TEST_PANIC names this rank: how the
+// tests check that a panic ends the job.
+func panicForTests(rank int) {
+	if os.Getenv("BRANDRT_TEST_PANIC") == strconv.Itoa(rank) {
+		panic(fmt.Sprintf("rank %d: a test asked for a panic ($BRANDRT_TEST_PANIC)", rank))
+	}
 }
 
 // listen opens the rank's attach point for training processes; its ring
@@ -368,29 +471,45 @@ func joinWorld() (collectives.Comm, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// Every rank has joined before any may abort: an abort while another
+	// is still inside MPI_Init leaves its shared-memory segment in
+	// /dev/shm (seen in one run of three).
+	if err := w.Barrier(); err != nil {
+		return nil, nil, err
+	}
 	return w, w.Finalize, nil
 }
 
 // reporter returns what prints each epoch's statistics: on rank 0, to
-// stdout and, with --stats-json, to a file; elsewhere nothing.
-func reporter(c *cli.Context, rank int) (func(rt.EpochStats), func(), error) {
+// stdout and, with --stats-json, to a file; elsewhere nothing. The close
+// function returns the file's first write error.
+func reporter(c *cli.Context, rank int) (func(rt.EpochStats), func() error, error) {
 	if rank != 0 {
-		return nil, func() {}, nil
+		return nil, func() error { return nil }, nil
 	}
 	var js *json.Encoder
-	closeFn := func() {}
+	var werr error
+	closeFn := func() error { return nil }
 	if name := c.String("stats-json"); name != "" {
 		f, err := os.Create(name)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("--stats-json: %w", err)
 		}
-		js, closeFn = json.NewEncoder(f), func() { _ = f.Close() }
+		js = json.NewEncoder(f)
+		closeFn = func() error {
+			if err := f.Close(); werr == nil && err != nil {
+				werr = fmt.Errorf("--stats-json: %w", err)
+			}
+			return werr
+		}
 	}
 	w, epochs := c.App.Writer, c.Int("epochs")
 	return func(s rt.EpochStats) {
 		printEpoch(w, s, epochs)
-		if js != nil {
-			_ = js.Encode(s)
+		if js != nil && werr == nil {
+			if err := js.Encode(s); err != nil {
+				werr = fmt.Errorf("--stats-json: %w", err)
+			}
 		}
 	}, closeFn, nil
 }

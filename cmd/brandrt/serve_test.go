@@ -271,7 +271,7 @@ func TestServeInterrupted(t *testing.T) {
 		t.Fatalf("an interrupted job exited 0:\n%s", out)
 	}
 	for r := range 2 {
-		if want := fmt.Sprintf("rank %d: interrupted; stopped", r); !strings.Contains(out.String(), want) {
+		if want := fmt.Sprintf("rank %d: interrupted by SIGTERM; stopped", r); !strings.Contains(out.String(), want) {
 			t.Errorf("no %q in:\n%s", want, out)
 		}
 	}
