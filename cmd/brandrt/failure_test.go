@@ -200,3 +200,31 @@ func waitFile(t *testing.T, name string, d time.Duration) {
 	}
 	t.Fatalf("no %s after %v", name, d)
 }
+
+// A mistake in the flags under mpirun is said once, by rank 0, in a line
+// per problem and a pointer to --help, not the whole help per rank.
+func TestFlagErrorsUnderMpirun(t *testing.T) {
+	dir := servePack(t, 100, 2, filepath.Join(t.TempDir(), "chunks"))
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--epochs", "x"}, []string{`invalid value "x" for flag -epochs`}},
+		{[]string{"--mem", "0"}, []string{`invalid value "0" for flag -mem: the rank needs memory for at least one chunk`}},
+		{[]string{"--bogus"}, []string{"flag provided but not defined: -bogus"}},
+		{[]string{"--epochs", "0", "--policy", "foo"}, []string{`policy "foo", want window or paper`, "0 epochs, want ≥ 1"}},
+	} {
+		out, err := mpirunStatus(t, 2, append([]string{"serve", "--chunks", dir}, tc.args...)...)
+		if err == nil {
+			t.Fatalf("%v: exit 0:\n%s", tc.args, out)
+		}
+		for _, w := range append(tc.want, "(brandrt serve --help explains every flag)") {
+			if n := strings.Count(out, w); n != 1 {
+				t.Errorf("%v: %q said %d times:\n%s", tc.args, w, n, out)
+			}
+		}
+		if strings.Contains(out, "USAGE:") || strings.Contains(out, "Incorrect Usage") {
+			t.Errorf("%v: the help is printed:\n%s", tc.args, out)
+		}
+	}
+}

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/brandrt/brandrt/launch"
 )
 
 func main() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) }
@@ -27,13 +30,52 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Writer:          stdout,
 		ErrWriter:       stderr,
 	}
+	app.OnUsageError = onUsage
+	for _, c := range app.Commands {
+		c.OnUsageError = onUsage
+	}
 	if err := app.Run(args); err != nil {
-		if !errors.As(err, new(reported)) {
+		usage := errors.As(err, new(usageError))
+		if !errors.As(err, new(reported)) && (!usage || firstRank()) {
 			fmt.Fprintln(stderr, "brandrt:", err)
+		}
+		if usage && !firstRank() {
+			// mpirun ends the job when the first rank exits: give rank 0
+			// the time to say what is wrong
+			time.Sleep(500 * time.Millisecond)
 		}
 		return 1
 	}
 	return 0
+}
+
+// usageError is a mistake in the command line, which every process of a
+// job makes alike: under a launcher only rank 0 prints it.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// onUsage reports a flag that does not parse in one line, with a pointer
+// to the help rather than all of it (under mpirun, once per rank).
+func onUsage(c *cli.Context, err error, _ bool) error {
+	return badUsage(c, err)
+}
+
+// badUsage marks err as a mistake in the command line and points to the
+// command's help.
+func badUsage(c *cli.Context, err error) error {
+	name := "brandrt"
+	if c.Command != nil && c.Command.Name != "" {
+		name += " " + c.Command.Name
+	}
+	return usageError{fmt.Errorf("%w\n(%s --help explains every flag)", err, name)}
+}
+
+// firstRank reports whether this process prints what every process of
+// its job would: it is rank 0, or was started without a launcher.
+func firstRank() bool {
+	env, err := launch.FromEnv()
+	return err != nil || env.Rank == 0
 }
 
 // noArgs refuses positional arguments, which no command takes; hint says
@@ -45,5 +87,5 @@ func noArgs(c *cli.Context, hint string) error {
 	if hint != "" {
 		hint = " " + hint
 	}
-	return fmt.Errorf("%s takes no arguments, got %q%s", c.Command.Name, c.Args().Slice(), hint)
+	return badUsage(c, fmt.Errorf("%s takes no arguments, got %q%s", c.Command.Name, c.Args().Slice(), hint))
 }

@@ -29,7 +29,7 @@ import (
 
 func serveCommand() *cli.Command {
 	d := rt.DefaultConfig()
-	mem := memBudget{bytes: halfRAM()}
+	mem := memBudget{bytes: halfRAM(), positive: true}
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "serve a packed dataset, one rank per node: mpirun -np N brandrt serve --chunks DIR",
@@ -89,10 +89,12 @@ func serveCommand() *cli.Command {
 	}
 }
 
-// memBudget is a flag value: bytes, or a percentage of the rank's shard.
+// memBudget is a flag value: bytes, or a percentage of the rank's shard;
+// with positive, 0 bytes is refused.
 type memBudget struct {
 	bytes    int64
 	fraction float64
+	positive bool
 }
 
 func (m *memBudget) Set(s string) error {
@@ -101,14 +103,17 @@ func (m *memBudget) Set(s string) error {
 		if err != nil || v <= 0 || v > 100 {
 			return fmt.Errorf("%q is not a percentage in (0, 100]", s)
 		}
-		*m = memBudget{fraction: v / 100}
+		*m = memBudget{fraction: v / 100, positive: m.positive}
 		return nil
 	}
 	var b byteSize
 	if err := b.Set(s); err != nil {
 		return err
 	}
-	*m = memBudget{bytes: int64(b)}
+	if b == 0 && m.positive {
+		return errors.New("the rank needs memory for at least one chunk (examples: 12GiB, 25%)")
+	}
+	*m = memBudget{bytes: int64(b), positive: m.positive}
 	return nil
 }
 
@@ -176,7 +181,7 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 	}
 	cfg, err := serveConfig(c)
 	if err != nil {
-		return err
+		return badUsage(c, err)
 	}
 	env, err := launch.FromEnv()
 	if err != nil {
