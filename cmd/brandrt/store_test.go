@@ -137,7 +137,7 @@ func TestVerifyReportsDamage(t *testing.T) {
 	f.WriteAt([]byte{0xAA, 0xBB}, e.Offset+int64(e.Size)/2)
 	f.Close()
 	stdout, errs, status := runCLI(t, "verify", "--chunks", out)
-	want := fmt.Sprintf("damaged: chunk: rank 1 chunk 2 (%s): corrupt: slot 5 (%s): checksum", name, e.Path)
+	want := fmt.Sprintf("damaged: chunk: rank 1 chunk 2 (%s): corrupt: slot 5 (%s), bytes %d–%d: checksum", name, e.Path, e.Offset, e.Offset+int64(e.Size))
 	if status != 1 || !strings.Contains(stdout, want) || !strings.Contains(errs, "verify: 1 problem(s)") {
 		t.Fatalf("status %d, want %q\n%s%s", status, want, stdout, errs)
 	}
