@@ -96,6 +96,9 @@ func (m *Manifest) check() error {
 	if m.Format != manifestFormat || m.Version != 1 {
 		return fmt.Errorf("format %q version %d, this brandrt reads %q version 1", m.Format, m.Version, manifestFormat)
 	}
+	if err := CheckK(m.K, m.Files); err != nil {
+		return err
+	}
 	if m.K < 1 || m.Ranks < 1 || len(m.Shards) != m.Ranks {
 		return fmt.Errorf("%w: K=%d, %d ranks, %d shards", errCorrupt, m.K, m.Ranks, len(m.Shards))
 	}

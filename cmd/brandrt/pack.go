@@ -35,7 +35,7 @@ func packCommand() *cli.Command {
 			&cli.StringFlag{Name: "input", Usage: "input directory (with --manifest: the root of its relative paths)"},
 			&cli.StringFlag{Name: "manifest", Usage: "file listing the files to pack, instead of scanning --input"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "output directory; {rank} makes it per process"},
-			&cli.IntFlag{Name: "chunk-files", Value: 64, Usage: "K, files per chunk"},
+			&cli.IntFlag{Name: "chunk-files", Value: 64, Usage: fmt.Sprintf("K, files per chunk: 1 to %d, and at most the dataset's files (a dataset smaller than the default gets K = its files)", chunk.MaxK)},
 			&cli.IntFlag{Name: "ranks", Usage: "shards to write (default: the number of MPI processes, or 1)"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the shuffle"},
 			&cli.IntFlag{Name: "workers", Value: defaultWorkers(), Usage: "chunks written at once by each process"},
@@ -73,7 +73,11 @@ func runPack(c *cli.Context) (err error) {
 		ranks = env.Size
 	}
 	params := chunk.PackParams{Input: input, Manifest: list, Layout: string(listing.Layout), Workers: c.Int("workers"), Symlinks: "files followed, directories refused"}
-	plan, err := chunk.NewPlan(listing.Inputs, listing.Classes, c.Int("chunk-files"), ranks, c.Uint64("seed"), params)
+	k := c.Int("chunk-files")
+	if !c.IsSet("chunk-files") {
+		k = min(k, len(listing.Inputs)) // the default fits a small dataset
+	}
+	plan, err := chunk.NewPlan(listing.Inputs, listing.Classes, k, ranks, c.Uint64("seed"), params)
 	if err != nil {
 		return err
 	}
