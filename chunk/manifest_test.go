@@ -80,3 +80,40 @@ func TestKBounds(t *testing.T) {
 		t.Errorf("index with K=65537: %v", err)
 	}
 }
+
+// TestManifestNamesTheInconsistency: a K edited by hand in the manifest is
+// reported as such, naming the file, rather than as "shard 0 does not
+// follow shard -1"; so are the other inconsistencies.
+func TestManifestNamesTheInconsistency(t *testing.T) {
+	input, _ := gen(t, 40)
+	out := filepath.Join(t.TempDir(), "out")
+	if _, err := pack(t, input, out, packOpts{k: 4, ranks: 2}); err != nil {
+		t.Fatal(err)
+	}
+	name := editManifest(t, out, `"k": 4,`, `"k": 8,`)
+	_, err := chunk.ReadManifest(chunk.OS, out)
+	want := name + ": corrupt: K=8 but shard 0 has 5 chunks for its 20 files (chunks of 8 files make 3)"
+	if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "does not follow") {
+		t.Errorf("K edited: %v, want %q", err, want)
+	}
+	editManifest(t, out, `"k": 8,`, `"k": 4,`)
+	editManifest(t, out, `"first_file": 20,`, `"first_file": 18,`)
+	_, err = chunk.ReadManifest(chunk.OS, out)
+	if want := "shard 1 starts at file 18, but the shards before it hold 20 files"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("first file edited: %v, want %q", err, want)
+	}
+	editManifest(t, out, `"first_file": 18,`, `"first_file": 20,`)
+	// K changed within what the chunk counts allow: verify compares the
+	// indexes.
+	out2 := filepath.Join(t.TempDir(), "out")
+	if _, err := pack(t, input, out2, packOpts{k: 7, ranks: 1}); err != nil { // 40 files, 6 chunks
+		t.Fatal(err)
+	}
+	name = editManifest(t, out2, `"k": 7,`, `"k": 8,`) // 40 files in chunks of 8 make 5
+	editManifest(t, out2, `"chunks": 6,`, `"chunks": 5,`)
+	_, rep, err := chunk.Verify(chunk.VerifyConfig{FS: chunk.OS, Dir: out2})
+	want = name + ": K=8 but rank 0's index has chunks of 7 files"
+	if err != nil || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0].Error(), want) {
+		t.Errorf("verify, K and chunks edited: %v %v, want %q", err, rep, want)
+	}
+}
