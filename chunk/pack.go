@@ -41,8 +41,12 @@ func ForRank(dir string, rank int) string {
 // PackConfig says where and how to pack.
 type PackConfig struct {
 	FS FS
-	// Out is the output directory; see RankPlaceholder.
+	// Out is the output directory; see RankPlaceholder. It may not lie
+	// inside Input nor hold it, nor hold any of the plan's inputs.
 	Out string
+	// Input is the input directory, the root of relative paths of a
+	// manifest; empty when there is none.
+	Input string
 	// Force replaces a dataset already in Out (its manifest, rank
 	// directories and interrupted packs; nothing else is touched).
 	Force bool
@@ -166,6 +170,12 @@ func (p *packer) agree(err error) error {
 
 // checkOut creates the output directory or checks that it may be used.
 func (p *packer) checkOut() error {
+	if err := checkApart(p.cfg.Input, p.out); err != nil {
+		return err
+	}
+	if err := checkInputsOutside(p.plan.Inputs, p.out); err != nil {
+		return err
+	}
 	fsys := p.cfg.FS
 	entries, err := fsys.ReadDir(p.out)
 	if errors.Is(err, os.ErrNotExist) {

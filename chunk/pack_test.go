@@ -53,7 +53,7 @@ func pack(t *testing.T, input, out string, o packOpts) (*chunk.Manifest, error) 
 	if err != nil {
 		return nil, err
 	}
-	return chunk.Pack(chunk.PackConfig{FS: o.fsys, Out: out, Force: o.force, Workers: max(1, o.workers)}, plan)
+	return chunk.Pack(chunk.PackConfig{FS: o.fsys, Out: out, Input: input, Force: o.force, Workers: max(1, o.workers)}, plan)
 }
 
 // checkDataset reads every file of the dataset in out, whole-chunk and
@@ -429,4 +429,78 @@ func TestReadInputs(t *testing.T) {
 	if _, err := chunk.ReadInputs(chunk.OS, inputs, 3); err == nil || !strings.Contains(err.Error(), grown) || !strings.Contains(err.Error(), "grew") {
 		t.Fatalf("a grown input: %v", err)
 	}
+}
+
+// TestOutputApartFromInput: an output inside the input (packed again with
+// --force, the old dataset became a new class), an input inside the
+// output, and manifest inputs inside the output are refused before
+// anything is written, naming both paths.
+func TestOutputApartFromInput(t *testing.T) {
+	input, files := gen(t, 20)
+	parent := filepath.Dir(input)
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(input, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		input, out string
+		force      bool
+		want       string
+	}{
+		{input, filepath.Join(input, "out"), false, "the output directory " + filepath.Join(input, "out") + " is inside the input directory " + input},
+		{input, filepath.Join(input, "out"), true, "the output directory " + filepath.Join(input, "out") + " is inside the input directory " + input},
+		{input, filepath.Join(input, "class-001", "a", "b"), false, "is inside the input directory " + input},
+		{input, input, true, "the output directory " + input + " is the input directory " + input},
+		{input, parent, true, "the input directory " + input + " is inside the output directory " + parent},
+		{link, filepath.Join(input, "out"), false, "is inside the input directory " + link + " (" + input + ")"},
+		{input, filepath.Join(link, "out"), false, "the output directory " + filepath.Join(link, "out") + " (" + filepath.Join(input, "out") + ") is inside"},
+		{input, filepath.Join(input, "out-{rank}"), false, "the output directory " + filepath.Join(input, "out-0") + " is inside the input directory " + input},
+	} {
+		before := listTree(t, parent)
+		_, err := pack(t, c.input, c.out, packOpts{k: 4, ranks: 1, force: c.force})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--input %s --out %s: %v, want %q", c.input, c.out, err, c.want)
+		}
+		if after := listTree(t, parent); after != before {
+			t.Errorf("--input %s --out %s: the refused pack changed %s:\n%s\nnow:\n%s", c.input, c.out, parent, before, after)
+		}
+	}
+	// A manifest may list files from anywhere: none inside the output.
+	inputs, err := chunk.ScanManifest(chunk.OS, writeList(t, files[0].Rel, files[1].Rel), input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := chunk.NewPlan(inputs, nil, 1, 1, 1, chunk.PackParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Dir(filepath.Join(input, files[1].Rel))
+	_, err = chunk.Pack(chunk.PackConfig{FS: chunk.OS, Out: out, Force: true}, plan)
+	if want := "input file " + filepath.Join(input, files[1].Rel) + " is inside the output directory " + out; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("manifest input inside the output: %v, want %q", err, want)
+	}
+}
+
+// listTree lists the paths below dir, one a line.
+func listTree(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		b.WriteString(p + "\n")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// writeList writes a manifest listing paths and returns its name.
+func writeList(t *testing.T, paths ...string) string {
+	t.Helper()
+	name := filepath.Join(t.TempDir(), "list.txt")
+	if err := os.WriteFile(name, []byte(strings.Join(paths, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return name
 }

@@ -23,6 +23,8 @@ func packCommand() *cli.Command {
 			"chunks over --ranks. Writes DIR/rank-NNNNN/ (chunk files and that rank's\n" +
 			"index) and DIR/manifest.json, which is written last: a pack that fails or is\n" +
 			"interrupted leaves no manifest and removes what it wrote.\n\n" +
+			"--out may not lie inside --input (a later pack would take the output for\n" +
+			"input), nor hold it, nor hold a file --manifest lists.\n\n" +
 			"Hidden files are skipped. Symlinks to files are followed; symlinks to\n" +
 			"directories, broken symlinks and special files are errors. Files may not\n" +
 			"exceed 1 GiB; empty files are fine.\n\n" +
@@ -81,7 +83,7 @@ func runPack(c *cli.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	cfg := chunk.PackConfig{FS: chunk.OS, Out: c.String("out"), Force: c.Bool("force"), Workers: c.Int("workers"), Group: g}
+	cfg := chunk.PackConfig{FS: chunk.OS, Out: c.String("out"), Input: input, Force: c.Bool("force"), Workers: c.Int("workers"), Group: g}
 	if g.Rank() == 0 {
 		bar := newProgress(c.App.ErrWriter, "pack:")
 		cfg.Progress = func(files, totalFiles, b, totalBytes int64) {

@@ -120,6 +120,28 @@ func TestPackAndVerifyErrors(t *testing.T) {
 	}
 }
 
+// TestPackOutputInsideInput: pack --out inside --input, then again with
+// --force, packed the first output as a new class. Both are refused, with
+// --input or with --manifest (whose relative paths --input roots).
+func TestPackOutputInsideInput(t *testing.T) {
+	input, files := genInput(t, 40)
+	out := filepath.Join(input, "chunks")
+	list := filepath.Join(t.TempDir(), "list.txt")
+	if err := os.WriteFile(list, []byte(files[0].Rel+"\n"+files[1].Rel+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := "the output directory " + out + " is inside the input directory " + input
+	for _, extra := range [][]string{{"--input", input}, {"--input", input, "--force"}, {"--manifest", list, "--input", input, "--force"}} {
+		args := append([]string{"pack", "--out", out, "--chunk-files", "1", "--ranks", "1"}, extra...)
+		if _, errs, status := runCLI(t, args...); status == 0 || !strings.Contains(errs, want) {
+			t.Errorf("%v: status %d, stderr %q, want %q", args, status, errs, want)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Fatalf("%v: %s was created", args, out)
+		}
+	}
+}
+
 // TestHugeKRefused: a manifest whose K was raised by hand to 10⁹ is
 // refused by every command that reads it, before anything sized by K is
 // allocated (simulate and serve grew to 14 GB and never started).
