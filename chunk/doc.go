@@ -16,4 +16,13 @@
 // least 1 and at most MaxK (65536) and the dataset's number of files;
 // pack refuses a larger K, and the readers refuse a manifest or index
 // that records one, before allocating anything sized by K.
+//
+// # Packing
+//
+// Pack stages each process's shards in a temporary directory inside the
+// output (.brandrt-pack-*), writes the manifest there too, and only then
+// renames the shards and the manifest into place. A pack that fails, or is
+// stopped (PackConfig.Stop), removes everything it wrote, the output
+// directory too if it created it, and leaves a dataset it was replacing
+// (PackConfig.Force) as it was.
 package chunk

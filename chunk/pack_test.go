@@ -3,6 +3,7 @@ package chunk_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -503,4 +504,77 @@ func writeList(t *testing.T, paths ...string) string {
 		t.Fatal(err)
 	}
 	return name
+}
+
+// TestFailedPackLeavesNothing: a pack that fails while writing the
+// manifest, or while renaming its result into place, leaves no chunk, no
+// index and no temporary directory; it removes the output directory (and
+// parents) it created, and a dataset it was replacing (--force) survives
+// byte for byte.
+func TestFailedPackLeavesNothing(t *testing.T) {
+	input, files := gen(t, 60)
+	failures := []struct {
+		name string
+		rule chunktest.Rule
+		want string
+	}{
+		{"manifest write, disk full", chunktest.Rule{Op: chunktest.OpWrite, Path: chunk.ManifestName, After: 100, Err: syscall.ENOSPC}, "manifest.json: no space left on device"},
+		{"manifest create", chunktest.Rule{Op: chunktest.OpCreate, Path: chunk.ManifestName, Err: syscall.EROFS}, "manifest.json: read-only file system"},
+		{"manifest sync", chunktest.Rule{Op: chunktest.OpSync, Path: chunk.ManifestName, Err: syscall.EIO}, "manifest.json: input/output error"},
+		{"manifest rename", chunktest.Rule{Op: chunktest.OpRename, Path: "-0/" + chunk.ManifestName, Err: syscall.EIO}, "input/output error"},
+		{"second shard's rename", chunktest.Rule{Op: chunktest.OpRename, Path: "-0/rank-00001", Err: syscall.EIO}, "input/output error"},
+	}
+	for _, f := range failures {
+		t.Run(f.name+", new output", func(t *testing.T) {
+			parent := filepath.Join(t.TempDir(), "new")
+			out := filepath.Join(parent, "chunks")
+			_, err := pack(t, input, out, packOpts{fsys: chunktest.New(chunk.OS, f.rule), k: 4, ranks: 3, workers: 2})
+			expectFailure(t, out, err, f.want)
+			if _, err := os.Stat(parent); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the directories pack created are still there: %s", listTree(t, parent))
+			}
+		})
+		t.Run(f.name+", replacing a dataset", func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "chunks")
+			if _, err := pack(t, input, out, packOpts{k: 5, ranks: 2}); err != nil {
+				t.Fatal(err)
+			}
+			before := snapshot(t, out)
+			_, err := pack(t, input, out, packOpts{fsys: chunktest.New(chunk.OS, f.rule), k: 4, ranks: 3, workers: 2, force: true})
+			if err == nil || !strings.Contains(err.Error(), f.want) {
+				t.Fatalf("error %v, want %q", err, f.want)
+			}
+			if after := snapshot(t, out); after != before {
+				t.Fatalf("the previous dataset changed:\n%s\nnow:\n%s", before, after)
+			}
+			checkDataset(t, chunk.OS, out, files)
+		})
+	}
+	t.Run("existing empty output", func(t *testing.T) {
+		out := t.TempDir()
+		_, err := pack(t, input, out, packOpts{fsys: chunktest.New(chunk.OS, failures[0].rule), k: 4, ranks: 1})
+		expectFailure(t, out, err, failures[0].want)
+		if _, err := os.Stat(out); err != nil {
+			t.Fatalf("pack removed an output directory it did not create: %v", err)
+		}
+	})
+}
+
+// snapshot lists every file below dir with its size and checksum.
+func snapshot(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			b.WriteString(p + "/\n")
+			return err
+		}
+		data, err := os.ReadFile(p)
+		fmt.Fprintf(&b, "%s %d %08x\n", p, len(data), chunk.Checksum(data))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

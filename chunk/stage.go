@@ -17,6 +17,7 @@ type stager struct {
 	tmp     string // the temporary directory holding rank directories
 	out     string // where they will end up, for error messages
 	workers int
+	stop    <-chan struct{} // closed: stop writing
 	pool    bufPool
 	files   atomic.Int64
 	bytes   atomic.Int64
@@ -43,7 +44,7 @@ func (s *stager) stageShard(r int) (crc uint32, size int64, err error) {
 			defer in.release()
 			defer out.release()
 			for c := range jobs {
-				if s.failed.Load() {
+				if s.failed.Load() || s.stopped() {
 					continue
 				}
 				if err := s.writeChunk(r, c-c0, c, in, out, entries[int64(c-c0)*int64(s.plan.K):]); err != nil {
@@ -53,8 +54,11 @@ func (s *stager) stageShard(r int) (crc uint32, size int64, err error) {
 			}
 		}()
 	}
-	for c := c0; c < c1 && !s.failed.Load(); c++ {
-		jobs <- c
+	for c := c0; c < c1 && !s.failed.Load() && !s.stopped(); c++ {
+		select {
+		case jobs <- c:
+		case <-s.stop:
+		}
 	}
 	close(jobs)
 	wg.Wait()
@@ -62,7 +66,20 @@ func (s *stager) stageShard(r int) (crc uint32, size int64, err error) {
 	if err := <-errs; err != nil {
 		return 0, 0, err
 	}
+	if s.stopped() {
+		return 0, 0, ErrInterrupted
+	}
 	return s.writeIndex(r, f0, entries)
+}
+
+// stopped says whether the pack was asked to stop.
+func (s *stager) stopped() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // writeChunk reads the inputs of global chunk c (chunk local of rank r)

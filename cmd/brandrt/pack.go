@@ -1,8 +1,13 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/klauspost/cpuid/v2"
@@ -21,8 +26,10 @@ func packCommand() *cli.Command {
 			"line: path, or path<TAB>label, or {\"path\": …, \"label\": …}). Shuffles the\n" +
 			"files with --seed, cuts them into chunks of --chunk-files and splits the\n" +
 			"chunks over --ranks. Writes DIR/rank-NNNNN/ (chunk files and that rank's\n" +
-			"index) and DIR/manifest.json, which is written last: a pack that fails or is\n" +
-			"interrupted leaves no manifest and removes what it wrote.\n\n" +
+			"index) and DIR/manifest.json, which is written last. A pack that fails, or\n" +
+			"is interrupted (SIGINT, SIGTERM; under mpirun, by a signal to mpirun),\n" +
+			"removes everything it wrote, and DIR itself if it created it; a dataset\n" +
+			"--force was replacing stays as it was.\n\n" +
 			"--out may not lie inside --input (a later pack would take the output for\n" +
 			"input), nor hold it, nor hold a file --manifest lists.\n\n" +
 			"Hidden files are skipped. Symlinks to files are followed; symlinks to\n" +
@@ -90,7 +97,7 @@ func runPack(c *cli.Context) (err error) {
 			bar.update(b, totalBytes, ibytes, "", fmt.Sprintf(", %s of %s files", comma(files), comma(totalFiles)))
 		}
 	}
-	m, err := chunk.Pack(cfg, plan)
+	m, err := packUntilSignal(cfg, plan, g.Rank())
 	if err != nil {
 		return err
 	}
@@ -101,6 +108,20 @@ func runPack(c *cli.Context) (err error) {
 			ibytes(int64(float64(m.Bytes)/took.Seconds())), c.String("out"))
 	}
 	return nil
+}
+
+// packUntilSignal packs, stopping on SIGINT or SIGTERM (mpirun forwards
+// either as SIGTERM): the pack then removes what it wrote. A signal
+// during the scan, before anything is written, ends the process as usual.
+func packUntilSignal(cfg chunk.PackConfig, plan *chunk.Plan, rank int) (*chunk.Manifest, error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg.Stop = ctx.Done()
+	m, err := chunk.Pack(cfg, plan)
+	if errors.Is(err, chunk.ErrInterrupted) {
+		return nil, fmt.Errorf("pack: interrupted; removed what it wrote in %s", chunk.ForRank(cfg.Out, rank))
+	}
+	return m, err
 }
 
 func scanInput(input, list string, layout chunk.Layout) (chunk.Listing, error) {
