@@ -229,7 +229,8 @@ func (p *packer) checkOut() error {
 	return nil
 }
 
-// stage writes this process's shards into the temporary directory.
+// stage writes this process's shards into the temporary directory, or
+// reports every unreadable input it found (up to maxProblems).
 func (p *packer) stage() (map[int]ShardInfo, error) {
 	if err := p.stopped(); err != nil {
 		return nil, err
@@ -249,6 +250,9 @@ func (p *packer) stage() (map[int]ShardInfo, error) {
 		info := p.plan.shardInfo(r)
 		info.IndexCRC, info.IndexSize = crc, size
 		infos[r] = info
+	}
+	if _, err := s.badInputs(); err != nil {
+		return nil, err
 	}
 	return infos, nil
 }

@@ -578,3 +578,44 @@ func snapshot(t *testing.T, dir string) string {
 	}
 	return b.String()
 }
+
+// TestUnreadableInputsReportedTogether: inputs that cannot be opened or
+// read while packing (the scan only stats them) are reported together,
+// up to ten, each with its path and cause, then how many more.
+func TestUnreadableInputsReportedTogether(t *testing.T) {
+	input, files := gen(t, 200)
+	rules := func(n int, op chunktest.Op, err error) []chunktest.Rule {
+		var rs []chunktest.Rule
+		for i := 0; i < n; i++ {
+			rs = append(rs, chunktest.Rule{Op: op, Path: files[i*13].Rel, Err: err})
+		}
+		return rs
+	}
+	for _, c := range []struct {
+		name  string
+		rules []chunktest.Rule
+		named int
+		more  string
+	}{
+		{"three unopenable", rules(3, chunktest.OpOpen, syscall.EACCES), 3, ""},
+		{"open and read errors", append(rules(2, chunktest.OpOpen, syscall.EACCES), rules(4, chunktest.OpRead, syscall.EIO)[2:]...), 4, ""},
+		{"fifteen unopenable", rules(15, chunktest.OpOpen, syscall.EACCES), 10, "… and 5 more problems"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			_, err := pack(t, input, out, packOpts{fsys: chunktest.New(chunk.OS, c.rules...), k: 4, ranks: 2, workers: 3})
+			expectFailure(t, out, err)
+			named := 0
+			for _, r := range c.rules {
+				src := filepath.Join(input, r.Path)
+				cause := map[chunktest.Op]string{chunktest.OpOpen: "open " + src + ": permission denied", chunktest.OpRead: "read " + src + ": input/output error"}[r.Op]
+				if strings.Contains(err.Error(), cause) {
+					named++
+				}
+			}
+			if named != c.named || !strings.Contains(err.Error(), c.more) {
+				t.Fatalf("%d of the %d unreadable inputs named, want %d (and %q):\n%v", named, len(c.rules), c.named, c.more, err)
+			}
+		})
+	}
+}

@@ -34,7 +34,9 @@ func packCommand() *cli.Command {
 			"input), nor hold it, nor hold a file --manifest lists.\n\n" +
 			"Hidden files are skipped. Symlinks to files are followed; symlinks to\n" +
 			"directories, broken symlinks and special files are errors. Files may not\n" +
-			"exceed 1 GiB; empty files are fine.\n\n" +
+			"exceed 1 GiB; empty files are fine. Bad inputs are reported together, up\n" +
+			"to ten (then how many more); a file that cannot be read stops the writing\n" +
+			"but not the reading, so that every unreadable file is reported at once.\n\n" +
 			"Under mpirun -np N, rank 0 lists the input and each process writes its\n" +
 			"shards. With {rank} in --out (e.g. /scratch/chunks-{rank}), each process\n" +
 			"writes its shard and a copy of the manifest into its own, node-local\n" +
