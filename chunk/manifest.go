@@ -3,6 +3,7 @@ package chunk
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -87,9 +88,23 @@ func ReadManifest(fsys FS, dir string) (*Manifest, error) {
 		return nil, fmt.Errorf("chunk: %s: %w", name, err)
 	}
 	if err := m.check(); err != nil {
-		return nil, fmt.Errorf("chunk: %s: %w", name, err)
+		return nil, prefixEach("chunk: "+name+": ", err)
 	}
 	return &m, nil
+}
+
+// prefixEach puts prefix before each error that err joins, or before err:
+// one line per problem, each naming the file.
+func prefixEach(prefix string, err error) error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return fmt.Errorf("%s%w", prefix, err)
+	}
+	var errs []error
+	for _, e := range j.Unwrap() {
+		errs = append(errs, fmt.Errorf("%s%w", prefix, e))
+	}
+	return errors.Join(errs...)
 }
 
 // check reports every inconsistency of the manifest it finds (up to
@@ -135,7 +150,7 @@ func (m *Manifest) checkShard(r int, s ShardInfo, first int64, p *problems) {
 		p.add("%w: shard %d starts at file %d, but the shards before it hold %d files", errCorrupt, r, s.FirstFile, first)
 	}
 	if want := (s.Files + int64(m.K) - 1) / int64(m.K); int64(s.Chunks) != want {
-		p.add("%w: K=%d but shard %d has %d chunks for its %d files (chunks of %d files make %d): K or the shard was changed after packing",
+		p.add("%w: K=%d but shard %d has %d chunks for its %d files (chunks of %d files make %d)",
 			errCorrupt, m.K, r, s.Chunks, s.Files, m.K, want)
 	}
 }

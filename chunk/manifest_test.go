@@ -96,6 +96,11 @@ func TestManifestNamesTheInconsistency(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "does not follow") {
 		t.Errorf("K edited: %v, want %q", err, want)
 	}
+	for _, line := range strings.Split(err.Error(), "\n") { // both shards
+		if !strings.HasPrefix(line, "chunk: "+name+": ") {
+			t.Errorf("K edited: %q does not name the manifest", line)
+		}
+	}
 	editManifest(t, out, `"k": 8,`, `"k": 4,`)
 	editManifest(t, out, `"first_file": 20,`, `"first_file": 18,`)
 	_, err = chunk.ReadManifest(chunk.OS, out)
