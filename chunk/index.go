@@ -133,6 +133,9 @@ func parseIndex(b []byte, rank int) (*Index, error) {
 	}
 	ix := &Index{rank: int(le.Uint32(b[12:])), first: int64(le.Uint64(b[16:])), n: int(le.Uint64(b[24:])), k: int(le.Uint32(b[32:]))}
 	plen := int64(le.Uint64(b[40:]))
+	if ix.k > MaxK {
+		return nil, fmt.Errorf("%w: chunk size K=%d files is more than the limit of %d", errCorrupt, ix.k, MaxK)
+	}
 	if ix.rank != rank || le.Uint32(b[36:]) != recordSize || ix.k < 1 || ix.n < 0 ||
 		int64(len(b)) != indexHeader+recordSize*int64(ix.n)+plen {
 		return nil, fmt.Errorf("%w: header (rank %d, %d files, K=%d) does not fit the file (%d bytes)", errCorrupt, ix.rank, ix.n, ix.k, len(b))

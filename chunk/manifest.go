@@ -3,6 +3,7 @@ package chunk
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -87,28 +88,69 @@ func ReadManifest(fsys FS, dir string) (*Manifest, error) {
 		return nil, fmt.Errorf("chunk: %s: %w", name, err)
 	}
 	if err := m.check(); err != nil {
-		return nil, fmt.Errorf("chunk: %s: %w", name, err)
+		return nil, prefixEach("chunk: "+name+": ", err)
 	}
 	return &m, nil
 }
 
+// prefixEach puts prefix before each error that err joins, or before err:
+// one line per problem, each naming the file.
+func prefixEach(prefix string, err error) error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return fmt.Errorf("%s%w", prefix, err)
+	}
+	var errs []error
+	for _, e := range j.Unwrap() {
+		errs = append(errs, fmt.Errorf("%s%w", prefix, e))
+	}
+	return errors.Join(errs...)
+}
+
+// check reports every inconsistency of the manifest it finds (up to
+// maxProblems), each saying plainly which fields disagree. K is checked
+// first, before anything sized by it.
 func (m *Manifest) check() error {
 	if m.Format != manifestFormat || m.Version != 1 {
 		return fmt.Errorf("format %q version %d, this brandrt reads %q version 1", m.Format, m.Version, manifestFormat)
 	}
-	if m.K < 1 || m.Ranks < 1 || len(m.Shards) != m.Ranks {
-		return fmt.Errorf("%w: K=%d, %d ranks, %d shards", errCorrupt, m.K, m.Ranks, len(m.Shards))
+	if err := CheckK(m.K, m.Files); err != nil {
+		return err
+	}
+	var p problems
+	if m.Ranks < 1 {
+		p.add("%w: %d ranks, want at least 1", errCorrupt, m.Ranks)
+	} else if len(m.Shards) != m.Ranks {
+		p.add("%w: %d ranks but %d shards listed", errCorrupt, m.Ranks, len(m.Shards))
 	}
 	var files, bytes int64
 	for r, s := range m.Shards {
-		if s.Rank != r || s.FirstFile != files || s.Files < 0 || s.Chunks != int((s.Files+int64(m.K)-1)/int64(m.K)) {
-			return fmt.Errorf("%w: shard %d does not follow shard %d", errCorrupt, r, r-1)
+		if p.full() {
+			break
 		}
+		m.checkShard(r, s, files, &p)
 		files += s.Files
 		bytes += s.Bytes
 	}
 	if files != m.Files || bytes != m.Bytes {
-		return fmt.Errorf("%w: shards hold %d files and %d bytes, the manifest says %d and %d", errCorrupt, files, bytes, m.Files, m.Bytes)
+		p.add("%w: the shards hold %d files and %d bytes, but the totals say %d files and %d bytes", errCorrupt, files, bytes, m.Files, m.Bytes)
 	}
-	return nil
+	return p.err()
+}
+
+// checkShard checks shard r, which should start at file first.
+func (m *Manifest) checkShard(r int, s ShardInfo, first int64, p *problems) {
+	if s.Rank != r {
+		p.add("%w: shard %d in the list says it is rank %d", errCorrupt, r, s.Rank)
+	}
+	if s.Files < 0 || s.Bytes < 0 {
+		p.add("%w: shard %d has %d files and %d bytes", errCorrupt, r, s.Files, s.Bytes)
+	}
+	if s.FirstFile != first {
+		p.add("%w: shard %d starts at file %d, but the shards before it hold %d files", errCorrupt, r, s.FirstFile, first)
+	}
+	if want := (s.Files + int64(m.K) - 1) / int64(m.K); int64(s.Chunks) != want {
+		p.add("%w: K=%d but shard %d has %d chunks for its %d files (chunks of %d files make %d)",
+			errCorrupt, m.K, r, s.Chunks, s.Files, m.K, want)
+	}
 }

@@ -1,7 +1,6 @@
 package chunk
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -41,8 +40,12 @@ func ForRank(dir string, rank int) string {
 // PackConfig says where and how to pack.
 type PackConfig struct {
 	FS FS
-	// Out is the output directory; see RankPlaceholder.
+	// Out is the output directory; see RankPlaceholder. It may not lie
+	// inside Input nor hold it, nor hold any of the plan's inputs.
 	Out string
+	// Input is the input directory, the root of relative paths of a
+	// manifest; empty when there is none.
+	Input string
 	// Force replaces a dataset already in Out (its manifest, rank
 	// directories and interrupted packs; nothing else is touched).
 	Force bool
@@ -54,15 +57,25 @@ type PackConfig struct {
 	// Progress, if set, is called about four times a second, and once at
 	// the end, with this process's files and bytes packed and its total.
 	Progress func(doneFiles, totalFiles, doneBytes, totalBytes int64)
+	// Stop, if set, interrupts the pack when it is closed (on SIGINT, say):
+	// Pack stops writing, removes what it wrote and returns
+	// ErrInterrupted. Once the staged dataset is being renamed into place
+	// (milliseconds), the pack completes instead.
+	Stop <-chan struct{}
 }
+
+// ErrInterrupted is returned by a pack that PackConfig.Stop stopped, once
+// it has removed what it wrote.
+var ErrInterrupted = errors.New("chunk: pack interrupted")
 
 const tmpPrefix = ".brandrt-pack-"
 
-// Pack writes plan's dataset. Each process stages its shards in a
-// temporary directory next to the output; only when every process has
-// succeeded are they renamed into place, and the manifest, which marks a
-// complete dataset, is written last. On failure the temporary directory
-// is removed and nothing in Out changes.
+// Pack writes plan's dataset. Each process stages its shards, and the
+// manifest, in a temporary directory inside the output; only when every
+// process has succeeded are they renamed into place, the manifest, which
+// marks a complete dataset, last. A pack that fails or is stopped removes
+// everything it wrote, and the output directory if it created it; a
+// dataset that Force was replacing is put back as it was.
 func Pack(cfg PackConfig, plan *Plan) (*Manifest, error) {
 	g := cfg.Group
 	if g == nil {
@@ -89,10 +102,11 @@ func Pack(cfg PackConfig, plan *Plan) (*Manifest, error) {
 	p := &packer{cfg: cfg, g: g, plan: plan, out: out, local: local, runPrefix: run, created: time.Unix(v[1], 0).UTC(),
 		tmp: join(out, fmt.Sprintf("%s%d", run, g.Rank()))}
 	m, err := p.run()
-	if p.staged {
-		_ = cfg.FS.RemoveAll(p.tmp)
+	if err != nil {
+		return nil, p.fail(err)
 	}
-	return m, err
+	_ = cfg.FS.RemoveAll(p.tmp) // what remains of the old dataset
+	return m, nil
 }
 
 type packer struct {
@@ -104,7 +118,13 @@ type packer struct {
 	runPrefix string // this run's temporary directories start with it
 	created   time.Time
 	local     bool
-	staged    bool
+	made      []string // directories this process created
+	broken    bool     // the group failed: no more collective calls
+	// What the commit did so far, for the rollback.
+	committing bool
+	retired    []string // names moved from out into tmp/old
+	committed  []int    // ranks whose new shard is in out
+	manifestIn bool     // the new manifest is in out
 }
 
 // writesManifest says whether this process writes a manifest: each one in
@@ -123,7 +143,6 @@ func (p *packer) run() (*Manifest, error) {
 	if err := p.agree(p.checkOut()); err != nil {
 		return nil, err
 	}
-	p.staged = true
 	mine, err := p.stage()
 	if err = p.agree(err); err != nil {
 		return nil, err
@@ -133,26 +152,44 @@ func (p *packer) run() (*Manifest, error) {
 		return nil, err
 	}
 	m := p.manifest(all)
-	if err := p.agree(p.retireOld()); err != nil {
+	if err := p.agree(p.stageManifest(m)); err != nil {
 		return nil, err
 	}
-	if err := p.agree(p.commitShards()); err != nil {
+	// The last moment to stop: from here on, only renames.
+	if err := p.agree(p.stopped()); err != nil {
 		return nil, err
 	}
-	if p.writesManifest() {
-		err = p.writeManifest(m)
+	p.committing = true
+	for _, step := range []func() error{p.retireManifest, p.retireOld, p.commitShards, p.commitManifest} {
+		if err := p.agree(step()); err != nil {
+			return nil, err
+		}
 	}
-	return m, p.agree(err)
+	return m, nil
+}
+
+// stopped returns ErrInterrupted once PackConfig.Stop is closed.
+func (p *packer) stopped() error {
+	select {
+	case <-p.cfg.Stop:
+		return ErrInterrupted
+	default:
+		return nil
+	}
 }
 
 // agree makes every process learn whether any failed: it returns err, or
 // an error saying another process failed.
 func (p *packer) agree(err error) error {
+	if p.broken { // no more collective calls: they could hang
+		return errors.Join(err, errors.New("chunk: the process group failed earlier"))
+	}
 	flag := int64(0)
 	if err != nil {
 		flag = 1
 	}
 	sum, gerr := p.g.AllreduceSum([]int64{flag})
+	p.broken = p.broken || gerr != nil
 	switch {
 	case err != nil:
 		return err
@@ -166,10 +203,16 @@ func (p *packer) agree(err error) error {
 
 // checkOut creates the output directory or checks that it may be used.
 func (p *packer) checkOut() error {
+	if err := checkApart(p.cfg.Input, p.out); err != nil {
+		return err
+	}
+	if err := checkInputsOutside(p.plan.Inputs, p.out); err != nil {
+		return err
+	}
 	fsys := p.cfg.FS
 	entries, err := fsys.ReadDir(p.out)
 	if errors.Is(err, os.ErrNotExist) {
-		return fsys.MkdirAll(p.out)
+		return p.mkdirAll(p.out)
 	}
 	if err != nil {
 		return fmt.Errorf("chunk: output directory: %w", err)
@@ -186,12 +229,16 @@ func (p *packer) checkOut() error {
 	return nil
 }
 
-// stage writes this process's shards into the temporary directory.
+// stage writes this process's shards into the temporary directory, or
+// reports every unreadable input it found (up to maxProblems).
 func (p *packer) stage() (map[int]ShardInfo, error) {
-	if err := p.cfg.FS.MkdirAll(p.tmp); err != nil {
-		return nil, fmt.Errorf("chunk: %w", err)
+	if err := p.stopped(); err != nil {
+		return nil, err
 	}
-	s := &stager{fsys: p.cfg.FS, plan: p.plan, tmp: p.tmp, out: p.out, workers: max(1, p.cfg.Workers)}
+	if err := p.mkdirAll(p.tmp); err != nil {
+		return nil, err
+	}
+	s := &stager{fsys: p.cfg.FS, plan: p.plan, tmp: p.tmp, out: p.out, workers: max(1, p.cfg.Workers), stop: p.cfg.Stop}
 	stop := p.reportProgress(s)
 	defer stop()
 	infos := map[int]ShardInfo{}
@@ -203,6 +250,9 @@ func (p *packer) stage() (map[int]ShardInfo, error) {
 		info := p.plan.shardInfo(r)
 		info.IndexCRC, info.IndexSize = crc, size
 		infos[r] = info
+	}
+	if _, err := s.badInputs(); err != nil {
+		return nil, err
 	}
 	return infos, nil
 }
@@ -243,6 +293,7 @@ func (p *packer) gather(mine map[int]ShardInfo) ([]ShardInfo, error) {
 	}
 	sum, err := p.g.AllreduceSum(v)
 	if err != nil {
+		p.broken = true
 		return nil, fmt.Errorf("chunk: %w", err)
 	}
 	infos := make([]ShardInfo, p.plan.Ranks)
@@ -264,82 +315,4 @@ func (p *packer) manifest(shards []ShardInfo) *Manifest {
 		m.Bytes += s.Bytes
 	}
 	return m
-}
-
-// retireOld moves what a previous dataset left in the output into the
-// temporary directory, so that from now on the output does not look
-// complete: the rank directories this process will replace and, for the
-// process writing the manifest, the old manifest, stale rank directories
-// and the temporary directories of interrupted packs.
-func (p *packer) retireOld() error {
-	if !p.cfg.Force {
-		return nil
-	}
-	fsys := p.cfg.FS
-	old := join(p.tmp, "old")
-	if err := fsys.MkdirAll(old); err != nil {
-		return fmt.Errorf("chunk: %w", err)
-	}
-	entries, err := fsys.ReadDir(p.out)
-	if err != nil {
-		return fmt.Errorf("chunk: %w", err)
-	}
-	mine := map[string]bool{}
-	for _, r := range p.myShards() {
-		mine[RankDir(r)] = true
-	}
-	for _, e := range entries {
-		if n := e.Name(); p.retires(n, mine) {
-			if err := fsys.Rename(join(p.out, n), join(old, n)); err != nil {
-				return fmt.Errorf("chunk: %w", err)
-			}
-		}
-	}
-	return nil
-}
-
-func (p *packer) retires(name string, mine map[string]bool) bool {
-	switch {
-	case mine[name]:
-		return true
-	case !p.writesManifest():
-		return false
-	case name == ManifestName:
-		return true
-	case strings.HasPrefix(name, tmpPrefix):
-		return !strings.HasPrefix(name, p.runPrefix) // left by an earlier run
-	case strings.HasPrefix(name, "rank-"):
-		var r int
-		_, err := fmt.Sscanf(name, "rank-%05d", &r)
-		// Shared output: rank directories beyond the new rank count.
-		// Node-local output: every other rank's directory.
-		return err == nil && (p.local || r >= p.plan.Ranks)
-	}
-	return false
-}
-
-// commitShards renames this process's staged shards into the output.
-func (p *packer) commitShards() error {
-	fsys := p.cfg.FS
-	for _, r := range p.myShards() {
-		if err := fsys.Rename(join(p.tmp, RankDir(r)), join(p.out, RankDir(r))); err != nil {
-			return fmt.Errorf("chunk: %w", err)
-		}
-	}
-	return fsys.SyncDir(p.out)
-}
-
-// writeManifest writes the manifest under a temporary name and renames it.
-func (p *packer) writeManifest(m *Manifest) error {
-	data, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return fmt.Errorf("chunk: %w", err)
-	}
-	if err := writeDurable(p.cfg.FS, p.tmp, p.out, ManifestName, append(data, '\n')); err != nil {
-		return err
-	}
-	if err := p.cfg.FS.Rename(join(p.tmp, ManifestName), join(p.out, ManifestName)); err != nil {
-		return fmt.Errorf("chunk: %w", err)
-	}
-	return p.cfg.FS.SyncDir(p.out)
 }

@@ -3,6 +3,7 @@ package chunk_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -53,7 +54,7 @@ func pack(t *testing.T, input, out string, o packOpts) (*chunk.Manifest, error) 
 	if err != nil {
 		return nil, err
 	}
-	return chunk.Pack(chunk.PackConfig{FS: o.fsys, Out: out, Force: o.force, Workers: max(1, o.workers)}, plan)
+	return chunk.Pack(chunk.PackConfig{FS: o.fsys, Out: out, Input: input, Force: o.force, Workers: max(1, o.workers)}, plan)
 }
 
 // checkDataset reads every file of the dataset in out, whole-chunk and
@@ -428,5 +429,193 @@ func TestReadInputs(t *testing.T) {
 	}
 	if _, err := chunk.ReadInputs(chunk.OS, inputs, 3); err == nil || !strings.Contains(err.Error(), grown) || !strings.Contains(err.Error(), "grew") {
 		t.Fatalf("a grown input: %v", err)
+	}
+}
+
+// TestOutputApartFromInput: an output inside the input (packed again with
+// --force, the old dataset became a new class), an input inside the
+// output, and manifest inputs inside the output are refused before
+// anything is written, naming both paths.
+func TestOutputApartFromInput(t *testing.T) {
+	input, files := gen(t, 20)
+	parent := filepath.Dir(input)
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(input, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		input, out string
+		force      bool
+		want       string
+	}{
+		{input, filepath.Join(input, "out"), false, "the output directory " + filepath.Join(input, "out") + " is inside the input directory " + input},
+		{input, filepath.Join(input, "out"), true, "the output directory " + filepath.Join(input, "out") + " is inside the input directory " + input},
+		{input, filepath.Join(input, "class-001", "a", "b"), false, "is inside the input directory " + input},
+		{input, input, true, "the output directory " + input + " is the input directory " + input},
+		{input, parent, true, "the input directory " + input + " is inside the output directory " + parent},
+		{link, filepath.Join(input, "out"), false, "is inside the input directory " + link + " (" + input + ")"},
+		{input, filepath.Join(link, "out"), false, "the output directory " + filepath.Join(link, "out") + " (" + filepath.Join(input, "out") + ") is inside"},
+		{input, filepath.Join(input, "out-{rank}"), false, "the output directory " + filepath.Join(input, "out-0") + " is inside the input directory " + input},
+	} {
+		before := listTree(t, parent)
+		_, err := pack(t, c.input, c.out, packOpts{k: 4, ranks: 1, force: c.force})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--input %s --out %s: %v, want %q", c.input, c.out, err, c.want)
+		}
+		if after := listTree(t, parent); after != before {
+			t.Errorf("--input %s --out %s: the refused pack changed %s:\n%s\nnow:\n%s", c.input, c.out, parent, before, after)
+		}
+	}
+	// A manifest may list files from anywhere: none inside the output.
+	inputs, err := chunk.ScanManifest(chunk.OS, writeList(t, files[0].Rel, files[1].Rel), input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := chunk.NewPlan(inputs, nil, 1, 1, 1, chunk.PackParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Dir(filepath.Join(input, files[1].Rel))
+	_, err = chunk.Pack(chunk.PackConfig{FS: chunk.OS, Out: out, Force: true}, plan)
+	if want := "input file " + filepath.Join(input, files[1].Rel) + " is inside the output directory " + out; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("manifest input inside the output: %v, want %q", err, want)
+	}
+}
+
+// listTree lists the paths below dir, one a line.
+func listTree(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		b.WriteString(p + "\n")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// writeList writes a manifest listing paths and returns its name.
+func writeList(t *testing.T, paths ...string) string {
+	t.Helper()
+	name := filepath.Join(t.TempDir(), "list.txt")
+	if err := os.WriteFile(name, []byte(strings.Join(paths, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// TestFailedPackLeavesNothing: a pack that fails while writing the
+// manifest, or while renaming its result into place, leaves no chunk, no
+// index and no temporary directory; it removes the output directory (and
+// parents) it created, and a dataset it was replacing (--force) survives
+// byte for byte.
+func TestFailedPackLeavesNothing(t *testing.T) {
+	input, files := gen(t, 60)
+	failures := []struct {
+		name string
+		rule chunktest.Rule
+		want string
+	}{
+		{"manifest write, disk full", chunktest.Rule{Op: chunktest.OpWrite, Path: chunk.ManifestName, After: 100, Err: syscall.ENOSPC}, "manifest.json: no space left on device"},
+		{"manifest create", chunktest.Rule{Op: chunktest.OpCreate, Path: chunk.ManifestName, Err: syscall.EROFS}, "manifest.json: read-only file system"},
+		{"manifest sync", chunktest.Rule{Op: chunktest.OpSync, Path: chunk.ManifestName, Err: syscall.EIO}, "manifest.json: input/output error"},
+		{"manifest rename", chunktest.Rule{Op: chunktest.OpRename, Path: "-0/" + chunk.ManifestName, Err: syscall.EIO}, "input/output error"},
+		{"second shard's rename", chunktest.Rule{Op: chunktest.OpRename, Path: "-0/rank-00001", Err: syscall.EIO}, "input/output error"},
+	}
+	for _, f := range failures {
+		t.Run(f.name+", new output", func(t *testing.T) {
+			parent := filepath.Join(t.TempDir(), "new")
+			out := filepath.Join(parent, "chunks")
+			_, err := pack(t, input, out, packOpts{fsys: chunktest.New(chunk.OS, f.rule), k: 4, ranks: 3, workers: 2})
+			expectFailure(t, out, err, f.want)
+			if _, err := os.Stat(parent); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the directories pack created are still there: %s", listTree(t, parent))
+			}
+		})
+		t.Run(f.name+", replacing a dataset", func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "chunks")
+			if _, err := pack(t, input, out, packOpts{k: 5, ranks: 2}); err != nil {
+				t.Fatal(err)
+			}
+			before := snapshot(t, out)
+			_, err := pack(t, input, out, packOpts{fsys: chunktest.New(chunk.OS, f.rule), k: 4, ranks: 3, workers: 2, force: true})
+			if err == nil || !strings.Contains(err.Error(), f.want) {
+				t.Fatalf("error %v, want %q", err, f.want)
+			}
+			if after := snapshot(t, out); after != before {
+				t.Fatalf("the previous dataset changed:\n%s\nnow:\n%s", before, after)
+			}
+			checkDataset(t, chunk.OS, out, files)
+		})
+	}
+	t.Run("existing empty output", func(t *testing.T) {
+		out := t.TempDir()
+		_, err := pack(t, input, out, packOpts{fsys: chunktest.New(chunk.OS, failures[0].rule), k: 4, ranks: 1})
+		expectFailure(t, out, err, failures[0].want)
+		if _, err := os.Stat(out); err != nil {
+			t.Fatalf("pack removed an output directory it did not create: %v", err)
+		}
+	})
+}
+
+// snapshot lists every file below dir with its size and checksum.
+func snapshot(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			b.WriteString(p + "/\n")
+			return err
+		}
+		data, err := os.ReadFile(p)
+		fmt.Fprintf(&b, "%s %d %08x\n", p, len(data), chunk.Checksum(data))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// TestUnreadableInputsReportedTogether: inputs that cannot be opened or
+// read while packing (the scan only stats them) are reported together,
+// up to ten, each with its path and cause, then how many more.
+func TestUnreadableInputsReportedTogether(t *testing.T) {
+	input, files := gen(t, 200)
+	rules := func(n int, op chunktest.Op, err error) []chunktest.Rule {
+		var rs []chunktest.Rule
+		for i := 0; i < n; i++ {
+			rs = append(rs, chunktest.Rule{Op: op, Path: files[i*13].Rel, Err: err})
+		}
+		return rs
+	}
+	for _, c := range []struct {
+		name  string
+		rules []chunktest.Rule
+		named int
+		more  string
+	}{
+		{"three unopenable", rules(3, chunktest.OpOpen, syscall.EACCES), 3, ""},
+		{"open and read errors", append(rules(2, chunktest.OpOpen, syscall.EACCES), rules(4, chunktest.OpRead, syscall.EIO)[2:]...), 4, ""},
+		{"fifteen unopenable", rules(15, chunktest.OpOpen, syscall.EACCES), 10, "… and 5 more problems"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			_, err := pack(t, input, out, packOpts{fsys: chunktest.New(chunk.OS, c.rules...), k: 4, ranks: 2, workers: 3})
+			expectFailure(t, out, err)
+			named := 0
+			for _, r := range c.rules {
+				src := filepath.Join(input, r.Path)
+				cause := map[chunktest.Op]string{chunktest.OpOpen: "open " + src + ": permission denied", chunktest.OpRead: "read " + src + ": input/output error"}[r.Op]
+				if strings.Contains(err.Error(), cause) {
+					named++
+				}
+			}
+			if named != c.named || !strings.Contains(err.Error(), c.more) {
+				t.Fatalf("%d of the %d unreadable inputs named, want %d (and %q):\n%v", named, len(c.rules), c.named, c.more, err)
+			}
+		})
 	}
 }

@@ -1,9 +1,30 @@
 package chunk
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 )
+
+// MaxK is the most files a chunk may hold: 65536. A chunk is read whole
+// and the runtime keeps per-chunk state sized by K, so a larger K buys
+// nothing and a mistyped one would cost gigabytes; the index stores K in
+// 32 bits.
+const MaxK = 1 << 16
+
+// CheckK returns an error unless 1 ≤ k ≤ min(files, MaxK): a chunk holds
+// at least one file, at most MaxK, and no more than the dataset has.
+func CheckK(k int, files int64) error {
+	switch {
+	case k < 1:
+		return fmt.Errorf("chunk size K=%d: a chunk holds at least 1 file", k)
+	case k > MaxK:
+		return fmt.Errorf("chunk size K=%d files is more than the limit of %d", k, MaxK)
+	case int64(k) > files:
+		return fmt.Errorf("chunk size K=%d files is more than the dataset's %d files", k, files)
+	}
+	return nil
+}
 
 // Plan is what a pack writes: the inputs in file id order (a seeded
 // shuffle of the listing), cut into chunks of K files, the chunks split
@@ -17,11 +38,18 @@ type Plan struct {
 	Params  PackParams
 }
 
-// NewPlan shuffles inputs with seed and checks that every rank gets at
-// least one chunk.
+// NewPlan shuffles inputs with seed and checks K (see CheckK) and that
+// every rank gets at least one chunk.
 func NewPlan(inputs []Input, classes []string, k, ranks int, seed uint64, params PackParams) (*Plan, error) {
-	if k < 1 || ranks < 1 {
-		return nil, fmt.Errorf("chunk: K=%d and %d ranks: both must be at least 1", k, ranks)
+	var errs []error
+	if err := CheckK(k, int64(len(inputs))); err != nil {
+		errs = append(errs, fmt.Errorf("chunk: %w", err))
+	}
+	if ranks < 1 {
+		errs = append(errs, fmt.Errorf("chunk: %d ranks: there must be at least 1", ranks))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	p := &Plan{K: k, Ranks: ranks, Seed: seed, Inputs: append([]Input(nil), inputs...), Classes: classes, Params: params}
 	if c := p.Chunks(); c < ranks {

@@ -2,26 +2,73 @@ package chunk
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
 
 // stager writes the chunk files and index of shards into a temporary
-// directory, with a pool of workers.
+// directory, with a pool of workers. An input that cannot be read does not
+// stop it: it reads on, writing nothing more, to report every unreadable
+// input in one error (maxProblems of them, and how many more).
 type stager struct {
 	fsys    FS
 	plan    *Plan
 	tmp     string // the temporary directory holding rank directories
 	out     string // where they will end up, for error messages
 	workers int
+	stop    <-chan struct{} // closed: stop writing
 	pool    bufPool
 	files   atomic.Int64
 	bytes   atomic.Int64
 	failed  atomic.Bool
+	mu      sync.Mutex
+	bad     []badInput // the unreadable inputs of lowest ids, at most maxProblems
+	more    int        // and how many others
 }
+
+// badInput is an input that could not be read.
+type badInput struct {
+	id  int64
+	err error
+}
+
+// inputError is an input that could not be read as the scan found it.
+type inputError struct{ error }
+
+func (e inputError) Unwrap() error { return e.error }
+
+// addBad records unreadable input id. It keeps those of lowest ids, so
+// that the report does not depend on the workers' timing.
+func (s *stager) addBad(id int64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(s.bad, id, func(b badInput, id int64) int { return cmp.Compare(b.id, id) })
+	s.bad = slices.Insert(s.bad, i, badInput{id, err})
+	if len(s.bad) > maxProblems {
+		s.bad, s.more = s.bad[:maxProblems], s.more+1
+	}
+}
+
+// badInputs returns how many unreadable inputs were found and the error
+// listing them.
+func (s *stager) badInputs() (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var p problems
+	for _, b := range s.bad {
+		p.add("%w", b.err)
+	}
+	p.more = s.more
+	return len(s.bad) + s.more, p.err()
+}
+
+// goOn says whether to hand out more chunks.
+func (s *stager) goOn() bool { return !s.failed.Load() && !s.stopped() }
 
 // stageShard writes rank r's chunks and index under tmp/rank-r and
 // returns its index checksum and size.
@@ -43,7 +90,7 @@ func (s *stager) stageShard(r int) (crc uint32, size int64, err error) {
 			defer in.release()
 			defer out.release()
 			for c := range jobs {
-				if s.failed.Load() {
+				if s.failed.Load() || s.stopped() {
 					continue
 				}
 				if err := s.writeChunk(r, c-c0, c, in, out, entries[int64(c-c0)*int64(s.plan.K):]); err != nil {
@@ -53,8 +100,11 @@ func (s *stager) stageShard(r int) (crc uint32, size int64, err error) {
 			}
 		}()
 	}
-	for c := c0; c < c1 && !s.failed.Load(); c++ {
-		jobs <- c
+	for c := c0; c < c1 && s.goOn(); c++ {
+		select {
+		case jobs <- c:
+		case <-s.stop:
+		}
 	}
 	close(jobs)
 	wg.Wait()
@@ -62,7 +112,23 @@ func (s *stager) stageShard(r int) (crc uint32, size int64, err error) {
 	if err := <-errs; err != nil {
 		return 0, 0, err
 	}
+	if s.stopped() {
+		return 0, 0, ErrInterrupted
+	}
+	if n, _ := s.badInputs(); n > 0 {
+		return 0, 0, nil // the pack fails: no index needed
+	}
 	return s.writeIndex(r, f0, entries)
+}
+
+// stopped says whether the pack was asked to stop.
+func (s *stager) stopped() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // writeChunk reads the inputs of global chunk c (chunk local of rank r)
@@ -74,16 +140,24 @@ func (s *stager) writeChunk(r, local, c int, in, out *scratch, entries []Entry) 
 	if err != nil {
 		return fmt.Errorf("chunk: %w", err)
 	}
+	bad := false
 	for i, input := range ins {
 		data := buf[ext[i].Offset : ext[i].Offset+input.Size]
-		if err := s.readInput(input, data, in); err != nil {
+		s.files.Add(1)
+		s.bytes.Add(input.Size)
+		if err := s.readInput(input, data, in); errors.As(err, new(inputError)) {
+			s.addBad(int64(c*s.plan.K+i), err)
+			bad = true
+			continue
+		} else if err != nil {
 			return err
 		}
 		ext[i].CRC = Checksum(data)
 		entries[i] = Entry{ID: int64(c*s.plan.K + i), Rank: r, Chunk: local, Slot: i, Offset: ext[i].Offset,
 			Size: ext[i].Size, CRC: ext[i].CRC, Label: input.Label, Path: input.Rel}
-		s.files.Add(1)
-		s.bytes.Add(input.Size)
+	}
+	if n, _ := s.badInputs(); bad || n > 0 {
+		return nil // the pack fails: only look for more unreadable inputs
 	}
 	_, _, first, _ := s.plan.Shard(r)
 	h := &ChunkHeader{Rank: r, Chunk: local, FirstFile: first + int64(local*s.plan.K), Length: length, Files: ext}
@@ -98,7 +172,7 @@ func (s *stager) writeChunk(r, local, c int, in, out *scratch, entries []Entry) 
 func (s *stager) readInput(in Input, data []byte, sc *scratch) error {
 	f, err := s.fsys.Open(in.Source, true)
 	if err != nil {
-		return fmt.Errorf("chunk: %w", err)
+		return inputError{fmt.Errorf("chunk: %w", err)}
 	}
 	defer f.Close()
 	want := alignUp(in.Size+1, int64(f.Align()))
@@ -109,11 +183,11 @@ func (s *stager) readInput(in Input, data []byte, sc *scratch) error {
 	n, err := f.ReadAt(b, 0)
 	switch {
 	case int64(n) > in.Size:
-		return fmt.Errorf("chunk: read %s: file grew while packing (was %d bytes)", in.Source, in.Size)
+		return inputError{fmt.Errorf("chunk: read %s: file grew while packing (was %d bytes)", in.Source, in.Size)}
 	case int64(n) < in.Size && (err == nil || errors.Is(err, io.EOF)):
-		return fmt.Errorf("chunk: read %s: file shrank to %d bytes while packing (was %d)", in.Source, n, in.Size)
+		return inputError{fmt.Errorf("chunk: read %s: file shrank to %d bytes while packing (was %d)", in.Source, n, in.Size)}
 	case int64(n) < in.Size:
-		return fmt.Errorf("chunk: read %s: %w", in.Source, unwrapPath(err))
+		return inputError{fmt.Errorf("chunk: read %s: %w", in.Source, unwrapPath(err))}
 	}
 	copy(data, b[:n])
 	return nil

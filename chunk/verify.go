@@ -79,13 +79,28 @@ func openChecked(fsys FS, dir string, m *Manifest, r int) (*Shard, error) {
 	if err != nil {
 		return nil, err
 	}
-	ix, info := s.Index(), m.Shards[r]
-	if ix.First() != info.FirstFile || int64(ix.Len()) != info.Files || ix.K() != m.K || ix.CRC() != info.IndexCRC {
+	if err := indexAgrees(s.Index(), m, join(dir, ManifestName), r); err != nil {
 		_ = s.Close()
-		return nil, fmt.Errorf("chunk: rank %d: index (files [%d, +%d), K=%d, checksum %08x) does not match the manifest (files [%d, +%d), K=%d, checksum %08x)",
-			r, ix.First(), ix.Len(), ix.K(), ix.CRC(), info.FirstFile, info.Files, m.K, info.IndexCRC)
+		return nil, err
 	}
 	return s, nil
+}
+
+// indexAgrees says, field by field, where rank r's index disagrees with
+// the manifest (named man).
+func indexAgrees(ix *Index, m *Manifest, man string, r int) error {
+	info := m.Shards[r]
+	var errs []error
+	if ix.K() != m.K {
+		errs = append(errs, fmt.Errorf("chunk: %s: K=%d but rank %d's index has chunks of %d files", man, m.K, r, ix.K()))
+	}
+	if ix.First() != info.FirstFile || int64(ix.Len()) != info.Files {
+		errs = append(errs, fmt.Errorf("chunk: %s: says rank %d holds files [%d, +%d) but its index holds [%d, +%d)", man, r, info.FirstFile, info.Files, ix.First(), ix.Len()))
+	}
+	if ix.CRC() != info.IndexCRC {
+		errs = append(errs, fmt.Errorf("chunk: %s: records checksum %08x for rank %d's index, which has %08x", man, info.IndexCRC, r, ix.CRC()))
+	}
+	return errors.Join(errs...)
 }
 
 func verifyChunks(cfg VerifyConfig, shards []*Shard, total int64, rep *VerifyReport) {

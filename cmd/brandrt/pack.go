@@ -1,8 +1,13 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/klauspost/cpuid/v2"
@@ -21,11 +26,17 @@ func packCommand() *cli.Command {
 			"line: path, or path<TAB>label, or {\"path\": …, \"label\": …}). Shuffles the\n" +
 			"files with --seed, cuts them into chunks of --chunk-files and splits the\n" +
 			"chunks over --ranks. Writes DIR/rank-NNNNN/ (chunk files and that rank's\n" +
-			"index) and DIR/manifest.json, which is written last: a pack that fails or is\n" +
-			"interrupted leaves no manifest and removes what it wrote.\n\n" +
+			"index) and DIR/manifest.json, which is written last. A pack that fails, or\n" +
+			"is interrupted (SIGINT, SIGTERM; under mpirun, by a signal to mpirun),\n" +
+			"removes everything it wrote, and DIR itself if it created it; a dataset\n" +
+			"--force was replacing stays as it was.\n\n" +
+			"--out may not lie inside --input (a later pack would take the output for\n" +
+			"input), nor hold it, nor hold a file --manifest lists.\n\n" +
 			"Hidden files are skipped. Symlinks to files are followed; symlinks to\n" +
 			"directories, broken symlinks and special files are errors. Files may not\n" +
-			"exceed 1 GiB; empty files are fine.\n\n" +
+			"exceed 1 GiB; empty files are fine. Bad inputs are reported together, up\n" +
+			"to ten (then how many more); a file that cannot be read stops the writing\n" +
+			"but not the reading, so that every unreadable file is reported at once.\n\n" +
 			"Under mpirun -np N, rank 0 lists the input and each process writes its\n" +
 			"shards. With {rank} in --out (e.g. /scratch/chunks-{rank}), each process\n" +
 			"writes its shard and a copy of the manifest into its own, node-local\n" +
@@ -35,7 +46,7 @@ func packCommand() *cli.Command {
 			&cli.StringFlag{Name: "input", Usage: "input directory (with --manifest: the root of its relative paths)"},
 			&cli.StringFlag{Name: "manifest", Usage: "file listing the files to pack, instead of scanning --input"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "output directory; {rank} makes it per process"},
-			&cli.IntFlag{Name: "chunk-files", Value: 64, Usage: "K, files per chunk"},
+			&cli.IntFlag{Name: "chunk-files", Value: 64, Usage: fmt.Sprintf("K, files per chunk: 1 to %d, and at most the dataset's files (a dataset smaller than the default gets K = its files)", chunk.MaxK)},
 			&cli.IntFlag{Name: "ranks", Usage: "shards to write (default: the number of MPI processes, or 1)"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the shuffle"},
 			&cli.IntFlag{Name: "workers", Value: defaultWorkers(), Usage: "chunks written at once by each process"},
@@ -73,18 +84,22 @@ func runPack(c *cli.Context) (err error) {
 		ranks = env.Size
 	}
 	params := chunk.PackParams{Input: input, Manifest: list, Layout: string(listing.Layout), Workers: c.Int("workers"), Symlinks: "files followed, directories refused"}
-	plan, err := chunk.NewPlan(listing.Inputs, listing.Classes, c.Int("chunk-files"), ranks, c.Uint64("seed"), params)
+	k := c.Int("chunk-files")
+	if !c.IsSet("chunk-files") {
+		k = min(k, len(listing.Inputs)) // the default fits a small dataset
+	}
+	plan, err := chunk.NewPlan(listing.Inputs, listing.Classes, k, ranks, c.Uint64("seed"), params)
 	if err != nil {
 		return err
 	}
-	cfg := chunk.PackConfig{FS: chunk.OS, Out: c.String("out"), Force: c.Bool("force"), Workers: c.Int("workers"), Group: g}
+	cfg := chunk.PackConfig{FS: chunk.OS, Out: c.String("out"), Input: input, Force: c.Bool("force"), Workers: c.Int("workers"), Group: g}
 	if g.Rank() == 0 {
 		bar := newProgress(c.App.ErrWriter, "pack:")
 		cfg.Progress = func(files, totalFiles, b, totalBytes int64) {
 			bar.update(b, totalBytes, ibytes, "", fmt.Sprintf(", %s of %s files", comma(files), comma(totalFiles)))
 		}
 	}
-	m, err := chunk.Pack(cfg, plan)
+	m, err := packUntilSignal(cfg, plan, g.Rank())
 	if err != nil {
 		return err
 	}
@@ -95,6 +110,20 @@ func runPack(c *cli.Context) (err error) {
 			ibytes(int64(float64(m.Bytes)/took.Seconds())), c.String("out"))
 	}
 	return nil
+}
+
+// packUntilSignal packs, stopping on SIGINT or SIGTERM (mpirun forwards
+// either as SIGTERM): the pack then removes what it wrote. A signal
+// during the scan, before anything is written, ends the process as usual.
+func packUntilSignal(cfg chunk.PackConfig, plan *chunk.Plan, rank int) (*chunk.Manifest, error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg.Stop = ctx.Done()
+	m, err := chunk.Pack(cfg, plan)
+	if errors.Is(err, chunk.ErrInterrupted) {
+		return nil, fmt.Errorf("pack: interrupted; removed what it wrote in %s", chunk.ForRank(cfg.Out, rank))
+	}
+	return m, err
 }
 
 func scanInput(input, list string, layout chunk.Layout) (chunk.Listing, error) {

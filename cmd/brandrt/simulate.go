@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -40,7 +41,7 @@ func simulateCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Usage: "simulate this packed dataset (brandrt pack --out): its ranks, K and file sizes, instead of generated ones"},
 			&cli.GenericFlag{Name: "files", Value: &files, Usage: "files in the dataset (1281167, 40k, 1.28M)"},
-			&cli.IntFlag{Name: "chunk-files", Value: d.ChunkFiles, Usage: "K, files per chunk"},
+			&cli.IntFlag{Name: "chunk-files", Value: d.ChunkFiles, Usage: fmt.Sprintf("K, files per chunk: 1 to %d, and at most the files", chunk.MaxK)},
 			&cli.IntFlag{Name: "ranks", Value: d.Ranks, Usage: "ranks (nodes); files are split evenly"},
 			&cli.Float64Flag{Name: "mem-fraction", Value: d.MemFraction, Usage: "each rank's memory as a fraction of its shard, in (0, 1]"},
 			&cli.Float64Flag{Name: "remote-fraction", Value: d.RemoteFraction, Usage: "each rank's prefetch buffer as a fraction of its memory"},
@@ -104,7 +105,19 @@ func simConfig(c *cli.Context) (sim.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	return cfg, cfg.Validate()
+	return cfg, errors.Join(checkK(cfg), cfg.Validate())
+}
+
+// checkK bounds K as pack does (see chunk.CheckK); K < 1 is left to
+// Validate.
+func checkK(cfg sim.Config) error {
+	if cfg.ChunkFiles < 1 {
+		return nil
+	}
+	if err := chunk.CheckK(cfg.ChunkFiles, int64(cfg.Files)); err != nil {
+		return fmt.Errorf("--chunk-files: %w", err)
+	}
+	return nil
 }
 
 // simPolicies names the policies to run: the one of --policy (for paper,

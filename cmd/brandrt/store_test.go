@@ -105,6 +105,9 @@ func TestPackAndVerifyErrors(t *testing.T) {
 		{[]string{"pack", "--input", "/nonexistent", "--out", t.TempDir() + "/o"}, "/nonexistent: no such file or directory"},
 		{[]string{"pack", "--input", input, "--out", used}, "is not empty (1 entries); pass --force"},
 		{[]string{"pack", "--input", input, "--out", t.TempDir() + "/o", "--chunk-files", "0"}, "K=0"},
+		{[]string{"pack", "--input", input, "--out", t.TempDir() + "/o", "--chunk-files", "4294967297"}, "chunk size K=4294967297 files is more than the limit of 65536"},
+		{[]string{"pack", "--input", input, "--out", t.TempDir() + "/o", "--chunk-files", "1000000000"}, "chunk size K=1000000000 files is more than the limit of 65536"},
+		{[]string{"pack", "--input", input, "--out", t.TempDir() + "/o", "--chunk-files", "41"}, "chunk size K=41 files is more than the dataset's 40 files"},
 		{[]string{"pack", "--input", input, "--out", t.TempDir() + "/o", "--layout", "flat"}, `unknown layout "flat"`},
 		{[]string{"verify", "--chunks", empty}, empty + " is not a complete dataset"},
 		{[]string{"inspect", "--chunks", empty}, "not a complete dataset"},
@@ -113,6 +116,52 @@ func TestPackAndVerifyErrors(t *testing.T) {
 		_, errs, status := runCLI(t, c.args...)
 		if status == 0 || !strings.Contains(errs, c.want) {
 			t.Errorf("%v: status %d, stderr %q, want %q", c.args, status, errs, c.want)
+		}
+	}
+}
+
+// TestPackOutputInsideInput: pack --out inside --input, then again with
+// --force, packed the first output as a new class. Both are refused, with
+// --input or with --manifest (whose relative paths --input roots).
+func TestPackOutputInsideInput(t *testing.T) {
+	input, files := genInput(t, 40)
+	out := filepath.Join(input, "chunks")
+	list := filepath.Join(t.TempDir(), "list.txt")
+	if err := os.WriteFile(list, []byte(files[0].Rel+"\n"+files[1].Rel+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := "the output directory " + out + " is inside the input directory " + input
+	for _, extra := range [][]string{{"--input", input}, {"--input", input, "--force"}, {"--manifest", list, "--input", input, "--force"}} {
+		args := append([]string{"pack", "--out", out, "--chunk-files", "1", "--ranks", "1"}, extra...)
+		if _, errs, status := runCLI(t, args...); status == 0 || !strings.Contains(errs, want) {
+			t.Errorf("%v: status %d, stderr %q, want %q", args, status, errs, want)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Fatalf("%v: %s was created", args, out)
+		}
+	}
+}
+
+// TestHugeKRefused: a manifest whose K was raised by hand to 10⁹ is
+// refused by every command that reads it, before anything sized by K is
+// allocated (simulate and serve grew to 14 GB and never started).
+func TestHugeKRefused(t *testing.T) {
+	input, _ := genInput(t, 40)
+	out := filepath.Join(t.TempDir(), "chunks")
+	if _, errs, status := runCLI(t, "pack", "--input", input, "--out", out, "--chunk-files", "40", "--ranks", "1"); status != 0 {
+		t.Fatal(errs)
+	}
+	name := filepath.Join(out, chunk.ManifestName)
+	b, _ := os.ReadFile(name)
+	// Still one chunk: the manifest is consistent in itself.
+	if err := os.WriteFile(name, bytes.Replace(b, []byte(`"k": 40,`), []byte(`"k": 1000000000,`), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := name + ": chunk size K=1000000000 files is more than the limit of 65536"
+	// Fatal at once: simulate, last, is what grew without bound.
+	for _, args := range [][]string{{"verify", "--chunks", out}, {"inspect", "--chunks", out}, {"simulate", "--chunks", out}} {
+		if _, errs, status := runCLI(t, args...); status == 0 || !strings.Contains(errs, want) {
+			t.Fatalf("%v: status %d, stderr %q, want %q", args, status, errs, want)
 		}
 	}
 }
