@@ -17,11 +17,20 @@ import (
 // nothing but says that the clients will ask for nothing more this epoch:
 // the rank then ends it once the requests in flight are answered, even
 // if some positions were never asked for.
+//
+// Replica and Replicas, with End, say whose positions end: a training
+// process's share of the trace, the positions p with p mod Replicas ==
+// Replica (as BrandSampler splits it); Replicas 0 ends them all. Session
+// (+1 or −1, with Pid and the share) says instead that a training
+// process of that share began or went away (see sessions).
 type Request struct {
-	Epoch uint32
-	Sn    int32
-	End   bool
-	Reply chan<- Delivery
+	Epoch             uint32
+	Sn                int32
+	End               bool
+	Replica, Replicas int32
+	Session           int
+	Pid               int
+	Reply             chan<- Delivery
 }
 
 // Delivery is a file handed to a client: the file that answers position
@@ -79,6 +88,10 @@ type loop struct {
 	// answered so far; ended is set when a client ended the epoch.
 	traceLen, answered int
 	ended              bool
+	// asked marks the positions asked for; endedShare the shares whose
+	// clients ended the epoch.
+	asked      []bool
+	endedShare map[share]bool
 	// order holds the file delivered at each position (Config.Order).
 	order  []int32
 	done   bool // local clients finished; tagDone sent
@@ -177,7 +190,7 @@ func (l *loop) polls() bool { return l.n.size > 1 }
 // the loop polls MPI, which has no channel to wait on) nap passes.
 func (l *loop) wait(ctx context.Context, nap time.Duration) error {
 	var tick <-chan time.Time
-	if l.polls() {
+	if l.polls() || len(l.n.sess.gone) > 0 { // MPI, or a share's processes gone: see checkGone
 		t := time.NewTimer(nap)
 		defer t.Stop()
 		tick = t.C
@@ -225,6 +238,11 @@ func (l *loop) step() (bool, error) {
 		}
 		break
 	}
+	if len(l.n.sess.gone) > 0 {
+		if err := l.checkGone(); err != nil {
+			return progress, err
+		}
+	}
 	got, err := l.receive()
 	if err != nil {
 		return progress, err
@@ -245,6 +263,10 @@ func (l *loop) step() (bool, error) {
 
 // request steps a client's request.
 func (l *loop) request(r Request) error {
+	if r.Session != 0 {
+		l.n.session(r)
+		return nil
+	}
 	if l.first.IsZero() {
 		l.markFirst()
 	}
@@ -256,7 +278,7 @@ func (l *loop) request(r Request) error {
 		r.Reply <- Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: epoch %d is over (this is epoch %d)", l.n.me, r.Epoch, l.epoch)}
 		return nil
 	case r.End:
-		l.ended = true
+		l.end(r)
 		return nil
 	}
 	if _, dup := l.waiting[r.Sn]; dup {
@@ -268,6 +290,7 @@ func (l *loop) request(r Request) error {
 		return nil
 	}
 	l.waiting[r.Sn] = r.Reply
+	l.ask(r.Sn)
 	return l.carry()
 }
 

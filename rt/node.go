@@ -49,6 +49,8 @@ type Node struct {
 	// of this rank (Config.OnDamage "skip").
 	named map[[2]int]bool
 	lost  map[proto.FileID]string
+	// sess is what the rank knows of its training processes.
+	sess sessions
 	// sizes are this rank's file sizes, from its opening until the window
 	// policy's rank is built from every rank's.
 	sizes []int64

@@ -1,0 +1,127 @@
+package rt
+
+import (
+	"fmt"
+	"time"
+)
+
+// A training process declares itself to its rank (a Request with
+// Session set): BrandSampler does, for the life of the process, saying
+// which share of the rank's trace it reads (positions p with p mod
+// Replicas == Replica). The rank then knows when a training process is
+// gone for good: when no process of a share is left for sessionGrace
+// while positions of that share are still to be asked for in the epoch
+// being served, the epoch can never end, and the rank ends the job
+// saying so. The positions the dead process would have read cannot go to
+// another one: its DataLoader took them from its own sampler. (A
+// replacement may attach within the grace: a training process that
+// makes a new BrandSampler drops the old one's session first.)
+
+// sessionGrace is how long a share may be without a training process
+// before the rank gives up on it.
+const sessionGrace = 5 * time.Second
+
+// share names a training process's share of the rank's trace.
+type share struct{ replica, replicas int32 }
+
+// sessions is what a rank knows of its training processes, across epochs.
+type sessions struct {
+	live map[share]int       // processes of each share attached now
+	gone map[share]time.Time // when a share's last process went
+	pid  map[share]int       // the last process seen of each share
+}
+
+// session notes a training process that began or went away.
+func (n *Node) session(r Request) {
+	s := &n.sess
+	if s.live == nil {
+		s.live, s.gone, s.pid = make(map[share]int), make(map[share]time.Time), make(map[share]int)
+	}
+	k := share{r.Replica, r.Replicas}
+	s.live[k] += r.Session
+	s.pid[k] = r.Pid
+	if s.live[k] > 0 {
+		delete(s.gone, k)
+	} else {
+		s.gone[k] = time.Now()
+	}
+}
+
+// checkGone returns an error when a share's training processes went
+// away sessionGrace ago or more while some of its positions are still to
+// be asked for in this epoch.
+func (l *loop) checkGone() error {
+	for k, at := range l.n.sess.gone {
+		if time.Since(at) < sessionGrace || l.ended {
+			continue
+		}
+		if left := l.unasked(k); left > 0 {
+			return fmt.Errorf("rt: rank %d: the training process %d (share %d of %d of the rank's trace) went away in epoch %d with %d of its positions never asked for; "+
+				"the job ends, since no other process can read them (take it up from a checkpoint with brandrt serve --resume)",
+				l.n.me, l.n.sess.pid[k], k.replica, k.replicas, l.epoch, left)
+		}
+	}
+	return nil
+}
+
+// unasked counts the positions of share k not asked for in this epoch,
+// unless its processes ended the epoch for it.
+func (l *loop) unasked(k share) int {
+	if k.replicas <= 0 || l.endedShare[k] {
+		return 0
+	}
+	n := 0
+	for sn := int(k.replica); sn < l.traceLen; sn += int(k.replicas) {
+		if !l.asked[sn] {
+			n++
+		}
+	}
+	return n
+}
+
+// end takes a client's word that no more requests come this epoch: from
+// every client (Replicas 0), or from those of one share. The epoch ends
+// (once the requests in flight are answered) when every position not
+// asked for belongs to a share that ended it.
+func (l *loop) end(r Request) {
+	if r.Replicas <= 0 {
+		l.ended = true
+		return
+	}
+	if l.endedShare == nil {
+		l.endedShare = make(map[share]bool)
+	}
+	l.endedShare[share{r.Replica, r.Replicas}] = true
+	l.ended = l.allEnded()
+}
+
+// allEnded reports whether every position not asked for belongs to a
+// share that ended the epoch.
+func (l *loop) allEnded() bool {
+	for sn, asked := range l.asked {
+		if !asked && !l.endedPosition(sn) {
+			return false
+		}
+	}
+	return true
+}
+
+func (l *loop) endedPosition(sn int) bool {
+	for k := range l.endedShare {
+		if sn%int(k.replicas) == int(k.replica) {
+			return true
+		}
+	}
+	return false
+}
+
+// ask notes that position sn was asked for.
+func (l *loop) ask(sn int32) {
+	if l.asked[sn] {
+		return
+	}
+	l.asked[sn] = true
+	if len(l.endedShare) > 0 && !l.ended {
+		l.ended = l.allEnded()
+	}
+}
