@@ -25,6 +25,21 @@
 // ranks into the arena. Smaller files from other ranks, and all files
 // when the arena is full, are copied.
 //
+// # Who may attach
+//
+// Only processes of the rank's own user attach. The rank makes its attach
+// directory and the base above it for its user alone (mode 0700), and
+// refuses to start when either exists as a symbolic link, owned by
+// another user, or writable by group or others: another user who made
+// /dev/shm/brandrt-<uid> first could otherwise put a socket of its own in
+// the rank's place and feed training data of its own. The message names
+// the directory, its owner and mode; remove it, or set $BRANDRT_ATTACH to
+// a directory of your own. A client checks both directories the same way
+// before it connects. Once connected, each side asks the kernel who the
+// other is (SO_PEERCRED): the rank closes a connection from a process of
+// another user before reading its hello, and logs one line with its pid
+// and uid; a client refuses a rank of another user before sending one.
+//
 // # Traces
 //
 // With `brandrt serve --traces clients`, every epoch waits until one

@@ -98,15 +98,22 @@ type Options struct {
 	// Arena, when set, is shared with every client (read-only): files
 	// whose bytes live in it are handed over by place instead of copied.
 	Arena *Arena
+	// Log takes a line for each client refused or dropped; nil is
+	// os.Stderr.
+	Log io.Writer
 }
 
-// Listen creates dir and its attach socket.
+// Listen creates dir and its attach socket. dir and its parent (the base
+// of the attach directories) are made for this process's user alone
+// (mode 0700); either one that exists owned by another user, writable by
+// group or others, or as a symbolic link is refused. So is a client that
+// runs as another user.
 func Listen(dir string, rank int, o Options) (*Server, error) {
 	if _, total := layout(o.Slots, o.Data); o.Slots == 0 || o.Slots&(o.Slots-1) != 0 || o.Data%4096 != 0 || total > 1<<34 {
 		return nil, fmt.Errorf("shm: %d slots and %d data bytes per client: want a power of two and a multiple of 4096", o.Slots, o.Data)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("shm: attach directory: %w", err)
+	if err := makeDir(dir); err != nil {
+		return nil, err
 	}
 	sock := filepath.Join(dir, SocketName)
 	if err := clearStale(sock); err != nil {
@@ -144,6 +151,15 @@ func (s *Server) StartEpoch(e uint32, n int) {
 	for _, c := range s.clients {
 		c.ring.setEpoch(e, uint32(n))
 	}
+}
+
+// logf writes a line to the log.
+func (s *Server) logf(format string, args ...any) {
+	w := s.opt.Log
+	if w == nil {
+		w = os.Stderr
+	}
+	fmt.Fprintf(w, format, args...)
 }
 
 // Dir returns the attach directory.
@@ -192,7 +208,7 @@ func (s *Server) accept() {
 		go func() {
 			defer s.wg.Done()
 			if err := s.attach(conn); err != nil {
-				fmt.Fprintf(os.Stderr, "brandrt: rank %d: %v\n", s.rank, err)
+				s.logf("brandrt: rank %d: %v\n", s.rank, err)
 			}
 		}()
 	}
@@ -202,6 +218,13 @@ func (s *Server) accept() {
 // goes away.
 func (s *Server) attach(conn *net.UnixConn) error {
 	defer conn.Close()
+	cred, err := peerCred(conn)
+	if err == nil {
+		err = checkPeer(cred, "a client")
+	}
+	if err != nil {
+		return fmt.Errorf("shm: refused: %w", err)
+	}
 	pid, err := readHello(conn)
 	if errors.Is(err, io.EOF) {
 		return nil // a probe (clearStale of another rank), not a client
@@ -351,7 +374,7 @@ func (c *client) message(b []byte, fds []int) {
 		c.start(rt.StartOffer{Epoch: le.Uint32(b[12:]), Position: int32(le.Uint32(b[16:])), Ranks: int(le.Uint32(b[20:])),
 			Seed: le.Uint64(b[24:])})
 	default:
-		fmt.Fprintf(os.Stderr, "brandrt: client %d (pid %d): ignoring a message of %d bytes that is not a version %d trace or start\n",
+		c.srv.logf("brandrt: client %d (pid %d): ignoring a message of %d bytes that is not a version %d trace or start\n",
 			c.id, c.pid, len(b), version)
 	}
 }
@@ -454,7 +477,7 @@ func (c *client) read(reqs chan<- rt.Request) {
 		}
 		var err error
 		if batch, err = c.ring.takeRequests(batch[:0]); err != nil {
-			fmt.Fprintf(os.Stderr, "brandrt: client %d (pid %d): %v; dropping it\n", c.id, c.pid, err)
+			c.srv.logf("brandrt: client %d (pid %d): %v; dropping it\n", c.id, c.pid, err)
 			c.conn.Close()
 			return
 		}
@@ -550,7 +573,7 @@ func (c *client) put(d *rt.Delivery) (end uint64, lent bool) {
 		end, err = c.ring.putRecord(Record{Kind: RecError, Sn: d.Sn, File: -1, Label: -1, Data: []byte(err.Error())}, c.alive)
 	}
 	if err != nil && !errors.Is(err, errClientGone) {
-		fmt.Fprintf(os.Stderr, "brandrt: client %d (pid %d): %v\n", c.id, c.pid, err)
+		c.srv.logf("brandrt: client %d (pid %d): %v\n", c.id, c.pid, err)
 		c.conn.Close()
 	}
 	return end, lent && err == nil
