@@ -6,6 +6,7 @@ import mmap
 import os
 import select
 import socket
+import stat
 import struct
 import time
 
@@ -31,6 +32,54 @@ def default_attach_dir(local_rank=None):
     """
     base = os.environ.get(L.ENV_ATTACH) or "/dev/shm/brandrt-%d" % os.getuid()
     return os.path.join(base, "local-%d" % (local_rank or 0))
+
+
+def _user(uid):
+    """"uid N (name)", or "uid N" when N has no name."""
+    try:
+        import pwd
+
+        return "uid %d (%s)" % (uid, pwd.getpwuid(uid).pw_name)
+    except (ImportError, KeyError):
+        return "uid %d" % uid
+
+
+def _check_dir(path):
+    """Raise BrandError unless path is a directory, not a symbolic link,
+    owned by this process's user and writable by no one else (as the rank
+    checks it too): through any other, another user could put a socket of
+    its own in the rank's place and feed training its own data. A path
+    that does not exist is left to connect() to report."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    me = os.geteuid()
+    if stat.S_ISLNK(st.st_mode):
+        problem = "is a symbolic link (to %s)" % os.readlink(path)
+    elif not stat.S_ISDIR(st.st_mode):
+        problem = "is not a directory (mode %s)" % stat.filemode(st.st_mode)
+    elif st.st_uid != me:
+        problem = "is owned by %s, mode %s, not by %s, this process's" % (_user(st.st_uid), stat.filemode(st.st_mode), _user(me))
+    elif st.st_mode & 0o022:
+        problem = "is writable by group or others (mode %s, owner %s)" % (stat.filemode(st.st_mode), _user(st.st_uid))
+    else:
+        return
+    raise BrandError("attach directory %s %s: another user could serve training processes data of its own through it; "
+                     "remove it (rm -r %s) or set $%s to a directory of your own" % (path, problem, path, L.ENV_ATTACH))
+
+
+# Seconds a client waits for the rank's welcome.
+_WELCOME_WAIT = 10.0
+_UCRED = struct.Struct("3i")  # pid, uid, gid
+
+
+def _check_peer(ucred, who):
+    """Raise BrandError unless the peer whose SO_PEERCRED bytes are ucred
+    runs as this process's user; who names it ("the rank")."""
+    pid, uid, _ = _UCRED.unpack(ucred)
+    if uid != os.geteuid():
+        raise BrandError("%s of pid %d runs as %s, not as %s, this process's" % (who, pid, _user(uid), _user(os.geteuid())))
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -60,6 +109,9 @@ class Client:
     def __init__(self, attach_dir=None, local_rank=None, timeout=None):
         self.dir = attach_dir or default_attach_dir(local_rank)
         self.timeout = timeout
+        self._sock = None
+        for d in (os.path.dirname(os.path.normpath(self.dir)), self.dir):
+            _check_dir(d)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         path = os.path.join(self.dir, L.SOCKET_NAME)
         try:
@@ -67,8 +119,19 @@ class Client:
         except OSError as e:
             self._sock.close()
             raise BrandError("cannot attach to %s: %s (is brandrt serve running on this node?)" % (path, e)) from None
+        try:
+            _check_peer(self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size), "the rank")
+        except BrandError as e:
+            self._sock.close()
+            raise BrandError("cannot attach to %s: %s" % (path, e)) from None
         self._sock.sendall(struct.pack("<8sII", L.HELLO_MAGIC, L.VERSION, os.getpid()))
-        msg, fds, _, _ = socket.recv_fds(self._sock, 64, 2)
+        self._sock.settimeout(_WELCOME_WAIT)
+        try:
+            msg, fds, _, _ = socket.recv_fds(self._sock, 64, 2)
+        except OSError as e:
+            self._sock.close()
+            raise BrandError("%s: no welcome from the rank: %s" % (path, e)) from None
+        self._sock.settimeout(None)
         try:
             if len(msg) != L.WELCOME_BYTES or msg[:8] != L.WELCOME_MAGIC or not fds:
                 self._sock.close()
