@@ -18,7 +18,8 @@
 //	                   rank u32, ring bytes u32, arena bytes u64
 //
 // When arena bytes is not 0, a second descriptor follows the rings': the
-// rank's arena, a memfd the client maps read-only. The rank reads its
+// rank's arena, a memfd the client maps read-only (the descriptor allows
+// nothing else, below). The rank reads its
 // chunks into the arena, and a file that lives there is handed over as
 // its place in it rather than copied into the ring (a shared record,
 // below). The rank also receives files of more than 32 KiB from other
@@ -39,6 +40,19 @@
 // other is (SO_PEERCRED): the rank closes a connection from a process of
 // another user before reading its hello, and logs one line with its pid
 // and uid; a client refuses a rank of another user before sending one.
+//
+// A client cannot change the memory it shares with the rank under the
+// rank's or another client's feet. Both memfds are sealed at their size
+// (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL): ftruncate fails with EPERM,
+// so a client cannot make the rank fault (SIGBUS) on pages it cut off.
+// The arena's descriptor is opened read-only: a writable shared mapping
+// of it fails (EACCES), as does ftruncate. (F_SEAL_FUTURE_WRITE would
+// make that EPERM through any descriptor, but it also refuses the holes
+// the rank punches in the arena to give its pages back.) The arena's
+// memfd has mode 0400, so a process other than root cannot open it again
+// writable through /proc; a process of the same user that means harm can
+// still change the mode, or trace the rank: the uid checks above are the
+// boundary, these protect the rank from mistakes.
 //
 // # Traces
 //

@@ -293,7 +293,7 @@ func sendWelcome(conn *net.UnixConn, id, rank uint32, size, fd int, arena *Arena
 	fds := []int{fd}
 	if arena != nil {
 		le.PutUint64(b[24:], arena.Size())
-		fds = append(fds, arena.fd)
+		fds = append(fds, arena.roFD)
 	}
 	_, _, err := conn.WriteMsgUnix(b, syscall.UnixRights(fds...), nil)
 	return err
