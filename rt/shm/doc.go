@@ -64,7 +64,10 @@
 //	                 count u32, reserved u32 (0)
 //
 // with, as SCM_RIGHTS, the descriptor of a file (a memfd) holding count
-// file ids, i32 little-endian, from offset 0. The rank answers once every
+// file ids, i32 little-endian, from offset 0. Before it allocates for
+// them, the rank refuses a count larger than the dataset's number of
+// files (no trace can be longer), and a descriptor that is not a regular
+// file at least 4 × count bytes long. The rank answers once every
 // rank has its trace for the epoch, or at once when it refuses the offer:
 //
 //	verdict, 24 bytes + n: magic "BRTVRDCT", version u32, epoch u32,
@@ -88,9 +91,13 @@
 // ask for in epoch; ranks and seed are those the position was saved in
 // (the ring's, then), and must be this job's. The rank answers with a
 // verdict (above) once the epoch starts, or at once when it refuses: a
-// start to a rank without --resume, another job's ranks or seed, an epoch
-// past --epochs, a position past the trace; starts whose epochs differ
-// across the ranks are refused to every rank's client.
+// start to a rank without --resume, a position past the dataset's number
+// of files (before the offer goes further), another job's ranks or seed,
+// an epoch past --epochs, a position past the trace; starts whose epochs
+// differ across the ranks are refused to every rank's client. Messages
+// other than traces and starts, or of other sizes, are logged and
+// ignored; a message is at most 64 bytes (longer ones are cut, and then
+// ignored).
 //
 // # Rings
 //

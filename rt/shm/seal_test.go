@@ -9,10 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/brandrt/brandrt/rt"
 )
 
 // rawAttach sends a hello to the rank at dir and returns the connection
@@ -157,4 +160,66 @@ func TestRingResizeRefused(t *testing.T) {
 	if err := readAll(s.Dir(), 0, 1, 50, 4); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestHugeTraceRefused: a trace that claims more file ids than the
+// dataset has files is refused before the rank allocates for it, whether
+// its file is short or as large (and sparse) as the claim; so is a start
+// past any trace.
+func TestHugeTraceRefused(t *testing.T) {
+	reqs := make(chan rt.Request)
+	traces, starts := make(chan rt.TraceOffer), make(chan rt.StartOffer)
+	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Requests: reqs, Traces: traces, Starts: starts, MaxTrace: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, err := Attach(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got := offerTrace(t, c, 1, []int32{1, 2, 3}, 1<<28)
+	got2 := offerSparseTrace(t, c, 1, 1<<28)
+	runtime.ReadMemStats(&after)
+	for _, g := range []string{got, got2} {
+		if !strings.Contains(g, "a trace of 268435456 file ids, but this rank's dataset has 1000 files") {
+			t.Errorf("a trace of 2^28 ids: verdict %q", g)
+		}
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Errorf("the rank allocated %d MiB for traces it refused", grew>>20)
+	}
+	if got := offerStart(t, c, 1, 1<<30); !strings.Contains(got, "position 1073741824, past any trace of this dataset (1000 files)") {
+		t.Errorf("a start at 2^30: verdict %q", got)
+	}
+}
+
+// offerSparseTrace offers a trace of count ids in a sparse memfd of their
+// size, and returns the verdict.
+func offerSparseTrace(t *testing.T, c *Client, epoch, count uint32) string {
+	t.Helper()
+	fd, err := memfd("trace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Ftruncate(fd, 4*int64(count)); err != nil {
+		t.Fatal(err)
+	}
+	return sendMessage(t, c, traceMessage(epoch, count), fd)
+}
+
+// offerStart sends a start message and returns the verdict.
+func offerStart(t *testing.T, c *Client, epoch, position uint32) string {
+	t.Helper()
+	msg := make([]byte, startBytes)
+	copy(msg, startMagic)
+	binary.LittleEndian.PutUint32(msg[8:], version)
+	binary.LittleEndian.PutUint32(msg[12:], epoch)
+	binary.LittleEndian.PutUint32(msg[16:], position)
+	binary.LittleEndian.PutUint32(msg[20:], 1)
+	return sendMessage(t, c, msg, -1)
 }

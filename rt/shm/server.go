@@ -95,6 +95,11 @@ type Options struct {
 	Starts chan<- rt.StartOffer
 	Ranks  int
 	Seed   uint64
+	// MaxTrace is the most file ids a client's trace may hold, and the
+	// furthest position a start may name: the dataset's number of files
+	// (a trace names each file at most once). A larger claim is refused
+	// before anything is allocated for it. 0 allows up to proto.MaxFiles.
+	MaxTrace int
 	// Arena, when set, is shared with every client (read-only): files
 	// whose bytes live in it are handed over by place instead of copied.
 	Arena *Arena
@@ -381,7 +386,11 @@ func (c *client) message(b []byte, fds []int) {
 
 // trace offers the client's trace of epoch to the rank.
 func (c *client) trace(epoch, count uint32, fds []int) {
-	files, err := readTrace(fds, count)
+	var files []int32
+	err := c.srv.checkCount(count)
+	if err == nil {
+		files, err = readTrace(fds, count)
+	}
 	switch {
 	case err != nil:
 	case c.srv.opt.Traces == nil:
@@ -408,6 +417,10 @@ func (c *client) start(o rt.StartOffer) {
 		c.verdict(o.Epoch, fmt.Errorf("the training process resumes epoch %d at position %d, but this rank already started: start brandrt serve with --resume to take up a job where it stopped", o.Epoch, o.Position))
 		return
 	}
+	if o.Position < 0 || c.srv.checkCount(uint32(o.Position)) != nil {
+		c.verdict(o.Epoch, fmt.Errorf("resuming epoch %d at position %d, past any trace of this dataset (%d files)", o.Epoch, uint32(o.Position), c.srv.maxTrace()))
+		return
+	}
 	reply := make(chan error, 1)
 	o.Reply = reply
 	select {
@@ -418,28 +431,56 @@ func (c *client) start(o rt.StartOffer) {
 	}
 }
 
-// readTrace reads count file ids from the one descriptor sent.
+// maxTrace returns the most file ids a trace may hold.
+func (s *Server) maxTrace() int {
+	if s.opt.MaxTrace > 0 {
+		return min(s.opt.MaxTrace, proto.MaxFiles)
+	}
+	return proto.MaxFiles
+}
+
+// checkCount refuses a trace of count file ids (or a start at position
+// count) that no trace of the dataset can hold.
+func (s *Server) checkCount(count uint32) error {
+	if uint64(count) > uint64(s.maxTrace()) {
+		return fmt.Errorf("a trace of %d file ids, but this rank's dataset has %d files: a trace names each at most once", count, s.maxTrace())
+	}
+	return nil
+}
+
+// readTrace reads count file ids from the one descriptor sent: a regular
+// file (a memfd) that holds them, which is checked before anything is
+// allocated for them.
 func readTrace(fds []int, count uint32) ([]int32, error) {
 	if len(fds) != 1 {
 		return nil, fmt.Errorf("a trace comes with one file descriptor, not %d", len(fds))
 	}
-	if count > proto.MaxFiles {
-		return nil, fmt.Errorf("a trace of %d files: at most %d", count, proto.MaxFiles)
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fds[0], &st); err != nil {
+		return nil, fmt.Errorf("the trace's file: %w", err)
 	}
-	b := make([]byte, 4*int(count))
-	for off := 0; off < len(b); {
-		n, err := syscall.Pread(fds[0], b[off:], int64(off))
+	need := 4 * int64(count)
+	switch {
+	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
+		return nil, fmt.Errorf("the trace's descriptor is not a regular file or memfd (mode %#o)", st.Mode)
+	case st.Size < need:
+		return nil, fmt.Errorf("the trace's file holds %d bytes, %d file ids need %d", st.Size, count, need)
+	}
+	files := make([]int32, count)
+	b := make([]byte, min(need, 64<<10))
+	for off := int64(0); off < need; {
+		part := b[:min(int64(len(b)), need-off)]
+		n, err := syscall.Pread(fds[0], part, off)
 		if err != nil {
 			return nil, fmt.Errorf("reading the trace: %w", err)
 		}
-		if n == 0 {
-			return nil, fmt.Errorf("the trace's file holds %d bytes, %d file ids need %d", off, count, len(b))
+		if n < len(part) { // a regular file reads whole unless it ends
+			return nil, fmt.Errorf("the trace's file holds %d bytes, %d file ids need %d", off+int64(n), count, need)
 		}
-		off += n
-	}
-	files := make([]int32, count)
-	for i := range files {
-		files[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+		for i := 0; i < n; i += 4 {
+			files[(off+int64(i))/4] = int32(binary.LittleEndian.Uint32(part[i:]))
+		}
+		off += int64(n)
 	}
 	return files, nil
 }
