@@ -104,11 +104,21 @@ class Client:
     keeps the file), valid until the next read or release: use it
     (decode, copy) before asking for the next file. A Client belongs to
     one process: DataLoader workers each make their own.
+
+    With verify, every file's bytes are checked against the CRC32C the
+    rank's index holds for it (brandrt.crc32c: about 0.5 ms for a 110 KB
+    file with numpy, less with the crc32c module); a mismatch raises
+    BrandError naming the file, its position and both checksums.
     """
 
-    def __init__(self, attach_dir=None, local_rank=None, timeout=None):
+    def __init__(self, attach_dir=None, local_rank=None, timeout=None, verify=False):
         self.dir = attach_dir or default_attach_dir(local_rank)
         self.timeout = timeout
+        self.verify = verify
+        if verify:
+            from .crc32c import crc32c  # numpy, imported only for this
+
+            self._crc32c = crc32c
         self._sock = None
         for d in (os.path.dirname(os.path.normpath(self.dir)), self.dir):
             _check_dir(d)
@@ -369,8 +379,17 @@ class Client:
                 msg = bytes(data).decode("utf-8", "replace")
                 self.release()
                 raise BrandError("position %d: %s" % (sn, msg))
+            if self.verify:
+                self._verify(sn, fid, data, crc)
             return sn, fid, label, data, crc
         return None
+
+    def _verify(self, sn, fid, data, crc):
+        got = self._crc32c(data)
+        if got != crc:
+            self.release()
+            raise BrandError("file %d at position %d: its %d bytes have CRC32C 0x%08x, the index says 0x%08x: damaged in the store or "
+                             "on the way" % (fid, sn, len(data), got, crc))
 
     # waiting
     def _sleep(self):

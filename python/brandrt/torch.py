@@ -175,16 +175,20 @@ class BrandDataset(torch.utils.data.Dataset):
     bytes in shared memory, valid only during transform; without a
     transform the item is bytes (one copy). ds[(epoch, [sn, ...])] reads
     the positions together and returns their items in order. Each process
-    attaches on first use, so the dataset can go to DataLoader workers."""
+    attaches on first use, so the dataset can go to DataLoader workers.
 
-    def __init__(self, transform=None, attach_dir=None, local_rank=None, timeout=None, with_id=False):
-        self.transform, self.with_id = transform, with_id
+    With verify, every file's CRC32C is checked against the rank's index
+    (Client's verify: about 0.5 ms for a 110 KB file with numpy, less
+    with the crc32c module installed); a mismatch raises BrandError."""
+
+    def __init__(self, transform=None, attach_dir=None, local_rank=None, timeout=None, with_id=False, verify=False):
+        self.transform, self.with_id, self.verify = transform, with_id, verify
         self.attach_dir, self.local_rank, self.timeout = attach_dir, local_rank, timeout
         self._client, self._pid = None, None
 
     def _attached(self):
         if self._pid != os.getpid():
-            self._client, self._pid = Client(self.attach_dir, self.local_rank, self.timeout), os.getpid()
+            self._client, self._pid = Client(self.attach_dir, self.local_rank, self.timeout, verify=self.verify), os.getpid()
         return self._client
 
     def __getitem__(self, index):

@@ -3,6 +3,7 @@ welcomes clients on a socket in a temporary attach directory, as brandrt
 serve does, and the test writes the records of their replies into their
 rings itself."""
 
+import contextlib
 import mmap
 import os
 import shutil
@@ -35,10 +36,16 @@ class FakeRank:
 
     def client(self, **kw):
         """A Client attached to this rank."""
+        with self.accepting():
+            return Client(attach_dir=self.dir, timeout=5, **kw)
+
+    @contextlib.contextmanager
+    def accepting(self):
+        """Welcome one client, which attaches inside the with block."""
         t = threading.Thread(target=self._welcome)
         t.start()
         try:
-            return Client(attach_dir=self.dir, timeout=5, **kw)
+            yield
         finally:
             t.join()
 
@@ -60,7 +67,9 @@ class FakeRank:
             os.close(fd)
 
     def put(self, kind, sn, fid, label, data, crc=0):
-        """Write a record with data (bytes) into the last client's ring."""
+        """Write a record with data (bytes) into the last client's ring,
+        and take the requests written so far (the test answers them)."""
+        struct.pack_into("<I", self.ring, L.OFF_REQ_TAIL, struct.unpack_from("<I", self.ring, L.OFF_REQ_HEAD)[0])
         head = struct.unpack_from("<Q", self.ring, L.OFF_DATA_HEAD)[0]
         n = (L.RECORD_HEADER + len(data) + L.RECORD_ALIGN - 1) & ~(L.RECORD_ALIGN - 1)
         assert head % self.data + n <= self.data, "the fake rank does not wrap its ring"
