@@ -9,10 +9,11 @@ import socket
 import stat
 import struct
 import time
+import warnings
 
 from . import layout as L
 
-__all__ = ["Client", "BrandError", "RankGone", "default_attach_dir"]
+__all__ = ["Client", "BrandError", "RankGone", "FileSkipped", "default_attach_dir"]
 
 
 class BrandError(Exception):
@@ -21,6 +22,16 @@ class BrandError(Exception):
 
 class RankGone(BrandError):
     """The brandrt rank this client was attached to went away."""
+
+
+class FileSkipped(BrandError):
+    """The rank skipped the file at position sn, damaged in its store
+    (`brandrt serve --on-damage skip`): str() is the rank's message, which
+    names the file; sn, file_id, label and message are attributes."""
+
+    def __init__(self, sn, file_id, label, message):
+        super().__init__(message)
+        self.sn, self.file_id, self.label, self.message = sn, file_id, label, message
 
 
 def default_attach_dir(local_rank=None):
@@ -119,6 +130,7 @@ class Client:
             from .crc32c import crc32c  # numpy, imported only for this
 
             self._crc32c = crc32c
+        self._warned = set()  # file ids of skipped files warned about
         self._sock = None
         for d in (os.path.dirname(os.path.normpath(self.dir)), self.dir):
             _check_dir(d)
@@ -323,21 +335,34 @@ class Client:
             self._sleep()
 
     def read(self, sn, epoch):
-        """Request position sn and return (file_id, label, data) for it."""
+        """Request position sn and return (file_id, label, data) for it.
+        Raises FileSkipped when the rank skipped the file (damaged)."""
         self.request(sn, epoch)
         while True:
             got = self._pending.pop(sn, None)
+            if isinstance(got, FileSkipped):
+                raise got
             if got is not None:
                 return got
-            r = self.next()
+            try:
+                r = self.next()
+            except FileSkipped as e:
+                if e.sn == sn:
+                    raise
+                self._pending[e.sn] = e  # an older request's
+                continue
             if r[0] == sn:
                 return r[1], r[2], r[3]
             self._pending[r[0]] = (r[1], r[2], bytes(r[3]))  # an older request's reply
 
-    def read_many(self, sns, epoch, use):
+    def read_many(self, sns, epoch, use, skipped=None):
         """Read positions sns of epoch with up to a ring's worth of requests
         in flight, calling use(sn, file_id, label, data) for each as it
-        arrives (in any order); data is valid only during the call."""
+        arrives (in any order); data is valid only during the call. For a
+        file the rank skipped (damaged: `brandrt serve --on-damage skip`),
+        skipped(sn, file_id, message) is called instead; without it, a
+        warning names the file, once per file id."""
+        skipped = skipped or self.warn_skipped
         sent = got = 0
         while got < len(sns):
             # The rank is woken once the first few wait, so that it
@@ -346,10 +371,22 @@ class Client:
             while sent < len(sns) and sent - got < self._slots:
                 self._push(L.KIND_READ, sns[sent], epoch, wake=sent < _WAKE_BATCH)
                 sent += 1
-            sn, fid, label, data, _ = self.next()
-            use(sn, fid, label, data)
             got += 1
+            try:
+                sn, fid, label, data, _ = self.next()
+            except FileSkipped as e:
+                skipped(e.sn, e.file_id, e.message)
+                continue
+            use(sn, fid, label, data)
         self.release()
+
+    def warn_skipped(self, sn, file_id, message):
+        """Warn that the rank skipped file_id (at position sn), once per
+        file id: read_many's default for skipped files."""
+        if file_id in self._warned:
+            return
+        self._warned.add(file_id)
+        warnings.warn("brandrt skipped file %d (position %d), damaged: %s" % (file_id, sn, message), RuntimeWarning, stacklevel=3)
 
     def release(self):
         """Give the ring back the room of the last reply's bytes."""
@@ -379,6 +416,10 @@ class Client:
                 msg = bytes(data).decode("utf-8", "replace")
                 self.release()
                 raise BrandError("position %d: %s" % (sn, msg))
+            if kind == L.REC_SKIPPED:
+                msg = bytes(data).decode("utf-8", "replace")
+                self.release()
+                raise FileSkipped(sn, fid, label, msg)
             if self.verify:
                 self._verify(sn, fid, data, crc)
             return sn, fid, label, data, crc

@@ -143,7 +143,10 @@
 //	 0  4  record bytes (header and data, rounded up to 64)
 //	 4  4  kind: 1 file, 2 error (data is a UTF-8 message), 3 padding,
 //	       4 shared file (data is the u64 offset of the file's bytes in
-//	       the arena; data bytes still gives the file's size)
+//	       the arena; data bytes still gives the file's size),
+//	       5 skipped file (sn, file id and label as for kind 1; data is
+//	       a UTF-8 message naming the damaged file, with `brandrt serve
+//	       --on-damage skip`)
 //	 8  4  sn
 //	12  4  file id
 //	16  4  label (−1: none)

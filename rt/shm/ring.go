@@ -43,11 +43,13 @@ const (
 	KindRead     = 1
 	KindEndEpoch = 2
 	// Record kinds. A shared record carries, instead of the bytes, their
-	// offset in the arena (u64 after the header).
-	RecFile   = 1
-	RecError  = 2
-	RecPad    = 3
-	RecShared = 4
+	// offset in the arena (u64 after the header); a skipped one, a message
+	// naming a damaged file the rank skipped.
+	RecFile    = 1
+	RecError   = 2
+	RecPad     = 3
+	RecShared  = 4
+	RecSkipped = 5
 )
 
 // Ring is a client's ring pair, mapped in this process.
