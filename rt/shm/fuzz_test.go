@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"path/filepath"
 	"syscall"
@@ -95,7 +96,7 @@ func fuzzServer(f *testing.F) *Server {
 		f.Fatal(err)
 	}
 	s, err := Listen(filepath.Join(f.TempDir(), "local-0"), 0, Options{Slots: 4, Data: 256 << 10, Requests: reqs,
-		Traces: traces, Starts: starts, Ranks: 1, MaxTrace: 1000, Arena: a, Log: &bytes.Buffer{}})
+		Traces: traces, Starts: starts, Ranks: 1, MaxTrace: 1000, Arena: a, Log: io.Discard})
 	if err != nil {
 		f.Fatal(err)
 	}

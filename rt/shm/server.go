@@ -66,6 +66,7 @@ type Server struct {
 	// any more.
 	stopping chan struct{}
 
+	logMu     sync.Mutex
 	mu        sync.Mutex
 	clients   map[uint32]*client
 	next      uint32
@@ -158,12 +159,14 @@ func (s *Server) StartEpoch(e uint32, n int) {
 	}
 }
 
-// logf writes a line to the log.
+// logf writes a line to the log, one goroutine at a time.
 func (s *Server) logf(format string, args ...any) {
 	w := s.opt.Log
 	if w == nil {
 		w = os.Stderr
 	}
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
 	fmt.Fprintf(w, format, args...)
 }
 
