@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -16,8 +17,8 @@ import (
 
 // FuzzAttachMessages sends a live rank a fuzzed message, as the hello or
 // after a proper one (a trace, a start, anything), with or without a
-// memfd of fuzzed content; then a well-behaved client must still attach
-// and read a file. The rank takes traces and starts (accepting those of
+// memfd of fuzzed content; the rank must not allocate much for it, and a
+// well-behaved client must still attach and read a file. The rank takes traces and starts (accepting those of
 // odd epochs), and its dataset has 1000 files.
 func FuzzAttachMessages(f *testing.F) {
 	for _, seed := range attachSeeds() {
@@ -25,14 +26,24 @@ func FuzzAttachMessages(f *testing.F) {
 	}
 	s := fuzzServer(f)
 	f.Fuzz(func(t *testing.T, asHello bool, msg []byte, withFD bool, content []byte) {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
 		if err := sendFuzzed(s.Dir(), asHello, msg, withFD, content); err != nil {
 			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > maxFuzzAlloc {
+			t.Fatalf("one message made the rank allocate %d MiB", grew>>20)
 		}
 		if err := readAll(s.Dir(), 7, 1, 9, 2); err != nil {
 			t.Fatalf("a well-behaved client after the fuzzed one: %v", err)
 		}
 	})
 }
+
+// maxFuzzAlloc bounds what one message may make the rank allocate: a
+// trace of the dataset's 1000 files needs 4 KB.
+const maxFuzzAlloc = 64 << 20
 
 type attachSeed struct {
 	asHello, withFD bool
