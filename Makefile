@@ -59,6 +59,7 @@ fuzz: deps
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./proto
 	$(GO) test -run '^$$' -fuzz FuzzSchedule -fuzztime $(FUZZTIME) ./proto/prototest
 	$(GO) test -run '^$$' -fuzz FuzzHostilePeer -fuzztime $(FUZZTIME) ./proto/prototest
+	$(GO) test -run '^$$' -fuzz FuzzAttach -fuzztime $(FUZZTIME) ./rt/shm
 
 bench: bench-proto bench-storage bench-serve
 

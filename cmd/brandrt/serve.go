@@ -437,7 +437,7 @@ func listen(n *rt.Node, rank int, arena *shm.Arena, log io.Writer) (*shm.Server,
 		return nil, err
 	}
 	o := shm.Options{Slots: 64, Data: max(uint64(64<<20), (2*uint64(n.MaxFileSize())+128+4095)&^4095), Requests: n.Requests(), Arena: arena,
-		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed}
+		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed, MaxTrace: n.Mapping().Files()}
 	if n.Config().ClientTraces {
 		o.Traces = n.Traces()
 	}

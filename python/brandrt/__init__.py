@@ -2,6 +2,6 @@
 read training files through shared memory. See brandrt.torch for the
 PyTorch Dataset and Sampler."""
 
-from .client import BrandError, Client, RankGone, default_attach_dir
+from .client import BrandError, Client, FileSkipped, RankGone, default_attach_dir
 
-__all__ = ["Client", "BrandError", "RankGone", "default_attach_dir"]
+__all__ = ["Client", "BrandError", "FileSkipped", "RankGone", "default_attach_dir"]

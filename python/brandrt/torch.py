@@ -32,7 +32,7 @@ import os
 
 import torch.utils.data
 
-from .client import BrandError, Client
+from .client import BrandError, Client, FileSkipped
 
 __all__ = ["BrandDataset", "BrandSampler", "decode_image"]
 
@@ -175,16 +175,25 @@ class BrandDataset(torch.utils.data.Dataset):
     bytes in shared memory, valid only during transform; without a
     transform the item is bytes (one copy). ds[(epoch, [sn, ...])] reads
     the positions together and returns their items in order. Each process
-    attaches on first use, so the dataset can go to DataLoader workers."""
+    attaches on first use, so the dataset can go to DataLoader workers.
 
-    def __init__(self, transform=None, attach_dir=None, local_rank=None, timeout=None, with_id=False):
-        self.transform, self.with_id = transform, with_id
+    With verify, every file's CRC32C is checked against the rank's index
+    (Client's verify: about 0.5 ms for a 110 KB file with numpy, less
+    with the crc32c module installed); a mismatch raises BrandError.
+
+    A file the rank skipped, damaged in its store (`brandrt serve
+    --on-damage skip`), is left out of a batch read together (the batch is
+    shorter, which DataLoader's default_collate takes), with a warning
+    naming it once per file; ds[(epoch, sn)] alone raises FileSkipped."""
+
+    def __init__(self, transform=None, attach_dir=None, local_rank=None, timeout=None, with_id=False, verify=False):
+        self.transform, self.with_id, self.verify = transform, with_id, verify
         self.attach_dir, self.local_rank, self.timeout = attach_dir, local_rank, timeout
         self._client, self._pid = None, None
 
     def _attached(self):
         if self._pid != os.getpid():
-            self._client, self._pid = Client(self.attach_dir, self.local_rank, self.timeout), os.getpid()
+            self._client, self._pid = Client(self.attach_dir, self.local_rank, self.timeout, verify=self.verify), os.getpid()
         return self._client
 
     def __getitem__(self, index):
@@ -214,9 +223,17 @@ class BrandDataset(torch.utils.data.Dataset):
             epochs = {e for e, _ in indices}
             if len(epochs) == 1:
                 return self._many(self._attached(), epochs.pop(), [sn for _, sn in indices])
-        return [self[i] for i in indices]
+        items = []
+        for i in indices:
+            try:
+                items.append(self[i])
+            except FileSkipped as e:
+                self._attached().warn_skipped(e.sn, e.file_id, e.message)
+        return items
 
     def _many(self, c, epoch, sns):
+        """The items of positions sns, in order, less those of files the
+        rank skipped (Client.read_many warns of them)."""
         items = {}
 
         def use(sn, fid, label, data):
@@ -224,7 +241,7 @@ class BrandDataset(torch.utils.data.Dataset):
             items[sn] = (item, label, fid) if self.with_id else (item, label)
 
         c.read_many(sns, epoch, use)
-        return [items[sn] for sn in sns]
+        return [items[sn] for sn in sns if sn in items]
 
     def __getstate__(self):
         state = dict(self.__dict__)

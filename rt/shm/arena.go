@@ -21,7 +21,8 @@ const arenaGrain = 4 << 10
 // chunk.Memory of the rank's shard), and otherwise copies each file it
 // keeps from a chunk into a buffer of its own from it. A file that lives
 // in it reaches a client as its place in the arena, not as a copy in the
-// client's ring. Clients map it read-only.
+// client's ring. Clients get it read-only, and its size is sealed
+// (sizeArena).
 //
 // The arena is one memfd of a fixed size, mapped once; its pages are
 // allocated by the kernel when first written, so a large arena costs
@@ -41,6 +42,8 @@ const arenaGrain = 4 << 10
 type Arena struct {
 	fd  int
 	mem []byte
+	// roFD is the arena opened again read-only: what clients get.
+	roFD int
 
 	// Sets of extents, each sorted by offset with neighbours merged.
 	mu      sync.Mutex
@@ -74,19 +77,47 @@ func NewArena(size uint64) (*Arena, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := syscall.Ftruncate(fd, int64(size)); err != nil {
+	roFD, err := sizeArena(fd, size)
+	if err != nil {
 		syscall.Close(fd)
-		return nil, fmt.Errorf("shm: size an arena of %d bytes: %w", size, err)
+		return nil, err
 	}
 	mem, err := syscall.Mmap(fd, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
 		syscall.Close(fd)
+		syscall.Close(roFD)
 		return nil, fmt.Errorf("shm: map an arena of %d bytes: %w", size, err)
 	}
-	a := &Arena{fd: fd, mem: mem, free: []extent{{0, size}}, holes: []extent{{0, size}}, holed: size, Slack: DefaultSlack,
+	a := &Arena{fd: fd, roFD: roFD, mem: mem, free: []extent{{0, size}}, holes: []extent{{0, size}}, holed: size, Slack: DefaultSlack,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), reclaimerEnd: make(chan struct{})}
 	go a.reclaimer()
 	return a, nil
+}
+
+// sizeArena sizes the arena's memfd and seals its size, and returns a
+// read-only descriptor of it for the clients: a client can neither map it
+// writable (EACCES) nor truncate it (and through a writable descriptor,
+// the seals refuse: EPERM). F_SEAL_FUTURE_WRITE, which would refuse a
+// writable mapping through any descriptor, would also refuse the holes
+// the arena punches to give pages back (EPERM, Linux 6.18), so the memfd
+// is left without it, mode 0400 so that a process other than root cannot
+// open it again writable through /proc.
+func sizeArena(fd int, size uint64) (int, error) {
+	if err := syscall.Ftruncate(fd, int64(size)); err != nil {
+		return -1, fmt.Errorf("shm: size an arena of %d bytes: %w", size, err)
+	}
+	if err := seal(fd, sealSize); err != nil {
+		return -1, err
+	}
+	roFD, err := syscall.Open(fmt.Sprintf("/proc/self/fd/%d", fd), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("shm: open the arena read-only for clients: %w", err)
+	}
+	if err := syscall.Fchmod(fd, 0o400); err != nil {
+		syscall.Close(roFD)
+		return -1, fmt.Errorf("shm: arena: %w", err)
+	}
+	return roFD, nil
 }
 
 // Size returns the arena's size in bytes.
@@ -361,6 +392,7 @@ func (a *Arena) Close() error {
 	<-a.reclaimerEnd
 	err := syscall.Munmap(a.mem)
 	syscall.Close(a.fd)
+	syscall.Close(a.roFD)
 	a.mem = nil
 	return err
 }

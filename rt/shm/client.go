@@ -23,15 +23,31 @@ type Client struct {
 	readAt uint64 // data bytes read so far
 }
 
+// welcomeWait bounds how long Attach waits for the rank's welcome.
+const welcomeWait = 10 * time.Second
+
 // ErrRankGone is returned when the rank's side of the socket closed.
 var ErrRankGone = errors.New("shm: the brandrt rank went away")
 
-// Attach connects to the rank serving dir.
+// Attach connects to the rank serving dir. Like the rank, it refuses an
+// attach directory (or its base) that another user owns or may write to,
+// and a rank that runs as another user.
 func Attach(dir string) (*Client, error) {
+	if err := checkDirs(dir); err != nil {
+		return nil, err
+	}
 	sock := filepath.Join(dir, SocketName)
 	conn, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: sock, Net: "unixpacket"})
 	if err != nil {
 		return nil, fmt.Errorf("shm: attach to %s: %w (is brandrt serve running?)", sock, err)
+	}
+	cred, err := peerCred(conn)
+	if err == nil {
+		err = checkPeer(cred, "the rank")
+	}
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("shm: attach to %s: %w", sock, err)
 	}
 	hello := make([]byte, helloBytes)
 	copy(hello, helloMagic)
@@ -51,7 +67,9 @@ func Attach(dir string) (*Client, error) {
 
 func welcome(conn *net.UnixConn) (*Client, error) {
 	b, oob := make([]byte, 64), make([]byte, syscall.CmsgSpace(2*4))
+	conn.SetReadDeadline(time.Now().Add(welcomeWait))
 	n, oobn, _, _, err := conn.ReadMsgUnix(b, oob)
+	conn.SetReadDeadline(time.Time{})
 	if err != nil {
 		return nil, err
 	}

@@ -18,12 +18,41 @@
 //	                   rank u32, ring bytes u32, arena bytes u64
 //
 // When arena bytes is not 0, a second descriptor follows the rings': the
-// rank's arena, a memfd the client maps read-only. The rank reads its
+// rank's arena, a memfd the client maps read-only (the descriptor allows
+// nothing else, below). The rank reads its
 // chunks into the arena, and a file that lives there is handed over as
 // its place in it rather than copied into the ring (a shared record,
 // below). The rank also receives files of more than 32 KiB from other
 // ranks into the arena. Smaller files from other ranks, and all files
 // when the arena is full, are copied.
+//
+// # Who may attach
+//
+// Only processes of the rank's own user attach. The rank makes its attach
+// directory and the base above it for its user alone (mode 0700), and
+// refuses to start when either exists as a symbolic link, owned by
+// another user, or writable by group or others: another user who made
+// /dev/shm/brandrt-<uid> first could otherwise put a socket of its own in
+// the rank's place and feed training data of its own. The message names
+// the directory, its owner and mode; remove it, or set $BRANDRT_ATTACH to
+// a directory of your own. A client checks both directories the same way
+// before it connects. Once connected, each side asks the kernel who the
+// other is (SO_PEERCRED): the rank closes a connection from a process of
+// another user before reading its hello, and logs one line with its pid
+// and uid; a client refuses a rank of another user before sending one.
+//
+// A client cannot change the memory it shares with the rank under the
+// rank's or another client's feet. Both memfds are sealed at their size
+// (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL): ftruncate fails with EPERM,
+// so a client cannot make the rank fault (SIGBUS) on pages it cut off.
+// The arena's descriptor is opened read-only: a writable shared mapping
+// of it fails (EACCES), as does ftruncate. (F_SEAL_FUTURE_WRITE would
+// make that EPERM through any descriptor, but it also refuses the holes
+// the rank punches in the arena to give its pages back.) The arena's
+// memfd has mode 0400, so a process other than root cannot open it again
+// writable through /proc; a process of the same user that means harm can
+// still change the mode, or trace the rank: the uid checks above are the
+// boundary, these protect the rank from mistakes.
 //
 // # Traces
 //
@@ -35,7 +64,10 @@
 //	                 count u32, reserved u32 (0)
 //
 // with, as SCM_RIGHTS, the descriptor of a file (a memfd) holding count
-// file ids, i32 little-endian, from offset 0. The rank answers once every
+// file ids, i32 little-endian, from offset 0. Before it allocates for
+// them, the rank refuses a count larger than the dataset's number of
+// files (no trace can be longer), and a descriptor that is not a regular
+// file at least 4 × count bytes long. The rank answers once every
 // rank has its trace for the epoch, or at once when it refuses the offer:
 //
 //	verdict, 24 bytes + n: magic "BRTVRDCT", version u32, epoch u32,
@@ -59,9 +91,13 @@
 // ask for in epoch; ranks and seed are those the position was saved in
 // (the ring's, then), and must be this job's. The rank answers with a
 // verdict (above) once the epoch starts, or at once when it refuses: a
-// start to a rank without --resume, another job's ranks or seed, an epoch
-// past --epochs, a position past the trace; starts whose epochs differ
-// across the ranks are refused to every rank's client.
+// start to a rank without --resume, a position past the dataset's number
+// of files (before the offer goes further), another job's ranks or seed,
+// an epoch past --epochs, a position past the trace; starts whose epochs
+// differ across the ranks are refused to every rank's client. Messages
+// other than traces and starts, or of other sizes, are logged and
+// ignored; a message is at most 64 bytes (longer ones are cut, and then
+// ignored).
 //
 // # Rings
 //
@@ -107,7 +143,10 @@
 //	 0  4  record bytes (header and data, rounded up to 64)
 //	 4  4  kind: 1 file, 2 error (data is a UTF-8 message), 3 padding,
 //	       4 shared file (data is the u64 offset of the file's bytes in
-//	       the arena; data bytes still gives the file's size)
+//	       the arena; data bytes still gives the file's size),
+//	       5 skipped file (sn, file id and label as for kind 1; data is
+//	       a UTF-8 message naming the damaged file, with `brandrt serve
+//	       --on-damage skip`)
 //	 8  4  sn
 //	12  4  file id
 //	16  4  label (−1: none)

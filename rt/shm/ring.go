@@ -43,14 +43,12 @@ const (
 	KindRead     = 1
 	KindEndEpoch = 2
 	// Record kinds. A shared record carries, instead of the bytes, their
-	// offset in the arena (u64 after the header).
-	RecFile   = 1
-	RecError  = 2
-	RecPad    = 3
-	RecShared = 4
-	// RecSkipped answers a position whose file is damaged on storage and
-	// left out (serve --on-damage skip): sn, file id and label as for a
-	// file, the data a UTF-8 message naming it.
+	// offset in the arena (u64 after the header); a skipped one, a message
+	// naming a damaged file the rank skipped.
+	RecFile    = 1
+	RecError   = 2
+	RecPad     = 3
+	RecShared  = 4
 	RecSkipped = 5
 )
 
@@ -69,7 +67,8 @@ func layout(slots uint32, data uint64) (dataOff, total uint64) {
 	return dataOff, dataOff + data
 }
 
-// newRing creates the rings of a client in a memfd and maps them.
+// newRing creates the rings of a client in a memfd, sealed at its size,
+// and maps them.
 func newRing(slots uint32, data uint64, rank, client uint32) (*Ring, int, error) {
 	if slots == 0 || slots&(slots-1) != 0 || data == 0 || data%4096 != 0 {
 		return nil, -1, fmt.Errorf("shm: ring of %d slots and %d data bytes: slots must be a power of two, data a multiple of 4096", slots, data)
@@ -82,6 +81,10 @@ func newRing(slots uint32, data uint64, rank, client uint32) (*Ring, int, error)
 	if err := syscall.Ftruncate(fd, int64(total)); err != nil {
 		syscall.Close(fd)
 		return nil, -1, fmt.Errorf("shm: size a ring of %d bytes: %w", total, err)
+	}
+	if err := seal(fd, sealSize); err != nil { // the client cannot truncate it under the rank
+		syscall.Close(fd)
+		return nil, -1, err
 	}
 	r, err := mapRing(fd)
 	if err != nil {

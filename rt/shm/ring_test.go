@@ -31,7 +31,7 @@ func TestLayoutGolden(t *testing.T) {
 		"off_req_tail": offReqTail, "off_rep_head": offRepHead, "off_rank_sleeping": offRankSleeping,
 		"off_client_sleeping": offClientSleeping, "off_data_head": offDataHead, "off_data_tail": offDataTail, "off_epoch": offEpoch, "off_trace_len": offTraceLen, "off_ranks": offRanks, "off_resume": offResume, "off_seed": offSeed, "kind_end_epoch": KindEndEpoch,
 		"slot_bytes": slotBytes, "record_header": recordHeader, "record_align": recordAlign,
-		"kind_read": KindRead, "rec_file": RecFile, "rec_error": RecError, "rec_pad": RecPad, "rec_shared": RecShared,
+		"kind_read": KindRead, "rec_file": RecFile, "rec_error": RecError, "rec_pad": RecPad, "rec_shared": RecShared, "rec_skipped": RecSkipped,
 		"trace_bytes": traceBytes, "verdict_bytes": verdictBytes, "start_bytes": startBytes,
 	} {
 		ours[k] = fmt.Sprint(v)
@@ -304,14 +304,31 @@ func offerTrace(t *testing.T, c *Client, epoch uint32, files []int32, count uint
 	if _, err := syscall.Write(fd, b); err != nil {
 		t.Fatal(err)
 	}
+	return sendMessage(t, c, traceMessage(epoch, count), fd)
+}
+
+// traceMessage returns a trace message for epoch of count ids.
+func traceMessage(epoch, count uint32) []byte {
 	msg := make([]byte, traceBytes)
 	copy(msg, traceMagic)
 	binary.LittleEndian.PutUint32(msg[8:], version)
 	binary.LittleEndian.PutUint32(msg[12:], epoch)
 	binary.LittleEndian.PutUint32(msg[16:], count)
-	if _, _, err := c.conn.WriteMsgUnix(msg, syscall.UnixRights(fd), nil); err != nil {
+	return msg
+}
+
+// sendMessage sends msg, with fd unless it is -1, and returns the rank's
+// verdict: "" when accepted.
+func sendMessage(t *testing.T, c *Client, msg []byte, fd int) string {
+	t.Helper()
+	var oob []byte
+	if fd >= 0 {
+		oob = syscall.UnixRights(fd)
+	}
+	if _, _, err := c.conn.WriteMsgUnix(msg, oob, nil); err != nil {
 		t.Fatal(err)
 	}
+	epoch := binary.LittleEndian.Uint32(msg[12:])
 	got := make([]byte, 8192)
 	c.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	n, err := c.conn.Read(got)

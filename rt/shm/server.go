@@ -66,6 +66,7 @@ type Server struct {
 	// any more.
 	stopping chan struct{}
 
+	logMu     sync.Mutex
 	mu        sync.Mutex
 	clients   map[uint32]*client
 	next      uint32
@@ -95,18 +96,30 @@ type Options struct {
 	Starts chan<- rt.StartOffer
 	Ranks  int
 	Seed   uint64
+	// MaxTrace is the most file ids a client's trace may hold, and the
+	// furthest position a start may name: the dataset's number of files
+	// (a trace names each file at most once). A larger claim is refused
+	// before anything is allocated for it. 0 allows up to proto.MaxFiles.
+	MaxTrace int
 	// Arena, when set, is shared with every client (read-only): files
 	// whose bytes live in it are handed over by place instead of copied.
 	Arena *Arena
+	// Log takes a line for each client refused or dropped; nil is
+	// os.Stderr.
+	Log io.Writer
 }
 
-// Listen creates dir and its attach socket.
+// Listen creates dir and its attach socket. dir and its parent (the base
+// of the attach directories) are made for this process's user alone
+// (mode 0700); either one that exists owned by another user, writable by
+// group or others, or as a symbolic link is refused. So is a client that
+// runs as another user.
 func Listen(dir string, rank int, o Options) (*Server, error) {
 	if _, total := layout(o.Slots, o.Data); o.Slots == 0 || o.Slots&(o.Slots-1) != 0 || o.Data%4096 != 0 || total > 1<<34 {
 		return nil, fmt.Errorf("shm: %d slots and %d data bytes per client: want a power of two and a multiple of 4096", o.Slots, o.Data)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("shm: attach directory: %w", err)
+	if err := makeDir(dir); err != nil {
+		return nil, err
 	}
 	sock := filepath.Join(dir, SocketName)
 	if err := clearStale(sock); err != nil {
@@ -144,6 +157,17 @@ func (s *Server) StartEpoch(e uint32, n int) {
 	for _, c := range s.clients {
 		c.ring.setEpoch(e, uint32(n))
 	}
+}
+
+// logf writes a line to the log, one goroutine at a time.
+func (s *Server) logf(format string, args ...any) {
+	w := s.opt.Log
+	if w == nil {
+		w = os.Stderr
+	}
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	fmt.Fprintf(w, format, args...)
 }
 
 // Dir returns the attach directory.
@@ -192,7 +216,7 @@ func (s *Server) accept() {
 		go func() {
 			defer s.wg.Done()
 			if err := s.attach(conn); err != nil {
-				fmt.Fprintf(os.Stderr, "brandrt: rank %d: %v\n", s.rank, err)
+				s.logf("brandrt: rank %d: %v\n", s.rank, err)
 			}
 		}()
 	}
@@ -202,6 +226,13 @@ func (s *Server) accept() {
 // goes away.
 func (s *Server) attach(conn *net.UnixConn) error {
 	defer conn.Close()
+	cred, err := peerCred(conn)
+	if err == nil {
+		err = checkPeer(cred, "a client")
+	}
+	if err != nil {
+		return fmt.Errorf("shm: refused: %w", err)
+	}
 	pid, err := readHello(conn)
 	if errors.Is(err, io.EOF) {
 		return nil // a probe (clearStale of another rank), not a client
@@ -270,7 +301,7 @@ func sendWelcome(conn *net.UnixConn, id, rank uint32, size, fd int, arena *Arena
 	fds := []int{fd}
 	if arena != nil {
 		le.PutUint64(b[24:], arena.Size())
-		fds = append(fds, arena.fd)
+		fds = append(fds, arena.roFD)
 	}
 	_, _, err := conn.WriteMsgUnix(b, syscall.UnixRights(fds...), nil)
 	return err
@@ -351,14 +382,18 @@ func (c *client) message(b []byte, fds []int) {
 		c.start(rt.StartOffer{Epoch: le.Uint32(b[12:]), Position: int32(le.Uint32(b[16:])), Ranks: int(le.Uint32(b[20:])),
 			Seed: le.Uint64(b[24:])})
 	default:
-		fmt.Fprintf(os.Stderr, "brandrt: client %d (pid %d): ignoring a message of %d bytes that is not a version %d trace or start\n",
+		c.srv.logf("brandrt: client %d (pid %d): ignoring a message of %d bytes that is not a version %d trace or start\n",
 			c.id, c.pid, len(b), version)
 	}
 }
 
 // trace offers the client's trace of epoch to the rank.
 func (c *client) trace(epoch, count uint32, fds []int) {
-	files, err := readTrace(fds, count)
+	var files []int32
+	err := c.srv.checkCount(count)
+	if err == nil {
+		files, err = readTrace(fds, count)
+	}
 	switch {
 	case err != nil:
 	case c.srv.opt.Traces == nil:
@@ -385,6 +420,10 @@ func (c *client) start(o rt.StartOffer) {
 		c.verdict(o.Epoch, fmt.Errorf("the training process resumes epoch %d at position %d, but this rank already started: start brandrt serve with --resume to take up a job where it stopped", o.Epoch, o.Position))
 		return
 	}
+	if o.Position < 0 || c.srv.checkCount(uint32(o.Position)) != nil {
+		c.verdict(o.Epoch, fmt.Errorf("resuming epoch %d at position %d, past any trace of this dataset (%d files)", o.Epoch, uint32(o.Position), c.srv.maxTrace()))
+		return
+	}
 	reply := make(chan error, 1)
 	o.Reply = reply
 	select {
@@ -395,28 +434,56 @@ func (c *client) start(o rt.StartOffer) {
 	}
 }
 
-// readTrace reads count file ids from the one descriptor sent.
+// maxTrace returns the most file ids a trace may hold.
+func (s *Server) maxTrace() int {
+	if s.opt.MaxTrace > 0 {
+		return min(s.opt.MaxTrace, proto.MaxFiles)
+	}
+	return proto.MaxFiles
+}
+
+// checkCount refuses a trace of count file ids (or a start at position
+// count) that no trace of the dataset can hold.
+func (s *Server) checkCount(count uint32) error {
+	if uint64(count) > uint64(s.maxTrace()) {
+		return fmt.Errorf("a trace of %d file ids, but this rank's dataset has %d files: a trace names each at most once", count, s.maxTrace())
+	}
+	return nil
+}
+
+// readTrace reads count file ids from the one descriptor sent: a regular
+// file (a memfd) that holds them, which is checked before anything is
+// allocated for them.
 func readTrace(fds []int, count uint32) ([]int32, error) {
 	if len(fds) != 1 {
 		return nil, fmt.Errorf("a trace comes with one file descriptor, not %d", len(fds))
 	}
-	if count > proto.MaxFiles {
-		return nil, fmt.Errorf("a trace of %d files: at most %d", count, proto.MaxFiles)
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fds[0], &st); err != nil {
+		return nil, fmt.Errorf("the trace's file: %w", err)
 	}
-	b := make([]byte, 4*int(count))
-	for off := 0; off < len(b); {
-		n, err := syscall.Pread(fds[0], b[off:], int64(off))
+	need := 4 * int64(count)
+	switch {
+	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
+		return nil, fmt.Errorf("the trace's descriptor is not a regular file or memfd (mode %#o)", st.Mode)
+	case st.Size < need:
+		return nil, fmt.Errorf("the trace's file holds %d bytes, %d file ids need %d", st.Size, count, need)
+	}
+	files := make([]int32, count)
+	b := make([]byte, min(need, 64<<10))
+	for off := int64(0); off < need; {
+		part := b[:min(int64(len(b)), need-off)]
+		n, err := syscall.Pread(fds[0], part, off)
 		if err != nil {
 			return nil, fmt.Errorf("reading the trace: %w", err)
 		}
-		if n == 0 {
-			return nil, fmt.Errorf("the trace's file holds %d bytes, %d file ids need %d", off, count, len(b))
+		if n < len(part) { // a regular file reads whole unless it ends
+			return nil, fmt.Errorf("the trace's file holds %d bytes, %d file ids need %d", off+int64(n), count, need)
 		}
-		off += n
-	}
-	files := make([]int32, count)
-	for i := range files {
-		files[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+		for i := 0; i < n; i += 4 {
+			files[(off+int64(i))/4] = int32(binary.LittleEndian.Uint32(part[i:]))
+		}
+		off += int64(n)
 	}
 	return files, nil
 }
@@ -454,7 +521,7 @@ func (c *client) read(reqs chan<- rt.Request) {
 		}
 		var err error
 		if batch, err = c.ring.takeRequests(batch[:0]); err != nil {
-			fmt.Fprintf(os.Stderr, "brandrt: client %d (pid %d): %v; dropping it\n", c.id, c.pid, err)
+			c.srv.logf("brandrt: client %d (pid %d): %v; dropping it\n", c.id, c.pid, err)
 			c.conn.Close()
 			return
 		}
@@ -553,7 +620,7 @@ func (c *client) put(d *rt.Delivery) (end uint64, lent bool) {
 		end, err = c.ring.putRecord(Record{Kind: RecError, Sn: d.Sn, File: -1, Label: -1, Data: []byte(err.Error())}, c.alive)
 	}
 	if err != nil && !errors.Is(err, errClientGone) {
-		fmt.Fprintf(os.Stderr, "brandrt: client %d (pid %d): %v\n", c.id, c.pid, err)
+		c.srv.logf("brandrt: client %d (pid %d): %v\n", c.id, c.pid, err)
 		c.conn.Close()
 	}
 	return end, lent && err == nil

@@ -1,0 +1,107 @@
+"""Attaching checks who is at the other end: the attach directory and its
+base must be this user's alone, and the rank must run as this user."""
+
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from brandrt import BrandError, Client  # noqa: E402
+from brandrt import layout as L  # noqa: E402
+from brandrt.client import _check_peer  # noqa: E402
+from fakerank import FakeRank  # noqa: E402
+
+NOBODY = 65534
+needs_root = unittest.skipUnless(os.geteuid() == 0, "needs root, to act as another user")
+
+
+class AttachDirTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.base = os.path.join(self.tmp, "brandrt-x")
+        self.dir = os.path.join(self.base, "local-0")
+        os.makedirs(self.dir, 0o700)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def refused(self, want):
+        with self.assertRaises(BrandError) as cm:
+            Client(attach_dir=self.dir, timeout=5)
+        msg = str(cm.exception)
+        self.assertIn(want, msg)
+        self.assertIn("remove it (rm -r ", msg)
+        self.assertIn("set $BRANDRT_ATTACH", msg)
+
+    @needs_root
+    def test_base_of_another_user(self):
+        os.chown(self.base, NOBODY, NOBODY)
+        self.refused("%s is owned by uid 65534" % self.base)
+
+    @needs_root
+    def test_dir_of_another_user(self):
+        os.chown(self.dir, NOBODY, NOBODY)
+        self.refused("%s is owned by uid 65534" % self.dir)
+
+    def test_writable_by_others(self):
+        os.chmod(self.base, 0o777)
+        self.refused("%s is writable by group or others (mode drwxrwxrwx" % self.base)
+
+    def test_symlink(self):
+        os.rename(self.dir, self.dir + "-elsewhere")
+        os.symlink(self.dir + "-elsewhere", self.dir)
+        self.refused("%s is a symbolic link" % self.dir)
+
+    def test_own_dir_attaches(self):
+        with FakeRank() as r, r.client() as c:
+            self.assertEqual(c.client_id, 1)
+
+
+class PeerTest(unittest.TestCase):
+    def test_check_peer(self):
+        _check_peer(struct.pack("3i", 42, os.geteuid(), 0), "the rank")
+        with self.assertRaises(BrandError) as cm:
+            _check_peer(struct.pack("3i", 42, os.geteuid() + 1, 0), "the rank")
+        self.assertIn("the rank of pid 42 runs as uid %d" % (os.geteuid() + 1), str(cm.exception))
+
+    @needs_root
+    def test_rank_of_another_user(self):
+        """A socket that a process of another user listens on, in a
+        directory of our own (moved there, as a socket can be once bound),
+        is refused before the hello."""
+        theirs = tempfile.mkdtemp()
+        ours = tempfile.mkdtemp()
+        os.chown(theirs, NOBODY, NOBODY)
+        os.mkdir(os.path.join(ours, "local-0"), 0o700)
+        code = ("import socket, sys, time\n"
+                "s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n"
+                "s.bind(sys.argv[1]); s.listen(4); s.settimeout(20)\n"
+                "while True:\n"
+                "    c, _ = s.accept(); c.close()\n")
+        sock = os.path.join(theirs, L.SOCKET_NAME)
+        p = subprocess.Popen([sys.executable, "-c", code, sock], user=NOBODY, group=NOBODY, extra_groups=[])
+        try:
+            end = time.monotonic() + 10
+            while not os.path.exists(sock):
+                self.assertLess(time.monotonic(), end, "the other user's listener did not start")
+                time.sleep(0.01)
+            os.rename(sock, os.path.join(ours, "local-0", L.SOCKET_NAME))
+            with self.assertRaises(BrandError) as cm:
+                Client(attach_dir=os.path.join(ours, "local-0"), timeout=5)
+            self.assertIn("the rank of pid %d runs as uid 65534" % p.pid, str(cm.exception))
+        finally:
+            p.kill()
+            p.wait()
+            shutil.rmtree(theirs)
+            shutil.rmtree(ours)
+
+
+if __name__ == "__main__":
+    unittest.main()
