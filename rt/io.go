@@ -43,6 +43,10 @@ type ioPool struct {
 	// from memory. Reads of kept chunks wait in ready. nil otherwise.
 	resident map[int]*chunkBuf
 	ready    []readResult
+	// reading holds, per chunk being read from storage while the pool
+	// keeps chunks, the later reads of it that wait for that read (the
+	// next epoch's, read ahead): they are answered from memory.
+	reading map[int][]proto.Read
 }
 
 func newIOPool(shard *chunk.Shard, firstPC, workers int) *ioPool {
@@ -101,6 +105,16 @@ func (p *ioPool) add(r proto.Read) {
 		p.ready = append(p.ready, readResult{read: r, ch: b.ch, buf: b, resident: true})
 		return
 	}
+	if p.resident != nil {
+		if p.reading == nil {
+			p.reading = make(map[int][]proto.Read)
+		}
+		if waits, ok := p.reading[r.PC]; ok {
+			p.reading[r.PC] = append(waits, r)
+			return
+		}
+		p.reading[r.PC] = nil
+	}
 	p.backlog = append(p.backlog, r)
 	p.flush()
 }
@@ -138,12 +152,19 @@ func (p *ioPool) next() (readResult, bool) {
 }
 
 // keep makes res's chunk resident, if the pool keeps chunks and has not
-// already (a read for the next epoch may start before this epoch's read
-// of the same chunk is done).
+// already, and answers from it the reads that waited for it.
 func (p *ioPool) keep(res *readResult) {
 	if p.resident != nil && res.buf != nil && !res.resident && p.resident[res.read.PC] == nil {
 		res.buf.hold()
 		p.resident[res.read.PC] = res.buf
+	}
+	waits := p.reading[res.read.PC]
+	delete(p.reading, res.read.PC)
+	for _, w := range waits {
+		if b := p.resident[res.read.PC]; b != nil {
+			b.hold()
+			p.ready = append(p.ready, readResult{read: w, ch: b.ch, buf: b, resident: true})
+		}
 	}
 }
 
