@@ -150,6 +150,15 @@ func (l *loop) deliver(d proto.Delivery) {
 	}
 	delete(l.waiting, d.Sn)
 	l.answered++
+	if l.dropping[d.Sn] { // asked by the rank to end a share's epoch: nobody reads it
+		delete(l.dropping, d.Sn)
+		if f := l.files[d.File]; d.Status == proto.StatusOK && f != nil {
+			delete(l.files, d.File)
+			f.release()
+			l.stats.dropped++
+		}
+		return
+	}
 	if l.answered1.IsZero() {
 		l.answered1 = time.Now()
 	}

@@ -89,9 +89,14 @@ type loop struct {
 	traceLen, answered int
 	ended              bool
 	// asked marks the positions asked for; endedShare the shares whose
-	// clients ended the epoch.
+	// clients ended the epoch, dropping the positions the rank asked for
+	// itself to end them (see end), sink their reply channel (never
+	// sent to). endedEarly: a client ended the epoch, whole or a share.
 	asked      []bool
 	endedShare map[share]bool
+	dropping   map[int32]bool
+	sink       chan Delivery
+	endedEarly bool
 	// order holds the file delivered at each position (Config.Order).
 	order  []int32
 	done   bool // local clients finished; tagDone sent
@@ -124,6 +129,8 @@ type loopStats struct {
 	// files left out as damaged, and the sums of their checksums and
 	// labels
 	skipped, skippedCRC, skippedLabel int64
+	// files the rank dropped to end a share's epoch (loop.end)
+	dropped int64
 }
 
 // pendingSend is a send in flight to rank to; frame must live, and file
@@ -278,8 +285,7 @@ func (l *loop) request(r Request) error {
 		r.Reply <- Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: epoch %d is over (this is epoch %d)", l.n.me, r.Epoch, l.epoch)}
 		return nil
 	case r.End:
-		l.end(r)
-		return nil
+		return l.end(r)
 	}
 	if _, dup := l.waiting[r.Sn]; dup {
 		r.Reply <- Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: position %d is already requested", l.n.me, r.Sn)}

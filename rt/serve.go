@@ -70,7 +70,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	l := &loop{n: n, p: n.p, comm: n.comm, io: io, pool: pool, reqs: reqs, epoch: e, traceLen: len(own), answered: from,
 		waiting: make(map[int32]chan<- Delivery), files: n.ahead, stats: n.aheadStats}
 	n.ahead, n.aheadStats = nil, loopStats{}
-	l.asked = make([]bool, len(own))
+	l.asked, l.sink = make([]bool, len(own)), make(chan Delivery)
 	for sn := range from {
 		l.asked[sn] = true // delivered before the restart
 	}
@@ -129,7 +129,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	}
 	return n.reduce(e, epochCounts{proto: n.p.Stats(), loop: l.stats, cons: cons.total, left: left, seconds: secs,
 		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, firstWait: firstWait(l), expected: positions(traces) - before, before: before,
-		verified: n.cfg.Consume > 0, ended: l.ended})
+		verified: n.cfg.Consume > 0, ended: l.ended || l.endedEarly})
 }
 
 // dropAhead lets go of the files read for an epoch that will not come.

@@ -80,48 +80,37 @@ func (l *loop) unasked(k share) int {
 }
 
 // end takes a client's word that no more requests come this epoch: from
-// every client (Replicas 0), or from those of one share. The epoch ends
-// (once the requests in flight are answered) when every position not
-// asked for belongs to a share that ended it.
-func (l *loop) end(r Request) {
+// every client (Replicas 0), or from those of one share. A whole end ends
+// the epoch once the requests in flight are answered. A share's end is
+// carried out by the rank itself: it asks for the share's positions not
+// yet asked for and drops what answers them (the window policy's plan
+// frees the memory of their files no other way), while the other shares
+// read on.
+func (l *loop) end(r Request) error {
 	if r.Replicas <= 0 {
 		l.ended = true
-		return
+		return nil
+	}
+	k := share{r.Replica, r.Replicas}
+	if l.endedShare[k] {
+		return nil
 	}
 	if l.endedShare == nil {
-		l.endedShare = make(map[share]bool)
+		l.endedShare, l.dropping = make(map[share]bool), make(map[int32]bool)
 	}
-	l.endedShare[share{r.Replica, r.Replicas}] = true
-	l.ended = l.allEnded()
-}
-
-// allEnded reports whether every position not asked for belongs to a
-// share that ended the epoch.
-func (l *loop) allEnded() bool {
-	for sn, asked := range l.asked {
-		if !asked && !l.endedPosition(sn) {
-			return false
+	l.endedShare[k] = true
+	l.endedEarly = true
+	for sn := int(k.replica); sn < l.traceLen; sn += int(k.replicas) {
+		if l.asked[sn] {
+			continue
+		}
+		l.dropping[int32(sn)] = true
+		if err := l.request(Request{Epoch: l.epoch, Sn: int32(sn), Reply: l.sink}); err != nil {
+			return err
 		}
 	}
-	return true
-}
-
-func (l *loop) endedPosition(sn int) bool {
-	for k := range l.endedShare {
-		if sn%int(k.replicas) == int(k.replica) {
-			return true
-		}
-	}
-	return false
+	return nil
 }
 
 // ask notes that position sn was asked for.
-func (l *loop) ask(sn int32) {
-	if l.asked[sn] {
-		return
-	}
-	l.asked[sn] = true
-	if len(l.endedShare) > 0 && !l.ended {
-		l.ended = l.allEnded()
-	}
-}
+func (l *loop) ask(sn int32) { l.asked[sn] = true }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -445,4 +446,65 @@ func jsonFile(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return f.Name()
+}
+
+// TestSiblingOfKilledWorker: two training processes share one rank's
+// trace (BrandSampler rank 0 and 1 of 2). The first loses a DataLoader
+// worker mid-epoch. When it ends the epoch for its share (end_epoch), its
+// sibling reads its own share whole, unharmed, and both read the next
+// epoch whole. When it dies instead, the rank ends the job within
+// seconds, saying which process went away, and the sibling fails cleanly:
+// nothing waits forever.
+func TestSiblingOfKilledWorker(t *testing.T) {
+	cleanVader(t)
+	needTorch(t)
+	const files = 480
+	input, dir := packPaths(t, files, 5, 16, 1)
+	for _, die := range []bool{false, true} {
+		name := map[bool]string{false: "ends its share", true: "dies"}[die]
+		t.Run(name, func(t *testing.T) {
+			env := []string{"BRANDRT_ATTACH=" + t.TempDir()}
+			cmd, out := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "30%", "--epochs", "2")
+			results := []string{filepath.Join(t.TempDir(), "a.json"), filepath.Join(t.TempDir(), "b.json")}
+			kill := []string{"worker_kill.py", "--input", input, "--out", results[0], "--replica", "0", "--replicas", "2"}
+			if die {
+				kill = append(kill, "--die")
+			}
+			type result struct {
+				out string
+				err error
+			}
+			res := make(chan result, 2)
+			for _, a := range [][]string{kill, {"loader.py", "--input", input, "--out", results[1], "--replica", "1", "--replicas", "2", "--workers", "2"}} {
+				go func() {
+					o, err := launch.Run(time.Minute, env, python, append([]string{"-W", "ignore", "../../python/tests/" + a[0]}, a[1:]...)...)
+					res <- result{string(o), err}
+				}()
+			}
+			var errs []error
+			var outs []string
+			for range 2 {
+				r := <-res
+				errs, outs = append(errs, r.err), append(outs, r.out)
+			}
+			serr := exitWithin(t, cmd, 30*time.Second)
+			if !die {
+				if errors.Join(errs...) != nil || serr != nil || !strings.Contains(out.String(), "ended    early, by a client") {
+					t.Fatalf("trainers %v, serve %v:\n%s\n%s", errs, serr, outs, out)
+				}
+				var all []delivery
+				for r, res := range results {
+					all = append(all, deliveries(t, res, fmt.Sprintf("process %d", r))...)
+				}
+				onceEach(t, all, 1, files)
+				return
+			}
+			if serr == nil || !strings.Contains(out.String(), "(share 0 of 2 of the rank's trace) went away in epoch 1") {
+				t.Fatalf("serve %v:\n%s", serr, out)
+			}
+			if errs[0] == nil || errs[1] == nil {
+				t.Fatalf("both trainers should fail: %v\n%s", errs, outs)
+			}
+		})
+	}
 }

@@ -230,6 +230,8 @@ func exitWithin(t *testing.T, cmd *exec.Cmd, d time.Duration) error {
 	case err := <-done:
 		return err
 	case <-time.After(d):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // so that the Wait above returns
+		<-done
 		t.Fatalf("mpirun still running %v later", d)
 		return nil
 	}

@@ -99,7 +99,7 @@ _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
 # Requests written before a sleeping rank is woken, unless the client
 # waits for a reply first.
 _WAKE_BATCH = 4
-_SLOT = struct.Struct("<iII")  # a request: sn, kind, epoch
+_SLOT = struct.Struct("<iIII")  # a request: sn, kind, epoch, replicas
 _RECORD = struct.Struct("<IIiiiII")  # a record's header, up to its reserved word
 
 
@@ -284,24 +284,41 @@ class Client:
         """Ask for trace position sn of epoch; the reply comes from next()."""
         self._push(L.KIND_READ, sn, epoch)
 
-    def end_epoch(self, epoch, timeout=10.0):
-        """Tell the rank that this side asks for nothing more in epoch; wait
-        until the rank has taken the message."""
-        self._push(L.KIND_END_EPOCH, 0, epoch)
+    def end_epoch(self, epoch, timeout=10.0, replica=0, replicas=0):
+        """Tell the rank that nothing more will be asked in epoch for the
+        positions p with p % replicas == replica (a training process's
+        share, as BrandSampler splits the trace), or, with replicas 0, for
+        any position; wait until the rank has taken the message. The rank
+        ends the epoch once every position not asked for is in a share that
+        ended it."""
+        self._push(L.KIND_END_EPOCH, replica, epoch, extra=replicas)
+        self._taken(timeout, "the end of epoch %d" % epoch)
+
+    def declare(self, replica, replicas, timeout=10.0):
+        """Say that this client is a training process that reads share
+        replica of replicas of the rank's trace, for as long as it stays
+        attached: should it go away for good with positions of its share
+        still to come, the rank ends the job rather than wait for them."""
+        if not 0 <= replica < replicas:
+            raise ValueError("share %d of %d" % (replica, replicas))
+        self._push(L.KIND_SESSION, replica, 0, extra=replicas)
+        self._taken(timeout, "the declaration of share %d of %d" % (replica, replicas))
+
+    def _taken(self, timeout, what):
         end = time.monotonic() + timeout
         while self._u32(L.OFF_REQ_TAIL) != self._u32(L.OFF_REQ_HEAD):
             self._check_alive()
             if time.monotonic() > end:
-                raise BrandError("the rank did not take the end of epoch %d within %.0f s" % (epoch, timeout))
+                raise BrandError("the rank did not take %s within %.0f s" % (what, timeout))
             time.sleep(0.001)
 
-    def _push(self, kind, sn, epoch, wake=True):
+    def _push(self, kind, sn, epoch, wake=True, extra=0):
         head = self._req_head.value
         while (head - self._req_tail.value) & 0xFFFFFFFF >= self._slots:
             self._kick()
             self._check_alive()
             time.sleep(0.0001)
-        _SLOT.pack_into(self._buf, L.HEADER_BYTES + (head % self._slots) * L.SLOT_BYTES, sn, kind, epoch)
+        _SLOT.pack_into(self._buf, L.HEADER_BYTES + (head % self._slots) * L.SLOT_BYTES, sn, kind, epoch, extra)
         self._req_head.value = (head + 1) & 0xFFFFFFFF
         # A sleeping rank is woken once a few requests wait for it, or when
         # this side is about to wait (_kick): one wake serves several

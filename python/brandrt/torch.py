@@ -64,6 +64,7 @@ class BrandSampler(torch.utils.data.Sampler):
         self._resume = None  # a loaded state, until its epoch begins
         self._begin, self._begun = 0, None  # the rank's position epoch _begun began at
         self._yielded = 0  # positions yielded in the current epoch
+        self._sess, self._sess_pid = None, None  # see _session
 
     def state_dict(self, samples=None):
         """Where this process stands, to resume from after a restart:
@@ -126,11 +127,28 @@ class BrandSampler(torch.utils.data.Sampler):
 
     def end_epoch(self):
         """Tell the rank this process reads no more of the current epoch
-        (after a crash of a DataLoader, or an early stop): the rank ends the
-        epoch once the requests in flight are answered. With several
-        training processes per rank, any one of them ending it ends it."""
-        with Client(self.attach_dir, self.local_rank) as c:
-            c.end_epoch(self.epoch + 1)
+        (after a crash of a DataLoader, or an early stop). With several
+        training processes per rank, it ends the epoch for this process's
+        share alone: the rank ends the epoch once the others have read
+        theirs (or ended it too) and the requests in flight are answered."""
+        self._session().end_epoch(self.epoch + 1, replica=self.rank, replicas=self.num_replicas)
+
+    def _session(self):
+        """The client by which this process tells its rank, for as long as
+        it lives, which share of the trace it reads: should the process die
+        with positions of its share still to come, the rank ends the job
+        (within seconds, saying so) instead of waiting for them forever. A
+        new sampler of the same share may take over within 5 s."""
+        if self._sess is None or self._sess_pid != os.getpid():
+            self._sess = Client(self.attach_dir, self.local_rank)
+            self._sess.declare(self.rank, self.num_replicas)
+            self._sess_pid = os.getpid()
+        return self._sess
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_sess"], state["_sess_pid"] = None, None
+        return state
 
     def __iter__(self):
         # A generator: DataLoader may create an iterator it never uses, and
@@ -138,6 +156,7 @@ class BrandSampler(torch.utils.data.Sampler):
         if self._ran and not self._set:
             self.epoch += 1
         self._set, self._ran = False, True
+        self._session()
         n = self._wait(self.epoch, supply=True)
         self._begin, self._begun, self._yielded = self._first(), self.epoch, 0
         # positions rank, rank + R, ... from the epoch's beginning

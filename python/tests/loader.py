@@ -35,6 +35,8 @@ def one(item):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--local-rank", type=int, default=0)
+    ap.add_argument("--replica", type=int, default=0, help="this process's share of the rank's trace (BrandSampler rank)")
+    ap.add_argument("--replicas", type=int, default=1, help="training processes of the rank (BrandSampler num_replicas)")
     ap.add_argument("--input", required=True)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--workers", type=int, default=4)
@@ -46,7 +48,7 @@ def main():
     ap.add_argument("--one-by-one", action="store_true",
                     help="no batches: DataLoader fetches each item alone (BrandDataset.__getitem__, not __getitems__)")
     a = ap.parse_args()
-    sampler = BrandSampler(local_rank=a.local_rank, batch_size=8 if a.batched else None)
+    sampler = BrandSampler(local_rank=a.local_rank, batch_size=8 if a.batched else None, rank=a.replica, num_replicas=a.replicas)
     ds = BrandDataset(transform=Check(a.input), local_rank=a.local_rank, timeout=60)
     batch_size = None if a.batched or a.one_by_one else 8
     loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, sampler=sampler,

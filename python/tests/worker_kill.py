@@ -1,5 +1,7 @@
 """A training process whose DataLoader loses a worker to SIGKILL in epoch 0:
-it ends that epoch on its rank, then a new DataLoader reads epoch 1 whole.
+it ends that epoch on its rank (for its share of the trace, with
+--replicas), then a new DataLoader reads epoch 1 whole; with --die it exits
+with status 3 instead, as a training script that does not catch the error.
 Writes [[epoch, path, bytes_equal, label], ...] of what it got as JSON."""
 
 import argparse
@@ -25,11 +27,14 @@ def loader(a, sampler):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--local-rank", type=int, default=0)
+    ap.add_argument("--replica", type=int, default=0)
+    ap.add_argument("--replicas", type=int, default=1)
+    ap.add_argument("--die", action="store_true")
     ap.add_argument("--input", required=True)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     got = []
-    sampler = BrandSampler(local_rank=a.local_rank)
+    sampler = BrandSampler(local_rank=a.local_rank, rank=a.replica, num_replicas=a.replicas)
     sampler.set_epoch(0)
     it = iter(loader(a, sampler))
     try:
@@ -40,9 +45,11 @@ def main():
         raise SystemExit("the DataLoader did not notice its dead worker")
     except RuntimeError as e:
         print("epoch 0 stopped after %d files: %s" % (len(got), str(e).splitlines()[0]), flush=True)
+        if a.die:
+            sys.exit(3)
     del it
     sampler.end_epoch()
-    sampler = BrandSampler(local_rank=a.local_rank)
+    sampler = BrandSampler(local_rank=a.local_rank, rank=a.replica, num_replicas=a.replicas)
     sampler.set_epoch(1)
     for batch in loader(a, sampler):
         got += [[1, rel, eq, label] for (rel, eq), label in batch]

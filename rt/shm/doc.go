@@ -129,9 +129,16 @@
 // counter written byte by byte can be read half-written by the other
 // side). The rank drops a client whose request head runs more than R
 // ahead of the tail. A request is slot (head mod R), 16 bytes: sn i32, kind u32, epoch
-// u32, 4 reserved bytes. Kind 1 reads the file at trace position sn of the
-// epoch; kind 2 ends the epoch on this rank (no more requests will come
-// for it; positions never asked for are skipped). A request for an epoch
+// u32, replicas u32. Kind 1 reads the file at trace position sn of the
+// epoch (replicas 0). Kind 2 ends the epoch for a share of the trace: no
+// more requests will come for the positions p with p mod replicas == sn;
+// the rank ends the epoch once every position never asked for is in a
+// share that ended it (replicas 0: every position, whoever asked). Kind 3
+// says that this client is a training process reading share sn of
+// replicas, for as long as it stays attached (BrandSampler sends it); when
+// a share is left without such a process for 5 s while positions of it
+// are still to come in the epoch being served, the rank ends the job
+// with a message saying so, rather than wait for them forever. A request for an epoch
 // the rank has not started waits for it. The client
 // writes the slot, then advances req head. If rank sleeping is 1 it must
 // wake the rank with FUTEX_WAKE on req head before it waits for a reply

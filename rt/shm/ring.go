@@ -39,9 +39,11 @@ const (
 	recordHeader = 32
 	recordAlign  = 64
 
-	// Request kinds: read the file at a trace position; end the epoch.
+	// Request kinds: read the file at a trace position; end the epoch;
+	// declare a training process (see doc.go).
 	KindRead     = 1
 	KindEndEpoch = 2
+	KindSession  = 3
 	// Record kinds. A shared record carries, instead of the bytes, their
 	// offset in the arena (u64 after the header); a skipped one, a message
 	// naming a damaged file the rank skipped.
@@ -170,6 +172,8 @@ type Request struct {
 	Sn    int32
 	Kind  uint32
 	Epoch uint32
+	// Extra is the slot's last word: the replicas of an end or a session.
+	Extra uint32
 }
 
 // errBadHead is returned when a client's request head is not within the
@@ -185,7 +189,7 @@ func (r *Ring) takeRequests(dst []Request) ([]Request, error) {
 	le := binary.LittleEndian
 	for ; tail != head; tail++ {
 		s := r.mem[headerBytes+uint64(tail%r.slots)*slotBytes:]
-		dst = append(dst, Request{Sn: int32(le.Uint32(s)), Kind: le.Uint32(s[4:]), Epoch: le.Uint32(s[8:])})
+		dst = append(dst, Request{Sn: int32(le.Uint32(s)), Kind: le.Uint32(s[4:]), Epoch: le.Uint32(s[8:]), Extra: le.Uint32(s[12:])})
 	}
 	atomic.StoreUint32(r.u32(offReqTail), tail)
 	return dst, nil

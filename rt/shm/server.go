@@ -182,6 +182,16 @@ func (s *Server) Close() error {
 	return err
 }
 
+// closing reports whether Close was called.
+func (s *Server) closing() bool {
+	select {
+	case <-s.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
 func (s *Server) close() error {
 	close(s.stopping)
 	err := s.ln.Close()
@@ -318,6 +328,9 @@ type client struct {
 	replies chan rt.Delivery
 	pending atomic.Int32 // requests handed to the loop, not yet written back
 	dead    atomic.Bool
+	// share is the trace share a training process declared (KindSession);
+	// nil for other clients. read's own.
+	share *Request
 	lent    []lentFile // in the order of their records; write's own
 }
 
@@ -536,6 +549,9 @@ func (c *client) read(reqs chan<- rt.Request) {
 	if batch, err := c.ring.takeRequests(batch[:0]); err == nil {
 		c.forward(batch, reqs, false)
 	}
+	if s := c.share; s != nil { // a training process went away
+		reqs <- rt.Request{Session: -1, Replica: s.Sn, Replicas: int32(s.Extra), Pid: int(c.pid)}
+	}
 }
 
 // forward hands requests to the loop; reads only when reads is set.
@@ -543,7 +559,10 @@ func (c *client) forward(batch []Request, reqs chan<- rt.Request, reads bool) {
 	for _, r := range batch {
 		switch {
 		case r.Kind == KindEndEpoch:
-			reqs <- rt.Request{Epoch: r.Epoch, End: true}
+			reqs <- rt.Request{Epoch: r.Epoch, End: true, Replica: r.Sn, Replicas: int32(r.Extra)}
+		case r.Kind == KindSession && c.share == nil && r.Extra > 0 && r.Extra <= 1<<20 && r.Sn >= 0 && uint32(r.Sn) < r.Extra:
+			c.share = &r
+			reqs <- rt.Request{Session: 1, Replica: r.Sn, Replicas: int32(r.Extra), Pid: int(c.pid)}
 		case reads:
 			c.pending.Add(1)
 			reqs <- rt.Request{Epoch: r.Epoch, Sn: r.Sn, Reply: c.replies}
@@ -559,7 +578,9 @@ func (c *client) write() {
 	defer tick.Stop()
 	defer c.reclaim(true)
 	for {
-		if c.dead.Load() && c.pending.Load() == 0 {
+		// After Close, a reply still owed may never come: the loop that
+		// makes them may have stopped (an error ends the job).
+		if c.dead.Load() && (c.pending.Load() == 0 || c.srv.closing()) {
 			return
 		}
 		select {
