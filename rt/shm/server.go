@@ -331,7 +331,7 @@ type client struct {
 	// share is the trace share a training process declared (KindSession);
 	// nil for other clients. read's own.
 	share *Request
-	lent    []lentFile // in the order of their records; write's own
+	lent  []lentFile // in the order of their records; write's own
 }
 
 func (c *client) alive() bool { return !c.dead.Load() }
