@@ -28,17 +28,7 @@ func packed(t *testing.T, n int) (string, []chunktest.GenFile) {
 // flipByte damages one byte of a file on disk.
 func flipByte(t *testing.T, name string, off int64) {
 	t.Helper()
-	f, err := os.OpenFile(name, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b := make([]byte, 1)
-	if _, err := f.ReadAt(b, off); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0x40
-	if _, err := f.WriteAt(b, off); err != nil {
+	if err := chunktest.FlipByte(name, off); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/brandrt/brandrt/chunk"
+	"github.com/brandrt/brandrt/chunk/chunktest"
 	"github.com/brandrt/brandrt/launch"
 )
 
@@ -115,17 +116,7 @@ func chunkEntries(t *testing.T, dir string, r, c int) []chunk.Entry {
 // flip inverts one byte of a file.
 func flip(t *testing.T, name string, off int64) {
 	t.Helper()
-	f, err := os.OpenFile(name, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b := make([]byte, 1)
-	if _, err := f.ReadAt(b, off); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0xff
-	if _, err := f.WriteAt(b, off); err != nil {
+	if err := chunktest.FlipByte(name, off); err != nil {
 		t.Fatal(err)
 	}
 }

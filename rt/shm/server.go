@@ -269,6 +269,10 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	}
 	c := &client{srv: s, id: id, pid: pid, conn: conn, ring: ring, replies: make(chan rt.Delivery, s.opt.Slots)}
 	s.mu.Lock()
+	if s.closing() { // Close has taken its list of clients to drop: this one missed it
+		s.mu.Unlock()
+		return nil
+	}
 	s.clients[id] = c
 	ring.setEpoch(s.epoch, s.traceLen)
 	s.mu.Unlock()
