@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -308,7 +307,7 @@ func serve(cfg rt.Config, comm collectives.Comm) error {
 	// (mpirun ending the job) before its deferred clean-ups run.
 	unlink := func() {}
 	if srv != nil {
-		unlink = func() { removeAttach(srv.Dir()) }
+		unlink = srv.Unlink
 	}
 	go onSignal(cfg.Log, comm, cancel, served, unlink)
 	// The loop runs off the main thread, which stays locked for MPI's
@@ -364,14 +363,6 @@ func onSignal(log io.Writer, comm collectives.Comm, cancel context.CancelCauseFu
 		fmt.Fprintf(log, "brandrt: rank %d: interrupted by %s, and still busy %v later; ending the job\n", comm.Rank(), signalName(sig), interruptGrace)
 		abortJob(comm)
 	}
-}
-
-// removeAttach removes a rank's attach point (shm.Server.Close does too,
-// later): the socket, its directory, and their base when it is empty.
-func removeAttach(dir string) {
-	_ = os.Remove(filepath.Join(dir, shm.SocketName))
-	_ = os.Remove(dir)
-	_ = os.Remove(filepath.Dir(dir))
 }
 
 // interruptGrace is how long a signalled rank may take to stop by itself.

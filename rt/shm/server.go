@@ -209,10 +209,18 @@ func (s *Server) close() error {
 		c.conn.Close()
 	}
 	s.wg.Wait()
-	os.Remove(filepath.Join(s.dir, SocketName))
-	os.Remove(s.dir)
-	os.Remove(filepath.Dir(s.dir)) // the base, when no other rank uses it
+	s.Unlink()
 	return err
+}
+
+// Unlink removes the attach point: the socket, its directory, and their
+// base when no other rank uses it. Close does it too, last; a rank that
+// may be killed before its Close runs (its job ending) calls it first.
+// Clients attached already keep their connections.
+func (s *Server) Unlink() {
+	_ = os.Remove(filepath.Join(s.dir, SocketName))
+	_ = os.Remove(s.dir)
+	_ = os.Remove(filepath.Dir(s.dir))
 }
 
 func (s *Server) accept() {
