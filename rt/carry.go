@@ -155,7 +155,6 @@ func (l *loop) deliver(d proto.Delivery) {
 		if f := l.files[d.File]; d.Status == proto.StatusOK && f != nil {
 			delete(l.files, d.File)
 			f.release()
-			l.stats.dropped++
 		}
 		return
 	}

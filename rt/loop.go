@@ -90,13 +90,13 @@ type loop struct {
 	ended              bool
 	// asked marks the positions asked for; endedShare the shares whose
 	// clients ended the epoch, dropping the positions the rank asked for
-	// itself to end them (see end), sink their reply channel (never
-	// sent to). endedEarly: a client ended the epoch, whole or a share.
-	asked      []bool
-	endedShare map[share]bool
-	dropping   map[int32]bool
-	sink       chan Delivery
-	endedEarly bool
+	// itself to end them (see end). endedEarly: a client ended the epoch,
+	// whole or a share. goneChecked: when checkGone last ran.
+	asked       []bool
+	endedShare  map[share]bool
+	dropping    map[int32]bool
+	endedEarly  bool
+	goneChecked time.Time
 	// order holds the file delivered at each position (Config.Order).
 	order  []int32
 	done   bool // local clients finished; tagDone sent
@@ -129,8 +129,6 @@ type loopStats struct {
 	// files left out as damaged, and the sums of their checksums and
 	// labels
 	skipped, skippedCRC, skippedLabel int64
-	// files the rank dropped to end a share's epoch (loop.end)
-	dropped int64
 }
 
 // pendingSend is a send in flight to rank to; frame must live, and file
@@ -245,7 +243,8 @@ func (l *loop) step() (bool, error) {
 		}
 		break
 	}
-	if len(l.n.sess.gone) > 0 {
+	if len(l.n.sess.gone) > 0 && time.Since(l.goneChecked) >= goneCheckEvery {
+		l.goneChecked = time.Now()
 		if err := l.checkGone(); err != nil {
 			return progress, err
 		}
@@ -296,7 +295,7 @@ func (l *loop) request(r Request) error {
 		return nil
 	}
 	l.waiting[r.Sn] = r.Reply
-	l.ask(r.Sn)
+	l.asked[r.Sn] = true
 	return l.carry()
 }
 

@@ -70,7 +70,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	l := &loop{n: n, p: n.p, comm: n.comm, io: io, pool: pool, reqs: reqs, epoch: e, traceLen: len(own), answered: from,
 		waiting: make(map[int32]chan<- Delivery), files: n.ahead, stats: n.aheadStats}
 	n.ahead, n.aheadStats = nil, loopStats{}
-	l.asked, l.sink = make([]bool, len(own)), make(chan Delivery)
+	l.asked = make([]bool, len(own))
 	for sn := range from {
 		l.asked[sn] = true // delivered before the restart
 	}

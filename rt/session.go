@@ -21,6 +21,10 @@ import (
 // before the rank gives up on it.
 const sessionGrace = 5 * time.Second
 
+// goneCheckEvery spaces the loop's checks for shares gone (each scans
+// the trace): they need no finer time than the grace.
+const goneCheckEvery = 100 * time.Millisecond
+
 // share names a training process's share of the rank's trace.
 type share struct{ replica, replicas int32 }
 
@@ -105,12 +109,11 @@ func (l *loop) end(r Request) error {
 			continue
 		}
 		l.dropping[int32(sn)] = true
-		if err := l.request(Request{Epoch: l.epoch, Sn: int32(sn), Reply: l.sink}); err != nil {
+		// no reply channel: the answer is dropped (deliver), and a position
+		// of the trace not yet asked for gets no error answer
+		if err := l.request(Request{Epoch: l.epoch, Sn: int32(sn)}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
-
-// ask notes that position sn was asked for.
-func (l *loop) ask(sn int32) { l.asked[sn] = true }
