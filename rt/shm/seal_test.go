@@ -52,16 +52,7 @@ func rawAttach(t *testing.T, dir string) (*net.UnixConn, []int) {
 // only read-only, and no descriptor of it can resize it, not even one
 // opened again writable; the rank still writes it and punches its holes.
 func TestArenaReadOnlyForClients(t *testing.T) {
-	a, err := NewArena(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Arena: a})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	a, s := arenaServer(t)
 	_, fds := rawAttach(t, s.Dir())
 	if len(fds) != 2 {
 		t.Fatalf("%d descriptors", len(fds))
@@ -109,16 +100,7 @@ func TestPythonCannotWriteArena(t *testing.T) {
 	if _, err := os.Stat(py); err != nil {
 		t.Skip("no", py)
 	}
-	a, err := NewArena(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Arena: a})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	_, s := arenaServer(t)
 	script := `
 import mmap, os, socket, struct, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -222,4 +204,21 @@ func offerStart(t *testing.T, c *Client, epoch, position uint32) string {
 	binary.LittleEndian.PutUint32(msg[16:], position)
 	binary.LittleEndian.PutUint32(msg[20:], 1)
 	return sendMessage(t, c, msg, -1)
+}
+
+// arenaServer starts a rank's server with an arena of 1 MiB, both closed
+// when the test ends.
+func arenaServer(t *testing.T) (*Arena, *Server) {
+	t.Helper()
+	a, err := NewArena(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Arena: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return a, s
 }
