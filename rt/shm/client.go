@@ -111,6 +111,12 @@ func (c *Client) Close() error {
 	return c.conn.Close()
 }
 
+// Epoch returns the epoch the rank serves and the positions of its trace
+// (zeros before the first).
+func (c *Client) Epoch() (epoch, positions uint32) {
+	return atomic.LoadUint32(c.ring.u32(offEpoch)), atomic.LoadUint32(c.ring.u32(offTraceLen))
+}
+
 // Request asks for trace position sn of epoch. At most the ring's slot
 // count may be outstanding.
 func (c *Client) Request(epoch uint32, sn int32) error {

@@ -54,6 +54,15 @@
 // still change the mode, or trace the rank: the uid checks above are the
 // boundary, these protect the rank from mistakes.
 //
+// Once a training process has declared itself (a kind 3 request, below),
+// the rank reads only for the training processes and the processes they
+// started: a client whose process (from SO_PEERCRED) has none of them
+// among itself and its ancestors (from /proc/<pid>/stat, read when it
+// attaches) gets an error record for every read, and one line in the
+// rank's log. A stray process asking for positions would otherwise take
+// them from the trainer. A client whose process /proc does not show
+// (another PID namespace) is not checked.
+//
 // # Traces
 //
 // With `brandrt serve --traces clients`, every epoch waits until one

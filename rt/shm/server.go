@@ -66,12 +66,16 @@ type Server struct {
 	// any more.
 	stopping chan struct{}
 
-	logMu     sync.Mutex
-	mu        sync.Mutex
-	clients   map[uint32]*client
-	next      uint32
-	epoch     uint32
-	traceLen  uint32
+	logMu    sync.Mutex
+	mu       sync.Mutex
+	clients  map[uint32]*client
+	next     uint32
+	epoch    uint32
+	traceLen uint32
+	// sessions counts the session clients of each process (see lineage);
+	// alone is when the last client went.
+	sessions  map[int]int
+	alone     time.Time
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	// Gone counts the clients that went away.
@@ -170,6 +174,17 @@ func (s *Server) logf(format string, args ...any) {
 	fmt.Fprintf(w, format, args...)
 }
 
+// Attached returns how many clients are attached, and since when none
+// is: the zero time while one is, or before any attached.
+func (s *Server) Attached() (int, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.clients) > 0 {
+		return len(s.clients), time.Time{}
+	}
+	return 0, s.alone
+}
+
 // Dir returns the attach directory.
 func (s *Server) Dir() string { return s.dir }
 
@@ -252,6 +267,9 @@ func (s *Server) attach(conn *net.UnixConn) error {
 		return fmt.Errorf("shm: refused: %w", err)
 	}
 	pid, err := readHello(conn)
+	if cred.Pid > 0 { // the kernel's word, not the client's
+		pid = uint32(cred.Pid)
+	}
 	if errors.Is(err, io.EOF) {
 		return nil // a probe (clearStale of another rank), not a client
 	}
@@ -275,7 +293,7 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	if err != nil {
 		return fmt.Errorf("shm: client %d (pid %d): %w", id, pid, err)
 	}
-	c := &client{srv: s, id: id, pid: pid, conn: conn, ring: ring, replies: make(chan rt.Delivery, s.opt.Slots)}
+	c := &client{srv: s, id: id, pid: pid, lineage: lineage(int(pid)), conn: conn, ring: ring, replies: make(chan rt.Delivery, s.opt.Slots)}
 	s.mu.Lock()
 	if s.closing() { // Close has taken its list of clients to drop: this one missed it
 		s.mu.Unlock()
@@ -287,6 +305,9 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	c.serve(s.opt.Requests)
 	s.mu.Lock()
 	delete(s.clients, id)
+	if len(s.clients) == 0 {
+		s.alone = time.Now()
+	}
 	s.mu.Unlock()
 	s.Gone.Add(1)
 	return nil
@@ -344,6 +365,10 @@ type client struct {
 	// nil for other clients. read's own.
 	share *Request
 	lent  []lentFile // in the order of their records; write's own
+	// lineage is the client's process and its ancestors (see stray);
+	// refused is set once its reads were refused. read's own.
+	lineage []int
+	refused bool
 }
 
 func (c *client) alive() bool { return !c.dead.Load() }
@@ -562,6 +587,11 @@ func (c *client) read(reqs chan<- rt.Request) {
 		c.forward(batch, reqs, false)
 	}
 	if s := c.share; s != nil { // a training process went away
+		c.srv.mu.Lock()
+		if c.srv.sessions[int(c.pid)]--; c.srv.sessions[int(c.pid)] <= 0 {
+			delete(c.srv.sessions, int(c.pid))
+		}
+		c.srv.mu.Unlock()
 		reqs <- rt.Request{Session: -1, Replica: s.Sn, Replicas: int32(s.Extra), Pid: int(c.pid)}
 	}
 }
@@ -574,7 +604,15 @@ func (c *client) forward(batch []Request, reqs chan<- rt.Request, reads bool) {
 			reqs <- rt.Request{Epoch: r.Epoch, End: true, Replica: r.Sn, Replicas: int32(r.Extra)}
 		case r.Kind == KindSession && c.share == nil && r.Extra > 0 && r.Extra <= 1<<20 && r.Sn >= 0 && uint32(r.Sn) < r.Extra:
 			c.share = &r
+			c.srv.mu.Lock()
+			if c.srv.sessions == nil {
+				c.srv.sessions = make(map[int]int)
+			}
+			c.srv.sessions[int(c.pid)]++
+			c.srv.mu.Unlock()
 			reqs <- rt.Request{Session: 1, Replica: r.Sn, Replicas: int32(r.Extra), Pid: int(c.pid)}
+		case reads && c.stray():
+			c.refuse(r.Sn)
 		case reads:
 			c.pending.Add(1)
 			reqs <- rt.Request{Epoch: r.Epoch, Sn: r.Sn, Reply: c.replies}
