@@ -75,6 +75,13 @@ type Config struct {
 	// epoch, naming it once, and answers its position with that news
 	// (Delivery.Damaged).
 	OnDamage string
+	// ClientWait is how long a rank whose clients all went away in the
+	// middle of an epoch (some of its positions asked for, others not)
+	// waits for one to come back before it ends the job; 0 waits for
+	// ever. Clients are those Node.WatchClients counts. (Training
+	// processes with a BrandSampler are watched more closely: see
+	// sessions.)
+	ClientWait time.Duration
 	// Log receives messages about this rank (damaged files).
 	Log io.Writer
 	// FS is the file system the chunks are read through.
@@ -91,7 +98,7 @@ type Config struct {
 // memory.
 func DefaultConfig() Config {
 	return Config{Policy: "window", Variant: proto.Full, Window: 64, Ramp: proto.DefaultRamp, RemoteMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 0, Depth: 4,
-		OnDamage: "fail", Log: io.Discard, FS: chunk.OS}
+		ClientWait: time.Minute, OnDamage: "fail", Log: io.Discard, FS: chunk.OS}
 }
 
 // Validate reports every problem of c at once.
@@ -118,6 +125,7 @@ func (c Config) Validate() error {
 	add(!c.Resume || !c.ClientTraces, "resuming needs the traces of the epochs before it: use traces from --seed, not from the clients")
 	add(c.OnDamage == "fail" || c.OnDamage == "skip", "on damage %q, want fail or skip", c.OnDamage)
 	add(c.Pause >= 0, "pause %v, want ≥ 0", c.Pause)
+	add(c.ClientWait >= 0, "client wait %v, want ≥ 0", c.ClientWait)
 	add(c.FS != nil && c.Log != nil, "no file system or log")
 	return errors.Join(errs...)
 }

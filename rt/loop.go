@@ -195,8 +195,12 @@ func (l *loop) polls() bool { return l.n.size > 1 }
 // the loop polls MPI, which has no channel to wait on) nap passes.
 func (l *loop) wait(ctx context.Context, nap time.Duration) error {
 	var tick <-chan time.Time
-	if l.polls() || len(l.n.sess.gone) > 0 { // MPI, or a share's processes gone: see checkGone
+	if l.polls() || l.watching() { // MPI, or clients gone: see checkGone
 		t := time.NewTimer(nap)
+		defer t.Stop()
+		tick = t.C
+	} else if l.midEpoch() { // clients may all go, and nothing would say so
+		t := time.NewTimer(goneCheckEvery)
 		defer t.Stop()
 		tick = t.C
 	}
@@ -243,7 +247,7 @@ func (l *loop) step() (bool, error) {
 		}
 		break
 	}
-	if len(l.n.sess.gone) > 0 && time.Since(l.goneChecked) >= goneCheckEvery {
+	if time.Since(l.goneChecked) >= goneCheckEvery && l.watching() {
 		l.goneChecked = time.Now()
 		if err := l.checkGone(); err != nil {
 			return progress, err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/collectives"
@@ -49,8 +50,10 @@ type Node struct {
 	// of this rank (Config.OnDamage "skip").
 	named map[[2]int]bool
 	lost  map[proto.FileID]string
-	// sess is what the rank knows of its training processes.
-	sess sessions
+	// sess is what the rank knows of its training processes; clients,
+	// when set, counts its clients (WatchClients).
+	sess    sessions
+	clients func() (int, time.Time)
 	// sizes are this rank's file sizes, from its opening until the window
 	// policy's rank is built from every rank's.
 	sizes []int64
@@ -103,6 +106,12 @@ func (n *Node) Close() {
 
 // Requests returns where clients send their requests.
 func (n *Node) Requests() chan<- Request { return n.reqs }
+
+// WatchClients gives the rank a count of its clients attached now, and
+// the time the last one went away (zero while one is attached, or before
+// any was): a rank left without clients in the middle of an epoch ends
+// the job after Config.ClientWait. Call it before Serve.
+func (n *Node) WatchClients(count func() (attached int, alone time.Time)) { n.clients = count }
 
 // Config returns the configuration the node was opened with.
 func (n *Node) Config() Config { return n.cfg }

@@ -51,10 +51,42 @@ func (n *Node) session(r Request) {
 	}
 }
 
+// watching reports whether the loop must wake now and then to check for
+// clients gone (checkGone): a share's training processes went away, or
+// every client did in the middle of the epoch.
+func (l *loop) watching() bool {
+	return len(l.n.sess.gone) > 0 || l.alone().After(l.first)
+}
+
+// midEpoch reports whether the rank watches its clients and is in the
+// middle of an epoch, where all of them going away ends the job.
+func (l *loop) midEpoch() bool {
+	return l.n.clients != nil && l.n.cfg.ClientWait > 0 && !l.first.IsZero() && !l.ended
+}
+
+// alone returns when the rank's last client went away, if none is
+// attached now and the rank watches them; else the zero time.
+func (l *loop) alone() time.Time {
+	if !l.midEpoch() {
+		return time.Time{}
+	}
+	_, since := l.n.clients()
+	return since
+}
+
 // checkGone returns an error when a share's training processes went
 // away sessionGrace ago or more while some of its positions are still to
-// be asked for in this epoch.
+// be asked for in this epoch, or when every client went away
+// Config.ClientWait ago or more in the middle of the epoch.
 func (l *loop) checkGone() error {
+	if since := l.alone(); since.After(l.first) && time.Since(since) >= l.n.cfg.ClientWait {
+		if left := l.unaskedAll(); left > 0 {
+			return fmt.Errorf("rt: rank %d: every client went away %v ago in the middle of epoch %d, with %d of its %d positions never asked for; "+
+				"the job ends (a training process that stops reading an epoch early says so with BrandSampler.end_epoch(); "+
+				"brandrt serve --client-wait sets how long a rank waits, 0 for ever)",
+				l.n.me, time.Since(since).Round(time.Second), l.epoch, left, l.traceLen)
+		}
+	}
 	for k, at := range l.n.sess.gone {
 		if time.Since(at) < sessionGrace || l.ended {
 			continue
@@ -66,6 +98,17 @@ func (l *loop) checkGone() error {
 		}
 	}
 	return nil
+}
+
+// unaskedAll counts the positions not asked for in this epoch.
+func (l *loop) unaskedAll() int {
+	n := 0
+	for _, a := range l.asked {
+		if !a {
+			n++
+		}
+	}
+	return n
 }
 
 // unasked counts the positions of share k not asked for in this epoch,

@@ -73,6 +73,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "traces", Value: "seed", Usage: "where each epoch's traces come from: seed (drawn from --seed) or clients (supplied by the training processes)"},
 			&cli.IntFlag{Name: "epochs", Value: d.Epochs, Usage: "epochs to serve"},
 			&cli.StringFlag{Name: "on-damage", Value: d.OnDamage, Usage: "what a rank does with a file damaged on storage (its checksum fails on a read and on a second one, or its chunk file is missing or cut short; checked at start-up): fail (stop the job within seconds, naming the rank, chunk file, slot, input path and byte range) or skip (leave that file out of every epoch, naming it once; the epoch statistics count it)"},
+			&cli.DurationFlag{Name: "client-wait", Value: d.ClientWait, Usage: "how long a rank whose training processes all went away in the middle of an epoch waits for one to come back before it ends the job (0: for ever); a process with a BrandSampler that dies ends the job within 5 s"},
 			&cli.IntFlag{Name: "io-workers", Value: d.IOWorkers, Usage: "chunk reads in flight at once"},
 			&cli.IntFlag{Name: "consume", Value: d.Consume, Usage: "in-process readers per rank; 0: serve training processes through shared memory"},
 			&cli.IntFlag{Name: "depth", Value: d.Depth, Usage: "requests each in-process reader keeps in flight"},
@@ -162,7 +163,7 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 	}
 	cfg.IOWorkers, cfg.Consume, cfg.Depth, cfg.Pause = c.Int("io-workers"), c.Int("consume"), c.Int("depth"), c.Duration("pause")
 	cfg.Resume = c.Bool("resume")
-	cfg.OnDamage = c.String("on-damage")
+	cfg.OnDamage, cfg.ClientWait = c.String("on-damage"), c.Duration("client-wait")
 	cfg.Log = c.App.ErrWriter
 	return cfg, cfg.Validate()
 }
@@ -298,6 +299,7 @@ func serve(cfg rt.Config, comm collectives.Comm) error {
 			return err
 		}
 		defer srv.Close()
+		n.WatchClients(srv.Attached)
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)

@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -47,6 +48,8 @@ def main():
     ap.add_argument("--batched", action="store_true", help="the sampler yields batches; each worker reads one at once")
     ap.add_argument("--one-by-one", action="store_true",
                     help="no batches: DataLoader fetches each item alone (BrandDataset.__getitem__, not __getitems__)")
+    ap.add_argument("--ready", help="create this file once the first batch came, then wait --hold seconds")
+    ap.add_argument("--hold", type=float, default=0)
     a = ap.parse_args()
     sampler = BrandSampler(local_rank=a.local_rank, batch_size=8 if a.batched else None, rank=a.replica, num_replicas=a.replicas)
     ds = BrandDataset(transform=Check(a.input), local_rank=a.local_rank, timeout=60)
@@ -61,6 +64,10 @@ def main():
         for batch in loader:
             for (rel, equal), label in batch:
                 got.append([epoch, rel, equal, label])
+            if a.ready and not os.path.exists(a.ready):
+                with open(a.ready, "w") as f:
+                    f.write("ready\n")
+                time.sleep(a.hold)
     with open(a.out, "w") as f:
         json.dump(got, f)
 
