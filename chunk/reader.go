@@ -162,9 +162,13 @@ func (s *Shard) ReadWhole(c int) (*Chunk, []Damage, error) {
 		return nil, nil, err
 	}
 	last := es[len(es)-1]
-	ch, data, cause, err := s.readPrefix(c, last.Offset+int64(last.Size))
+	ch, got, short, err := s.readRanges(c, []extent{{0, last.Offset + int64(last.Size)}})
 	if err != nil {
 		return nil, nil, err
+	}
+	data, cause := got[0], ""
+	if short != nil {
+		cause = short.Error()
 	}
 	var damage []Damage
 	if len(data) >= int(HeaderSize(len(es))) {
@@ -202,34 +206,6 @@ func (s *Shard) checkHeader(c int, es []Entry, b []byte) string {
 		}
 	}
 	return ""
-}
-
-// readPrefix reads the first length bytes of chunk c into a buffer from
-// the shard's memory and returns what it could read: all of them, or a
-// shorter prefix and, as cause, why the rest is missing (the file is
-// missing, unreadable or shorter). The error is for a failed allocation.
-func (s *Shard) readPrefix(c int, length int64) (*Chunk, []byte, string, error) {
-	ch := &Chunk{Rank: s.idx.rank, Index: c, files: make([][]byte, s.idx.ChunkFiles(c)), mem: s.mem}
-	f, err := s.fsys.Open(s.path(c), true)
-	if err != nil {
-		return ch, nil, unwrapPath(err).Error(), nil
-	}
-	defer f.Close()
-	a := int64(f.Align())
-	buf, err := s.mem.Alloc(alignUp(length, a))
-	if err != nil {
-		return nil, nil, "", s.errorf(c, "%w", err)
-	}
-	ch.buf = buf
-	n, err := f.ReadAt(buf[:alignUp(length, a)], 0)
-	ch.BytesRead = int64(n)
-	switch {
-	case int64(n) >= length:
-		return ch, buf[:length], "", nil
-	case err == nil || errors.Is(err, io.EOF):
-		return ch, buf[:n], fmt.Sprintf("the chunk file ends at %d bytes, the index needs %d", n, length), nil
-	}
-	return ch, buf[:n], unwrapPath(err).Error(), nil
 }
 
 func (s *Shard) verify(c int, e Entry, data []byte) error {
@@ -303,11 +279,30 @@ func locate(data [][]byte, ranges []extent, off, n int64) []byte {
 
 // read reads the given ranges of chunk c into one pooled buffer, each at
 // an aligned place, and returns the chunk (files not yet set) and the
-// bytes of each range.
+// bytes of each range; a range it cannot read whole is an error.
 func (s *Shard) read(c int, ranges []extent) (*Chunk, [][]byte, error) {
+	ch, data, short, err := s.readRanges(c, ranges)
+	if err == nil && short != nil {
+		ch.Release()
+		if errors.As(short, new(*endsEarly)) {
+			return nil, nil, s.errorf(c, "%w: %v", errCorrupt, short)
+		}
+		return nil, nil, s.errorf(c, "%w", short)
+	}
+	return ch, data, err
+}
+
+// readRanges reads as read does, but returns what it could read: the
+// bytes of each range, those of the first range it could not read whole
+// cut short (and of the ranges after it none), with why as short (the
+// file is missing or unreadable, or ends early: endsEarly). The error is
+// for a failed allocation.
+func (s *Shard) readRanges(c int, ranges []extent) (ch *Chunk, data [][]byte, short, err error) {
+	ch = &Chunk{Rank: s.idx.rank, Index: c, files: make([][]byte, s.idx.ChunkFiles(c)), mem: s.mem}
+	data = make([][]byte, len(ranges))
 	f, err := s.fsys.Open(s.path(c), true)
 	if err != nil {
-		return nil, nil, s.errorf(c, "%w", unwrapPath(err))
+		return ch, data, unwrapPath(err), nil
 	}
 	defer f.Close()
 	a := int64(f.Align())
@@ -315,28 +310,32 @@ func (s *Shard) read(c int, ranges []extent) (*Chunk, [][]byte, error) {
 	for _, r := range ranges {
 		total += alignUp(r.hi, a) - alignDown(r.lo, a)
 	}
-	buf, err := s.mem.Alloc(total)
-	if err != nil {
-		return nil, nil, s.errorf(c, "%w", err)
+	if ch.buf, err = s.mem.Alloc(total); err != nil {
+		return nil, nil, nil, s.errorf(c, "%w", err)
 	}
-	ch := &Chunk{Rank: s.idx.rank, Index: c, files: make([][]byte, s.idx.ChunkFiles(c)), buf: buf, mem: s.mem}
-	data := make([][]byte, len(ranges))
 	at := int64(0)
 	for i, r := range ranges {
 		lo, hi := alignDown(r.lo, a), alignUp(r.hi, a)
-		n, err := f.ReadAt(buf[at:at+hi-lo], lo)
-		if int64(n) < r.hi-lo {
-			ch.Release()
-			if err == nil || errors.Is(err, io.EOF) {
-				return nil, nil, s.errorf(c, "%w: the file ends at %d bytes, the index needs %d", errCorrupt, lo+int64(n), r.hi)
-			}
-			return nil, nil, s.errorf(c, "%w", unwrapPath(err))
-		}
+		n, err := f.ReadAt(ch.buf[at:at+hi-lo], lo)
 		ch.BytesRead += int64(n)
-		data[i] = buf[at+r.lo-lo : at+r.hi-lo]
+		if int64(n) < r.hi-lo {
+			data[i] = ch.buf[at+min(r.lo-lo, int64(n)) : at+int64(n)]
+			if err == nil || errors.Is(err, io.EOF) {
+				return ch, data, &endsEarly{lo + int64(n), r.hi}, nil
+			}
+			return ch, data, unwrapPath(err), nil
+		}
+		data[i] = ch.buf[at+r.lo-lo : at+r.hi-lo]
 		at += hi - lo
 	}
-	return ch, data, nil
+	return ch, data, nil, nil
+}
+
+// endsEarly says that a chunk file ends before the bytes its index needs.
+type endsEarly struct{ at, need int64 }
+
+func (e *endsEarly) Error() string {
+	return fmt.Sprintf("the chunk file ends at %d bytes, the index needs %d", e.at, e.need)
 }
 
 func alignUp(x, a int64) int64   { return (x + a - 1) / a * a }

@@ -3,30 +3,12 @@ package rt
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/chunk/chunktest"
+	"github.com/brandrt/brandrt/internal/testkit"
 )
-
-// syncLog is a log the ranks of one process may share.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A chunk read that finds a file damaged is made again: a fault on the
 // way that does not repeat costs nothing; one that does is the job's
@@ -51,7 +33,7 @@ func TestServeRereadsDamage(t *testing.T) {
 				onDamage string
 			}{{1, "fail"}, {0, "fail"}, {0, "skip"}} {
 				t.Run(fmt.Sprintf("%s/%g/%d/%s", policy, mem, tc.times, tc.onDamage), func(t *testing.T) {
-					log := new(syncLog)
+					log := new(testkit.Log)
 					cfg := DefaultConfig()
 					cfg.Chunks, cfg.MemFraction, cfg.Policy, cfg.Epochs, cfg.Consume, cfg.Log, cfg.OnDamage = dir, mem, policy, 2, 2, log, tc.onDamage
 					cfg.FS = chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpRead, Path: "rank-00001/chunk-00000003.brc",

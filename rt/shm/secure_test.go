@@ -1,7 +1,6 @@
 package shm
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -11,10 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/brandrt/brandrt/internal/testkit"
 )
 
 // nobody is the user the tests make "another user" of.
@@ -112,24 +112,6 @@ func TestCheckPeer(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log that several goroutines write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // asNobody runs this test binary's TestHelperAsNobody as user nobody,
 // in mode with dir. It may read and write what root's are (CAP_DAC_OVERRIDE
 // stays): only its uid differs. /proc/self/exe, since the binary's own
@@ -155,7 +137,7 @@ func skipIfNoSetuid(t *testing.T, err error) {
 // refused before any welcome, and the rank logs one line naming it.
 func TestForeignClientRefused(t *testing.T) {
 	needRoot(t)
-	log := &lockedBuffer{}
+	log := &testkit.Log{}
 	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Log: log})
 	if err != nil {
 		t.Fatal(err)
