@@ -92,9 +92,13 @@ func (n *Node) epochTraces(ctx context.Context, e uint32) ([][]proto.FileID, []i
 	}
 }
 
-// offered waits for a client's trace of epoch e. Offers for later epochs
-// are kept for them; one for an epoch already served, or a second one for
-// an epoch, is refused at once.
+// earlyEpochs bounds how far ahead of the epoch being served a client's
+// trace may be offered: the offers kept for later epochs stay few.
+const earlyEpochs = 4
+
+// offered waits for a client's trace of epoch e. Offers for the next
+// earlyEpochs epochs are kept for them; one for an epoch already served
+// or further ahead, or a second one for an epoch, is refused at once.
 func (n *Node) offered(ctx context.Context, e uint32) (TraceOffer, error) {
 	if o, ok := n.early[e]; ok {
 		delete(n.early, e)
@@ -114,6 +118,8 @@ func (n *Node) offered(ctx context.Context, e uint32) (TraceOffer, error) {
 				return o, nil
 			case o.Epoch < e:
 				o.answer(fmt.Errorf("a trace for epoch %d, but this rank already serves epoch %d", o.Epoch, e))
+			case o.Epoch > e+earlyEpochs:
+				o.answer(fmt.Errorf("a trace for epoch %d, but this rank serves epoch %d and keeps traces for at most %d epochs ahead", o.Epoch, e, earlyEpochs))
 			case dup:
 				o.answer(fmt.Errorf("a second trace for epoch %d: this rank already has one", o.Epoch))
 			default:

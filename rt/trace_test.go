@@ -88,6 +88,10 @@ func TestClientTraces(t *testing.T) {
 			if r == 0 {
 				bad = traceOf(1, r)
 			}
+			if err := offer(2+earlyEpochs, traceOf(1, r)); err == nil || !strings.Contains(err.Error(), "at most 4 epochs ahead") {
+				fail("a trace for epoch %d: %v, want a refusal", 2+earlyEpochs, err)
+				return
+			}
 			if err := offer(1, bad); err == nil || !strings.Contains(err.Error(), "appears twice") {
 				fail("overlapping traces: %v, want a refusal naming the file that appears twice", err)
 				return
