@@ -161,6 +161,37 @@ func TestSimulateChunks(t *testing.T) {
 	}
 }
 
+// TestSimulateTrustsTheIndexes: a manifest that claims 10^11 more files
+// than its indexes hold (shard counts and chunk counts edited to agree)
+// is refused, naming both counts, instead of sizing memory by the claim.
+func TestSimulateTrustsTheIndexes(t *testing.T) {
+	dir := servePack(t, 300, 2, filepath.Join(t.TempDir(), "chunks"))
+	name := filepath.Join(dir, chunk.ManifestName)
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	const extra = 1e11
+	shard := m["shards"].([]any)[1].(map[string]any)
+	shard["files"] = shard["files"].(float64) + extra
+	shard["chunks"] = float64((int64(shard["files"].(float64)) + 15) / 16)
+	m["files"] = m["files"].(float64) + extra
+	if b, err = json.Marshal(m); err == nil {
+		err = os.WriteFile(name, b, 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errs, status := runCLI(t, "simulate", "--chunks", dir)
+	if want := "the manifest says 100000000300 files, the indexes hold 300"; status != 1 || !strings.Contains(errs, want) {
+		t.Fatalf("status %d, %q; want %q", status, errs, want)
+	}
+}
+
 func TestSimulateRejectsBadFlags(t *testing.T) {
 	for _, c := range []struct {
 		args []string

@@ -309,13 +309,21 @@ func datasetSizes(dir string) (*chunk.Manifest, [][]int64, []int32, error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	// grown as the indexes are read, not sized from the manifest's claim
 	sizes := make([][]int64, m.Ranks)
-	labels, labelled := make([]int32, m.Files), false
+	var labels []int32
+	labelled := false
 	err = chunk.Each(chunk.OS, dir, func(e chunk.Entry) error {
+		if e.ID != int64(len(labels)) || e.ID >= m.Files {
+			return fmt.Errorf("%s: file id %d where id %d of %d was due: the indexes and the manifest disagree", dir, e.ID, len(labels), m.Files)
+		}
 		sizes[e.Rank] = append(sizes[e.Rank], int64(e.Size))
-		labels[e.ID], labelled = e.Label, labelled || e.Label >= 0
+		labels, labelled = append(labels, e.Label), labelled || e.Label >= 0
 		return nil
 	})
+	if err == nil && int64(len(labels)) != m.Files {
+		err = fmt.Errorf("%s: the manifest says %d files, the indexes hold %d", dir, m.Files, len(labels))
+	}
 	if !labelled {
 		labels = nil
 	}
