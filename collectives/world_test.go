@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/brandrt/brandrt/launch"
+	"github.com/brandrt/brandrt/internal/testkit"
 )
 
 func init() { runtime.LockOSThread() }
@@ -122,8 +122,8 @@ func TestCollectivesUnderMpirun(t *testing.T) {
 		t.Fatal("mpirun not found: install Open MPI (make deps)")
 	}
 	for _, np := range []int{1, 3} {
-		args := append(append([]string{}, launch.MpirunArgs...), "-np", fmt.Sprint(np), os.Args[0], "-test.run=^$")
-		out, err := launch.Run(60*time.Second, []string{childEnv + "=1"}, mpirun, args...)
+		args := append(append([]string{}, testkit.MpirunArgs...), "-np", fmt.Sprint(np), os.Args[0], "-test.run=^$")
+		out, err := testkit.Run(60*time.Second, []string{childEnv + "=1"}, mpirun, args...)
 		if err != nil {
 			t.Fatalf("mpirun -np %d: %v\n%s", np, err, out)
 		}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/brandrt/brandrt/launch"
+	"github.com/brandrt/brandrt/internal/testkit"
 	"github.com/brandrt/brandrt/rt/shm"
 )
 
@@ -86,7 +86,7 @@ func TestStrayClientRefused(t *testing.T) {
 	var trainOut []byte
 	go func() {
 		var err error
-		trainOut, err = launch.Run(time.Minute, env, python, "-W", "ignore", "../../python/tests/loader.py", "--input", input,
+		trainOut, err = testkit.Run(time.Minute, env, python, "-W", "ignore", "../../python/tests/loader.py", "--input", input,
 			"--out", result, "--epochs", "1", "--workers", "2", "--ready", ready, "--hold", "2")
 		trained <- err
 	}()

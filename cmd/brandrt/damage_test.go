@@ -10,7 +10,7 @@ import (
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/chunk/chunktest"
-	"github.com/brandrt/brandrt/launch"
+	"github.com/brandrt/brandrt/internal/testkit"
 )
 
 // damageCase damages a copy of a packed dataset and says which files of
@@ -147,7 +147,7 @@ func copyTree(t *testing.T, src, dst string) {
 // error, whatever it is.
 func mpirunStatus(t *testing.T, np int, args ...string) (string, error) {
 	t.Helper()
-	all := append(append([]string{}, launch.MpirunArgs...), append([]string{"-np", fmt.Sprint(np), binary(t)}, args...)...)
-	out, err := launch.Run(time.Minute, nil, "mpirun", all...)
+	all := append(append([]string{}, testkit.MpirunArgs...), append([]string{"-np", fmt.Sprint(np), binary(t)}, args...)...)
+	out, err := testkit.Run(time.Minute, nil, "mpirun", all...)
 	return string(out), err
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/brandrt/brandrt/launch"
+	"github.com/brandrt/brandrt/internal/testkit"
 )
 
 // vaderWatch notes the shared-memory segments of Open MPI's vader
@@ -186,7 +186,7 @@ func TestServeDiesWithMpirun(t *testing.T) {
 
 // mpirunLine is mpirun's arguments to run brandrt with args on np ranks.
 func mpirunLine(t *testing.T, np int, cmd string, args ...string) []string {
-	all := append([]string{}, launch.MpirunArgs...)
+	all := append([]string{}, testkit.MpirunArgs...)
 	return append(append(all, "-np", strconv.Itoa(np), binary(t), cmd), args...)
 }
 

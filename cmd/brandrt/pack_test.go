@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/brandrt/brandrt/chunk/chunktest"
-	"github.com/brandrt/brandrt/launch"
+	"github.com/brandrt/brandrt/internal/testkit"
 )
 
 // TestPackInterrupted sends SIGINT or SIGTERM to a pack in the middle of
@@ -26,7 +26,7 @@ func TestPackInterrupted(t *testing.T) {
 		t.Fatal(err)
 	}
 	pack := []string{binary(t), "pack", "--input", input, "--chunk-files", "2", "--workers", "1"}
-	mpi := append(append([]string{"mpirun"}, launch.MpirunArgs...), "-np", "2")
+	mpi := append(append([]string{"mpirun"}, testkit.MpirunArgs...), "-np", "2")
 	for _, c := range []struct {
 		name string
 		cmd  []string

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/brandrt/brandrt/launch"
+	"github.com/brandrt/brandrt/internal/testkit"
 )
 
 // python is Debian's interpreter, the one python3-torch installs for.
@@ -55,7 +55,7 @@ func pathInput(t *testing.T, classes, files int) string {
 // startServeEnv is startServe with extra environment variables.
 func startServeEnv(t *testing.T, env []string, np int, args ...string) (*exec.Cmd, *strings.Builder) {
 	t.Helper()
-	all := append(append([]string{}, launch.MpirunArgs...), append([]string{"-np", fmt.Sprint(np), binary(t), "serve"}, args...)...)
+	all := append(append([]string{}, testkit.MpirunArgs...), append([]string{"-np", fmt.Sprint(np), binary(t), "serve"}, args...)...)
 	cmd := exec.Command("mpirun", all...)
 	cmd.Env = append(os.Environ(), env...)
 	out := new(strings.Builder)
@@ -98,7 +98,7 @@ func trainers(t *testing.T, env []string, args [][]string) []string {
 	for r, a := range args {
 		go func() {
 			all := append([]string{"-W", "ignore", "../../python/tests/" + a[0]}, a[1:]...)
-			o, err := launch.Run(2*time.Minute, env, python, all...)
+			o, err := testkit.Run(2*time.Minute, env, python, all...)
 			outs[r] = string(o)
 			if err != nil {
 				err = fmt.Errorf("training process %d: %v\n%s", r, err, o)
@@ -202,7 +202,7 @@ func TestDataLoaderUnderMpirun(t *testing.T) {
 	if c := strings.Count(out.String(), "every file delivered exactly once"); c != 2 {
 		t.Errorf("serve reported %d good epochs:\n%s", c, out)
 	}
-	if o, err := launch.Run(time.Minute, nil, "mpirun", append(append([]string{}, launch.MpirunArgs...), "-np", "2", binary(t), "serve",
+	if o, err := testkit.Run(time.Minute, nil, "mpirun", append(append([]string{}, testkit.MpirunArgs...), "-np", "2", binary(t), "serve",
 		"--chunks", dir, "--mem", "30%", "--consume", "3", "--depth", "5", "--epochs", "2", "--ramp", "2", "--order-out", orders[1])...); err != nil {
 		t.Fatalf("serve --consume 3: %v\n%s", err, o)
 	}
@@ -477,7 +477,7 @@ func TestSiblingOfKilledWorker(t *testing.T) {
 			res := make(chan result, 2)
 			for _, a := range [][]string{kill, {"loader.py", "--input", input, "--out", results[1], "--replica", "1", "--replicas", "2", "--workers", "2"}} {
 				go func() {
-					o, err := launch.Run(time.Minute, env, python, append([]string{"-W", "ignore", "../../python/tests/" + a[0]}, a[1:]...)...)
+					o, err := testkit.Run(time.Minute, env, python, append([]string{"-W", "ignore", "../../python/tests/" + a[0]}, a[1:]...)...)
 					res <- result{string(o), err}
 				}()
 			}

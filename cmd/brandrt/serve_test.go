@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/brandrt/brandrt/chunk"
-	"github.com/brandrt/brandrt/launch"
+	"github.com/brandrt/brandrt/internal/testkit"
 	"github.com/brandrt/brandrt/rt"
 )
 
@@ -162,8 +162,8 @@ func TestServeStartErrors(t *testing.T) {
 		{2, filepath.Join(tmp, "partial-{rank}"), []string{"rank 1: chunk: " + tmp + "/partial-1 is not a complete dataset", "rank 0: ranks [1] could not start"}},
 		{2, filepath.Join(tmp, "mixed-{rank}"), []string{"rank 0: the ranks do not all see the same dataset", "rank 1: the ranks do not all see the same dataset"}},
 	} {
-		all := append(append([]string{}, launch.MpirunArgs...), "-np", fmt.Sprint(tc.np), binary(t), "serve", "--chunks", tc.dir, "--mem", "50%")
-		out, err := launch.Run(time.Minute, nil, "mpirun", all...)
+		all := append(append([]string{}, testkit.MpirunArgs...), "-np", fmt.Sprint(tc.np), binary(t), "serve", "--chunks", tc.dir, "--mem", "50%")
+		out, err := testkit.Run(time.Minute, nil, "mpirun", all...)
 		if err == nil {
 			t.Errorf("serve %s on %d ranks succeeded:\n%s", tc.dir, tc.np, out)
 		}

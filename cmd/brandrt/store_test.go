@@ -14,7 +14,7 @@ import (
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/chunk/chunktest"
-	"github.com/brandrt/brandrt/launch"
+	"github.com/brandrt/brandrt/internal/testkit"
 )
 
 func genInput(t *testing.T, files int) (string, []chunktest.GenFile) {
@@ -239,8 +239,8 @@ func binary(t *testing.T) string {
 
 func mpirun(t *testing.T, np int, args ...string) string {
 	t.Helper()
-	all := append(append([]string{}, launch.MpirunArgs...), append([]string{"-np", fmt.Sprint(np), binary(t)}, args...)...)
-	out, err := launch.Run(2*time.Minute, nil, "mpirun", all...)
+	all := append(append([]string{}, testkit.MpirunArgs...), append([]string{"-np", fmt.Sprint(np), binary(t)}, args...)...)
+	out, err := testkit.Run(2*time.Minute, nil, "mpirun", all...)
 	if err != nil {
 		t.Fatalf("mpirun -np %d brandrt %v: %v\n%s", np, args, err, out)
 	}
