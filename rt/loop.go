@@ -22,11 +22,13 @@ import (
 // process's share of the trace, the positions p with p mod Replicas ==
 // Replica (as BrandSampler splits it); Replicas 0 ends them all. Session
 // (+1 or −1, with Pid and the share) says instead that a training
-// process of that share began or went away (see sessions).
+// process of that share began or went away (see sessions). Over (sent by
+// Node.TrainingOver) says that no client of this rank will ask for
+// anything again.
 type Request struct {
 	Epoch             uint32
 	Sn                int32
-	End               bool
+	End, Over         bool
 	Replica, Replicas int32
 	Session           int
 	Pid               int
@@ -275,6 +277,10 @@ func (l *loop) step() (bool, error) {
 func (l *loop) request(r Request) error {
 	if r.Session != 0 {
 		l.n.session(r)
+		return nil
+	}
+	if r.Over {
+		l.ended = true
 		return nil
 	}
 	if l.first.IsZero() {

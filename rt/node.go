@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/brandrt/brandrt/chunk"
@@ -54,6 +55,9 @@ type Node struct {
 	// when set, counts its clients (WatchClients).
 	sess    sessions
 	clients func() (int, time.Time)
+	// over is closed by TrainingOver.
+	over     chan struct{}
+	overOnce sync.Once
 	// sizes are this rank's file sizes, from its opening until the window
 	// policy's rank is built from every rank's.
 	sizes []int64
@@ -69,7 +73,7 @@ func Open(cfg Config, comm collectives.Comm) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, comm: comm, me: comm.Rank(), size: comm.Size(), dir: chunk.ForRank(cfg.Chunks, comm.Rank()),
 		reqs: make(chan Request, 1024), offers: make(chan TraceOffer, 16), early: make(map[uint32]TraceOffer),
-		starts: make(chan StartOffer, 16)}
+		starts: make(chan StartOffer, 16), over: make(chan struct{})}
 	err := n.agree(n.open())
 	if err == nil {
 		err = n.sameDataset()
@@ -112,6 +116,30 @@ func (n *Node) Requests() chan<- Request { return n.reqs }
 // any was): a rank left without clients in the middle of an epoch ends
 // the job after Config.ClientWait. Call it before Serve.
 func (n *Node) WatchClients(count func() (attached int, alone time.Time)) { n.clients = count }
+
+// TrainingOver tells the rank that its clients will ask for nothing
+// more, in this epoch or any later one: the training beside it ended. The
+// rank ends each epoch as soon as the requests in flight are answered,
+// serving the other ranks meanwhile (they may still train), supplies an
+// empty trace where the clients would supply one (Config.ClientTraces),
+// and Serve returns once every rank's training is over. Any goroutine may
+// call it, more than once.
+func (n *Node) TrainingOver() {
+	n.overOnce.Do(func() {
+		close(n.over)
+		go func() { n.reqs <- Request{Over: true} }() // wakes the loop
+	})
+}
+
+// trainingOver reports whether TrainingOver was called.
+func (n *Node) trainingOver() bool {
+	select {
+	case <-n.over:
+		return true
+	default:
+		return false
+	}
+}
 
 // Config returns the configuration the node was opened with.
 func (n *Node) Config() Config { return n.cfg }

@@ -39,10 +39,17 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 		if err != nil {
 			return all, err
 		}
+		over := st.RanksTrainingOver == n.size
+		if over && st.FilesDelivered+st.FilesSkipped+st.FailedDeliveries == 0 {
+			break // an epoch no training process read: not one to report
+		}
 		if n.cfg.Report != nil {
 			n.cfg.Report(st)
 		}
 		all = append(all, st)
+		if over {
+			break
+		}
 	}
 	return all, nil
 }
@@ -71,6 +78,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		waiting: make(map[int32]chan<- Delivery), files: n.ahead, stats: n.aheadStats}
 	n.ahead, n.aheadStats = nil, loopStats{}
 	l.asked = make([]bool, len(own))
+	l.ended = n.trainingOver()
 	for sn := range from {
 		l.asked[sn] = true // delivered before the restart
 	}
@@ -129,7 +137,14 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	}
 	return n.reduce(e, epochCounts{proto: n.p.Stats(), loop: l.stats, cons: cons.total, left: left, seconds: secs,
 		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, firstWait: firstWait(l), expected: positions(traces) - before, before: before,
-		verified: n.cfg.Consume > 0, ended: l.ended || l.endedEarly})
+		verified: n.cfg.Consume > 0, ended: l.endedEarly || l.ended && l.unaskedAll() > 0, over: overCount(n.trainingOver())})
+}
+
+func overCount(over bool) int64 {
+	if over {
+		return 1
+	}
+	return 0
 }
 
 // dropAhead lets go of the files read for an epoch that will not come.

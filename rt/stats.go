@@ -107,6 +107,9 @@ type EpochStats struct {
 	// FilesLeft counts files still held when the epoch ended: loaded but
 	// never asked for when it ended early, else a leak.
 	FilesLeft int64 `json:"files_left_in_memory"`
+	// RanksTrainingOver counts the ranks whose training had ended
+	// (Node.TrainingOver) when the epoch ended.
+	RanksTrainingOver int `json:"ranks_training_over"`
 }
 
 // epochCounts is one rank's raw counts of an epoch.
@@ -124,6 +127,7 @@ type epochCounts struct {
 	before    int64
 	verified  bool
 	ended     bool
+	over      int64 // 1 when the rank's training is over
 }
 
 // reduce sums the ranks' counts and checks the per-file delivery counts.
@@ -132,7 +136,7 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 	sums := []int64{ls.delivered, ls.failed, cs.checksumErrors, ls.deliveredBytes, ps.ChunkReads, ps.BytesRead,
 		ps.LocalHits, ps.RemoteRequests, ls.remoteFiles, ls.remoteBytes, ls.bytesOut, ps.Pushed, ps.BufferHits,
 		int64(cs.stall), ls.crcSum, n.crcSum, ls.labelSum, n.labelSum, c.left, ls.storageReads, ls.storageBytes, ps.Misses, ps.EarlyReads,
-		ls.skipped, ls.skippedCRC, ls.skippedLabel}
+		ls.skipped, ls.skippedCRC, ls.skippedLabel, c.over}
 	s, err := n.comm.AllreduceSum(sums)
 	if err != nil {
 		return EpochStats{}, err
@@ -154,7 +158,7 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 		ChunkReads: s[4], BytesLoaded: s[5], StorageReads: s[19], BytesRead: s[20], EarlyReads: s[22], LocalHits: s[6], Waits: s[21], RemoteRequests: s[7], RemoteFiles: s[8],
 		RemoteBytes: s[9], NetworkBytes: s[10], PrefetchPushes: s[11], PrefetchHits: s[12],
 		StallSeconds: float64(s[13]) / 1e9, DeliveredCRCSum: s[14], IndexCRCSum: s[15],
-		DeliveredLabelSum: s[16], IndexLabelSum: s[17], FilesLeft: s[18], FilesSkipped: s[23], SkippedCRCSum: s[24], SkippedLabelSum: s[25],
+		DeliveredLabelSum: s[16], IndexLabelSum: s[17], FilesLeft: s[18], FilesSkipped: s[23], SkippedCRCSum: s[24], SkippedLabelSum: s[25], RanksTrainingOver: int(s[26]),
 		DuplicateDeliveries: dup, FilesMissing: max(0, c.expected-distinct), PeakMemBytes: mx[0], Seconds: float64(mx[1]) / 1e9,
 		IdleSeconds: float64(mx[2]) / 1e9, IdleCPUSeconds: float64(mx[3]) / 1e9, FirstWaitSeconds: float64(mx[5]) / 1e9, Verified: c.verified, EndedEarly: mx[4] != 0}
 	if st.BytesDelivered > 0 {

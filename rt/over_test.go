@@ -1,0 +1,90 @@
+package rt
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/brandrt/brandrt/collectives"
+)
+
+// TestTrainingOver: a job of up to 50 epochs ends when the training
+// beside every rank is over. Rank 0's training ends after epoch 1; rank
+// 1's reads epoch 2 whole (rank 0 still serving its files), then ends:
+// Serve returns on both ranks after two epochs, the second with rank 1's
+// positions alone, and reports no third.
+func TestTrainingOver(t *testing.T) {
+	const files, ranks = 400, 2
+	dir := packed(t, files, ranks, 8)
+	for _, policy := range []string{"window", "paper"} {
+		t.Run(policy, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			stats := make([][]EpochStats, ranks)
+			errs := make([]error, ranks)
+			var wg sync.WaitGroup
+			for r, c := range collectives.NewLocal(ranks) {
+				started := make(chan int, 64)
+				cfg := DefaultConfig()
+				cfg.Chunks, cfg.MemFraction, cfg.Policy, cfg.Epochs = dir, 0.25, policy, 50
+				cfg.OnEpoch = func(_ uint32, n int) { started <- n }
+				opened := make(chan *Node, 1)
+				wg.Add(2)
+				go func() { // Open and Serve run on every rank at once
+					defer wg.Done()
+					n, err := Open(cfg, c)
+					if errs[r] = err; err != nil {
+						close(opened)
+						cancel()
+						return
+					}
+					defer n.Close()
+					opened <- n
+					if stats[r], errs[r] = n.Serve(ctx); errs[r] != nil {
+						cancel()
+					}
+				}()
+				go func() { // the rank's training
+					defer wg.Done()
+					n := <-opened
+					if n == nil {
+						return
+					}
+					last := 1 + r // rank 0 trains one epoch, rank 1 two
+					for e := 1; e <= last; e++ {
+						positions := <-started
+						replies := make(chan Delivery, positions)
+						for sn := range positions {
+							n.Requests() <- Request{Epoch: uint32(e), Sn: int32(sn), Reply: replies}
+						}
+						for range positions {
+							d := <-replies
+							if d.Err != nil {
+								t.Errorf("rank %d, epoch %d, position %d: %v", r, e, d.Sn, d.Err)
+							}
+							d.Release()
+						}
+					}
+					n.TrainingOver()
+				}()
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			if len(stats[0]) != 2 || len(stats[1]) != 2 {
+				t.Fatalf("epochs served: %d and %d, want 2 on each rank", len(stats[0]), len(stats[1]))
+			}
+			one, two := stats[0][0], stats[0][1]
+			if !one.OK() || one.FilesDelivered != files || one.EndedEarly || one.RanksTrainingOver == 2 { // rank 0 may be over by the end
+				t.Errorf("epoch 1: %+v", one)
+			}
+			if two.FilesDelivered == 0 || two.FilesDelivered >= files || !two.EndedEarly || two.RanksTrainingOver != 2 || two.DuplicateDeliveries != 0 {
+				t.Errorf("epoch 2: %d files delivered (rank 1's share of %d), ended early %v, %d ranks over: %+v",
+					two.FilesDelivered, files, two.EndedEarly, two.RanksTrainingOver, two)
+			}
+		})
+	}
+}
