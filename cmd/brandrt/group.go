@@ -16,16 +16,16 @@ func init() { runtime.LockOSThread() }
 // joinGroup returns the processes this one works with: the MPI world when
 // a launcher started several, else a group of one. Call done before
 // returning from the command.
-func joinGroup() (g chunk.Broadcaster, env launch.Env, done func(), err error) {
-	env, err = launch.FromEnv()
-	if err != nil || env.Size <= 1 {
-		return chunk.Solo, env, func() {}, err
+func joinGroup() (g chunk.Broadcaster, done func(), err error) {
+	env, err := launch.FromEnv()
+	if err != nil || env.Alone() {
+		return chunk.Solo, func() {}, err
 	}
 	w, err := collectives.Init()
 	if err != nil {
-		return nil, env, nil, err
+		return nil, nil, err
 	}
-	return w, env, w.Finalize, nil
+	return w, w.Finalize, nil
 }
 
 // reported is an error already printed: main does not print it again.

@@ -41,9 +41,10 @@ func printInfo(w io.Writer, env launch.Env) {
 	}
 	prefix := ""
 	if env.Launcher != "" {
-		prefix = fmt.Sprintf("rank %d/%d: ", env.Rank, env.Size)
-		fmt.Fprintf(w, "%slauncher  %s, local rank %d\n", prefix, env.Launcher, env.LocalRank)
+		prefix = fmt.Sprintf("rank %d/%s: ", env.Rank, known(env.Size))
+		fmt.Fprintf(w, "%slauncher  %s, local rank %d of %s\n", prefix, env.Launcher, env.LocalRank, known(env.LocalSize))
 	}
+	fmt.Fprintf(w, "%snode      %s\n", prefix, env.Node)
 	fmt.Fprintf(w, "%scpu       %s\n", prefix, cpu.BrandName)
 	fmt.Fprintf(w, "%scores     %d physical, %d logical, cache line %d B, L2 %s, L3 %s\n", prefix,
 		physical, runtime.NumCPU(), cpu.CacheLine, ibytes(int64(cpu.Cache.L2)), ibytes(int64(cpu.Cache.L3)))
@@ -53,4 +54,12 @@ func printInfo(w io.Writer, env launch.Env) {
 	}
 	fmt.Fprintf(w, "%sgo        %s %s/%s\n", prefix, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(w, "%smpi       %s\n", prefix, collectives.LibraryVersion())
+}
+
+// known writes a count the launcher may not have given (0) as "?".
+func known(n int) string {
+	if n == 0 {
+		return "?"
+	}
+	return fmt.Sprint(n)
 }

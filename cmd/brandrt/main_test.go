@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/brandrt/brandrt/chunk"
+	"github.com/brandrt/brandrt/launch"
 	"github.com/brandrt/brandrt/proto/sim"
 )
 
@@ -232,5 +233,8 @@ func TestInfo(t *testing.T) {
 	out, errs, status := runCLI(t, "info")
 	if status != 0 || !strings.Contains(out, "cores") || !strings.Contains(out, "mpi ") {
 		t.Fatalf("status %d: %s%s", status, out, errs)
+	}
+	if env, err := launch.FromEnv(); err != nil || env.Node == "" || !strings.Contains(out, "node      "+env.Node+"\n") {
+		t.Fatalf("no line for node %q (%v):\n%s", env.Node, err, out)
 	}
 }

@@ -69,7 +69,7 @@ func runPack(c *cli.Context) (err error) {
 	if input == "" && list == "" {
 		return fmt.Errorf("pack needs --input DIR or --manifest FILE")
 	}
-	g, env, done, err := joinGroup()
+	g, done, err := joinGroup()
 	if err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func runPack(c *cli.Context) (err error) {
 	}
 	ranks := c.Int("ranks")
 	if ranks == 0 {
-		ranks = env.Size
+		ranks = g.Size()
 	}
 	params := chunk.PackParams{Input: input, Manifest: list, Layout: string(listing.Layout), Workers: c.Int("workers"), Symlinks: "files followed, directories refused"}
 	k := c.Int("chunk-files")

@@ -462,7 +462,7 @@ func joinWorld() (collectives.Comm, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if env.Size <= 1 {
+	if env.Alone() {
 		return collectives.NewLocal(1)[0], func() {}, nil
 	}
 	w, err := collectives.Init()
