@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/brandrt/brandrt/internal/testkit"
+)
+
+// TestSlurmJob runs brandrt in a batch job of 2 tasks on a one-node Slurm
+// started for the test: srun --mpi=pmix launches info on both ranks
+// directly, then mpirun, which takes its ranks from the allocation, serves
+// a packed dataset for one epoch to in-process readers that check every
+// file. A second job, whose step exits 3, must come back as exit code 3.
+func TestSlurmJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Slurm cluster; not with -short")
+	}
+	s := testkit.StartSlurm(t)
+	bin := binary(t)
+	chunks := servePack(t, 400, 2, filepath.Join(t.TempDir(), "chunks"))
+	script := writeScript(t, "serve.sbatch", fmt.Sprintf(`#!/bin/bash
+#SBATCH --ntasks 2
+set -e
+srun --mpi=pmix -n 2 %q info
+echo "== mpirun"
+mpirun %s %q serve --chunks %q --mem 25%% --consume 2 --epochs 1
+`, bin, strings.Join(testkit.MpirunArgs, " "), bin, chunks))
+	out, code := s.Sbatch(t, script)
+	if code != 0 {
+		t.Fatalf("exit code %d, output:\n%s", code, out)
+	}
+	direct, mpirun, _ := strings.Cut(out, "== mpirun\n")
+	for _, c := range []struct{ step, out, want string }{
+		{"srun", direct, `(?m)^rank 0/2: `}, // info prints its lines per rank
+		{"srun", direct, `(?m)^rank 1/2: `},
+		{"mpirun", mpirun, `(?m)^epoch 1/1: 400 files, .* delivered by 2 ranks`},
+		{"mpirun", mpirun, `every file delivered exactly once`},
+	} {
+		if !regexp.MustCompile(c.want).MatchString(c.out) {
+			t.Errorf("the %s step's output lacks %q; the job's output:\n%s", c.step, c.want, out)
+		}
+	}
+
+	script = writeScript(t, "fail.sbatch", `#!/bin/bash
+#SBATCH --ntasks 1
+set -e
+echo before the step
+srun -n 1 bash -c 'exit 3'
+echo after the step
+`)
+	out, code = s.Sbatch(t, script)
+	if code != 3 || !strings.Contains(out, "before the step") || strings.Contains(out, "after the step") {
+		t.Errorf("a job whose step exits 3: exit code %d, output:\n%s", code, out)
+	}
+}
+
+func writeScript(t *testing.T, name, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(text), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
