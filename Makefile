@@ -85,8 +85,8 @@ bench-serve: build
 	@for n in 1 2; do test -f $(BENCH_DIR)/serve-$$n/manifest.json || \
 		$(BIN) pack --input $(BENCH_DIR)/serve-input --out $(BENCH_DIR)/serve-$$n --chunk-files 64 --ranks $$n --force; done
 	$(MPIRUN) -np 1 $(BIN) bench serve --chunks $(BENCH_DIR)/serve-1 --mem 100% --consume 4 --epochs 4
-	$(MPIRUN) -np 2 $(BIN) bench serve --chunks $(BENCH_DIR)/serve-2 --mem 100% --consume 4 --epochs 4
-	$(MPIRUN) -np 2 $(BIN) serve --chunks $(BENCH_DIR)/serve-2 --mem 25% --consume 4 --epochs 2 --pause 3s
+	$(MPIRUN) -np 2 $(BIN) bench serve --allow-shared-node --chunks $(BENCH_DIR)/serve-2 --mem 100% --consume 4 --epochs 4
+	$(MPIRUN) -np 2 $(BIN) serve --allow-shared-node --chunks $(BENCH_DIR)/serve-2 --mem 25% --consume 4 --epochs 2 --pause 3s
 
 # Every loader against brandrt, the same memory cgroup for each, cold page
 # cache, 30,000 files of ~110 KB (3.1 GiB, generated and kept in
@@ -130,7 +130,7 @@ demo: build
 	$(BIN) inspect --chunks $(DEMO_DIR)/chunks
 	@echo
 	@echo "== served by 2 ranks to in-process readers that check every file, a quarter of each shard in memory"
-	$(MPIRUN) -np 2 $(BIN) serve --chunks $(DEMO_DIR)/chunks --mem 25% --consume 2 --epochs 1
+	$(MPIRUN) -np 2 $(BIN) serve --allow-shared-node --chunks $(DEMO_DIR)/chunks --mem 25% --consume 2 --epochs 1
 	@echo
 	@echo "== training examples/pytorch/train.py through brandrt: 2 ranks, a training process beside each (2 DataLoader workers), one model (DDP)"
 	examples/pytorch/demo.sh $(BIN) $(DEMO_DIR)/chunks 2 10 2 --mem 25%

@@ -12,12 +12,18 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/brandrt/brandrt/launch"
+	"github.com/brandrt/brandrt/rt/job"
 )
 
 func main() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) }
 
+// rawArgs is the command line as run got it (serve reads the training
+// command after "--" from it).
+var rawArgs []string
+
 // run runs the command line args and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	rawArgs = args
 	app := &cli.App{
 		Name:  "brandrt",
 		Usage: "feed training data from chunked storage through memory shared across MPI ranks",
@@ -36,13 +42,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := app.Run(args); err != nil {
 		usage := errors.As(err, new(usageError))
-		if !errors.As(err, new(reported)) && (!usage || firstRank()) {
+		if !errors.As(err, new(reported)) && !job.Printed(err) && (!usage || firstRank()) {
 			fmt.Fprintln(stderr, "brandrt:", err)
 		}
 		if usage && !firstRank() {
 			// mpirun ends the job when the first rank exits: give rank 0
 			// the time to say what is wrong
 			time.Sleep(500 * time.Millisecond)
+		}
+		if ex := new(job.Exit); errors.As(err, &ex) && ex.Code != 0 {
+			return ex.Code // the training command's
 		}
 		return 1
 	}

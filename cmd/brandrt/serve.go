@@ -2,28 +2,25 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
-	"os/signal"
-	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/pkg/profile"
 	"github.com/urfave/cli/v2"
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/collectives"
-	"github.com/brandrt/brandrt/launch"
 	"github.com/brandrt/brandrt/proto"
 	"github.com/brandrt/brandrt/rt"
-	"github.com/brandrt/brandrt/rt/shm"
+	"github.com/brandrt/brandrt/rt/job"
 )
 
 func serveCommand() *cli.Command {
@@ -73,6 +70,8 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "traces", Value: "seed", Usage: "where each epoch's traces come from: seed (drawn from --seed) or clients (supplied by the training processes)"},
 			&cli.IntFlag{Name: "epochs", Value: d.Epochs, Usage: "epochs to serve"},
 			&cli.StringFlag{Name: "on-damage", Value: d.OnDamage, Usage: "what a rank does with a file damaged on storage (its checksum fails on a read and on a second one, or its chunk file is missing or cut short; checked at start-up): fail (stop the job within seconds, naming the rank, chunk file, slot, input path and byte range) or skip (leave that file out of every epoch, naming it once; the epoch statistics count it)"},
+			&cli.IntFlag{Name: "nproc-per-node", Value: 1, Usage: "training processes to start on each node with a training command (one per GPU); each reads its share of the rank's trace"},
+			&cli.BoolFlag{Name: "allow-shared-node", EnvVars: []string{"BRANDRT_ALLOW_SHARED_NODE"}, Usage: "let several ranks run on one node: the design is one rank per node, and a job whose ranks share one is refused (demos and tests on one machine use this)"},
 			&cli.DurationFlag{Name: "client-wait", Value: d.ClientWait, Usage: "how long a rank whose training processes all went away in the middle of an epoch waits for one to come back before it ends the job (0: for ever); a process with a BrandSampler that dies ends the job within 5 s"},
 			&cli.IntFlag{Name: "io-workers", Value: d.IOWorkers, Usage: "chunk reads in flight at once"},
 			&cli.IntFlag{Name: "consume", Value: d.Consume, Usage: "in-process readers per rank; 0: serve training processes through shared memory"},
@@ -170,90 +169,95 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 
 func runServe(c *cli.Context) error { return serving(c, nil) }
 
-// serving is what serve and bench serve share: the flags made a Config,
-// the MPI world joined, profiles started, and rank 0's report (printed,
-// and written to --stats-json). before, if set, runs on every rank before
-// the epochs, with rank 0's output (io.Discard elsewhere), and returns
-// what to add to each epoch's report.
-func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (func(io.Writer, rt.EpochStats), error)) (err error) {
-	if err := noArgs(c, "(use --chunks DIR)"); err != nil {
+// serving is what serve and bench serve share: the flags made a job's
+// Config, with rank 0's report (printed, and written to --stats-json),
+// profiles and --order-out prepared once the ranks have joined. before,
+// if set, runs on every rank before the epochs, with rank 0's output
+// (io.Discard elsewhere), and returns what to add to each epoch's report.
+func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (func(io.Writer, rt.EpochStats), error)) error {
+	train, err := trainingCommand(c)
+	if err != nil {
 		return err
 	}
 	cfg, err := serveConfig(c)
 	if err != nil {
 		return badUsage(c, err)
 	}
-	env, err := launch.FromEnv()
-	if err != nil {
-		return err
+	jc := job.Config{Runtime: cfg, Train: train, ProcsPerNode: c.Int("nproc-per-node"), AllowSharedNode: c.Bool("allow-shared-node")}
+	if len(train) > 0 && !c.IsSet("epochs") {
+		jc.Runtime.Epochs = math.MaxInt32 // as many as the training reads
 	}
 	name := c.String("order-out")
-	if name != "" && env.Rank == 0 {
+	if name != "" && firstRank() {
 		if err := refuseOverwrite(c, name); err != nil { // before the run, not after it
 			return err
 		}
 	}
-	if err := env.Lifeline(); err != nil {
-		return err
-	}
-	comm, done, err := joinWorld()
-	if err != nil {
-		return err
-	}
-	defer finishJob(c.App.ErrWriter, comm, done, &err)
-	defer recoverPanic(&err)
-	// A rank that fails from here on ends the job through MPI (finishJob),
-	// which leaves nothing behind; one that exits before joining it
-	// leaves the others' shared-memory segments in /dev/shm.
-	report, closeReport, err := reporter(c, comm.Rank())
-	if err != nil {
-		return err
-	}
-	defer startProfiles(c, comm.Rank())()
-	defer func() {
-		if cerr := closeReport(); err == nil {
-			err = cerr
+	jc.Prepare = func(comm collectives.Comm, rc *rt.Config) (func() error, error) {
+		report, closeReport, err := reporter(c, comm.Rank())
+		if err != nil {
+			return nil, err
 		}
-	}()
-	var w io.Writer = io.Discard
-	if comm.Rank() == 0 {
-		w = c.App.Writer
-	}
-	var more func(io.Writer, rt.EpochStats)
-	if before != nil {
-		if more, err = before(comm, w); err != nil {
+		stopProfiles := startProfiles(c, comm.Rank())
+		var order *bytes.Buffer
+		after := func() error {
+			stopProfiles()
+			err := closeReport()
+			if order != nil && comm.Rank() == 0 {
+				err = errors.Join(writeOut(c, name, order.Bytes()), err)
+			}
 			return err
 		}
-	}
-	cfg.Report = func(s rt.EpochStats) {
-		if report != nil {
-			report(s)
+		var w io.Writer = io.Discard
+		if comm.Rank() == 0 {
+			w = c.App.Writer
 		}
-		if more != nil {
-			more(w, s)
-		}
-	}
-	var order *bytes.Buffer
-	if name != "" {
-		order = new(bytes.Buffer)
-		label := cfg.Policy
-		if label == "paper" {
-			label = policyLabel(cfg.Variant.String())
-		}
-		fmt.Fprintf(order, "# brandrt delivered order, policy %s, seed %d: epoch rank sn file\n", label, cfg.Seed)
-		cfg.Order = func(e uint32, files [][]proto.FileID) {
-			if comm.Rank() == 0 {
-				writeOrder(order, int(e), files)
+		var more func(io.Writer, rt.EpochStats)
+		if before != nil {
+			if more, err = before(comm, w); err != nil {
+				return after, err
 			}
 		}
+		rc.Report = func(s rt.EpochStats) {
+			if report != nil {
+				report(s)
+			}
+			if more != nil {
+				more(w, s)
+			}
+		}
+		if name != "" {
+			order = new(bytes.Buffer)
+			label := rc.Policy
+			if label == "paper" {
+				label = policyLabel(rc.Variant.String())
+			}
+			fmt.Fprintf(order, "# brandrt delivered order, policy %s, seed %d: epoch rank sn file\n", label, rc.Seed)
+			rc.Order = func(e uint32, files [][]proto.FileID) {
+				if comm.Rank() == 0 {
+					writeOrder(order, int(e), files)
+				}
+			}
+		}
+		return after, nil
 	}
-	if err := serve(cfg, comm); err != nil {
-		return err
+	return job.Run(jc)
+}
+
+// trainingCommand returns the training command given after --, if any:
+// serve takes no other arguments.
+func trainingCommand(c *cli.Context) ([]string, error) {
+	args := c.Args().Slice()
+	if len(args) == 0 {
+		return nil, nil
 	}
-	if order != nil && comm.Rank() == 0 {
-		return writeOut(c, name, order.Bytes())
+	if i := slices.Index(rawArgs, "--"); i < 0 || !slices.Equal(rawArgs[i+1:], args) {
+		return nil, badUsage(c, fmt.Errorf("%s takes the training command after --, got %q (use --chunks DIR for the dataset)", c.Command.Name, args))
 	}
-	return nil
+	if c.Int("consume") > 0 {
+		return nil, badUsage(c, fmt.Errorf("a training command (after --) reads through shared memory: it needs --consume 0, not %d", c.Int("consume")))
+	}
+	return args, nil
 }
 
 // startProfiles starts the profiles --cpuprofile and --memprofile ask
@@ -274,208 +278,6 @@ func startProfiles(c *cli.Context, rank int) func() {
 			stop()
 		}
 	}
-}
-
-// serve runs the node until its epochs are done or a signal stops it.
-func serve(cfg rt.Config, comm collectives.Comm) error {
-	var srv *shm.Server
-	var arena *shm.Arena
-	if cfg.Consume == 0 {
-		cfg.OnEpoch = func(e uint32, positions int) { srv.StartEpoch(e, positions) }
-		var err error
-		if arena, err = newArena(); err != nil {
-			return err
-		}
-		defer arena.Close()
-		cfg.Memory = arena
-	}
-	n, err := rt.Open(cfg, comm)
-	if err != nil {
-		return err
-	}
-	defer n.Close()
-	if cfg.Consume == 0 {
-		if srv, err = listen(n, comm.Rank(), arena, cfg.Log); err != nil {
-			return err
-		}
-		defer srv.Close()
-		n.WatchClients(srv.Attached)
-	}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	served := make(chan struct{})
-	defer close(served)
-	// On a signal the attach point goes at once: the rank may be killed
-	// (mpirun ending the job) before its deferred clean-ups run.
-	unlink := func() {}
-	if srv != nil {
-		unlink = srv.Unlink
-	}
-	go onSignal(cfg.Log, comm, cancel, served, unlink)
-	// The loop runs off the main thread, which stays locked for MPI's
-	// Init and Finalize: on a locked thread every wait and yield of the
-	// loop would cost a handoff between OS threads (futex calls), which
-	// doubled the rank's CPU per file. MPI_THREAD_MULTIPLE allows its calls
-	// from any thread, and the loop still makes them all.
-	errc := make(chan error, 1)
-	go func() {
-		var err error
-		defer func() { errc <- err }()
-		defer recoverPanic(&err)
-		panicForTests(comm.Rank())
-		_, err = n.Serve(ctx)
-	}()
-	if err := <-errc; err != nil {
-		if cause := context.Cause(ctx); cause != nil {
-			return cause
-		}
-		return err
-	}
-	if srv != nil {
-		srv.Close() // every delivery written, so that the counts are whole
-		fmt.Fprintf(cfg.Log, "brandrt: rank %d: training processes read %s files in place in shared memory and %s as copies\n",
-			comm.Rank(), comma(srv.Shared.Load()), comma(srv.Copied.Load()))
-		fmt.Fprintf(cfg.Log, "brandrt: rank %d: memory shared with them peaked at %s (--mem %s, and up to %s of freed pages kept for reuse)\n",
-			comm.Rank(), ibytes(int64(arena.PeakResident())), ibytes(n.Mapping().MemBytes(comm.Rank())), ibytes(int64(arena.Slack)))
-	}
-	return nil
-}
-
-// onSignal waits for SIGINT or SIGTERM (from the user, mpirun, a batch
-// system, or the lifeline when mpirun died) and stops the rank: the loop
-// sees ctx cancelled and returns, its deferred clean-ups run (the attach
-// point goes), and finishJob ends the job. A rank blocked in a collective
-// never sees ctx; should it still run interruptGrace later, the job ends
-// from here. It returns once served is closed.
-func onSignal(log io.Writer, comm collectives.Comm, cancel context.CancelCauseFunc, served <-chan struct{}, unlink func()) {
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	var sig os.Signal
-	select {
-	case sig = <-sigs:
-	case <-served:
-		return
-	}
-	unlink()
-	cancel(fmt.Errorf("interrupted by %s; stopped", signalName(sig)))
-	select {
-	case <-served:
-	case <-time.After(interruptGrace):
-		fmt.Fprintf(log, "brandrt: rank %d: interrupted by %s, and still busy %v later; ending the job\n", comm.Rank(), signalName(sig), interruptGrace)
-		abortJob(comm)
-	}
-}
-
-// interruptGrace is how long a signalled rank may take to stop by itself.
-const interruptGrace = 3 * time.Second
-
-func signalName(s os.Signal) string {
-	switch s {
-	case os.Interrupt:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	}
-	return s.String()
-}
-
-// finishJob ends a serve. Without an error, or with one that every rank
-// returned together (rt.EveryRank), MPI is finalized as usual. Any other
-// error of one rank ends the whole job (MPI_Abort), with a message naming
-// the rank and the cause: the other ranks would wait for it forever.
-func finishJob(w io.Writer, comm collectives.Comm, done func(), err *error) {
-	if *err == nil || comm.Size() == 1 || rt.EveryRank(*err) {
-		finish(w, done, err)
-		return
-	}
-	fmt.Fprintf(w, "brandrt: rank %d: %v\nbrandrt: rank %d: ending the job\n", comm.Rank(), *err, comm.Rank())
-	*err = reported{*err}
-	abortJob(comm)
-}
-
-// abortJob ends every rank of the job. Should MPI_Abort not end this
-// process (its launcher is gone), it exits anyway.
-func abortJob(comm collectives.Comm) {
-	time.AfterFunc(5*time.Second, func() { os.Exit(1) })
-	if comm.Size() == 1 {
-		os.Exit(1)
-	}
-	comm.Abort(1)
-}
-
-// recoverPanic turns a panic of the goroutine deferring it into *err,
-// with the stack, so that the job ends naming the rank (finishJob)
-// rather than with a bare crash.
-func recoverPanic(err *error) {
-	if p := recover(); p != nil {
-		*err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
-	}
-}
-
-// panicForTests panics when $BRANDRT_TEST_PANIC names this rank: how the
-// tests check that a panic ends the job.
-func panicForTests(rank int) {
-	if os.Getenv("BRANDRT_TEST_PANIC") == strconv.Itoa(rank) {
-		panic(fmt.Sprintf("rank %d: a test asked for a panic ($BRANDRT_TEST_PANIC)", rank))
-	}
-}
-
-// listen opens the rank's attach point for training processes; its ring
-// holds at least 64 MiB and twice the rank's largest file. Files read into
-// arena reach them without a copy.
-func listen(n *rt.Node, rank int, arena *shm.Arena, log io.Writer) (*shm.Server, error) {
-	env, err := launch.FromEnv()
-	if err != nil {
-		return nil, err
-	}
-	o := shm.Options{Slots: 64, Data: max(uint64(64<<20), (2*uint64(n.MaxFileSize())+128+4095)&^4095), Requests: n.Requests(), Arena: arena,
-		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed, MaxTrace: n.Mapping().Files()}
-	if n.Config().ClientTraces {
-		o.Traces = n.Traces()
-	}
-	if n.Config().Resume {
-		o.Starts = n.Starts()
-	}
-	srv, err := shm.Listen(shm.DefaultDir(env.LocalRank), rank, o)
-	if err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(log, "brandrt: rank %d: training processes attach at %s\n", rank, srv.Dir())
-	return srv, nil
-}
-
-// newArena makes the memory the rank shares with its training processes:
-// as large as the node's memory, which costs only the pages used.
-func newArena() (*shm.Arena, error) {
-	var si syscall.Sysinfo_t
-	if err := syscall.Sysinfo(&si); err != nil {
-		return nil, fmt.Errorf("the node's memory: %w", err)
-	}
-	return shm.NewArena(uint64(si.Totalram) * uint64(si.Unit))
-}
-
-// joinWorld returns the MPI world when a launcher started several
-// processes, else a world of one without MPI.
-func joinWorld() (collectives.Comm, func(), error) {
-	env, err := launch.FromEnv()
-	if err != nil {
-		return nil, nil, err
-	}
-	if env.Alone() {
-		return collectives.NewLocal(1)[0], func() {}, nil
-	}
-	w, err := collectives.Init()
-	if err != nil {
-		return nil, nil, err
-	}
-	// Every rank has joined before any may abort: an abort while another
-	// is still inside MPI_Init leaves its shared-memory segment in
-	// /dev/shm (seen in one run of three).
-	if err := w.Barrier(); err != nil {
-		return nil, nil, err
-	}
-	return w, w.Finalize, nil
 }
 
 // reporter returns what prints each epoch's statistics: on rank 0, to
@@ -502,6 +304,9 @@ func reporter(c *cli.Context, rank int) (func(rt.EpochStats), func() error, erro
 		}
 	}
 	w, epochs := c.App.Writer, c.Int("epochs")
+	if c.NArg() > 0 && !c.IsSet("epochs") {
+		epochs = 0 // as many as the training command reads
+	}
 	return func(s rt.EpochStats) {
 		printEpoch(w, s, epochs)
 		if js != nil && werr == nil {
@@ -513,8 +318,12 @@ func reporter(c *cli.Context, rank int) (func(rt.EpochStats), func() error, erro
 }
 
 func printEpoch(w io.Writer, s rt.EpochStats, epochs int) {
-	fmt.Fprintf(w, "epoch %d/%d: %s files, %s delivered by %d ranks in %.2fs: %s files/s, %s/s\n",
-		s.Epoch, epochs, comma(s.FilesDelivered), ibytes(s.BytesDelivered), s.Ranks, s.Seconds,
+	of := ""
+	if epochs > 0 {
+		of = fmt.Sprintf("/%d", epochs)
+	}
+	fmt.Fprintf(w, "epoch %d%s: %s files, %s delivered by %d ranks in %.2fs: %s files/s, %s/s\n",
+		s.Epoch, of, comma(s.FilesDelivered), ibytes(s.BytesDelivered), s.Ranks, s.Seconds,
 		comma(int64(s.FilesPerSecond)), ibytes(int64(s.BytesPerSecond)))
 	early := ""
 	if s.EarlyReads > 0 {

@@ -1,6 +1,9 @@
 """Train a small CNN on CPU over JPEGs, reading them through brandrt.
 
-    # beside a running `mpirun -np N brandrt serve --chunks DIR --consume 0`:
+    # started by brandrt beside each rank (the environment says where it
+    # stands: RANK, WORLD_SIZE, MASTER_ADDR/PORT, BRANDRT_LOCAL_RANK):
+    mpirun -np N brandrt serve --chunks DIR -- /usr/bin/python3 examples/pytorch/train.py --num-classes 10 --epochs 1
+    # or beside a running `mpirun -np N brandrt serve --chunks DIR`:
     /usr/bin/python3 examples/pytorch/train.py --num-classes 10 --epochs 1
     # the same training reading the original files (torchvision ImageFolder,
     # shuffled DataLoader):
@@ -13,9 +16,9 @@ atomically; each process keeps its last two). After a crash, run it
 again with --resume beside `brandrt serve --resume`: the processes agree
 on the last step they all saved, and training takes up there with the
 files the interrupted run would have read next. With several brandrt ranks,
-run one training process beside each (--local-rank on one machine) and
---world-size/--rank to train one model over all of them with
-DistributedDataParallel (gloo, CPU); each process then reads its rank's
+one training process beside each (--local-rank on one machine) with
+--world-size/--rank (or their variables) trains one model over all of them
+with DistributedDataParallel (gloo, CPU); each process then reads its rank's
 share of every epoch.
 """
 
@@ -61,15 +64,19 @@ def main():
     ap.add_argument("--baseline", action="store_true", help="read the original files with ImageFolder instead")
     ap.add_argument("--data", help="the ImageFolder directory (--baseline)")
     ap.add_argument("--num-classes", type=int, help="classes in the dataset (brandrt)")
-    ap.add_argument("--local-rank", type=int, default=0, help="the brandrt rank of this node to read from")
+    env = os.environ.get
+    ap.add_argument("--local-rank", type=int, default=int(env("BRANDRT_LOCAL_RANK") or 0),
+                    help="the brandrt rank of this node to read from ($BRANDRT_LOCAL_RANK, else 0)")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--world-size", type=int, default=1, help="training processes in all (DDP when > 1)")
-    ap.add_argument("--rank", type=int, default=0, help="this process's rank among them")
-    ap.add_argument("--master", default="127.0.0.1:29517", help="host:port of rank 0, for DDP")
+    ap.add_argument("--world-size", type=int, default=int(env("WORLD_SIZE") or 1),
+                    help="training processes in all, DDP when > 1 ($WORLD_SIZE, else 1)")
+    ap.add_argument("--rank", type=int, default=int(env("RANK") or 0), help="this process's rank among them ($RANK, else 0)")
+    master = "%s:%s" % (env("MASTER_ADDR"), env("MASTER_PORT")) if env("MASTER_ADDR") and env("MASTER_PORT") else "127.0.0.1:29517"
+    ap.add_argument("--master", default=master, help="host:port of rank 0, for DDP ($MASTER_ADDR:$MASTER_PORT, else %(default)s)")
     ap.add_argument("--checkpoint", help="save model, optimizer and sampler state in this directory (brandrt)")
     ap.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints")
     ap.add_argument("--resume", action="store_true", help="take up from the checkpoint in --checkpoint, if there is one")

@@ -38,11 +38,15 @@ def default_attach_dir(local_rank=None):
     """<base>/local-<local rank>: base is $BRANDRT_ATTACH, else
     /dev/shm/brandrt-<uid>.
 
-    The local rank defaults to 0: with one brandrt rank per node, that is
-    the node's rank. Under several ranks per node, pass the one to use.
+    The local rank defaults to $BRANDRT_LOCAL_RANK (which `brandrt serve
+    -- CMD` sets for the training command it starts), else 0: with one
+    brandrt rank per node, that is the node's rank. Under several ranks
+    per node, pass the one to use.
     """
     base = os.environ.get(L.ENV_ATTACH) or "/dev/shm/brandrt-%d" % os.getuid()
-    return os.path.join(base, "local-%d" % (local_rank or 0))
+    if local_rank is None:
+        local_rank = int(os.environ.get(L.ENV_LOCAL_RANK) or 0)
+    return os.path.join(base, "local-%d" % local_rank)
 
 
 def _user(uid):

@@ -53,3 +53,5 @@ REC_SKIPPED = 5
 
 SOCKET_NAME = "attach.sock"
 ENV_ATTACH = "BRANDRT_ATTACH"
+# the local rank of the brandrt rank to attach to (brandrt serve -- CMD sets it)
+ENV_LOCAL_RANK = "BRANDRT_LOCAL_RANK"

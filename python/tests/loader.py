@@ -35,9 +35,9 @@ def one(item):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--local-rank", type=int, default=0)
-    ap.add_argument("--replica", type=int, default=0, help="this process's share of the rank's trace (BrandSampler rank)")
-    ap.add_argument("--replicas", type=int, default=1, help="training processes of the rank (BrandSampler num_replicas)")
+    ap.add_argument("--local-rank", type=int, help="the brandrt rank to read from (default: BrandSampler's)")
+    ap.add_argument("--replica", type=int, help="this process's share of the rank's trace (BrandSampler rank; default: its)")
+    ap.add_argument("--replicas", type=int, help="training processes of the rank (BrandSampler num_replicas; default: its)")
     ap.add_argument("--input", required=True)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--workers", type=int, default=4)

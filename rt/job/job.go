@@ -1,0 +1,344 @@
+// Package job runs one rank of a brandrt job: it joins the job's MPI
+// world, opens the rank's shard and the memory it shares with the
+// training processes of its node, serves the epochs, starts the training
+// command beside the rank when given one (co-launch, see Train), and ends
+// the job on every rank when this one fails or is signalled, so that no
+// rank is left waiting for it.
+//
+// The command line (brandrt serve) turns its flags into a Config and
+// calls Run.
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/dustin/go-humanize"
+
+	"github.com/brandrt/brandrt/collectives"
+	"github.com/brandrt/brandrt/launch"
+	"github.com/brandrt/brandrt/rt"
+	"github.com/brandrt/brandrt/rt/shm"
+)
+
+// Config configures one rank of a job.
+type Config struct {
+	// Runtime configures the rank. Unless it runs in-process readers
+	// (Consume), the job sets its Memory (the memory shared with the
+	// training processes) and OnEpoch.
+	Runtime rt.Config
+	// Train, when set, is the training command, started on every node
+	// once the node's rank serves, with the environment Train describes.
+	Train []string
+	// ProcsPerNode is how many training processes each node starts (one
+	// per GPU, say); each reads its share of the rank's trace. 0 means 1.
+	ProcsPerNode int
+	// AllowSharedNode lets ranks share a node; by default a job whose
+	// ranks share one is refused (launch.OneRankPerNode).
+	AllowSharedNode bool
+	// Prepare, when set, runs on every rank once the ranks have joined the
+	// job, before the dataset is opened, with the runtime's configuration
+	// to complete (its Report and Order, say). The function it returns,
+	// when not nil, runs once the rank is done. An error of either ends
+	// the job.
+	Prepare func(comm collectives.Comm, cfg *rt.Config) (after func() error, err error)
+}
+
+// Exit is an error that ends the process with a status of its own: the
+// training command's.
+type Exit struct {
+	Err  error
+	Code int
+}
+
+func (e *Exit) Error() string { return e.Err.Error() }
+func (e *Exit) Unwrap() error { return e.Err }
+
+// printed marks an error Run has written to the log already.
+type printed struct{ error }
+
+func (p printed) Unwrap() error { return p.error }
+
+// Printed reports whether Run wrote err to the log already.
+func Printed(err error) bool { return errors.As(err, new(printed)) }
+
+// together marks an error that every rank returned at the same point
+// (its verdict came from values every rank holds), so each can stop
+// normally without ending the job for the others.
+type together struct{ error }
+
+func (t together) Unwrap() error { return t.error }
+
+// Run runs this process's rank of the job until its epochs are done, or
+// until the training command ends on every node. A rank that fails alone
+// (an error, a signal, a panic, its training command failing) ends every
+// rank of the job (MPI_Abort) with a message naming it and the cause,
+// and does not return; errors that every rank meets together (a dataset
+// that does not open, flags that do not fit the job) are returned on
+// every rank, printed. Call it on the main thread (MPI's).
+func Run(cfg Config) (err error) {
+	log := cfg.Runtime.Log
+	env, err := launch.FromEnv()
+	if err != nil {
+		return err
+	}
+	if err := env.Lifeline(); err != nil {
+		return err
+	}
+	comm, done, err := joinWorld(env)
+	if err != nil {
+		return err
+	}
+	defer finishJob(log, comm, done, &err)
+	defer recoverPanic(&err)
+	// A rank that fails from here on ends the job through MPI (finishJob),
+	// which leaves nothing behind; one that exits before joining it
+	// leaves the others' shared-memory segments in /dev/shm.
+	nodes, err := gatherStrings(comm, env.Node)
+	if err != nil {
+		return err
+	}
+	if !cfg.AllowSharedNode {
+		if err := launch.OneRankPerNode(nodes); err != nil {
+			return together{err}
+		}
+	}
+	if cfg.Prepare != nil {
+		after, err := cfg.Prepare(comm, &cfg.Runtime)
+		if err != nil {
+			return err
+		}
+		if after != nil {
+			defer func() {
+				if aerr := after(); err == nil {
+					err = aerr
+				}
+			}()
+		}
+	}
+	return serve(cfg, env, comm, nodes)
+}
+
+// serve runs the node until its epochs are done, its training ended on
+// every node, or a signal or a failure stops it.
+func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) error {
+	rc := cfg.Runtime
+	var srv *shm.Server
+	var arena *shm.Arena
+	if rc.Consume == 0 {
+		rc.OnEpoch = func(e uint32, positions int) { srv.StartEpoch(e, positions) }
+		var err error
+		if arena, err = newArena(); err != nil {
+			return err
+		}
+		defer arena.Close()
+		rc.Memory = arena
+	}
+	n, err := rt.Open(rc, comm)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	if rc.Consume == 0 {
+		if srv, err = listen(n, env, comm.Rank(), arena, rc.Log); err != nil {
+			return err
+		}
+		defer srv.Close()
+		n.WatchClients(srv.Attached)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	served := make(chan struct{})
+	defer close(served)
+	st := &stopper{log: rc.Log, comm: comm, cancel: cancel, served: served}
+	if srv != nil {
+		// On a signal the attach point goes at once: the rank may be
+		// killed (mpirun ending the job) before its deferred clean-ups run.
+		st.unlink = srv.Unlink
+	}
+	var tr *training
+	if len(cfg.Train) > 0 {
+		master, err := masterAddr(comm, nodes)
+		if err != nil {
+			return err
+		}
+		// started here, on the main thread, which lives as long as the
+		// process: the training processes' parent-death signal follows
+		// the thread that started them
+		if tr, err = startTraining(cfg, env, comm, srv.Dir(), master); err != nil {
+			return err
+		}
+		defer tr.stop()
+		st.forward = tr.signal
+		go tr.supervise(n, st)
+	}
+	go st.onSignal()
+	// The loop runs off the main thread, which stays locked for MPI's
+	// Init and Finalize: on a locked thread every wait and yield of the
+	// loop would cost a handoff between OS threads (futex calls), which
+	// doubled the rank's CPU per file. MPI_THREAD_MULTIPLE allows its calls
+	// from any thread, and the loop still makes them all.
+	errc := make(chan error, 1)
+	go func() {
+		var err error
+		defer func() { errc <- err }()
+		defer recoverPanic(&err)
+		panicForTests(comm.Rank())
+		_, err = n.Serve(ctx)
+	}()
+	if err := <-errc; err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			return cause
+		}
+		return err
+	}
+	if tr != nil {
+		if err := tr.wait(ctx); err != nil { // the epochs are done; the training may not be
+			return err
+		}
+	}
+	if srv != nil {
+		srv.Close() // every delivery written, so that the counts are whole
+		fmt.Fprintf(rc.Log, "brandrt: rank %d: training processes read %s files in place in shared memory and %s as copies\n",
+			comm.Rank(), humanize.Comma(srv.Shared.Load()), humanize.Comma(srv.Copied.Load()))
+		fmt.Fprintf(rc.Log, "brandrt: rank %d: memory shared with them peaked at %s (--mem %s, and up to %s of freed pages kept for reuse)\n",
+			comm.Rank(), humanize.IBytes(arena.PeakResident()), humanize.IBytes(uint64(n.Mapping().MemBytes(comm.Rank()))), humanize.IBytes(uint64(arena.Slack)))
+	}
+	return nil
+}
+
+// finishJob ends a rank. Without an error, or with one that every rank
+// returned together, MPI is finalized as usual, the error printed first
+// (printed after MPI_Finalize it could be lost: once one rank has exited
+// with an error, mpirun ends the others). Any other error of one rank
+// ends the whole job (MPI_Abort), with a message naming the rank and the
+// cause: the other ranks would wait for it forever.
+func finishJob(w io.Writer, comm collectives.Comm, done func(), err *error) {
+	if *err == nil || comm.Size() == 1 || rt.EveryRank(*err) || errors.As(*err, new(together)) {
+		if *err != nil {
+			if comm.Rank() == 0 || !errors.As(*err, new(together)) { // said alike by every rank: rank 0 says it
+				fmt.Fprintln(w, "brandrt:", *err)
+			}
+			*err = printed{*err}
+		}
+		done()
+		return
+	}
+	fmt.Fprintf(w, "brandrt: rank %d: %v\nbrandrt: rank %d: ending the job\n", comm.Rank(), *err, comm.Rank())
+	*err = printed{*err}
+	abortJob(comm, exitCode(*err))
+}
+
+// exitCode is the status err ends the process with.
+func exitCode(err error) int {
+	var ex *Exit
+	if errors.As(err, &ex) && ex.Code != 0 {
+		return ex.Code
+	}
+	return 1
+}
+
+// abortJob ends every rank of the job with code. Should MPI_Abort not end
+// this process (its launcher is gone), it exits anyway.
+func abortJob(comm collectives.Comm, code int) {
+	time.AfterFunc(5*time.Second, func() { os.Exit(code) })
+	if comm.Size() == 1 {
+		os.Exit(code)
+	}
+	comm.Abort(code)
+}
+
+// recoverPanic turns a panic of the goroutine deferring it into *err,
+// with the stack, so that the job ends naming the rank (finishJob)
+// rather than with a bare crash.
+func recoverPanic(err *error) {
+	if p := recover(); p != nil {
+		*err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+	}
+}
+
+// panicForTests panics when $BRANDRT_TEST_PANIC names this rank: how the
+// tests check that a panic ends the job.
+func panicForTests(rank int) {
+	if os.Getenv("BRANDRT_TEST_PANIC") == strconv.Itoa(rank) {
+		panic(fmt.Sprintf("rank %d: a test asked for a panic ($BRANDRT_TEST_PANIC)", rank))
+	}
+}
+
+// listen opens the rank's attach point for training processes; its ring
+// holds at least 64 MiB and twice the rank's largest file. Files read into
+// arena reach them without a copy.
+func listen(n *rt.Node, env launch.Env, rank int, arena *shm.Arena, log io.Writer) (*shm.Server, error) {
+	o := shm.Options{Slots: 64, Data: max(uint64(64<<20), (2*uint64(n.MaxFileSize())+128+4095)&^4095), Requests: n.Requests(), Arena: arena,
+		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed, MaxTrace: n.Mapping().Files()}
+	if n.Config().ClientTraces {
+		o.Traces = n.Traces()
+	}
+	if n.Config().Resume {
+		o.Starts = n.Starts()
+	}
+	srv, err := shm.Listen(shm.DefaultDir(env.LocalRank), rank, o)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "brandrt: rank %d: training processes attach at %s\n", rank, srv.Dir())
+	return srv, nil
+}
+
+// newArena makes the memory the rank shares with its training processes:
+// as large as the node's memory, which costs only the pages used.
+func newArena() (*shm.Arena, error) {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		return nil, fmt.Errorf("the node's memory: %w", err)
+	}
+	return shm.NewArena(uint64(si.Totalram) * uint64(si.Unit))
+}
+
+// joinWorld returns the MPI world when a launcher started several
+// processes, else a world of one without MPI.
+func joinWorld(env launch.Env) (collectives.Comm, func(), error) {
+	if env.Alone() {
+		return collectives.NewLocal(1)[0], func() {}, nil
+	}
+	w, err := collectives.Init()
+	if err != nil {
+		return nil, nil, err
+	}
+	// Every rank has joined before any may abort: an abort while another
+	// is still inside MPI_Init leaves its shared-memory segment in
+	// /dev/shm (seen in one run of three).
+	if err := w.Barrier(); err != nil {
+		return nil, nil, err
+	}
+	return w, w.Finalize, nil
+}
+
+// gatherStrings returns every rank's s, in rank order.
+func gatherStrings(comm collectives.Comm, s string) ([]string, error) {
+	send := make([]int32, len(s))
+	for i := range len(s) {
+		send[i] = int32(s[i])
+	}
+	all, counts, err := comm.Allgatherv(send)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(counts))
+	at := 0
+	for r, c := range counts {
+		b := make([]byte, c)
+		for i := range b {
+			b[i] = byte(all[at+i])
+		}
+		out[r], at = string(b), at+c
+	}
+	return out, nil
+}

@@ -1,0 +1,80 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/brandrt/brandrt/collectives"
+)
+
+// stopper stops a rank that must end before its epochs are done: on
+// SIGINT or SIGTERM (from the user, mpirun, a batch system, or the
+// lifeline when mpirun died), or when its training fails.
+type stopper struct {
+	log    io.Writer
+	comm   collectives.Comm
+	cancel context.CancelCauseFunc
+	served <-chan struct{} // closed once the rank is done serving
+	// unlink removes the attach point; forward passes a signal on to the
+	// training processes. Either may be nil.
+	unlink  func()
+	forward func(os.Signal)
+	once    sync.Once
+}
+
+// interruptGrace is how long a stopped rank may take to stop by itself.
+const interruptGrace = 3 * time.Second
+
+// stop stops the rank for cause: the attach point goes at once (the rank
+// may be killed, the job ending, before its deferred clean-ups run), the
+// loop sees its context cancelled and returns, and finishJob ends the
+// job. A rank blocked in a collective never sees the context; should it
+// still run interruptGrace later, the job ends from here with code.
+func (s *stopper) stop(cause error, code int) {
+	s.once.Do(func() {
+		if s.unlink != nil {
+			s.unlink()
+		}
+		s.cancel(cause)
+		go func() {
+			select {
+			case <-s.served:
+			case <-time.After(interruptGrace):
+				fmt.Fprintf(s.log, "brandrt: rank %d: %v; still busy %v later, ending the job\n", s.comm.Rank(), cause, interruptGrace)
+				abortJob(s.comm, code)
+			}
+		}()
+	})
+}
+
+// onSignal waits for SIGINT or SIGTERM, passes it on to the training
+// processes and stops the rank. It returns once the rank is done serving.
+func (s *stopper) onSignal() {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	select {
+	case sig := <-sigs:
+		s.stop(fmt.Errorf("interrupted by %s; stopped", signalName(sig)), 1) // first: the cause is the signal
+		if s.forward != nil {
+			s.forward(sig)
+		}
+	case <-s.served:
+	}
+}
+
+func signalName(s os.Signal) string {
+	switch s {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
+}

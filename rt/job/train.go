@@ -1,0 +1,257 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/brandrt/brandrt/collectives"
+	"github.com/brandrt/brandrt/launch"
+	"github.com/brandrt/brandrt/rt"
+)
+
+// Co-launch: with a training command (Config.Train), each rank starts it
+// on its node once it serves, ProcsPerNode times. Each process gets:
+//   - what a torchrun worker gets, so that torch.distributed's env://
+//     finds its peers: RANK (rank × ProcsPerNode + its index on the node),
+//     WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (the node's
+//     rank), MASTER_ADDR (rank 0's node) and MASTER_PORT (a port free on
+//     it), unless MASTER_ADDR and MASTER_PORT are set already;
+//   - what a brandrt client needs: BRANDRT_ATTACH and BRANDRT_LOCAL_RANK
+//     name the rank's attach point, and BrandSampler reads its share of the
+//     rank's trace from LOCAL_RANK and LOCAL_WORLD_SIZE;
+//   - none of the MPI launcher's variables (OMPI_*, PMIX_*, PMI_*,
+//     MPI_LOCAL*): it is not part of the MPI job.
+//
+// A training process that exits with status 0 is done; once all of its
+// node's are, the rank's training is over (rt.Node.TrainingOver), and the
+// job ends when every node's is. One that fails (a status other than 0,
+// or a signal) ends the job on every node within seconds, naming the
+// node, the rank and the status; the job then exits with that status.
+// SIGINT and SIGTERM to a rank go on to its training processes (to their
+// process groups: DataLoader workers too), and should the rank die they
+// get SIGTERM (the parent-death signal).
+
+// training is the training processes of one node.
+type training struct {
+	log   io.Writer
+	cmd   []string
+	node  string
+	rank  int
+	procs []*exec.Cmd
+	exits chan exit
+	// all is closed once every process exited; over once they all exited
+	// with 0, or one failed (failed is then set).
+	all, over chan struct{}
+	failed    *Exit
+}
+
+// exit is how a training process ended.
+type exit struct {
+	i    int // its index on the node
+	code int // 128 + the signal for one ended by a signal
+	how  string
+}
+
+// startTraining starts the node's training processes; attach is the
+// rank's attach directory, master the address of rank 0's node.
+func startTraining(cfg Config, env launch.Env, comm collectives.Comm, attach, master string) (*training, error) {
+	procs := max(cfg.ProcsPerNode, 1)
+	t := &training{log: cfg.Runtime.Log, cmd: cfg.Train, node: env.Node, rank: comm.Rank(), exits: make(chan exit, procs),
+		all: make(chan struct{}), over: make(chan struct{})}
+	var wg sync.WaitGroup
+	for i := range procs {
+		c := exec.Command(cfg.Train[0], cfg.Train[1:]...)
+		c.Env = trainEnv(os.Environ(), comm.Rank(), comm.Size(), procs, i, env.LocalRank, attach, master)
+		c.Stdin, c.Stdout, c.Stderr = nil, os.Stdout, os.Stderr
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+		if err := c.Start(); err != nil {
+			t.signal(syscall.SIGKILL)
+			return nil, fmt.Errorf("the training command %s on node %s: %w", quote(cfg.Train), env.Node, err)
+		}
+		t.procs = append(t.procs, c)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := c.Wait()
+			t.exits <- exitOf(i, c, err)
+		}()
+	}
+	go func() { wg.Wait(); close(t.all) }()
+	fmt.Fprintf(cfg.Runtime.Log, "brandrt: rank %d: started the training command on node %s (%d process%s): %s\n",
+		comm.Rank(), env.Node, procs, map[bool]string{true: "", false: "es"}[procs == 1], quote(cfg.Train))
+	return t, nil
+}
+
+// exitOf describes how process i ended, from its Wait.
+func exitOf(i int, c *exec.Cmd, err error) exit {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return exit{i: i, how: "status 0"}
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return exit{i: i, code: 128 + int(ws.Signal()), how: "signal " + unix(ws.Signal())}
+		}
+		return exit{i: i, code: ee.ExitCode(), how: "status " + strconv.Itoa(ee.ExitCode())}
+	}
+	return exit{i: i, code: 1, how: err.Error()}
+}
+
+// unix names a signal as C does: SIGKILL.
+func unix(s syscall.Signal) string {
+	names := map[syscall.Signal]string{syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGABRT: "SIGABRT",
+		syscall.SIGKILL: "SIGKILL", syscall.SIGSEGV: "SIGSEGV", syscall.SIGPIPE: "SIGPIPE", syscall.SIGTERM: "SIGTERM", syscall.SIGBUS: "SIGBUS"}
+	if n, ok := names[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("%d (%v)", int(s), s)
+}
+
+// supervise waits for the training processes: once all exited with 0,
+// the rank's training is over; the first that fails stops the rank and
+// the node's others.
+func (t *training) supervise(n *rt.Node, st *stopper) {
+	defer close(t.over)
+	for range t.procs {
+		x := <-t.exits
+		if x.code == 0 {
+			continue
+		}
+		t.failed = &Exit{Code: x.code, Err: fmt.Errorf("the training command %s ended with %s on node %s (rank %d, training process %d of %d); the job ends",
+			quote(t.cmd), x.how, t.node, t.rank, x.i, len(t.procs))}
+		t.signal(syscall.SIGTERM)
+		st.stop(t.failed, x.code)
+		return
+	}
+	n.TrainingOver()
+}
+
+// wait waits, once the epochs are served, for the training to end, and
+// returns its failure.
+func (t *training) wait(ctx context.Context) error {
+	select {
+	case <-t.over:
+	default:
+		fmt.Fprintf(t.log, "brandrt: rank %d: every epoch served; waiting for the training command to end\n", t.rank)
+		select {
+		case <-t.over:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	if t.failed != nil {
+		return t.failed
+	}
+	return nil
+}
+
+// signal sends sig to every training process's group.
+func (t *training) signal(sig os.Signal) {
+	for _, c := range t.procs {
+		_ = syscall.Kill(-c.Process.Pid, sig.(syscall.Signal))
+	}
+}
+
+// stop ends the training processes still running: SIGTERM, then after
+// interruptGrace SIGKILL. It returns once every one has exited, and kills
+// what is left of their process groups (DataLoader workers).
+func (t *training) stop() {
+	select {
+	case <-t.all:
+	default:
+		t.signal(syscall.SIGTERM)
+		select {
+		case <-t.all:
+		case <-time.After(interruptGrace):
+			t.signal(syscall.SIGKILL)
+			<-t.all
+		}
+	}
+	t.signal(syscall.SIGKILL)
+}
+
+// trainEnv is the environment of training process i of procs on the node
+// of rank (of ranks), as the package doc says: base without the MPI
+// launcher's variables and those set here, then those.
+func trainEnv(base []string, rank, ranks, procs, i, localRank int, attach, master string) []string {
+	set := map[string]string{
+		"RANK": strconv.Itoa(rank*procs + i), "WORLD_SIZE": strconv.Itoa(ranks * procs),
+		"LOCAL_RANK": strconv.Itoa(i), "LOCAL_WORLD_SIZE": strconv.Itoa(procs), "GROUP_RANK": strconv.Itoa(rank),
+		"BRANDRT_ATTACH": filepath.Dir(attach), "BRANDRT_LOCAL_RANK": strconv.Itoa(localRank),
+	}
+	if host, port, err := net.SplitHostPort(master); err == nil {
+		set["MASTER_ADDR"], set["MASTER_PORT"] = host, port
+	}
+	var out []string
+	for _, kv := range base {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, ours := set[name]; ours || launcherVar(name) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	for _, name := range []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "BRANDRT_ATTACH", "BRANDRT_LOCAL_RANK"} {
+		if v, ok := set[name]; ok {
+			out = append(out, name+"="+v)
+		}
+	}
+	return out
+}
+
+// launcherVar reports whether name is one of the MPI launchers'
+// variables, which the training command must not inherit: an MPI
+// program in it would take itself for a rank of brandrt's job.
+func launcherVar(name string) bool {
+	for _, p := range []string{"OMPI_", "PMIX_", "PMI_", "MPI_LOCAL", "HYDRA_", "OPAL_", "PRTE_"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// masterAddr returns where torch.distributed's processes meet: the
+// MASTER_ADDR and MASTER_PORT of the environment when both are set,
+// else rank 0's node and a port free there.
+func masterAddr(comm collectives.Comm, nodes []string) (string, error) {
+	if a, p := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"); a != "" && p != "" {
+		return net.JoinHostPort(a, p), nil
+	}
+	port := int64(0)
+	if comm.Rank() == 0 {
+		ln, err := net.Listen("tcp", ":0")
+		if err != nil {
+			return "", fmt.Errorf("a free port for MASTER_PORT: %w", err)
+		}
+		port = int64(ln.Addr().(*net.TCPAddr).Port)
+		ln.Close()
+	}
+	got, err := comm.AllreduceMax([]int64{port})
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(nodes[0], strconv.FormatInt(got[0], 10)), nil
+}
+
+// quote writes a command as a shell would take it back.
+func quote(cmd []string) string {
+	q := make([]string, len(cmd))
+	for i, a := range cmd {
+		q[i] = a
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$`*?[]{}()<>|&;#~") {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(q, " ")
+}
