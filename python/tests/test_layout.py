@@ -26,21 +26,25 @@ class LayoutTest(unittest.TestCase):
                     ours = ours.decode()
                 self.assertEqual(str(ours), value, name)
                 seen += 1
-        names = [n for n in dir(layout) if n.isupper() and n not in ("SOCKET_NAME", "ENV_ATTACH")]
+        names = [n for n in dir(layout) if n.isupper() and n not in ("SOCKET_NAME", "ENV_ATTACH", "ENV_LOCAL_RANK")]
         self.assertEqual(seen, len(names), "layout.py and the golden file list different fields")
 
     def test_default_attach_dir(self):
         from brandrt import default_attach_dir
 
-        old = os.environ.pop("BRANDRT_ATTACH", None)
+        old = {k: os.environ.pop(k, None) for k in ("BRANDRT_ATTACH", "BRANDRT_LOCAL_RANK")}
         try:
             self.assertEqual(default_attach_dir(), "/dev/shm/brandrt-%d/local-0" % os.getuid())
             os.environ["BRANDRT_ATTACH"] = "/x"
             self.assertEqual(default_attach_dir(2), "/x/local-2")
+            os.environ["BRANDRT_LOCAL_RANK"] = "3"  # as brandrt serve -- CMD sets it
+            self.assertEqual(default_attach_dir(), "/x/local-3")
+            self.assertEqual(default_attach_dir(0), "/x/local-0")
         finally:
-            os.environ.pop("BRANDRT_ATTACH", None)
-            if old is not None:
-                os.environ["BRANDRT_ATTACH"] = old
+            for k, v in old.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
 
 
 if __name__ == "__main__":

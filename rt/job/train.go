@@ -18,6 +18,7 @@ import (
 	"github.com/brandrt/brandrt/collectives"
 	"github.com/brandrt/brandrt/launch"
 	"github.com/brandrt/brandrt/rt"
+	"github.com/brandrt/brandrt/rt/shm"
 )
 
 // Co-launch: with a training command (Config.Train), each rank starts it
@@ -188,7 +189,7 @@ func trainEnv(base []string, rank, ranks, procs, i, localRank int, attach, maste
 	set := map[string]string{
 		"RANK": strconv.Itoa(rank*procs + i), "WORLD_SIZE": strconv.Itoa(ranks * procs),
 		"LOCAL_RANK": strconv.Itoa(i), "LOCAL_WORLD_SIZE": strconv.Itoa(procs), "GROUP_RANK": strconv.Itoa(rank),
-		"BRANDRT_ATTACH": filepath.Dir(attach), "BRANDRT_LOCAL_RANK": strconv.Itoa(localRank),
+		shm.EnvAttach: filepath.Dir(attach), shm.EnvLocalRank: strconv.Itoa(localRank),
 	}
 	if host, port, err := net.SplitHostPort(master); err == nil {
 		set["MASTER_ADDR"], set["MASTER_PORT"] = host, port
@@ -201,7 +202,7 @@ func trainEnv(base []string, rank, ranks, procs, i, localRank int, attach, maste
 		}
 		out = append(out, kv)
 	}
-	for _, name := range []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "BRANDRT_ATTACH", "BRANDRT_LOCAL_RANK"} {
+	for _, name := range []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", shm.EnvAttach, shm.EnvLocalRank} {
 		if v, ok := set[name]; ok {
 			out = append(out, name+"="+v)
 		}

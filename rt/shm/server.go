@@ -41,6 +41,10 @@ const (
 	// EnvAttach names the environment variable that overrides the base
 	// directory of the attach points.
 	EnvAttach = "BRANDRT_ATTACH"
+	// EnvLocalRank names the environment variable that tells a client
+	// the local rank of the rank to attach to (brandrt serve -- COMMAND
+	// sets it for the training command).
+	EnvLocalRank = "BRANDRT_LOCAL_RANK"
 )
 
 // DefaultDir returns the attach directory of the rank with local rank
