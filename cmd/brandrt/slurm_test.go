@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/brandrt/brandrt/internal/testkit"
 )
@@ -66,4 +67,42 @@ func writeScript(t *testing.T, name, text string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestSlurmTrains submits examples/slurm/train.sbatch, as a user would,
+// to a one-node Slurm: two ranks (srun --mpi=pmix, sharing the node by
+// --allow-shared-node) serve a packed JPEG dataset and each starts
+// train.py beside it, which trains one epoch with the other through DDP.
+// The job ends with the training, with status 0, and its output has the
+// epoch's statistics and the training's line.
+func TestSlurmTrains(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Slurm cluster; not with -short")
+	}
+	needTorch(t)
+	s := testkit.StartSlurm(t)
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jpegs, chunks := filepath.Join(t.TempDir(), "jpegs"), filepath.Join(t.TempDir(), "chunks")
+	if out, err := testkit.Run(time.Minute, nil, python, filepath.Join(root, "examples/pytorch/make_jpegs.py"), "--out", jpegs, "--classes", "4", "--images", "240"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if _, errs, status := runCLI(t, "pack", "--input", jpegs, "--out", chunks, "--chunk-files", "16", "--ranks", "2"); status != 0 {
+		t.Fatal(errs)
+	}
+	out, code := s.SbatchWith(t, filepath.Join(root, "examples/slurm/train.sbatch"),
+		[]string{"--nodes", "1", "--ntasks", "2", "--ntasks-per-node", "2", "--cpus-per-task", "1", "--time", "5"},
+		"BRANDRT="+binary(t), "CHUNKS="+chunks, "MEM=25%", "SERVE_FLAGS=--allow-shared-node", "BRANDRT_ATTACH="+t.TempDir(),
+		"TRAIN="+python+" -W ignore "+filepath.Join(root, "examples/pytorch/train.py")+" --num-classes 4 --epochs 1 --workers 1")
+	if code != 0 {
+		t.Fatalf("exit code %d, output:\n%s", code, out)
+	}
+	for _, want := range []string{`(?m)^epoch 1: 240 files, .* delivered by 2 ranks`, `every file delivered exactly once`,
+		`(?m)^epoch 1 from brandrt, 2 training processes: 240 images`} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("the job's output lacks %q:\n%s", want, out)
+		}
+	}
 }

@@ -22,10 +22,17 @@ import (
 // job still running after Timeout is cancelled and the test fails.
 func (s *Slurm) Sbatch(t *testing.T, script string, env ...string) (output string, exitCode int) {
 	t.Helper()
+	return s.SbatchWith(t, script, nil, env...)
+}
+
+// SbatchWith is Sbatch with options of sbatch's own (they override the
+// script's #SBATCH lines): -N 1 -n 2, say.
+func (s *Slurm) SbatchWith(t *testing.T, script string, options []string, env ...string) (output string, exitCode int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), s.Timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, s.bin["sbatch"], "--wait", "--parsable",
-		"--output", filepath.Join(s.Dir, "job-%j.out"), script)
+	args := append([]string{"--wait", "--parsable", "--output", filepath.Join(s.Dir, "job-%j.out")}, options...)
+	cmd := exec.CommandContext(ctx, s.bin["sbatch"], append(args, script)...)
 	cmd.Env = append(s.Env(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
