@@ -9,13 +9,14 @@
 // Stage puts the copy in Dir(Local, Source, Rank), a directory of the
 // local directory named after the source's base name, a hash of its
 // absolute path (symlinks resolved) and the rank, for example
-// chunks-1f2e3d4c.rank-00003. Two datasets, or two ranks on one node,
-// never share one. The directory is a node-local dataset as serve reads
-// it: manifest.json (the source's, byte for byte) and the rank's
-// rank-NNNNN/ (index and chunk files); other ranks' directories are not
-// copied. It also holds stage.json, the marker, which records what was
-// verified: the source manifest's CRC32C and size, the index's checksum,
-// the number of chunk files and the bytes of the copy.
+// chunks-1f2e3d4c.rank-3. Two datasets, or two ranks on one node, never
+// share one, and Pattern (chunks-1f2e3d4c.rank-{rank}) names every rank's
+// copy at once, as serve --chunks takes it. The directory is a node-local
+// dataset as serve reads it: manifest.json (the source's, byte for byte)
+// and the rank's rank-NNNNN/ (index and chunk files); other ranks'
+// directories are not copied. It also holds stage.json, the marker, which
+// records what was verified: the source manifest's CRC32C and size, the
+// index's checksum, the number of chunk files and the bytes of the copy.
 //
 // # Copy
 //

@@ -101,13 +101,22 @@ func Dir(local, source string, rank int) string {
 	return filepath.Join(local, name(source, rank))
 }
 
+// Pattern returns Dir with chunk.RankPlaceholder for the rank: what serve
+// --chunks reads on every rank when each node staged its own rank into
+// local.
+func Pattern(local, source string) string {
+	return filepath.Join(local, namePattern(source))
+}
+
 // name is the copy's directory name: the source's base name, a hash of its
-// resolved absolute path and the rank.
-func name(source string, rank int) string {
+// resolved absolute path and the rank (chunks-1f2e3d4c.rank-3).
+func name(source string, rank int) string { return chunk.ForRank(namePattern(source), rank) }
+
+func namePattern(source string) string {
 	src := resolve(source)
 	h := fnv.New32a()
 	_, _ = io.WriteString(h, src)
-	return fmt.Sprintf("%s-%08x.%s", filepath.Base(src), h.Sum32(), chunk.RankDir(rank))
+	return fmt.Sprintf("%s-%08x.rank-%s", filepath.Base(src), h.Sum32(), chunk.RankPlaceholder)
 }
 
 // resolve returns p absolute and clean, with its symlinks resolved when
@@ -138,15 +147,7 @@ func Stage(cfg Config) (Result, error) {
 	s := &stager{cfg: cfg, name: n, dir: filepath.Join(cfg.Local, n), src: resolve(cfg.Source),
 		tmp: filepath.Join(cfg.Local, fmt.Sprintf(".%s.tmp-%d", n, os.Getpid()))}
 	s.res.Dir = s.dir
-	if err := cfg.FS.MkdirAll(cfg.Local); err != nil {
-		return Result{}, fmt.Errorf("stage: local directory: %w", err)
-	}
-	unlock, err := lock(filepath.Join(cfg.Local, "."+n+".lock"), cfg.Stop, func() { s.progress(Wait, 0, 0) })
-	if err != nil {
-		return Result{}, err
-	}
-	defer unlock()
-	err = s.run()
+	err := s.run()
 	s.res.SourceBytes = s.srcBytes.Load()
 	return s.res, err
 }
@@ -167,11 +168,19 @@ type stager struct {
 }
 
 func (s *stager) run() error {
-	if err := s.removeLeftovers(); err != nil {
-		return err
-	}
 	data, m, err := s.readManifest()
 	if err != nil {
+		return err
+	}
+	if err := s.cfg.FS.MkdirAll(s.cfg.Local); err != nil {
+		return fmt.Errorf("stage: local directory: %w", err)
+	}
+	unlock, err := lock(filepath.Join(s.cfg.Local, "."+s.name+".lock"), s.cfg.Stop, func() { s.progress(Wait, 0, 0) })
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := s.removeLeftovers(); err != nil {
 		return err
 	}
 	reused, why, err := s.reuse(data, m)

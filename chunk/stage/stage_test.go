@@ -200,8 +200,8 @@ func TestStageThenReuse(t *testing.T) {
 		}
 	}
 	res := mustStage(t, cfg)
-	if res.Reused || res.Replaced != "" || res.Dir != stage.Dir(local, src, 1) {
-		t.Fatalf("first stage: %+v", res)
+	if res.Reused || res.Replaced != "" || res.Dir != stage.Dir(local, src, 1) || res.Dir != chunk.ForRank(stage.Pattern(local, src), 1) {
+		t.Fatalf("first stage: %+v (pattern %s)", res, stage.Pattern(local, src))
 	}
 	checkCopy(t, src, res.Dir, 1)
 
@@ -563,10 +563,11 @@ func TestStageTakesTurns(t *testing.T) {
 }
 
 // TestStageRefusesBadInput names what is wrong with the configuration,
-// a source that is not a dataset, and a rank the dataset lacks.
+// a source that is not a dataset, and a rank the dataset lacks, before it
+// creates anything.
 func TestStageRefusesBadInput(t *testing.T) {
 	src := packed(t, 100, 2, 1)
-	local := t.TempDir()
+	local := filepath.Join(t.TempDir(), "scratch")
 	cfg := stage.Config{Rank: -1}
 	_, err := stage.Stage(cfg)
 	for _, w := range []string{"no file system", "no source", "no local directory", "rank -1 is negative", "0 workers"} {
@@ -580,5 +581,8 @@ func TestStageRefusesBadInput(t *testing.T) {
 	}
 	if _, err := stage.Stage(config(chunk.OS, src, local, 2)); err == nil || !strings.Contains(err.Error(), "packed for 2 ranks: there is no rank 2") {
 		t.Fatalf("stage of rank 2 of 2: %v", err)
+	}
+	if _, err := os.Stat(local); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("refused stages created %s (%v)", local, err)
 	}
 }
