@@ -61,6 +61,9 @@ func RankDir(r int) string { return fmt.Sprintf("rank-%05d", r) }
 // ChunkName returns the file name of chunk c inside its rank directory.
 func ChunkName(c int) string { return fmt.Sprintf("chunk-%08d.brc", c) }
 
+// IndexName is the file name of a rank's index inside its rank directory.
+const IndexName = indexName
+
 // Hash returns a 64-bit FNV-1a hash of the manifest's encoding: ranks
 // compare it to check they serve the same dataset.
 func (m *Manifest) Hash() uint64 {
@@ -81,6 +84,12 @@ func ReadManifest(fsys FS, dir string) (*Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chunk: read %s: %w", name, err)
 	}
+	return ParseManifest(data, name)
+}
+
+// ParseManifest decodes and checks the bytes of a manifest; errors name
+// it name.
+func ParseManifest(data []byte, name string) (*Manifest, error) {
 	var m Manifest
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

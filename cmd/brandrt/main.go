@@ -31,7 +31,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			"of the dataset in memory with file redirection (any unseen file in the same\n" +
 			"memory slot may answer a request), and shares memory across nodes over MPI\n" +
 			"with prefetch driven by the known access traces.",
-		Commands:        []*cli.Command{packCommand(), verifyCommand(), inspectCommand(), serveCommand(), simulateCommand(), benchCommand(), infoCommand()},
+		Commands:        []*cli.Command{packCommand(), verifyCommand(), inspectCommand(), stageCommand(), serveCommand(), simulateCommand(), benchCommand(), infoCommand()},
 		HideHelpCommand: true,
 		Writer:          stdout,
 		ErrWriter:       stderr,
