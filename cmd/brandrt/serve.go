@@ -70,6 +70,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "traces", Value: "seed", Usage: "where each epoch's traces come from: seed (drawn from --seed) or clients (supplied by the training processes)"},
 			&cli.IntFlag{Name: "epochs", Value: d.Epochs, Usage: "epochs to serve"},
 			&cli.StringFlag{Name: "on-damage", Value: d.OnDamage, Usage: "what a rank does with a file damaged on storage (its checksum fails on a read and on a second one, or its chunk file is missing or cut short; checked at start-up): fail (stop the job within seconds, naming the rank, chunk file, slot, input path and byte range) or skip (leave that file out of every epoch, naming it once; the epoch statistics count it)"},
+			&cli.StringFlag{Name: "stage", Usage: "node-local directory (/local/scratch): before the first epoch each rank copies its shard there from --chunks, verified, or reuses a verified copy of an earlier job, and reads the copy (brandrt stage --help)"},
 			&cli.IntFlag{Name: "nproc-per-node", Value: 1, Usage: "training processes to start on each node with a training command (one per GPU); each reads its share of the rank's trace"},
 			&cli.BoolFlag{Name: "allow-shared-node", EnvVars: []string{"BRANDRT_ALLOW_SHARED_NODE"}, Usage: "let several ranks run on one node: the design is one rank per node, and a job whose ranks share one is refused (demos and tests on one machine use this)"},
 			&cli.DurationFlag{Name: "client-wait", Value: d.ClientWait, Usage: "how long a rank whose training processes all went away in the middle of an epoch waits for one to come back before it ends the job (0: for ever); a process with a BrandSampler that dies ends the job within 5 s"},
@@ -183,7 +184,7 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 	if err != nil {
 		return badUsage(c, err)
 	}
-	jc := job.Config{Runtime: cfg, Train: train, ProcsPerNode: c.Int("nproc-per-node"), AllowSharedNode: c.Bool("allow-shared-node")}
+	jc := job.Config{Runtime: cfg, Train: train, ProcsPerNode: c.Int("nproc-per-node"), AllowSharedNode: c.Bool("allow-shared-node"), Stage: c.String("stage")}
 	if len(train) > 0 && !c.IsSet("epochs") {
 		jc.Runtime.Epochs = math.MaxInt32 // as many as the training reads
 	}

@@ -71,7 +71,8 @@ func writeScript(t *testing.T, name, text string) string {
 
 // TestSlurmTrains submits examples/slurm/train.sbatch, as a user would,
 // to a one-node Slurm: two ranks (srun --mpi=pmix, sharing the node by
-// --allow-shared-node) serve a packed JPEG dataset and each starts
+// --allow-shared-node) stage their shards of a packed JPEG dataset to
+// "node-local" disk (STAGE), serve them, and each starts
 // train.py beside it, which trains one epoch with the other through DDP.
 // The job ends with the training, with status 0, and its output has the
 // epoch's statistics and the training's line.
@@ -94,12 +95,13 @@ func TestSlurmTrains(t *testing.T) {
 	}
 	out, code := s.SbatchWith(t, filepath.Join(root, "examples/slurm/train.sbatch"),
 		[]string{"--nodes", "1", "--ntasks", "2", "--ntasks-per-node", "2", "--cpus-per-task", "1", "--time", "5"},
-		"BRANDRT="+binary(t), "CHUNKS="+chunks, "MEM=25%", "SERVE_FLAGS=--allow-shared-node", "BRANDRT_ATTACH="+t.TempDir(),
+		"BRANDRT="+binary(t), "CHUNKS="+chunks, "STAGE="+filepath.Join(t.TempDir(), "local"), "MEM=25%", "SERVE_FLAGS=--allow-shared-node", "BRANDRT_ATTACH="+t.TempDir(),
 		"TRAIN="+python+" -W ignore "+filepath.Join(root, "examples/pytorch/train.py")+" --num-classes 4 --epochs 1 --workers 1")
 	if code != 0 {
 		t.Fatalf("exit code %d, output:\n%s", code, out)
 	}
-	for _, want := range []string{`(?m)^epoch 1: 240 files, .* delivered by 2 ranks`, `every file delivered exactly once`,
+	for _, want := range []string{`rank 0: staged its shard to `, `rank 1: staged its shard to `,
+		`(?m)^epoch 1: 240 files, .* delivered by 2 ranks`, `every file delivered exactly once`,
 		`(?m)^epoch 1 from brandrt, 2 training processes: 240 images`} {
 		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("the job's output lacks %q:\n%s", want, out)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/chunk/chunktest"
+	"github.com/brandrt/brandrt/chunk/stage"
 )
 
 // lastLine returns the last line of out.
@@ -148,4 +151,56 @@ func waitForCopy(t *testing.T, local string, d time.Duration) string {
 	}
 	t.Fatalf("no chunk copied into %s after %v", local, d)
 	return ""
+}
+
+// TestServeStage: serve --stage copies each rank's shard to node-local
+// disk before the first epoch and serves it; a second job reuses the
+// copies reading nothing of the dataset but its manifest (the ranks'
+// directories on "shared storage" are gone by then, so any other read
+// would fail the job); a third, after one byte of a copy was flipped,
+// names the damage and copies that rank's shard again.
+func TestServeStage(t *testing.T) {
+	cleanVader(t)
+	shared := servePack(t, 400, 2, filepath.Join(t.TempDir(), "chunks"))
+	local := filepath.Join(t.TempDir(), "local")
+	serve := func() string {
+		t.Helper()
+		return mpirun(t, 2, "serve", "--chunks", shared, "--stage", local, "--mem", "25%", "--consume", "2", "--epochs", "1")
+	}
+	out := serve()
+	for r := range 2 {
+		if want := fmt.Sprintf("brandrt: rank %d: staged its shard to %s", r, local); !strings.Contains(out, want) || !strings.Contains(out, "every file delivered exactly once") {
+			t.Fatalf("job 1: no %q, or not every file delivered, in:\n%s", want, out)
+		}
+	}
+	aside := filepath.Join(t.TempDir(), "aside")
+	if err := os.Mkdir(aside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for r := range 2 { // shared storage keeps its manifest alone
+		if err := os.Rename(filepath.Join(shared, chunk.RankDir(r)), filepath.Join(aside, chunk.RankDir(r))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out = serve()
+	for r := range 2 {
+		if want := fmt.Sprintf("brandrt: rank %d: reusing its staged copy", r); !strings.Contains(out, want) || !strings.Contains(out, "every file delivered exactly once") {
+			t.Fatalf("job 2: no %q, or not every file delivered, in:\n%s", want, out)
+		}
+	}
+	for r := range 2 {
+		if err := os.Rename(filepath.Join(aside, chunk.RankDir(r)), filepath.Join(shared, chunk.RankDir(r))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copy1 := stage.Dir(local, shared, 1)
+	if err := chunktest.FlipByte(filepath.Join(copy1, chunk.RankDir(1), "chunk-00000002.brc"), 3000); err != nil {
+		t.Fatal(err)
+	}
+	out = serve()
+	if !strings.Contains(out, "brandrt: rank 1: its staged copy was not reused: chunk: rank 1 chunk 2") ||
+		!strings.Contains(out, "brandrt: rank 1: staged its shard to") || !strings.Contains(out, "brandrt: rank 0: reusing its staged copy") ||
+		!strings.Contains(out, "every file delivered exactly once") {
+		t.Fatalf("job 3, a byte of rank 1's copy flipped:\n%s", out)
+	}
 }

@@ -43,6 +43,11 @@ type Config struct {
 	// AllowSharedNode lets ranks share a node; by default a job whose
 	// ranks share one is refused (launch.OneRankPerNode).
 	AllowSharedNode bool
+	// Stage, when set, is a node-local directory: before the first epoch
+	// each rank copies its shard there from Runtime.Chunks, verified, or
+	// reuses a verified copy of an earlier job (chunk/stage), and reads
+	// the copy.
+	Stage string
 	// Prepare, when set, runs on every rank once the ranks have joined the
 	// job, before the dataset is opened, with the runtime's configuration
 	// to complete (its Report and Order, say). The function it returns,
@@ -130,6 +135,13 @@ func Run(cfg Config) (err error) {
 // every node, or a signal or a failure stops it.
 func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) error {
 	rc := cfg.Runtime
+	if cfg.Stage != "" {
+		dir, err := stageShard(rc.Chunks, comm.Rank(), cfg.Stage, rc.Log)
+		if err != nil {
+			return err
+		}
+		rc.Chunks = dir
+	}
 	var srv *shm.Server
 	var arena *shm.Arena
 	if rc.Consume == 0 {
