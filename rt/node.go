@@ -55,9 +55,11 @@ type Node struct {
 	// when set, counts its clients (WatchClients).
 	sess    sessions
 	clients func() (int, time.Time)
-	// over is closed by TrainingOver.
-	over     chan struct{}
-	overOnce sync.Once
+	// over is closed by TrainingOver; supervised is set by
+	// SuperviseTraining.
+	over       chan struct{}
+	overOnce   sync.Once
+	supervised bool
 	// sizes are this rank's file sizes, from its opening until the window
 	// policy's rank is built from every rank's.
 	sizes []int64
@@ -130,6 +132,15 @@ func (n *Node) TrainingOver() {
 		go func() { n.reqs <- Request{Over: true} }() // wakes the loop
 	})
 }
+
+// SuperviseTraining says that the training beside this rank is watched
+// by the process that started it (co-launch), which ends the job when a
+// training process fails and calls TrainingOver when all succeeded. The
+// rank then does not judge the training by its clients: a training
+// process that drops its sampler, or every client leaving, while others
+// of the node still run (saving a checkpoint, say) ends nothing. Call it
+// before Serve.
+func (n *Node) SuperviseTraining() { n.supervised = true }
 
 // trainingOver reports whether TrainingOver was called.
 func (n *Node) trainingOver() bool {

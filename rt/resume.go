@@ -47,6 +47,8 @@ func (n *Node) resumePoint(ctx context.Context) (uint32, []int32, StartOffer, er
 		select {
 		case <-ctx.Done():
 			return 0, nil, o, ctx.Err()
+		case <-n.over:
+			return 0, nil, o, fmt.Errorf("rt: rank %d: the training ended before saying where the job resumes (--resume)", n.me)
 		case o = <-n.starts:
 		}
 		if err := n.fits(o); err != nil {

@@ -55,13 +55,13 @@ func (n *Node) session(r Request) {
 // clients gone (checkGone): a share's training processes went away, or
 // every client did in the middle of the epoch.
 func (l *loop) watching() bool {
-	return len(l.n.sess.gone) > 0 || l.alone().After(l.first)
+	return !l.n.supervised && (len(l.n.sess.gone) > 0 || l.alone().After(l.first))
 }
 
 // midEpoch reports whether the rank watches its clients and is in the
 // middle of an epoch, where all of them going away ends the job.
 func (l *loop) midEpoch() bool {
-	return l.n.clients != nil && l.n.cfg.ClientWait > 0 && !l.first.IsZero() && !l.ended
+	return !l.n.supervised && l.n.clients != nil && l.n.cfg.ClientWait > 0 && !l.first.IsZero() && !l.ended
 }
 
 // alone returns when the rank's last client went away, if none is

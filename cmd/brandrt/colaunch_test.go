@@ -128,7 +128,9 @@ func readEnv(t *testing.T, name string) map[string]string {
 // TestCoLaunchFails: a training process that fails on one rank ends the
 // job within seconds, naming the node, the rank and the status, and the
 // job exits with that status; one killed by a signal, likewise; SIGTERM
-// to mpirun ends the job and every training process. Nothing is left.
+// to mpirun ends the job and every training process; training processes
+// that ignore SIGTERM are killed; a training that ends before saying
+// where a --resume job resumes ends it. Nothing is left.
 func TestCoLaunchFails(t *testing.T) {
 	cleanVader(t)
 	dir := servePack(t, 400, 2, filepath.Join(t.TempDir(), "chunks"))
@@ -137,13 +139,18 @@ func TestCoLaunchFails(t *testing.T) {
 		name, script string
 		status       int
 		says         string
+		args         []string
 	}{
-		{"status", `if [ "$RANK" = 1 ]; then sleep 1; exit 7; fi; exec sleep 1007`, 7, "ended with status 7 on node " + host + " (rank 1, training process 0 of 1)"},
-		{"signal", `if [ "$RANK" = 0 ]; then sleep 1; kill -KILL $$; fi; exec sleep 1009`, 128 + 9, "ended with signal SIGKILL on node " + host + " (rank 0,"},
-		{"sigterm", `exec sleep 1015`, 1, "interrupted by SIGTERM"},
+		{"status", `if [ "$RANK" = 1 ]; then sleep 1; exit 7; fi; exec sleep 1007`, 7, "ended with status 7 on node " + host + " (rank 1, training process 0 of 1)", nil},
+		{"signal", `if [ "$RANK" = 0 ]; then sleep 1; kill -KILL $$; fi; exec sleep 1009`, 128 + 9, "ended with signal SIGKILL on node " + host + " (rank 0,", nil},
+		{"sigterm", `exec sleep 1015`, 1, "interrupted by SIGTERM", nil},
+		// the survivors ignore SIGTERM: SIGKILL ends them
+		{"deaf", `if [ "$LOCAL_RANK" = 0 ] && [ "$RANK" = 0 ]; then sleep 1; exit 5; fi; trap '' TERM; exec sleep 1017`, 5, "ended with status 5", []string{"--nproc-per-node", "2"}},
+		// with --resume, a training that ends before saying where the job resumes
+		{"resume", `exit 0`, 1, "the training ended before saying where the job resumes", []string{"--resume"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd, out, base := coLaunch(t, 2, []string{"--chunks", dir, "--mem", "25%"}, "sh", "-c", tc.script)
+			cmd, out, base := coLaunch(t, 2, append([]string{"--chunks", dir, "--mem", "25%"}, tc.args...), "sh", "-c", tc.script)
 			if tc.name == "sigterm" {
 				waitForLine(t, out, "started the training command", 30*time.Second)
 				time.Sleep(500 * time.Millisecond)
@@ -185,4 +192,22 @@ func TestSharedNodeRefused(t *testing.T) {
 	if err == nil || strings.Count(out, "ranks 0 and 1 share node") != 1 || !strings.Contains(out, "--allow-shared-node") {
 		t.Fatalf("%v:\n%s", err, out)
 	}
+}
+
+// TestCoLaunchUneven: of a node's two training processes, one lets go of
+// its sampler and exits at once after the last epoch, the other works on
+// for 7 s (a checkpoint, say), longer than a sampler's session is given:
+// the job still ends well, with status 0, once both have.
+func TestCoLaunchUneven(t *testing.T) {
+	cleanVader(t)
+	needTorch(t)
+	input, dir := packPaths(t, 200, 3, 16, 1)
+	t.Setenv("INPUT", input)
+	t.Setenv("OUTS", t.TempDir())
+	script := python + ` -W ignore ../../python/tests/loader.py --input "$INPUT" --out "$OUTS/got-$RANK.json" --workers 1 --epochs 1 && if [ "$LOCAL_RANK" = 0 ]; then sleep 7; fi`
+	cmd, out, base := coLaunch(t, 1, []string{"--chunks", dir, "--mem", "30%", "--nproc-per-node", "2"}, "sh", "-c", script)
+	if err := exitWithin(t, cmd, 60*time.Second); err != nil || !strings.Contains(out.String(), "every file delivered exactly once") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	leftBehind(t, "loader.py", base)
 }

@@ -250,6 +250,9 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 func trainingCommand(c *cli.Context) ([]string, error) {
 	args := c.Args().Slice()
 	if len(args) == 0 {
+		if c.IsSet("nproc-per-node") {
+			return nil, badUsage(c, errors.New("--nproc-per-node starts training processes: give the training command after --"))
+		}
 		return nil, nil
 	}
 	if i := slices.Index(rawArgs, "--"); i < 0 || !slices.Equal(rawArgs[i+1:], args) {
@@ -257,6 +260,9 @@ func trainingCommand(c *cli.Context) ([]string, error) {
 	}
 	if c.Int("consume") > 0 {
 		return nil, badUsage(c, fmt.Errorf("a training command (after --) reads through shared memory: it needs --consume 0, not %d", c.Int("consume")))
+	}
+	if c.Int("nproc-per-node") < 1 {
+		return nil, badUsage(c, fmt.Errorf("--nproc-per-node %d: want at least 1", c.Int("nproc-per-node")))
 	}
 	return args, nil
 }

@@ -40,10 +40,11 @@ __all__ = ["BrandDataset", "BrandSampler", "decode_image"]
 class BrandSampler(torch.utils.data.Sampler):
     """Yields (epoch, sn) for this training process's share of the rank's
     trace: positions rank, rank + num_replicas, ... (for several training
-    processes per brandrt rank, e.g. under torchrun). num_replicas and rank
-    default to $LOCAL_WORLD_SIZE and $LOCAL_RANK, as torchrun and `brandrt
-    serve --nproc-per-node N -- CMD` set them (one brandrt rank per node,
-    N training processes beside it), else 1 and 0.
+    processes per brandrt rank, e.g. under torchrun). Without local_rank,
+    num_replicas and rank default to $LOCAL_WORLD_SIZE and $LOCAL_RANK, as
+    torchrun and `brandrt serve --nproc-per-node N -- CMD` set them (one
+    brandrt rank per node, N training processes beside it), else 1 and 0;
+    with local_rank (several brandrt ranks per node), to 1 and 0.
 
     With order (for `brandrt serve --traces clients`), the rank's trace is
     supplied from here before each epoch: order is a sampler or iterable
@@ -52,10 +53,14 @@ class BrandSampler(torch.utils.data.Sampler):
     it; the ranks' traces must not share a file."""
 
     def __init__(self, attach_dir=None, local_rank=None, num_replicas=None, rank=None, timeout=120.0, batch_size=None, order=None):
+        # The node's training processes share its one rank's trace, unless
+        # the caller names the rank to read from (several ranks per node:
+        # one training process beside each, reading all of it).
+        shared = local_rank is None
         if num_replicas is None:
-            num_replicas = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
+            num_replicas = int(os.environ.get("LOCAL_WORLD_SIZE") or 1) if shared else 1
         if rank is None:
-            rank = int(os.environ.get("LOCAL_RANK") or 0)
+            rank = int(os.environ.get("LOCAL_RANK") or 0) if shared else 0
         if num_replicas < 1 or not 0 <= rank < num_replicas:
             raise ValueError("rank %d of %d replicas" % (rank, num_replicas))
         if batch_size is not None and batch_size < 1:

@@ -1,12 +1,3 @@
-// Package job runs one rank of a brandrt job: it joins the job's MPI
-// world, opens the rank's shard and the memory it shares with the
-// training processes of its node, serves the epochs, starts the training
-// command beside the rank when given one (co-launch, see Train), and ends
-// the job on every rank when this one fails or is signalled, so that no
-// rank is left waiting for it.
-//
-// The command line (brandrt serve) turns its flags into a Config and
-// calls Run.
 package job
 
 import (
@@ -135,8 +126,17 @@ func Run(cfg Config) (err error) {
 // every node, or a signal or a failure stops it.
 func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) error {
 	rc := cfg.Runtime
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	served := make(chan struct{})
+	defer close(served)
+	st := &stopper{log: rc.Log, comm: comm, cancel: cancel, served: served, grace: interruptGrace}
+	if len(cfg.Train) > 0 {
+		st.grace += trainGrace // the training's own, first
+	}
+	go st.onSignal() // from the start: staging, opening and starting the training may take a while
 	if cfg.Stage != "" {
-		dir, err := stageShard(rc.Chunks, comm.Rank(), cfg.Stage, rc.Log)
+		dir, err := stageShard(rc.Chunks, comm.Rank(), cfg.Stage, rc.Log, ctx.Done())
 		if err != nil {
 			return err
 		}
@@ -164,16 +164,12 @@ func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) er
 		}
 		defer srv.Close()
 		n.WatchClients(srv.Attached)
-	}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	served := make(chan struct{})
-	defer close(served)
-	st := &stopper{log: rc.Log, comm: comm, cancel: cancel, served: served}
-	if srv != nil {
 		// On a signal the attach point goes at once: the rank may be
 		// killed (mpirun ending the job) before its deferred clean-ups run.
-		st.unlink = srv.Unlink
+		st.setUnlink(srv.Unlink)
+	}
+	if ctx.Err() != nil { // a signal while the shard opened
+		return context.Cause(ctx)
 	}
 	var tr *training
 	if len(cfg.Train) > 0 {
@@ -188,10 +184,10 @@ func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) er
 			return err
 		}
 		defer tr.stop()
-		st.forward = tr.signal
+		n.SuperviseTraining()
+		st.setTraining(tr)
 		go tr.supervise(n, st)
 	}
-	go st.onSignal()
 	// The loop runs off the main thread, which stays locked for MPI's
 	// Init and Finalize: on a locked thread every wait and yield of the
 	// loop would cost a handoff between OS threads (futex calls), which

@@ -1,13 +1,9 @@
 package job
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -23,9 +19,9 @@ const stageEvery = 10 * time.Second
 // storage) to the node-local directory local, or reuses a verified copy
 // there (chunk/stage), and returns the copy's directory, which the rank
 // then reads. It says what it did on log, and every stageEvery how far a
-// copy has come. SIGINT or SIGTERM stop it; it then removes what it
-// copied.
-func stageShard(chunks string, rank int, local string, log io.Writer) (string, error) {
+// copy has come. Closing stop (a signal) stops it; it then removes what
+// it copied.
+func stageShard(chunks string, rank int, local string, log io.Writer, stop <-chan struct{}) (string, error) {
 	cfg := stage.DefaultConfig()
 	cfg.Source, cfg.Rank, cfg.Local = chunk.ForRank(chunks, rank), rank, local
 	last := time.Now() // a first line after stageEvery: a short stage says nothing until it is done
@@ -39,9 +35,7 @@ func stageShard(chunks string, rank int, local string, log io.Writer) (string, e
 			fmt.Fprintf(log, "brandrt: rank %d: staging: %s %s of %s\n", rank, step, humanize.IBytes(uint64(done)), humanize.IBytes(uint64(total)))
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	cfg.Stop = ctx.Done()
+	cfg.Stop = stop
 	res, err := stage.Stage(cfg)
 	if errors.Is(err, stage.ErrInterrupted) {
 		return "", fmt.Errorf("interrupted while staging its shard; removed what it copied to %s", local)

@@ -21,32 +21,56 @@ type stopper struct {
 	comm   collectives.Comm
 	cancel context.CancelCauseFunc
 	served <-chan struct{} // closed once the rank is done serving
-	// unlink removes the attach point; forward passes a signal on to the
-	// training processes. Either may be nil.
-	unlink  func()
-	forward func(os.Signal)
-	once    sync.Once
+	// grace is how long a stopped rank may take to stop by itself.
+	grace time.Duration
+	once  sync.Once
+	// unlink removes the attach point; train is the training started
+	// beside the rank. Either may be nil; mu guards both.
+	mu     sync.Mutex
+	unlink func()
+	train  *training
 }
 
-// interruptGrace is how long a stopped rank may take to stop by itself.
+// interruptGrace is how long a stopped rank may take to stop by itself,
+// once its training (if any) has stopped.
 const interruptGrace = 3 * time.Second
+
+// setUnlink and setTraining tell the stopper of the attach point and the
+// training once they exist.
+func (s *stopper) setUnlink(f func()) { s.mu.Lock(); s.unlink = f; s.mu.Unlock() }
+func (s *stopper) setTraining(t *training) {
+	s.mu.Lock()
+	s.train = t
+	s.mu.Unlock()
+}
+
+func (s *stopper) parts() (func(), *training) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unlink, s.train
+}
 
 // stop stops the rank for cause: the attach point goes at once (the rank
 // may be killed, the job ending, before its deferred clean-ups run), the
 // loop sees its context cancelled and returns, and finishJob ends the
 // job. A rank blocked in a collective never sees the context; should it
-// still run interruptGrace later, the job ends from here with code.
+// still run grace later, the job ends from here with code, the training
+// killed first.
 func (s *stopper) stop(cause error, code int) {
 	s.once.Do(func() {
-		if s.unlink != nil {
-			s.unlink()
+		unlink, _ := s.parts()
+		if unlink != nil {
+			unlink()
 		}
 		s.cancel(cause)
 		go func() {
 			select {
 			case <-s.served:
-			case <-time.After(interruptGrace):
-				fmt.Fprintf(s.log, "brandrt: rank %d: %v; still busy %v later, ending the job\n", s.comm.Rank(), cause, interruptGrace)
+			case <-time.After(s.grace):
+				fmt.Fprintf(s.log, "brandrt: rank %d: %v; still busy %v later, ending the job\n", s.comm.Rank(), cause, s.grace)
+				if _, t := s.parts(); t != nil {
+					t.signal(syscall.SIGKILL)
+				}
 				abortJob(s.comm, code)
 			}
 		}()
@@ -62,8 +86,8 @@ func (s *stopper) onSignal() {
 	select {
 	case sig := <-sigs:
 		s.stop(fmt.Errorf("interrupted by %s; stopped", signalName(sig)), 1) // first: the cause is the signal
-		if s.forward != nil {
-			s.forward(sig)
+		if _, t := s.parts(); t != nil {
+			t.forward(sig)
 		}
 	case <-s.served:
 	}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,28 +22,6 @@ import (
 	"github.com/brandrt/brandrt/rt/shm"
 )
 
-// Co-launch: with a training command (Config.Train), each rank starts it
-// on its node once it serves, ProcsPerNode times. Each process gets:
-//   - what a torchrun worker gets, so that torch.distributed's env://
-//     finds its peers: RANK (rank × ProcsPerNode + its index on the node),
-//     WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (the node's
-//     rank), MASTER_ADDR (rank 0's node) and MASTER_PORT (a port free on
-//     it), unless MASTER_ADDR and MASTER_PORT are set already;
-//   - what a brandrt client needs: BRANDRT_ATTACH and BRANDRT_LOCAL_RANK
-//     name the rank's attach point, and BrandSampler reads its share of the
-//     rank's trace from LOCAL_RANK and LOCAL_WORLD_SIZE;
-//   - none of the MPI launcher's variables (OMPI_*, PMIX_*, PMI_*,
-//     MPI_LOCAL*): it is not part of the MPI job.
-//
-// A training process that exits with status 0 is done; once all of its
-// node's are, the rank's training is over (rt.Node.TrainingOver), and the
-// job ends when every node's is. One that fails (a status other than 0,
-// or a signal) ends the job on every node within seconds, naming the
-// node, the rank and the status; the job then exits with that status.
-// SIGINT and SIGTERM to a rank go on to its training processes (to their
-// process groups: DataLoader workers too), and should the rank die they
-// get SIGTERM (the parent-death signal).
-
 // training is the training processes of one node.
 type training struct {
 	log   io.Writer
@@ -51,11 +30,21 @@ type training struct {
 	rank  int
 	procs []*exec.Cmd
 	exits chan exit
+	// exited marks each process that exited (its group was then killed:
+	// a group is not signalled again, its number may be reused).
+	exited []atomic.Bool
 	// all is closed once every process exited; over once they all exited
 	// with 0, or one failed (failed is then set).
 	all, over chan struct{}
 	failed    *Exit
+	// forwarded is set once a signal of the rank's was passed on: stop
+	// then gives the processes trainGrace to act on it.
+	forwarded atomic.Bool
 }
+
+// trainGrace is how long training processes get to end by themselves
+// once told to (a signal passed on, or SIGTERM), before SIGKILL.
+const trainGrace = 5 * time.Second
 
 // exit is how a training process ended.
 type exit struct {
@@ -69,7 +58,7 @@ type exit struct {
 func startTraining(cfg Config, env launch.Env, comm collectives.Comm, attach, master string) (*training, error) {
 	procs := max(cfg.ProcsPerNode, 1)
 	t := &training{log: cfg.Runtime.Log, cmd: cfg.Train, node: env.Node, rank: comm.Rank(), exits: make(chan exit, procs),
-		all: make(chan struct{}), over: make(chan struct{})}
+		exited: make([]atomic.Bool, procs), all: make(chan struct{}), over: make(chan struct{})}
 	var wg sync.WaitGroup
 	for i := range procs {
 		c := exec.Command(cfg.Train[0], cfg.Train[1:]...)
@@ -85,6 +74,8 @@ func startTraining(cfg Config, env launch.Env, comm collectives.Comm, attach, ma
 		go func() {
 			defer wg.Done()
 			err := c.Wait()
+			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL) // what it left of its group (DataLoader workers)
+			t.exited[i].Store(true)
 			t.exits <- exitOf(i, c, err)
 		}()
 	}
@@ -157,29 +148,39 @@ func (t *training) wait(ctx context.Context) error {
 	return nil
 }
 
-// signal sends sig to every training process's group.
+// signal sends sig to the group of every training process still running.
 func (t *training) signal(sig os.Signal) {
-	for _, c := range t.procs {
-		_ = syscall.Kill(-c.Process.Pid, sig.(syscall.Signal))
+	for i, c := range t.procs {
+		if !t.exited[i].Load() {
+			_ = syscall.Kill(-c.Process.Pid, sig.(syscall.Signal))
+		}
 	}
 }
 
-// stop ends the training processes still running: SIGTERM, then after
-// interruptGrace SIGKILL. It returns once every one has exited, and kills
-// what is left of their process groups (DataLoader workers).
+// forward passes a signal the rank got on to the training processes.
+func (t *training) forward(sig os.Signal) {
+	t.forwarded.Store(true)
+	t.signal(sig)
+}
+
+// stop ends the training processes still running: unless a signal was
+// passed on to them already, SIGTERM; SIGKILL trainGrace later. It returns
+// once every one has exited.
 func (t *training) stop() {
 	select {
 	case <-t.all:
+		return
 	default:
-		t.signal(syscall.SIGTERM)
-		select {
-		case <-t.all:
-		case <-time.After(interruptGrace):
-			t.signal(syscall.SIGKILL)
-			<-t.all
-		}
 	}
-	t.signal(syscall.SIGKILL)
+	if !t.forwarded.Load() {
+		t.signal(syscall.SIGTERM)
+	}
+	select {
+	case <-t.all:
+	case <-time.After(trainGrace):
+		t.signal(syscall.SIGKILL)
+		<-t.all
+	}
 }
 
 // trainEnv is the environment of training process i of procs on the node
@@ -222,27 +223,27 @@ func launcherVar(name string) bool {
 	return false
 }
 
-// masterAddr returns where torch.distributed's processes meet: the
-// MASTER_ADDR and MASTER_PORT of the environment when both are set,
-// else rank 0's node and a port free there.
+// masterAddr returns where torch.distributed's processes meet, as rank 0
+// decides: the MASTER_ADDR and MASTER_PORT of its environment when both
+// are set, else its node and a port free there. Every rank calls it.
 func masterAddr(comm collectives.Comm, nodes []string) (string, error) {
-	if a, p := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"); a != "" && p != "" {
-		return net.JoinHostPort(a, p), nil
-	}
-	port := int64(0)
+	mine := ""
 	if comm.Rank() == 0 {
-		ln, err := net.Listen("tcp", ":0")
-		if err != nil {
-			return "", fmt.Errorf("a free port for MASTER_PORT: %w", err)
+		if a, p := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"); a != "" && p != "" {
+			mine = net.JoinHostPort(a, p)
+		} else if ln, err := net.Listen("tcp", ":0"); err == nil {
+			mine = net.JoinHostPort(nodes[0], strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+			ln.Close()
 		}
-		port = int64(ln.Addr().(*net.TCPAddr).Port)
-		ln.Close()
 	}
-	got, err := comm.AllreduceMax([]int64{port})
+	all, err := gatherStrings(comm, mine) // every rank gathers, whatever rank 0 found
 	if err != nil {
 		return "", err
 	}
-	return net.JoinHostPort(nodes[0], strconv.FormatInt(got[0], 10)), nil
+	if all[0] == "" {
+		return "", fmt.Errorf("rank 0 found no free port for MASTER_PORT; set MASTER_ADDR and MASTER_PORT")
+	}
+	return all[0], nil
 }
 
 // quote writes a command as a shell would take it back.
