@@ -31,13 +31,13 @@ func coLaunch(t *testing.T, np int, args []string, train ...string) (*exec.Cmd, 
 	return cmd, out, base
 }
 
-// processesWith returns the PIDs of the processes whose command line
-// holds marker.
+// processesWith returns the PIDs of the processes whose command line,
+// its arguments joined by spaces, holds marker.
 func processesWith(marker string) []int {
 	var pids []int
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
-		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), marker) {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), marker) {
 			var pid int
 			fmt.Sscanf(p, "/proc/%d/cmdline", &pid)
 			pids = append(pids, pid)

@@ -30,7 +30,7 @@
 // node, the rank and the status; the job then exits with that status.
 // SIGINT and SIGTERM to a rank go on to its training processes (to their
 // process groups: DataLoader workers too), and should the rank die they
-// get SIGTERM (the parent-death signal). While the training runs, the
+// get SIGKILL (the parent-death signal). While the training runs, the
 // rank does not judge it by its clients (a BrandSampler's session gone, or
 // every client leaving: see rt.Node.SuperviseTraining); its exit status
 // says how it went.

@@ -64,7 +64,11 @@ func startTraining(cfg Config, env launch.Env, comm collectives.Comm, attach, ma
 		c := exec.Command(cfg.Train[0], cfg.Train[1:]...)
 		c.Env = trainEnv(os.Environ(), comm.Rank(), comm.Size(), procs, i, env.LocalRank, attach, master)
 		c.Stdin, c.Stdout, c.Stderr = nil, os.Stdout, os.Stderr
-		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+		// SIGKILL should the rank die: it dies only when the job is ending
+		// anyway (ended, or killed by its launcher before it could stop its
+		// training), and a training process that ignores SIGTERM must not
+		// outlive it
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := c.Start(); err != nil {
 			t.signal(syscall.SIGKILL)
 			return nil, fmt.Errorf("the training command %s on node %s: %w", quote(cfg.Train), env.Node, err)
