@@ -302,7 +302,7 @@ func (s *Shard) readRanges(c int, ranges []extent) (ch *Chunk, data [][]byte, sh
 	data = make([][]byte, len(ranges))
 	f, err := s.fsys.Open(s.path(c), true)
 	if err != nil {
-		return ch, data, unwrapPath(err), nil
+		return ch, data, UnwrapPath(err), nil
 	}
 	defer f.Close()
 	a := int64(f.Align())
@@ -323,7 +323,7 @@ func (s *Shard) readRanges(c int, ranges []extent) (ch *Chunk, data [][]byte, sh
 			if err == nil || errors.Is(err, io.EOF) {
 				return ch, data, &endsEarly{lo + int64(n), r.hi}, nil
 			}
-			return ch, data, unwrapPath(err), nil
+			return ch, data, UnwrapPath(err), nil
 		}
 		data[i] = ch.buf[at+r.lo-lo : at+r.hi-lo]
 		at += hi - lo

@@ -187,7 +187,7 @@ func (s *stager) readInput(in Input, data []byte, sc *scratch) error {
 	case int64(n) < in.Size && (err == nil || errors.Is(err, io.EOF)):
 		return inputError{fmt.Errorf("chunk: read %s: file shrank to %d bytes while packing (was %d)", in.Source, n, in.Size)}
 	case int64(n) < in.Size:
-		return inputError{fmt.Errorf("chunk: read %s: %w", in.Source, unwrapPath(err))}
+		return inputError{fmt.Errorf("chunk: read %s: %w", in.Source, UnwrapPath(err))}
 	}
 	copy(data, b[:n])
 	return nil
@@ -244,7 +244,7 @@ func writeDurable(fsys FS, tmp, out, name string, data []byte) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("chunk: write %s: %w", join(out, name), unwrapPath(err))
+		return fmt.Errorf("chunk: write %s: %w", join(out, name), UnwrapPath(err))
 	}
 	return nil
 }
@@ -258,9 +258,9 @@ func (s *stager) writeIndex(r int, first int64, entries []Entry) (uint32, int64,
 	return crc, int64(b.Len()), s.writeFile(join(RankDir(r), indexName), b.Bytes())
 }
 
-// unwrapPath strips the path of an fs.PathError, so that messages name
-// the final file rather than the temporary one.
-func unwrapPath(err error) error {
+// UnwrapPath strips the path of an fs.PathError: for messages that name
+// the file themselves (the final file rather than a temporary one, say).
+func UnwrapPath(err error) error {
 	var pe interface{ Unwrap() error }
 	if errors.As(err, &pe) {
 		if inner := pe.Unwrap(); inner != nil {

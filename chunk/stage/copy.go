@@ -129,12 +129,12 @@ func (s *stager) copyFile(rel string, buf []byte) (int64, error) {
 	src, dst := filepath.Join(s.cfg.Source, rel), filepath.Join(s.tmp, rel)
 	in, err := s.cfg.FS.Open(src, true)
 	if err != nil {
-		return 0, fmt.Errorf("stage: read %s: %w", src, unwrapPath(err))
+		return 0, fmt.Errorf("stage: read %s: %w", src, chunk.UnwrapPath(err))
 	}
 	defer in.Close()
 	out, err := s.cfg.FS.Create(dst)
 	if err != nil {
-		return 0, fmt.Errorf("stage: write %s: %w", dst, unwrapPath(err))
+		return 0, fmt.Errorf("stage: write %s: %w", dst, chunk.UnwrapPath(err))
 	}
 	n, err := s.pump(in, out, src, dst, buf)
 	if err == nil {
@@ -142,11 +142,11 @@ func (s *stager) copyFile(rel string, buf []byte) (int64, error) {
 			err = out.DropCache()
 		}
 		if err != nil {
-			err = fmt.Errorf("stage: write %s: %w", dst, unwrapPath(err))
+			err = fmt.Errorf("stage: write %s: %w", dst, chunk.UnwrapPath(err))
 		}
 	}
 	if cerr := out.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("stage: write %s: %w", dst, unwrapPath(cerr))
+		err = fmt.Errorf("stage: write %s: %w", dst, chunk.UnwrapPath(cerr))
 	}
 	return n, err
 }
@@ -162,7 +162,7 @@ func (s *stager) pump(in, out chunk.File, src, dst string, buf []byte) (int64, e
 		s.srcBytes.Add(int64(n))
 		if n > 0 {
 			if _, werr := out.Write(buf[:n]); werr != nil {
-				return off, fmt.Errorf("stage: write %s: %w", dst, unwrapPath(werr))
+				return off, fmt.Errorf("stage: write %s: %w", dst, chunk.UnwrapPath(werr))
 			}
 			off += int64(n)
 			s.advance(int64(n))
@@ -173,19 +173,7 @@ func (s *stager) pump(in, out chunk.File, src, dst string, buf []byte) (int64, e
 		case err == nil || errors.Is(err, io.EOF):
 			return off, nil
 		default:
-			return off, fmt.Errorf("stage: read %s at byte %d: %w", src, off, unwrapPath(err))
+			return off, fmt.Errorf("stage: read %s at byte %d: %w", src, off, chunk.UnwrapPath(err))
 		}
 	}
-}
-
-// unwrapPath strips the path of an fs.PathError, which the message
-// already names.
-func unwrapPath(err error) error {
-	var pe interface{ Unwrap() error }
-	if errors.As(err, &pe) {
-		if inner := pe.Unwrap(); inner != nil {
-			return inner
-		}
-	}
-	return err
 }
