@@ -50,10 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			// the time to say what is wrong
 			time.Sleep(500 * time.Millisecond)
 		}
-		if ex := new(job.Exit); errors.As(err, &ex) && ex.Code != 0 {
-			return ex.Code // the training command's
-		}
-		return 1
+		return job.ExitCode(err) // the training command's status, else 1
 	}
 	return 0
 }

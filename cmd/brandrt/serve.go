@@ -186,7 +186,7 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 	}
 	jc := job.Config{Runtime: cfg, Train: train, ProcsPerNode: c.Int("nproc-per-node"), AllowSharedNode: c.Bool("allow-shared-node"), Stage: c.String("stage")}
 	if len(train) > 0 && !c.IsSet("epochs") {
-		jc.Runtime.Epochs = math.MaxInt32 // as many as the training reads
+		jc.Runtime.Epochs = untilTrainingEnds
 	}
 	name := c.String("order-out")
 	if name != "" && firstRank() {
@@ -195,7 +195,7 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 		}
 	}
 	jc.Prepare = func(comm collectives.Comm, rc *rt.Config) (func() error, error) {
-		report, closeReport, err := reporter(c, comm.Rank())
+		report, closeReport, err := reporter(c, comm.Rank(), rc.Epochs)
 		if err != nil {
 			return nil, err
 		}
@@ -287,10 +287,14 @@ func startProfiles(c *cli.Context, rank int) func() {
 	}
 }
 
-// reporter returns what prints each epoch's statistics: on rank 0, to
-// stdout and, with --stats-json, to a file; elsewhere nothing. The close
-// function returns the file's first write error.
-func reporter(c *cli.Context, rank int) (func(rt.EpochStats), func() error, error) {
+// untilTrainingEnds is the epochs a job with a training command and no
+// --epochs serves: as many as the training reads.
+const untilTrainingEnds = math.MaxInt32
+
+// reporter returns what prints each epoch's statistics, of epochs: on
+// rank 0, to stdout and, with --stats-json, to a file; elsewhere nothing.
+// The close function returns the file's first write error.
+func reporter(c *cli.Context, rank, epochs int) (func(rt.EpochStats), func() error, error) {
 	if rank != 0 {
 		return nil, func() error { return nil }, nil
 	}
@@ -310,10 +314,7 @@ func reporter(c *cli.Context, rank int) (func(rt.EpochStats), func() error, erro
 			return werr
 		}
 	}
-	w, epochs := c.App.Writer, c.Int("epochs")
-	if c.NArg() > 0 && !c.IsSet("epochs") {
-		epochs = 0 // as many as the training command reads
-	}
+	w := c.App.Writer
 	return func(s rt.EpochStats) {
 		printEpoch(w, s, epochs)
 		if js != nil && werr == nil {
@@ -326,7 +327,7 @@ func reporter(c *cli.Context, rank int) (func(rt.EpochStats), func() error, erro
 
 func printEpoch(w io.Writer, s rt.EpochStats, epochs int) {
 	of := ""
-	if epochs > 0 {
+	if epochs != untilTrainingEnds {
 		of = fmt.Sprintf("/%d", epochs)
 	}
 	fmt.Fprintf(w, "epoch %d%s: %s files, %s delivered by %d ranks in %.2fs: %s files/s, %s/s\n",

@@ -241,11 +241,12 @@ func finishJob(w io.Writer, comm collectives.Comm, done func(), err *error) {
 	}
 	fmt.Fprintf(w, "brandrt: rank %d: %v\nbrandrt: rank %d: ending the job\n", comm.Rank(), *err, comm.Rank())
 	*err = printed{*err}
-	abortJob(comm, exitCode(*err))
+	abortJob(comm, ExitCode(*err))
 }
 
-// exitCode is the status err ends the process with.
-func exitCode(err error) int {
+// ExitCode is the status a process whose Run returned err exits with:
+// the training command's (Exit), else 1.
+func ExitCode(err error) int {
 	var ex *Exit
 	if errors.As(err, &ex) && ex.Code != 0 {
 		return ex.Code

@@ -191,28 +191,23 @@ func (t *training) stop() {
 // of rank (of ranks), as the package doc says: base without the MPI
 // launcher's variables and those set here, then those.
 func trainEnv(base []string, rank, ranks, procs, i, localRank int, attach, master string) []string {
-	set := map[string]string{
-		"RANK": strconv.Itoa(rank*procs + i), "WORLD_SIZE": strconv.Itoa(ranks * procs),
-		"LOCAL_RANK": strconv.Itoa(i), "LOCAL_WORLD_SIZE": strconv.Itoa(procs), "GROUP_RANK": strconv.Itoa(rank),
-		shm.EnvAttach: filepath.Dir(attach), shm.EnvLocalRank: strconv.Itoa(localRank),
-	}
-	if host, port, err := net.SplitHostPort(master); err == nil {
-		set["MASTER_ADDR"], set["MASTER_PORT"] = host, port
+	host, port, _ := net.SplitHostPort(master) // masterAddr's, host:port
+	ours := []string{"RANK=" + strconv.Itoa(rank*procs+i), "WORLD_SIZE=" + strconv.Itoa(ranks*procs),
+		"LOCAL_RANK=" + strconv.Itoa(i), "LOCAL_WORLD_SIZE=" + strconv.Itoa(procs), "GROUP_RANK=" + strconv.Itoa(rank),
+		"MASTER_ADDR=" + host, "MASTER_PORT=" + port,
+		shm.EnvAttach + "=" + filepath.Dir(attach), shm.EnvLocalRank + "=" + strconv.Itoa(localRank)}
+	set := map[string]bool{}
+	for _, kv := range ours {
+		name, _, _ := strings.Cut(kv, "=")
+		set[name] = true
 	}
 	var out []string
 	for _, kv := range base {
-		name, _, _ := strings.Cut(kv, "=")
-		if _, ours := set[name]; ours || launcherVar(name) {
-			continue
-		}
-		out = append(out, kv)
-	}
-	for _, name := range []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", shm.EnvAttach, shm.EnvLocalRank} {
-		if v, ok := set[name]; ok {
-			out = append(out, name+"="+v)
+		if name, _, _ := strings.Cut(kv, "="); !set[name] && !launcherVar(name) {
+			out = append(out, kv)
 		}
 	}
-	return out
+	return append(out, ours...)
 }
 
 // launcherVar reports whether name is one of the MPI launchers'
