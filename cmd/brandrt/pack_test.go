@@ -19,13 +19,15 @@ import (
 // the pack says so on one line per process and exits non-zero, leaving no
 // temporary directory and no output directory.
 func TestPackInterrupted(t *testing.T) {
-	// Chunks of 2 files, each written and synced by one worker: a few
-	// seconds of writing.
+	// Chunks of one file, each written and synced by one worker: 2.5 s of
+	// writing under mpirun -np 2 on an idle machine. (With 4,000 files in
+	// chunks of 2, 1 s, a pack once ended before a busy mpirun passed the
+	// signal on.)
 	input := filepath.Join(t.TempDir(), "input")
-	if _, err := chunktest.Generate(input, chunktest.GenConfig{Classes: 4, Files: 4000, MeanSize: 20000, Sigma: 0.3, MaxSize: 60000, Seed: 5}); err != nil {
+	if _, err := chunktest.Generate(input, chunktest.GenConfig{Classes: 4, Files: 8000, MeanSize: 10000, Sigma: 0.3, MaxSize: 30000, Seed: 5}); err != nil {
 		t.Fatal(err)
 	}
-	pack := []string{binary(t), "pack", "--input", input, "--chunk-files", "2", "--workers", "1"}
+	pack := []string{binary(t), "pack", "--input", input, "--chunk-files", "1", "--workers", "1"}
 	mpi := append(append([]string{"mpirun"}, testkit.MpirunArgs...), "-np", "2")
 	for _, c := range []struct {
 		name string
