@@ -2,6 +2,7 @@ package rt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/brandrt/brandrt/proto"
@@ -20,11 +21,17 @@ type StartOffer struct {
 	Ranks    int
 	Seed     uint64
 	Reply    chan<- error
+	// began, when set, is closed once the offer is accepted: the epoch
+	// it resumes has started.
+	began chan struct{}
 }
 
 func (o StartOffer) answer(err error) {
 	if o.Reply != nil {
 		o.Reply <- err
+	}
+	if err == nil && o.began != nil {
+		close(o.began)
 	}
 }
 
@@ -69,6 +76,7 @@ func (n *Node) resumePoint(ctx context.Context) (uint32, []int32, StartOffer, er
 			same = same && all[2*r] == all[0]
 		}
 		if same {
+			o.began = make(chan struct{})
 			return o.Epoch, start, o, nil
 		}
 		err = fmt.Errorf("the ranks' training processes resume different epochs (%v, per rank: epoch, position); every rank must resume the same", all)
@@ -93,4 +101,32 @@ func (n *Node) fits(o StartOffer) error {
 		return fmt.Errorf("resuming epoch %d at position %d, but this rank's trace has %d positions", o.Epoch, o.Position, length)
 	}
 	return nil
+}
+
+// answerLateStarts answers the start offers that come after the job took
+// its resume point (taken, this rank's position at), until done is
+// closed: a training process may offer one again (a new Client, a second
+// sampler). The same point is accepted once its epoch has started; any
+// other is refused, saying where the job resumed.
+func (n *Node) answerLateStarts(taken StartOffer, at int32, done <-chan struct{}) {
+	for {
+		var o StartOffer
+		select {
+		case <-done:
+			return
+		case o = <-n.starts:
+		}
+		if o.Epoch != taken.Epoch || o.Position != at || o.Ranks != taken.Ranks || o.Seed != taken.Seed {
+			o.answer(fmt.Errorf("this job already resumed at epoch %d, position %d of this rank's trace (%d ranks, --seed %d); "+
+				"a job resumes once, where it was first told", taken.Epoch, at, taken.Ranks, taken.Seed))
+			continue
+		}
+		select {
+		case <-taken.began:
+			o.answer(nil)
+		case <-done:
+			o.answer(errors.New("the rank is stopping"))
+			return
+		}
+	}
 }

@@ -32,6 +32,9 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 		if first, start, resumed, err = n.resumePoint(ctx); err != nil {
 			return nil, err
 		}
+		done := make(chan struct{})
+		defer close(done)
+		go n.answerLateStarts(resumed, start[n.me], done)
 	}
 	for e := first; e <= uint32(n.cfg.Epochs); e++ {
 		st, err := n.epoch(ctx, e, io, pool, reqs, start, resumed)

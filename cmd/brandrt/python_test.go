@@ -121,6 +121,7 @@ type delivery struct {
 	rel   string
 	equal bool
 	label int
+	file  int // its id, or −1 where the process did not write it
 }
 
 // deliveries reads what a training process wrote, and reports every file
@@ -138,7 +139,10 @@ func deliveries(t *testing.T, name, tag string) []delivery {
 	}
 	ds := make([]delivery, len(rows))
 	for i, x := range rows {
-		d := delivery{int(x[0].(float64)), x[1].(string), x[2].(bool), int(x[3].(float64))}
+		d := delivery{int(x[0].(float64)), x[1].(string), x[2].(bool), int(x[3].(float64)), -1}
+		if len(x) > 4 {
+			d.file = int(x[4].(float64))
+		}
 		var class int
 		fmt.Sscanf(d.rel, "class-%d/", &class)
 		if !d.equal || class != d.label {

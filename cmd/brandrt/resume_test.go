@@ -190,51 +190,22 @@ func TestResumeUnderMpirun(t *testing.T) {
 	if err := exitWithin(t, serve, time.Minute); err != nil {
 		t.Fatalf("resumed serve: %v\n%s", err, out)
 	}
-	// The processes take up at the last step they all saved (each keeps
-	// its last two checkpoints; one killed while the others saved has the
-	// one before, and one killed after saving but before logging it has
-	// one more than its log says): what they say they resumed from.
-	var before [2][]int
-	for r := range 2 {
-		var pos, step int
-		said := cmds[r].Stdout.(*strings.Builder).String()
-		i := strings.Index(said, "resuming epoch 2 at position ")
-		if i < 0 {
-			t.Fatalf("training process %d did not resume epoch 2:\n%s", r, said)
-		}
-		fmt.Sscanf(said[i:], "resuming epoch 2 at position %d (step %d)", &pos, &step)
-		if before[r], _ = trainLog(t, logs[r], 2, step); len(before[r]) != pos {
-			t.Fatalf("rank %d resumed at position %d (step %d), but trained on %d files of epoch 2 up to that step", r, pos, step, len(before[r]))
-		}
-		t.Logf("rank %d resumed at step %d, position %d", r, step, pos)
+	var said strings.Builder
+	for _, cmd := range cmds {
+		said.WriteString(cmd.Stdout.(*strings.Builder).String())
 	}
+	checkResumed(t, resumedJob{files: files, epoch: 2, epochs: 2, uninterrupted: uninterrupted, before: logs, after: logs2, said: said.String()})
 	if !strings.Contains(out.String(), "check    resumed: every position from the restart on answered") {
 		t.Errorf("resumed serve did not check the epoch:\n%s", out)
 	}
-	seen := map[int]int{}
 	got := orderFile(t, resumed)
 	for r := range 2 {
-		after, _ := trainLog(t, logs2[r], 2, -1)
-		whole := uninterrupted[[2]int{2, r}]
-		if len(whole) != perRank || !slices.Equal(before[r], whole[:len(before[r])]) || !slices.Equal(after, whole[len(before[r]):]) {
-			t.Errorf("rank %d: trained on %d files of epoch 2 before the checkpoint and %d after; not the uninterrupted order", r, len(before[r]), len(after))
-		}
+		pos, _ := resumedAt(t, said.String(), r, 2)
 		for sn, f := range got[[2]int{2, r}] {
-			if w := whole[sn]; sn < len(before[r]) && f != -1 || sn >= len(before[r]) && f != w {
+			if w := uninterrupted[[2]int{2, r}][sn]; sn < pos && f != -1 || sn >= pos && f != w {
 				t.Errorf("rank %d, position %d: the resumed serve delivered %d, the uninterrupted order has %d", r, sn, f, w)
 				break
 			}
-		}
-		for _, f := range append(before[r], after...) {
-			seen[f]++
-		}
-	}
-	if len(seen) != files {
-		t.Errorf("epoch 2 trained on %d distinct files of %d", len(seen), files)
-	}
-	for f, n := range seen {
-		if n != 1 {
-			t.Errorf("epoch 2 trained on file %d %d times", f, n)
 		}
 	}
 
@@ -253,5 +224,220 @@ func TestResumeUnderMpirun(t *testing.T) {
 	killJob(t, serve, nil)
 	if err == nil || !strings.Contains(string(msg), "saved in a job of 2 brandrt ranks and this job has 1") {
 		t.Fatalf("resuming a 2-rank checkpoint with 1 rank: %v\n%s\nserve:\n%s", err, msg, out)
+	}
+}
+
+// resumedJob is a training run (train.py --log-files, one log per rank)
+// killed in epoch and resumed from its checkpoint.
+type resumedJob struct {
+	files, epoch, epochs int
+	// uninterrupted is simulate's order of the job (orderFile).
+	uninterrupted map[[2]int][]int
+	// before and after are the ranks' logs of the two runs; said is what
+	// the resumed run's training processes printed.
+	before, after []string
+	said          string
+}
+
+// resumedAt returns the position at which rank's training process says
+// it resumed epoch, and the step of its checkpoint.
+func resumedAt(t *testing.T, said string, rank, epoch int) (pos, step int) {
+	t.Helper()
+	what := fmt.Sprintf("rank %d: resuming epoch %d at position ", rank, epoch)
+	i := strings.Index(said, what)
+	if i < 0 {
+		t.Fatalf("training process %d did not resume epoch %d:\n%s", rank, epoch, said)
+	}
+	if _, err := fmt.Sscanf(said[i+len(what):], "%d (step %d)", &pos, &step); err != nil {
+		t.Fatalf("training process %d: %v in %q", rank, err, said[i:])
+	}
+	return pos, step
+}
+
+// checkResumed checks a resumed job against its uninterrupted order.
+// The processes take up at the last step they all saved (each keeps its
+// last two checkpoints; one killed while the others saved has the one
+// before, and one killed after saving but before logging it has one
+// more than its log says): what they say they resumed from. Each rank
+// trained on its share of the resumed epoch in the uninterrupted order,
+// before the checkpoint in the first run and after it in the second,
+// and on its share of every later epoch in that order too; across the
+// ranks, each epoch from the resumed one on trained on every file
+// exactly once.
+func checkResumed(t *testing.T, j resumedJob) {
+	t.Helper()
+	for e := j.epoch; e <= j.epochs; e++ {
+		seen := map[int]int{}
+		for r := range j.before {
+			whole := j.uninterrupted[[2]int{e, r}]
+			var before []int
+			if e == j.epoch {
+				pos, step := resumedAt(t, j.said, r, e)
+				if before, _ = trainLog(t, j.before[r], e, step); len(before) != pos {
+					t.Fatalf("rank %d resumed at position %d (step %d), but trained on %d files of epoch %d up to that step", r, pos, step, len(before), e)
+				}
+				t.Logf("rank %d resumed epoch %d at step %d, position %d", r, e, step, pos)
+			}
+			after, _ := trainLog(t, j.after[r], e, -1)
+			if !slices.Equal(append(slices.Clone(before), after...), whole) {
+				t.Errorf("epoch %d, rank %d: trained on %d files before the restart and %d after; not the uninterrupted order of %d",
+					e, r, len(before), len(after), len(whole))
+			}
+			for _, f := range append(before, after...) {
+				seen[f]++
+			}
+		}
+		if len(seen) != j.files {
+			t.Errorf("epoch %d trained on %d distinct files of %d", e, len(seen), j.files)
+		}
+		for f, n := range seen {
+			if n != 1 {
+				t.Errorf("epoch %d trained on file %d %d times", e, f, n)
+			}
+		}
+	}
+}
+
+// jpegJob makes files JPEGs of 4 classes, packs them for ranks ranks (16
+// files per chunk) and returns the dataset and simulate's order of its
+// first epochs (at 25 %, a ramp of 2 chunks: epoch e+1's order depends
+// on epoch e's drain).
+func jpegJob(t *testing.T, files, ranks, epochs int) (string, map[[2]int][]int) {
+	t.Helper()
+	tmp := t.TempDir()
+	jpegs := filepath.Join(tmp, "jpegs")
+	if out, err := exec.Command(python, "../../examples/pytorch/make_jpegs.py", "--out", jpegs, "--classes", "4",
+		"--images", fmt.Sprint(files), "--size", "32").CombinedOutput(); err != nil {
+		t.Fatalf("make_jpegs: %v\n%s", err, out)
+	}
+	dir := filepath.Join(tmp, "chunks")
+	if _, errs, status := runCLI(t, "pack", "--input", jpegs, "--out", dir, "--chunk-files", "16", "--ranks", fmt.Sprint(ranks)); status != 0 {
+		t.Fatal(errs)
+	}
+	want := filepath.Join(tmp, "want.txt")
+	if _, errs, status := runCLI(t, "simulate", "--chunks", dir, "--epochs", fmt.Sprint(epochs), "--mem-fraction", "0.25", "--ramp", "2",
+		"--order-out", want); status != 0 {
+		t.Fatal(errs)
+	}
+	return dir, orderFile(t, want)
+}
+
+// TestResumeCoLaunched: a co-launched training of two ranks (train.py,
+// DDP, 3 epochs, len(sampler) each epoch, checkpoints every 4 steps) is
+// killed, serve and all, at ~40 % of epoch 2, and resumed from its
+// checkpoint with 3 DataLoader workers instead of 2: serving as many
+// epochs as the training reads, and with --epochs 3. Epochs 2 and 3 are
+// trained on in the uninterrupted order, every file of each exactly once
+// across both runs, and the job ends with status 0. (A resumed job's
+// training offered its start again once a new Client read epoch 0 from
+// a ring not yet filled in, at the next epoch or at len(sampler); the
+// rank never answered, and the training waited 120 s and failed.)
+func TestResumeCoLaunched(t *testing.T) {
+	cleanVader(t)
+	needTorch(t)
+	const files, perRank, batch = 640, 320, 8
+	dir, uninterrupted := jpegJob(t, files, 2, 3)
+	for _, tc := range []struct {
+		name   string
+		epochs []string
+	}{{"until the training ends", nil}, {"epochs 3", []string{"--epochs", "3"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			ckpt := filepath.Join(tmp, "ckpt")
+			serveArgs := append([]string{"--chunks", dir, "--mem", "25%", "--ramp", "2"}, tc.epochs...)
+			train := func(run string, more ...string) []string {
+				return append([]string{python, "-W", "ignore", "../../examples/pytorch/train.py", "--num-classes", "4", "--epochs", "3",
+					"--batch-size", fmt.Sprint(batch), "--checkpoint", ckpt, "--checkpoint-every", "4",
+					"--log-files", filepath.Join(tmp, run+"-{rank}.log")}, more...)
+			}
+			logs := func(run string) []string {
+				return []string{filepath.Join(tmp, run+"-0.log"), filepath.Join(tmp, run+"-1.log")}
+			}
+
+			// Run 1, killed once rank 0 trained on 40 % of epoch 2.
+			cmd, out, _ := coLaunch(t, 2, serveArgs, train("run1", "--workers", "2")...)
+			killAt := perRank/batch + perRank*4/10/batch // steps: epoch 1, then 40 % of epoch 2
+			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+				b, _ := os.ReadFile(logs("run1")[0])
+				if strings.Contains(string(b), fmt.Sprintf("\n2 %d ", killAt)) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("rank 0 never reached step %d of epoch 2:\n%s\n%s", killAt, b, out)
+				}
+			}
+			killJob(t, cmd, nil)
+			gone(t, ckpt, 20*time.Second)
+
+			// Run 2, resumed.
+			cmd, out, base := coLaunch(t, 2, append(serveArgs, "--resume"), train("run2", "--workers", "3", "--resume")...)
+			if err := exitWithin(t, cmd, 2*time.Minute); err != nil {
+				t.Fatalf("the resumed job: %v\n%s", err, out)
+			}
+			checkResumed(t, resumedJob{files: files, epoch: 2, epochs: 3, uninterrupted: uninterrupted, before: logs("run1"), after: logs("run2"),
+				said: out.String()})
+			if !strings.Contains(out.String(), "check    resumed: every position from the restart on answered") ||
+				!strings.Contains(out.String(), "epoch 3 from brandrt") {
+				t.Errorf("the resumed job did not check epoch 2, or did not train epoch 3:\n%s", out)
+			}
+			leftBehind(t, ckpt, base)
+		})
+	}
+}
+
+// gone waits until no process's command line holds marker, and kills
+// those still there after d.
+func gone(t *testing.T, marker string, d time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if len(processesWith(marker)) == 0 {
+			return
+		}
+	}
+	for _, pid := range processesWith(marker) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	t.Errorf("processes of %s outlived their job by %v", marker, d)
+}
+
+// TestResumeWithLen: one rank told to resume epoch 2 at position 300 by
+// a training loop started on its own (a state written by hand), which
+// calls len(sampler) before each epoch and reads with 3 DataLoader
+// workers: the rest of epoch 2 (the uninterrupted order's positions 300
+// on) and all of epoch 3 arrive, each file once, with its bytes and
+// label. (len(sampler) made a second Client offer the start again, and
+// no file was ever delivered.)
+func TestResumeWithLen(t *testing.T) {
+	cleanVader(t)
+	needTorch(t)
+	const files, at = 640, 300
+	input, dir := packPaths(t, files, 4, 16, 1)
+	want := filepath.Join(t.TempDir(), "want.txt")
+	if _, errs, status := runCLI(t, "simulate", "--chunks", dir, "--epochs", "3", "--mem-fraction", "0.25", "--order-out", want); status != 0 {
+		t.Fatal(errs)
+	}
+	uninterrupted := orderFile(t, want)
+	state := jsonFile(t, map[string]int{"epoch": 1, "position": at, "ranks": 1, "seed": 1})
+	env := []string{"BRANDRT_ATTACH=" + t.TempDir()}
+	cmd, out := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "25%", "--epochs", "3", "--resume")
+	res := filepath.Join(t.TempDir(), "got.json")
+	said := trainers(t, env, [][]string{{"loader.py", "--input", input, "--out", res, "--workers", "3", "--state", state, "--len", "--epochs", "3"}})
+	if err := exitWithin(t, cmd, time.Minute); err != nil {
+		t.Fatalf("serve: %v\n%s", err, out)
+	}
+	if !strings.Contains(said[0], "epoch 1: 340 positions") || !strings.Contains(said[0], "epoch 2: 640 positions") {
+		t.Errorf("len(sampler): want 340 positions in epoch 2 and 640 in epoch 3:\n%s", said[0])
+	}
+	got := map[int][]int{}
+	for _, d := range deliveries(t, res, "the training process") {
+		got[d.epoch] = append(got[d.epoch], d.file)
+	}
+	for e, whole := range map[int][]int{1: uninterrupted[[2]int{2, 0}][at:], 2: uninterrupted[[2]int{3, 0}]} {
+		slices.Sort(got[e])
+		whole = slices.Sorted(slices.Values(whole))
+		if !slices.Equal(got[e], whole) {
+			t.Errorf("epoch %d: %d files delivered, not the %d of the uninterrupted order's positions %d on, once each",
+				e+1, len(got[e]), len(whole), map[int]int{1: at, 2: 0}[e])
+		}
 	}
 }

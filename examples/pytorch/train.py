@@ -82,7 +82,8 @@ def main():
     ap.add_argument("--resume", action="store_true", help="take up from the checkpoint in --checkpoint, if there is one")
     ap.add_argument("--test-data", help="an ImageFolder of test images: print the model's accuracy on them after each epoch")
     ap.add_argument("--log-files", help="append the id of every file trained on to this file: one line per step, "
-                    "'epoch step id id …', and 'checkpoint epoch step' when one is saved (brandrt)")
+                    "'epoch step id id …', and 'checkpoint epoch step' when one is saved (brandrt); {rank} in the "
+                    "name becomes this process's rank")
     a = ap.parse_args()
     if a.baseline and not a.data:
         ap.error("--baseline needs --data DIR")
@@ -123,10 +124,11 @@ def main():
     source = "files (ImageFolder)" if a.baseline else "brandrt"
     if a.world_size > 1:
         source += ", %d training processes" % a.world_size
-    log = open(a.log_files, "a") if a.log_files else None
+    log = open(a.log_files.replace("{rank}", str(a.rank)), "a") if a.log_files else None
     for epoch in range(first_epoch, a.epochs):
         if sampler is not None:
             sampler.set_epoch(epoch)
+        steps = len(dl)  # this process's steps in the epoch (from a resumed position on)
         start, seen, correct, total_loss = time.monotonic(), 0, 0, 0.0
         for batch in dl:
             x, y = batch[0], batch[1]
@@ -151,8 +153,8 @@ def main():
         seen, correct, total_loss = reduce(a, seen, correct, total_loss)
         if a.rank == 0:
             test = ", test accuracy %.2f%%" % (100 * evaluate(getattr(net, "module", net), a.test_data, tf)) if a.test_data else ""
-            print("epoch %d from %s: %d images in %.2f s, %.0f images/s, loss %.3f, accuracy %.1f%%%s"
-                  % (epoch + 1, source, seen, secs, seen / secs, total_loss / max(seen, 1), 100 * correct / max(seen, 1), test),
+            print("epoch %d from %s: %d images in %d steps, %.2f s, %.0f images/s, loss %.3f, accuracy %.1f%%%s"
+                  % (epoch + 1, source, seen, steps, secs, seen / secs, total_loss / max(seen, 1), 100 * correct / max(seen, 1), test),
                   flush=True)
 
 

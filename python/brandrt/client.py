@@ -246,11 +246,16 @@ class Client:
 
     def job(self):
         """(ranks, seed, resume): the job's number of ranks and --seed, and
-        whether the rank was started with --resume (until its first epoch
-        starts, it waits to be told where the job takes up: start())."""
+        whether the rank was started with --resume."""
         ranks, resume = self._u32(L.OFF_RANKS), self._u32(L.OFF_RESUME)
         seed = struct.unpack_from("<Q", self._buf, L.OFF_SEED)[0]
-        return ranks, seed, bool(resume)
+        return ranks, seed, resume != L.RESUME_NONE
+
+    def waits_for_start(self):
+        """Whether the rank, started with --resume, still waits to be told
+        where the job takes up (start()); once the epoch it resumes has
+        started, it no longer does."""
+        return self._u32(L.OFF_RESUME) == L.RESUME_WAITING
 
     def start(self, epoch, position, ranks, seed, timeout=None):
         """Tell a rank started with --resume where the job takes up: epoch
@@ -259,7 +264,8 @@ class Client:
         position was saved in. Returns once every rank was told and the
         epoch starts. Raises BrandError when the rank refuses: another job's
         ranks or seed, an epoch it does not serve, a position past its
-        trace, a rank without --resume, or ranks told different epochs."""
+        trace, a rank without --resume, ranks told different epochs, or
+        a start other than the one the rank already resumed at."""
         hdr = struct.pack("<8sIIIIQ", L.START_MAGIC, L.VERSION, epoch, position, ranks, seed)
         self._sock.sendall(hdr)
         self._verdict(epoch, "resuming epoch %d at position %d" % (epoch, position), timeout)

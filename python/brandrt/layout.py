@@ -50,6 +50,10 @@ REC_ERROR = 2
 REC_PAD = 3
 REC_SHARED = 4
 REC_SKIPPED = 5
+# the resume field: not started with --resume; waiting for a start; resumed
+RESUME_NONE = 0
+RESUME_WAITING = 1
+RESUME_TAKEN = 2
 
 SOCKET_NAME = "attach.sock"
 ENV_ATTACH = "BRANDRT_ATTACH"

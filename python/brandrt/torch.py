@@ -117,7 +117,7 @@ class BrandSampler(torch.utils.data.Sampler):
             ranks, seed, resume = c.job()
             self._job = ranks, seed
             r = self._resume
-            if resume and c.epoch()[0] == 0 and self.rank == 0:
+            if c.waits_for_start() and self.rank == 0:
                 # the rank waits to be told where the job takes up
                 if r is None:
                     r = {"epoch": epoch, "position": 0, "ranks": ranks, "seed": seed}

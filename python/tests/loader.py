@@ -2,7 +2,7 @@
 and BrandDataset over the brandrt rank with the given local rank, for a number
 of epochs. Each generated file starts with its relative path and a newline;
 the transform compares the delivered bytes with the original file. Writes
-[[epoch, path, bytes_equal, label], ...] as JSON."""
+[[epoch, path, bytes_equal, label, file id], ...] as JSON."""
 
 import argparse
 import json
@@ -50,20 +50,29 @@ def main():
                     help="no batches: DataLoader fetches each item alone (BrandDataset.__getitem__, not __getitems__)")
     ap.add_argument("--ready", help="create this file once the first batch came, then wait --hold seconds")
     ap.add_argument("--hold", type=float, default=0)
+    ap.add_argument("--state", help="a BrandSampler state (JSON) to resume from, beside brandrt serve --resume")
+    ap.add_argument("--len", action="store_true", help="call len(sampler) before each epoch, as many training loops do")
     a = ap.parse_args()
     sampler = BrandSampler(local_rank=a.local_rank, batch_size=8 if a.batched else None, rank=a.replica, num_replicas=a.replicas)
-    ds = BrandDataset(transform=Check(a.input), local_rank=a.local_rank, timeout=60)
+    ds = BrandDataset(transform=Check(a.input), local_rank=a.local_rank, timeout=60, with_id=True)
     batch_size = None if a.batched or a.one_by_one else 8
     loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, sampler=sampler,
                                          num_workers=a.workers, collate_fn=one if a.one_by_one else list,
                                          persistent_workers=a.workers > 0 and not a.not_persistent,
                                          pin_memory=a.pin_memory)
+    first = a.first_epoch
+    if a.state:
+        with open(a.state) as f:
+            sampler.load_state_dict(json.load(f))
+        first = sampler.epoch
     got = []
-    for epoch in range(a.first_epoch, a.first_epoch + a.epochs):
+    for epoch in range(first, a.first_epoch + a.epochs):
         sampler.set_epoch(epoch)
+        if a.len:
+            print("epoch %d: %d positions" % (epoch, len(sampler)), flush=True)
         for batch in loader:
-            for (rel, equal), label in batch:
-                got.append([epoch, rel, equal, label])
+            for (rel, equal), label, fid in batch:
+                got.append([epoch, rel, equal, label, int(fid)])
             if a.ready and not os.path.exists(a.ready):
                 with open(a.ready, "w") as f:
                     f.write("ready\n")

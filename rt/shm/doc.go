@@ -89,9 +89,11 @@
 //
 // # Resume
 //
-// A rank started with `brandrt serve --resume` sets resume in every ring
-// and serves nothing until one client of each rank has said where the job
-// takes up (a checkpoint's BrandSampler state):
+// A rank started with `brandrt serve --resume` sets resume to 1 in every
+// ring and serves nothing until one client of each rank has said where
+// the job takes up (a checkpoint's BrandSampler state); once the epoch it
+// resumes has started, resume is 2. A ring shows the job's fields, the
+// epoch and resume before the welcome reaches its client.
 //
 //	start, 32 bytes: magic "BRTSTART", version u32, epoch u32, position
 //	                 u32, ranks u32, seed u64
@@ -103,7 +105,10 @@
 // start to a rank without --resume, a position past the dataset's number
 // of files (before the offer goes further), another job's ranks or seed,
 // an epoch past --epochs, a position past the trace; starts whose epochs
-// differ across the ranks are refused to every rank's client. Messages
+// differ across the ranks are refused to every rank's client. A start
+// that comes after the rank took one is answered too: the same epoch and
+// position are accepted (once the epoch has started), any other is
+// refused, saying where the job resumed. Messages
 // other than traces and starts, or of other sizes, are logged and
 // ignored; a message is at most 64 bytes (longer ones are cut, and then
 // ignored).
@@ -130,7 +135,8 @@
 //	512      4  epoch                   rank: the epoch being served (0: none yet)
 //	516      4  trace length            rank: this rank's positions in that epoch
 //	520      4  ranks                   rank: the job's number of ranks
-//	524      4  resume                  rank: 1 when it waits for a start (below)
+//	524      4  resume                  rank: 0 no --resume, 1 waiting for a
+//	                                     start (below), 2 resumed
 //	528      8  seed                    rank: the job's --seed
 //
 // Counters only grow (32-bit ones wrap); each lives on its own 64-byte

@@ -52,6 +52,12 @@ const (
 	RecPad     = 3
 	RecShared  = 4
 	RecSkipped = 5
+	// Where a rank stands with resuming (the ring's resume field): not
+	// started with --resume; waiting for a start; resumed where a start
+	// said (its first epoch has started).
+	ResumeNone    = 0
+	ResumeWaiting = 1
+	ResumeTaken   = 2
 )
 
 // Ring is a client's ring pair, mapped in this process.
@@ -307,16 +313,17 @@ func (r *Ring) waitRoom(n uint64, alive func() bool) error {
 }
 
 // setJob publishes what a client saves with its position to resume from:
-// the job's ranks and seed, and whether the rank waits to be told where
-// to resume.
-func (r *Ring) setJob(ranks uint32, seed uint64, resume bool) {
+// the job's ranks and seed, and where the rank stands with resuming (a
+// Resume* value).
+func (r *Ring) setJob(ranks uint32, seed uint64, resume uint32) {
 	le := binary.LittleEndian
 	le.PutUint32(r.mem[offRanks:], ranks)
 	le.PutUint64(r.mem[offSeed:], seed)
-	if resume {
-		le.PutUint32(r.mem[offResume:], 1)
-	}
+	r.setResume(resume)
 }
+
+// setResume publishes where the rank stands with resuming.
+func (r *Ring) setResume(v uint32) { atomic.StoreUint32(r.u32(offResume), v) }
 
 // setEpoch publishes the epoch being served and this rank's trace length.
 func (r *Ring) setEpoch(e, n uint32) {

@@ -32,6 +32,7 @@ func TestLayoutGolden(t *testing.T) {
 		"off_client_sleeping": offClientSleeping, "off_data_head": offDataHead, "off_data_tail": offDataTail, "off_epoch": offEpoch, "off_trace_len": offTraceLen, "off_ranks": offRanks, "off_resume": offResume, "off_seed": offSeed, "kind_end_epoch": KindEndEpoch, "kind_session": KindSession,
 		"slot_bytes": slotBytes, "record_header": recordHeader, "record_align": recordAlign,
 		"kind_read": KindRead, "rec_file": RecFile, "rec_error": RecError, "rec_pad": RecPad, "rec_shared": RecShared, "rec_skipped": RecSkipped,
+		"resume_none": ResumeNone, "resume_waiting": ResumeWaiting, "resume_taken": ResumeTaken,
 		"trace_bytes": traceBytes, "verdict_bytes": verdictBytes, "start_bytes": startBytes,
 	} {
 		ours[k] = fmt.Sprint(v)
@@ -389,5 +390,43 @@ func TestTraceMessages(t *testing.T) {
 	}
 	if got := offerTrace(t, c, 1, []int32{5}, 3); !strings.Contains(got, "holds 4 bytes, 3 file ids need 12") {
 		t.Errorf("a short trace file: %q", got)
+	}
+}
+
+// TestRingShowsEpochAtWelcome: a client that attaches once an epoch has
+// started reads that epoch, and where the rank stands with resuming, as
+// soon as Attach returns (a resumed job's training read epoch 0 there and
+// offered its start again, which was never answered).
+func TestRingShowsEpochAtWelcome(t *testing.T) {
+	starts := make(chan rt.StartOffer, 1)
+	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Requests: make(chan rt.Request), Starts: starts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	resume := func(c *Client) uint32 { return atomic.LoadUint32(c.ring.u32(offResume)) }
+	c, err := Attach(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := c.Epoch(); e != 0 || resume(c) != ResumeWaiting {
+		t.Errorf("before the first epoch: epoch %d, resume %d; want 0, %d", e, resume(c), ResumeWaiting)
+	}
+	s.StartEpoch(2, 77)
+	if e, n := c.Epoch(); e != 2 || n != 77 || resume(c) != ResumeTaken {
+		t.Errorf("a client attached before the epoch: epoch %d of %d positions, resume %d; want 2, 77, %d", e, n, resume(c), ResumeTaken)
+	}
+	c.Close()
+	for i := range 200 {
+		c, err := Attach(s.Dir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, n := c.Epoch()
+		r := resume(c)
+		c.Close()
+		if e != 2 || n != 77 || r != ResumeTaken {
+			t.Fatalf("client %d, at its welcome: epoch %d of %d positions, resume %d; want 2, 77, %d", i, e, n, r, ResumeTaken)
+		}
 	}
 }

@@ -164,6 +164,21 @@ func (s *Server) StartEpoch(e uint32, n int) {
 	s.epoch, s.traceLen = e, uint32(n)
 	for _, c := range s.clients {
 		c.ring.setEpoch(e, uint32(n))
+		c.ring.setResume(s.resumeState())
+	}
+}
+
+// resumeState is what the rings say of resuming: ResumeNone without
+// Options.Starts; else ResumeWaiting until the first epoch starts (the
+// rank waits for a start), then ResumeTaken. Call it with mu held.
+func (s *Server) resumeState() uint32 {
+	switch {
+	case s.opt.Starts == nil:
+		return ResumeNone
+	case s.epoch == 0:
+		return ResumeWaiting
+	default:
+		return ResumeTaken
 	}
 }
 
@@ -289,30 +304,36 @@ func (s *Server) attach(conn *net.UnixConn) error {
 		return err
 	}
 	defer ring.Close()
-	// before the welcome: the client reads the job's fields as soon as it
-	// maps the ring
-	ring.setJob(uint32(s.opt.Ranks), s.opt.Seed, s.opt.Starts != nil)
-	err = sendWelcome(conn, id, s.rank, len(ring.mem), fd, s.opt.Arena)
-	syscall.Close(fd) // the client holds its own descriptor now
-	if err != nil {
-		return fmt.Errorf("shm: client %d (pid %d): %w", id, pid, err)
-	}
 	c := &client{srv: s, id: id, pid: pid, lineage: lineage(int(pid)), conn: conn, ring: ring, replies: make(chan rt.Delivery, s.opt.Slots)}
+	// The ring holds the job, the epoch being served and whether the rank
+	// waits for a start before the client sees it: the client reads them
+	// as soon as it maps the ring (an epoch 0 read there once made a
+	// resumed job's training offer its start again). Registered first, the
+	// client misses no later StartEpoch.
 	s.mu.Lock()
 	if s.closing() { // Close has taken its list of clients to drop: this one missed it
 		s.mu.Unlock()
+		syscall.Close(fd)
 		return nil
 	}
 	s.clients[id] = c
+	ring.setJob(uint32(s.opt.Ranks), s.opt.Seed, s.resumeState())
 	ring.setEpoch(s.epoch, s.traceLen)
 	s.mu.Unlock()
-	c.serve(s.opt.Requests)
+	err = sendWelcome(conn, id, s.rank, len(ring.mem), fd, s.opt.Arena)
+	syscall.Close(fd) // the client holds its own descriptor now
+	if err == nil {
+		c.serve(s.opt.Requests)
+	}
 	s.mu.Lock()
 	delete(s.clients, id)
 	if len(s.clients) == 0 {
 		s.alone = time.Now()
 	}
 	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("shm: client %d (pid %d): %w", id, pid, err)
+	}
 	s.Gone.Add(1)
 	return nil
 }
