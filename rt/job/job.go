@@ -216,8 +216,8 @@ func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) er
 		srv.Close() // every delivery written, so that the counts are whole
 		fmt.Fprintf(rc.Log, "brandrt: rank %d: training processes read %s files in place in shared memory and %s as copies\n",
 			comm.Rank(), humanize.Comma(srv.Shared.Load()), humanize.Comma(srv.Copied.Load()))
-		fmt.Fprintf(rc.Log, "brandrt: rank %d: memory shared with them peaked at %s (--mem %s, and up to %s of freed pages kept for reuse)\n",
-			comm.Rank(), humanize.IBytes(arena.PeakResident()), humanize.IBytes(uint64(n.Mapping().MemBytes(comm.Rank()))), humanize.IBytes(uint64(arena.Slack)))
+		fmt.Fprintf(rc.Log, "brandrt: rank %d: memory shared with them peaked at %s, for at most %s lent at once (--mem %s)\n",
+			comm.Rank(), humanize.IBytes(arena.Resident()), humanize.IBytes(arena.PeakLent()), humanize.IBytes(uint64(n.Mapping().MemBytes(comm.Rank()))))
 	}
 	return nil
 }

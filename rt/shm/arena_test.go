@@ -150,69 +150,77 @@ func TestSharedRecords(t *testing.T) {
 	}
 }
 
-// TestArenaGivesPagesBack: with every lent page written, the pages the
-// memfd holds (as the kernel counts them) stay within what is lent plus
-// the slack, whatever the order of allocations and frees; the books of
-// holes and kept pages agree with the free list after every step.
-func TestArenaGivesPagesBack(t *testing.T) {
-	a, err := NewArena(64 << 20)
+// TestArenaReusesPages: with every lent page written, the pages the
+// memfd holds (as the kernel counts them) never exceed Resident, and
+// Resident stays within an eighth (and two chunks) of the most lent at
+// once, whatever the order of allocations and frees, files and chunks
+// mixed; the books of fresh and kept pages agree with the free list
+// after every step. Freed, nothing goes back (the seal forbids it), and
+// the same work again lends no new page.
+func TestArenaReusesPages(t *testing.T) {
+	a, err := NewArena(256 << 20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	a.Slack = 4 << 20
-	rng := rand.New(rand.NewPCG(3, 4))
-	var held [][]byte
-	var lent uint64
-	for step := range 4000 {
-		if len(held) > 0 && rng.IntN(2) == 0 {
-			i := rng.IntN(len(held))
-			if _, ok := a.Offset(held[i]); ok {
-				lent -= uint64(len(held[i]))
+	var lent, peak uint64
+	play := func(seed uint64) {
+		rng := rand.New(rand.NewPCG(seed, 4))
+		var held [][]byte
+		for step := range 4000 {
+			if len(held) > 0 && rng.IntN(2) == 0 {
+				i := rng.IntN(len(held))
+				if _, ok := a.Offset(held[i]); ok {
+					lent -= uint64(len(held[i]))
+				}
+				a.Free(held[i])
+				held = slices.Delete(held, i, i+1)
+			} else {
+				n := 1 + rng.IntN(200<<10) // files
+				if rng.IntN(8) == 0 {
+					n = 1 + rng.IntN(4<<20) // chunks
+				}
+				b, err := a.Alloc(int64(n))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for p := 0; p < len(b); p += 4096 {
+					b[p] = 1 // every page resident
+				}
+				if _, ok := a.Offset(b); ok {
+					lent += uint64(len(b))
+				}
+				held = append(held, b)
 			}
-			a.Free(held[i])
-			held = slices.Delete(held, i, i+1)
-		} else {
-			n := 1 + rng.IntN(200<<10) // files
-			if rng.IntN(8) == 0 {
-				n = 1 + rng.IntN(4<<20) // chunks
+			peak = max(peak, lent)
+			if a.lent != lent || a.PeakLent() != peak {
+				t.Fatalf("step %d: the arena says %d bytes lent, at most %d; the test counts %d, at most %d", step, a.lent, a.PeakLent(), lent, peak)
 			}
-			b, err := a.Alloc(int64(n))
-			if err != nil {
-				t.Fatal(err)
+			checkArenaBooks(t, a, step)
+			if got, r := memfdBytes(t, a), a.Resident(); got > r || r > peak+peak/8+8<<20 {
+				t.Fatalf("step %d: the memfd holds %d bytes, Resident %d; the most lent at once %d", step, got, r, peak)
 			}
-			for p := 0; p < len(b); p += 4096 {
-				b[p] = 1 // every page resident
-			}
-			if _, ok := a.Offset(b); ok {
-				lent += uint64(len(b))
-			}
-			held = append(held, b)
 		}
-		a.Reclaim() // what the arena's goroutine does, now
-		checkArenaBooks(t, a, step)
-		if got := memfdBytes(t, a); got > lent+a.Slack {
-			t.Fatalf("step %d: the memfd holds %d bytes; lent %d, slack %d", step, got, lent, a.Slack)
+		for _, b := range held {
+			a.Free(b)
 		}
-		if r := a.Resident(); r != lent+a.kept {
-			t.Fatalf("step %d: Resident %d, want lent %d + kept %d", step, r, lent, a.kept)
-		}
+		lent = 0
 	}
-	for _, b := range held {
-		a.Free(b)
-	}
-	a.Reclaim()
-	if got := memfdBytes(t, a); got > a.Slack {
-		t.Fatalf("everything freed, the memfd still holds %d bytes (slack %d)", got, a.Slack)
+	play(3)
+	r := a.Resident()
+	t.Logf("resident %d MiB for at most %d MiB lent at once", r>>20, peak>>20)
+	play(3)
+	if a.Resident() != r {
+		t.Errorf("the same allocations again: resident %d bytes, was %d", a.Resident(), r)
 	}
 }
 
-// checkArenaBooks: the free list, the holes and the kept pages are sorted
+// checkArenaBooks: the free list, the fresh and the kept pages are sorted
 // and merged; the kept pages are exactly the free ones that are not
-// holes, within Slack.
+// fresh, and every fresh page is free.
 func checkArenaBooks(t *testing.T, a *Arena, step int) {
 	t.Helper()
-	for _, xs := range [][]extent{a.free, a.holes, a.keep} {
+	for _, xs := range [][]extent{a.free, a.fresh, a.keep} {
 		for i := 1; i < len(xs); i++ {
 			if xs[i-1].off+xs[i-1].n >= xs[i].off {
 				t.Fatalf("step %d: extents not sorted and merged: %v", step, xs)
@@ -220,23 +228,24 @@ func checkArenaBooks(t *testing.T, a *Arena, step int) {
 		}
 	}
 	var want []extent
+	var freeBytes, unused uint64
 	for _, e := range a.free {
-		for _, k := range minus(e, a.holes) {
+		freeBytes += e.n
+		for _, k := range minus(e, a.fresh) {
 			want = merge(want, k)
 		}
 	}
-	var kept, holed uint64
-	for _, k := range a.keep {
-		kept += k.n
+	for _, f := range a.fresh {
+		unused += f.n
+		if len(minus(f, a.free)) > 0 {
+			t.Fatalf("step %d: fresh extent %v is lent", step, f)
+		}
 	}
-	for _, h := range a.holes {
-		holed += h.n
+	if unused != a.unused || unused > freeBytes {
+		t.Fatalf("step %d: fresh %d bytes, booked %d; free %d", step, unused, a.unused, freeBytes)
 	}
-	if holed != a.holed || a.Size()-holed > a.peak {
-		t.Fatalf("step %d: holes %d bytes, booked %d; resident %d, peak %d", step, holed, a.holed, a.Size()-holed, a.peak)
-	}
-	if !slices.Equal(want, a.keep) || a.kept != kept || a.kept > a.Slack {
-		t.Fatalf("step %d: kept %v (%d bytes, booked %d, slack %d), want %v", step, a.keep, kept, a.kept, a.Slack, want)
+	if !slices.Equal(want, a.keep) {
+		t.Fatalf("step %d: kept %v, want %v", step, a.keep, want)
 	}
 }
 

@@ -45,14 +45,16 @@
 // rank's or another client's feet. Both memfds are sealed at their size
 // (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL): ftruncate fails with EPERM,
 // so a client cannot make the rank fault (SIGBUS) on pages it cut off.
-// The arena's descriptor is opened read-only: a writable shared mapping
-// of it fails (EACCES), as does ftruncate. (F_SEAL_FUTURE_WRITE would
-// make that EPERM through any descriptor, but it also refuses the holes
-// the rank punches in the arena to give its pages back.) The arena's
-// memfd has mode 0400, so a process other than root cannot open it again
-// writable through /proc; a process of the same user that means harm can
-// still change the mode, or trace the rank: the uid checks above are the
-// boundary, these protect the rank from mistakes.
+// The arena is also sealed with F_SEAL_FUTURE_WRITE once the rank has
+// mapped it: no descriptor of it can be mapped writable (EPERM) or
+// written, not even one a client opens again O_RDWR through
+// /proc/self/fd (which root may, whatever the file's mode), while the
+// rank's own mapping stays writable. Its descriptor reaches clients
+// opened read-only and with mode 0400, so a writable mapping fails
+// (EACCES) before the seal is asked. The seal also refuses holes, so the
+// arena keeps the pages it lent and lends them again (Arena). A process
+// of the same user that means harm can still trace the rank: the uid
+// checks above are the boundary.
 //
 // Once a training process has declared itself (a kind 3 request, below),
 // the rank reads only for the training processes and the processes they

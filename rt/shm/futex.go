@@ -44,6 +44,9 @@ const (
 	sealSeal   = 0x1 // F_SEAL_SEAL: no more seals
 	sealShrink = 0x2 // F_SEAL_SHRINK
 	sealGrow   = 0x4 // F_SEAL_GROW
+	// sealFutureWrite refuses writable shared mappings and writes made
+	// after it, through any descriptor (F_SEAL_FUTURE_WRITE).
+	sealFutureWrite = 0x10
 	// sealSize fixes a memfd's size for good: a peer that shrank it would
 	// make the rank's accesses past the end fault (SIGBUS).
 	sealSize = sealShrink | sealGrow | sealSeal

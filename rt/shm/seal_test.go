@@ -49,8 +49,10 @@ func rawAttach(t *testing.T, dir string) (*net.UnixConn, []int) {
 }
 
 // TestArenaReadOnlyForClients: the arena's descriptor a client gets maps
-// only read-only, and no descriptor of it can resize it, not even one
-// opened again writable; the rank still writes it and punches its holes.
+// only read-only, and no descriptor of it can resize it, write it or map
+// it writable, not even one the client opens again writable through
+// /proc/self/fd (which root may); the rank still writes it, and a client
+// reads what it wrote.
 func TestArenaReadOnlyForClients(t *testing.T) {
 	a, s := arenaServer(t)
 	_, fds := rawAttach(t, s.Dir())
@@ -64,18 +66,33 @@ func TestArenaReadOnlyForClients(t *testing.T) {
 		}
 		t.Errorf("a writable shared mapping of the arena: %v, want EACCES", err)
 	}
-	if m, err := syscall.Mmap(arena, 0, 4096, syscall.PROT_READ, syscall.MAP_SHARED); err != nil {
-		t.Errorf("a read-only mapping: %v", err)
-	} else {
-		syscall.Munmap(m)
+	ro, err := syscall.Mmap(arena, 0, 4096, syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		t.Fatalf("a read-only mapping: %v", err)
 	}
+	defer syscall.Munmap(ro)
 	if err := syscall.Ftruncate(arena, 4096); err == nil {
 		t.Error("a client truncated the arena")
 	}
-	// Opened again writable (root may), it still keeps its size.
 	rw, err := syscall.Open(fmt.Sprintf("/proc/self/fd/%d", arena), syscall.O_RDWR, 0)
-	if err == nil {
+	if err != nil {
+		t.Logf("opening the arena again writable: %v (only root may)", err)
+	} else {
 		defer syscall.Close(rw)
+		if m, err := syscall.Mmap(rw, 0, 4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED); !errors.Is(err, syscall.EPERM) {
+			if err == nil {
+				m[0] = 'x'
+				syscall.Munmap(m)
+			}
+			t.Errorf("a writable shared mapping through a descriptor opened again O_RDWR: %v, want EPERM", err)
+		}
+		if _, err := syscall.Pwrite(rw, []byte("x"), 0); !errors.Is(err, syscall.EPERM) {
+			t.Errorf("a write through a descriptor opened again O_RDWR: %v, want EPERM", err)
+		}
+		const keepSize, punchHole = 0x01, 0x02
+		if err := syscall.Fallocate(rw, keepSize|punchHole, 0, 4096); !errors.Is(err, syscall.EPERM) {
+			t.Errorf("a hole punched through a descriptor opened again O_RDWR: %v, want EPERM", err)
+		}
 		for _, size := range []int64{4096, 2 << 20} {
 			if err := syscall.Ftruncate(rw, size); !errors.Is(err, syscall.EPERM) {
 				t.Errorf("resizing the arena to %d bytes through a writable descriptor: %v, want EPERM", size, err)
@@ -86,15 +103,19 @@ func TestArenaReadOnlyForClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b[0] = 1
-	a.Free(b)
-	const keepSize, punchHole = 0x01, 0x02
-	if err := syscall.Fallocate(a.fd, keepSize|punchHole, 0, 64<<10); err != nil {
-		t.Errorf("the rank cannot give the arena's pages back: %v", err)
+	defer a.Free(b)
+	off, _ := a.Offset(b)
+	if off != 0 {
+		t.Fatalf("the first buffer lent is at %d", off)
+	}
+	copy(b, "the rank writes")
+	if got := string(ro[:15]); got != "the rank writes" {
+		t.Errorf("a client reads %q where the rank wrote", got)
 	}
 }
 
-// TestPythonCannotWriteArena: neither can Python's mmap.
+// TestPythonCannotWriteArena: neither can Python's mmap, through the
+// descriptor it got or through one it opens again writable.
 func TestPythonCannotWriteArena(t *testing.T) {
 	const py = "/usr/bin/python3"
 	if _, err := os.Stat(py); err != nil {
@@ -110,16 +131,17 @@ s.settimeout(5)
 msg, fds, _, _ = socket.recv_fds(s, 64, 2)
 size = struct.unpack_from("<Q", msg, 24)[0]
 mmap.mmap(fds[1], size, mmap.MAP_SHARED, mmap.PROT_READ).close()
-try:
-    mmap.mmap(fds[1], size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-    print("mapped writable")
-except OSError as e:
-    print("refused:", e)
+for fd in (fds[1], os.open("/proc/self/fd/%d" % fds[1], os.O_RDWR)):
+    try:
+        mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        print("mapped writable")
+    except OSError as e:
+        print("refused:", e)
 `
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, py, "-c", script, s.Dir()).CombinedOutput()
-	if err != nil || !strings.HasPrefix(string(out), "refused: [Errno 13]") {
+	if err != nil || string(out) != "refused: [Errno 13] Permission denied\nrefused: [Errno 1] Operation not permitted\n" {
 		t.Fatalf("python: %v\n%s", err, out)
 	}
 }
