@@ -24,6 +24,11 @@ type Config struct {
 	// time into this rank's memory (its buffer VCs); −1 means a tenth of
 	// the rank's budget.
 	RemoteMemBytes int64
+	// NodeMemBytes is the node's memory in bytes. When positive, Open
+	// refuses a rank whose own files in memory (MemBytes, as far as its
+	// shard fills it) and other ranks' files (RemoteMemBytes) together
+	// need more; 0 checks nothing.
+	NodeMemBytes int64
 	// Policy is "window" (each chunk read once, every epoch planned
 	// ahead: proto.WindowRank) or "paper" (the papers' protocol,
 	// proto.Rank, in its Variant). Window is how many positions ahead

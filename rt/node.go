@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/collectives"
 	"github.com/brandrt/brandrt/proto"
@@ -195,6 +197,9 @@ func (n *Node) open() error {
 	if err := n.newRank(sizes); err != nil {
 		return err
 	}
+	if err := n.fitsNode(); err != nil {
+		return err
+	}
 	// Chunks are read into the memory shared with the clients only when
 	// they stay there whole (the budget holds the shard: see ioPool's
 	// resident). Otherwise the files kept from a chunk are copied out of
@@ -288,6 +293,22 @@ func (n *Node) newWindowRank() error {
 	}
 	return nil
 }
+
+// fitsNode refuses a budget larger than the node's memory
+// (Config.NodeMemBytes): the kernel would end the rank instead, later.
+func (n *Node) fitsNode() error {
+	node := n.cfg.NodeMemBytes
+	own, shard, remote := n.m.MemBytes(n.me), n.m.ShardBytes(n.me), n.remoteBytes()
+	held := min(own, shard)
+	if node <= 0 || held+remote <= node {
+		return nil
+	}
+	return fmt.Errorf("rt: the rank's memory would hold %s of its own files (--mem %s, its shard has %s) and up to %s of other ranks' (--remote-mem), %s in all, "+
+		"but its node has %s of memory: lower --mem or --remote-mem", mib(held), mib(own), mib(shard), mib(remote), mib(held+remote), mib(node))
+}
+
+// mib prints n bytes in binary units.
+func mib(n int64) string { return humanize.IBytes(uint64(n)) }
 
 // remoteBytes is the rank's limit for files of other ranks held ahead of
 // their requests: Config.RemoteMemBytes, by default a tenth of the budget.

@@ -295,3 +295,35 @@ func TestWindowBudgetBelowAChunk(t *testing.T) {
 		t.Fatalf("error %q", err)
 	}
 }
+
+// TestBudgetLargerThanNode: a rank whose own files in memory (--mem, as
+// far as its shard fills it) and other ranks' (--remote-mem) need more
+// than its node has is refused at Open, with the numbers; a --mem far
+// above the shard is not.
+func TestBudgetLargerThanNode(t *testing.T) {
+	dir := packed(t, 300, 1, 8)
+	for _, tc := range []struct {
+		name        string
+		mem, remote int64
+		fraction    float64
+		node        int64
+		refused     bool
+		say         string
+	}{
+		{"remote", 0, 3 << 20, 0.25, 2 << 20, true, "and up to 3.0 MiB of other ranks' (--remote-mem), "},
+		{"own", 0, 0, 1, 100 << 10, true, "but its node has 100 KiB of memory: lower --mem or --remote-mem"},
+		{"above the shard", 1 << 40, 0, 0, 64 << 20, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Chunks, cfg.MemBytes, cfg.MemFraction, cfg.RemoteMemBytes, cfg.NodeMemBytes = dir, tc.mem, tc.fraction, tc.remote, tc.node
+			n, err := Open(cfg, collectives.NewLocal(1)[0])
+			if err == nil {
+				n.Close()
+			}
+			if (err != nil) != tc.refused || err != nil && !strings.Contains(err.Error(), tc.say) {
+				t.Fatalf("%v; want refused %v, saying %q", err, tc.refused, tc.say)
+			}
+		})
+	}
+}

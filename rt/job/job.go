@@ -142,12 +142,17 @@ func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) er
 		}
 		rc.Chunks = dir
 	}
+	node, err := nodeMemory()
+	if err != nil {
+		return err
+	}
+	rc.NodeMemBytes = node
 	var srv *shm.Server
 	var arena *shm.Arena
 	if rc.Consume == 0 {
 		rc.OnEpoch = func(e uint32, positions int) { srv.StartEpoch(e, positions) }
-		var err error
-		if arena, err = newArena(); err != nil {
+		// as large as the node's memory: it costs only the pages used
+		if arena, err = shm.NewArena(uint64(node)); err != nil {
 			return err
 		}
 		defer arena.Close()
@@ -301,14 +306,13 @@ func listen(n *rt.Node, env launch.Env, rank int, arena *shm.Arena, log io.Write
 	return srv, nil
 }
 
-// newArena makes the memory the rank shares with its training processes:
-// as large as the node's memory, which costs only the pages used.
-func newArena() (*shm.Arena, error) {
+// nodeMemory returns the node's memory in bytes.
+func nodeMemory() (int64, error) {
 	var si syscall.Sysinfo_t
 	if err := syscall.Sysinfo(&si); err != nil {
-		return nil, fmt.Errorf("the node's memory: %w", err)
+		return 0, fmt.Errorf("the node's memory: %w", err)
 	}
-	return shm.NewArena(uint64(si.Totalram) * uint64(si.Unit))
+	return int64(si.Totalram) * int64(si.Unit), nil
 }
 
 // joinWorld returns the MPI world when a launcher started several
