@@ -80,11 +80,23 @@ func (o osFS) Open(name string, uncached bool) (File, error) {
 }
 
 func (osFS) Create(name string) (File, error) {
-	f, err := os.Create(name)
+	f, err := CreateFile(name, os.O_WRONLY|os.O_TRUNC)
 	if err != nil {
 		return nil, err
 	}
 	return &osFile{f: f, align: 1}, nil
+}
+
+// CreateFile opens name with flag|O_CREATE (mode 0644 when it makes the
+// file), and refuses a symbolic link there instead of following it:
+// another user may have planted one, in a directory all may write to, at
+// a name brandrt writes.
+func CreateFile(name string, flag int) (*os.File, error) {
+	f, err := os.OpenFile(name, flag|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o644)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, &fs.PathError{Op: "create", Path: name, Err: errors.New("is a symbolic link; brandrt does not write through one (remove it)")}
+	}
+	return f, err
 }
 
 func (osFS) MkdirAll(dir string) error                 { return os.MkdirAll(dir, 0o755) }

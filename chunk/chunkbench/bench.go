@@ -127,7 +127,12 @@ func ensureInput(cfg Config, input string) (int64, error) {
 		bytes += f.Size
 	}
 	cfg.Log(fmt.Sprintf("input: generated %d files, %d bytes, lognormal mean %d σ %g, in %s", cfg.Files, bytes, cfg.MeanSize, cfg.Sigma, time.Since(start).Round(time.Second)))
-	return bytes, os.WriteFile(stamp, []byte(fmt.Sprintf("%s %d\n", want, bytes)), 0o644)
+	f, err := chunk.CreateFile(stamp, os.O_WRONLY|os.O_TRUNC)
+	if err == nil {
+		_, err = fmt.Fprintf(f, "%s %d\n", want, bytes)
+		err = errors.Join(err, f.Close())
+	}
+	return bytes, err
 }
 
 // DropCaches writes back dirty pages and empties the page cache.

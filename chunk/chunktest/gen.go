@@ -1,11 +1,14 @@
 package chunktest
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+
+	"github.com/brandrt/brandrt/chunk"
 )
 
 // GenFile is one file of a generated dataset.
@@ -49,12 +52,22 @@ func Generate(root string, cfg GenConfig) ([]GenFile, error) {
 			size = 0
 		}
 		f := GenFile{Rel: fmt.Sprintf("%s/img-%07d.bin", className(c), i), Label: int32(c), Size: size}
-		if err := os.WriteFile(filepath.Join(root, f.Rel), Content(buf[:0], cfg.Seed, i, size), 0o644); err != nil {
+		if err := writeFile(filepath.Join(root, f.Rel), Content(buf[:0], cfg.Seed, i, size)); err != nil {
 			return nil, err
 		}
 		files[i] = f
 	}
 	return files, nil
+}
+
+// writeFile writes data to name, never through a symbolic link there.
+func writeFile(name string, data []byte) error {
+	f, err := chunk.CreateFile(name, os.O_WRONLY|os.O_TRUNC)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	return errors.Join(err, f.Close())
 }
 
 // Content appends the bytes of generated file i (of a dataset drawn from

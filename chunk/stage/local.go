@@ -19,7 +19,7 @@ import (
 // is called once if it has to wait. The lock goes through the operating
 // system whatever the configured FS.
 func lock(name string, stop <-chan struct{}, waiting func()) (unlock func(), err error) {
-	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := chunk.CreateFile(name, os.O_RDWR)
 	if err != nil {
 		return nil, fmt.Errorf("stage: lock: %w", err)
 	}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -86,41 +84,6 @@ func runInspect(c *cli.Context) error {
 	}
 	fmt.Fprintf(c.App.ErrWriter, "file %d (%s, label %d): %s from rank %d chunk %d slot %d, checksum ok\n",
 		e.ID, e.Path, e.Label, ibytes(int64(len(data))), e.Rank, e.Chunk, e.Slot)
-	return nil
-}
-
-// writeOut writes data to name (or stdout for "-") under a temporary name
-// renamed on success.
-func writeOut(c *cli.Context, name string, data []byte) error {
-	if name == "-" {
-		_, err := c.App.Writer.Write(data)
-		return err
-	}
-	if err := refuseOverwrite(c, name); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".tmp-")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(data)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), name)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
-}
-
-// refuseOverwrite fails when name exists and --force was not given.
-func refuseOverwrite(c *cli.Context, name string) error {
-	if _, err := os.Stat(name); err == nil && !c.Bool("force") {
-		return fmt.Errorf("%s exists; pass --force to overwrite it", name)
-	}
 	return nil
 }
 

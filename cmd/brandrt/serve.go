@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
-	"github.com/pkg/profile"
 	"github.com/urfave/cli/v2"
 
 	"github.com/brandrt/brandrt/chunk"
@@ -199,11 +197,13 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 		if err != nil {
 			return nil, err
 		}
-		stopProfiles := startProfiles(c, comm.Rank())
+		stopProfiles, err := startProfiles(rankDir(c.String("cpuprofile"), comm.Rank()), rankDir(c.String("memprofile"), comm.Rank()))
+		if err != nil {
+			return nil, err
+		}
 		var order *bytes.Buffer
 		after := func() error {
-			stopProfiles()
-			err := closeReport()
+			err := errors.Join(stopProfiles(), closeReport())
 			if order != nil && comm.Rank() == 0 {
 				err = errors.Join(writeOut(c, name, order.Bytes()), err)
 			}
@@ -267,24 +267,12 @@ func trainingCommand(c *cli.Context) ([]string, error) {
 	return args, nil
 }
 
-// startProfiles starts the profiles --cpuprofile and --memprofile ask
-// for, in directories named for the rank; call the result to stop them.
-func startProfiles(c *cli.Context, rank int) func() {
-	var stops []func()
-	for _, kind := range []struct {
-		flag string
-		mode func(*profile.Profile)
-	}{{"cpuprofile", profile.CPUProfile}, {"memprofile", profile.MemProfile}} {
-		if dir := c.String(kind.flag); dir != "" {
-			p := profile.Start(kind.mode, profile.ProfilePath(chunk.ForRank(dir, rank)), profile.Quiet, profile.NoShutdownHook)
-			stops = append(stops, p.Stop)
-		}
+// rankDir is a directory flag's value for rank: {rank} replaced.
+func rankDir(dir string, rank int) string {
+	if dir == "" {
+		return ""
 	}
-	return func() {
-		for _, stop := range stops {
-			stop()
-		}
-	}
+	return chunk.ForRank(dir, rank)
 }
 
 // untilTrainingEnds is the epochs a job with a training command and no
@@ -302,7 +290,7 @@ func reporter(c *cli.Context, rank, epochs int) (func(rt.EpochStats), func() err
 	var werr error
 	closeFn := func() error { return nil }
 	if name := c.String("stats-json"); name != "" {
-		f, err := os.Create(name)
+		f, err := createOut(name)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--stats-json: %w", err)
 		}

@@ -11,7 +11,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/pkg/profile"
 	"github.com/urfave/cli/v2"
 
 	"github.com/brandrt/brandrt/chunk"
@@ -139,7 +138,7 @@ func simPolicies(policy string, v proto.Variant, compare bool) ([]string, error)
 	return names, nil
 }
 
-func runSimulate(c *cli.Context) error {
+func runSimulate(c *cli.Context) (err error) {
 	if err := noArgs(c, ""); err != nil {
 		return err
 	}
@@ -147,12 +146,11 @@ func runSimulate(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if dir := c.String("cpuprofile"); dir != "" {
-		defer profile.Start(profile.CPUProfile, profile.ProfilePath(dir), profile.Quiet).Stop()
+	stopProfiles, err := startProfiles(c.String("cpuprofile"), c.String("memprofile"))
+	if err != nil {
+		return err
 	}
-	if dir := c.String("memprofile"); dir != "" {
-		defer profile.Start(profile.MemProfile, profile.ProfilePath(dir), profile.Quiet).Stop()
-	}
+	defer func() { err = errors.Join(err, stopProfiles()) }()
 	out := c.App.Writer
 	var bar *progress
 	cfg.Progress = func(policy string, e int, done, total int64) {
