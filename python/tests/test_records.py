@@ -137,3 +137,35 @@ class DatasetSkippedTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class LastRepliesTest(unittest.TestCase):
+    def test_reply_written_before_the_rank_left(self):
+        """A rank writes its last replies and closes at once: a client that
+        looked at its ring just before the last one came, and then sees the
+        socket closed, still gets that reply (an epoch's last files were
+        lost so, once, under load)."""
+        with FakeRank() as r:
+            c = r.client()
+            c.request(3, 1)
+            r.put(*rec(3))
+            r.conns[0].close()
+            # the reply comes after the client's last look, before it
+            # checks the socket
+            checked, record, check = [], c._record, c._check_alive
+
+            def look():
+                return record() if checked else None
+
+            def check_alive():
+                checked.append(1)
+                check()
+
+            c._record, c._check_alive = look, check_alive
+            sn, fid, _, data, _ = c.next(timeout=5)
+            self.assertEqual((sn, fid, bytes(data)), (3, 1003, rec(3)[4]))
+            c._record, c._check_alive = record, check
+            c.release()
+            with self.assertRaises(BrandError):
+                c.next(timeout=5)
+            c.close()
