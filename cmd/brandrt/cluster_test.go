@@ -1,0 +1,167 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/brandrt/brandrt/internal/testkit"
+)
+
+// skipShort skips a test of an emulated cluster in the -short pass (make
+// test's second, under the race detector: the binary these tests run is
+// not built with it).
+func skipShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("an emulated cluster: not in -short")
+	}
+}
+
+// clusterServe starts serve on every node of c through the cluster's
+// mpirun (one rank per node, MPI over TCP), with args, and returns it
+// and its output.
+func clusterServe(t *testing.T, c *testkit.Cluster, args ...string) (*exec.Cmd, *testkit.Log) {
+	t.Helper()
+	cmd := exec.Command(c.Mpirun(), append([]string{"-np", fmt.Sprint(c.Nodes), binary(t), "serve"}, args...)...)
+	out := new(testkit.Log)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _, _ = cmd.Process.Wait() })
+	return cmd, out
+}
+
+// TestClusterCoLaunch: on two emulated nodes (hosts of their own to MPI:
+// own hostname, address, /dev/shm), `mpirun --host` starts one rank per
+// node, without --allow-shared-node, and each starts the training
+// beside it. Both epochs deliver every file exactly once; every
+// training process has MASTER_ADDR naming node 1, which resolves to its
+// address on node 2; the files between the ranks crossed the nodes'
+// links (as many bytes at least as the ranks say they sent); and the
+// job ends with the training's status, 0, or 3 when node 2's fails with
+// 3, naming that node.
+func TestClusterCoLaunch(t *testing.T) {
+	skipShort(t)
+	needTorch(t)
+	c := testkit.StartCluster(t, 2)
+	const files = 480
+	input, dir := packPaths(t, files, 5, 16, 2)
+	outs := t.TempDir()
+	js := filepath.Join(outs, "stats.json")
+	loader, _ := filepath.Abs("../../python/tests/loader.py")
+	script := fmt.Sprintf(`env > %s/env-$RANK; hostname > %s/host-$RANK; exec %s -W ignore %s --input %s --out %s/got-$RANK.json --workers 2 --epochs 2`,
+		outs, outs, python, loader, input, outs)
+	before := c.LinkBytes(t, 1) + c.LinkBytes(t, 2)
+	cmd, out := clusterServe(t, c, "--chunks", dir, "--mem", "30%", "--stats-json", js, "--", "sh", "-c", script)
+	if err := exitWithin(t, cmd, 90*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	crossed := c.LinkBytes(t, 1) + c.LinkBytes(t, 2) - before
+	var all []delivery
+	for r := range 2 {
+		env := readEnv(t, filepath.Join(outs, fmt.Sprintf("env-%d", r)))
+		host, _ := os.ReadFile(filepath.Join(outs, fmt.Sprintf("host-%d", r)))
+		if strings.TrimSpace(string(host)) != c.Host(r+1) || env["MASTER_ADDR"] != c.Host(1) || env["RANK"] != fmt.Sprint(r) ||
+			env["LOCAL_RANK"] != "0" || env["WORLD_SIZE"] != "2" {
+			t.Errorf("training process %d ran on %q with MASTER_ADDR=%s RANK=%s LOCAL_RANK=%s WORLD_SIZE=%s; want %s, %s, %d, 0, 2",
+				r, strings.TrimSpace(string(host)), env["MASTER_ADDR"], env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], c.Host(r+1), c.Host(1), r)
+		}
+		all = append(all, deliveries(t, filepath.Join(outs, fmt.Sprintf("got-%d.json", r)), fmt.Sprintf("process %d", r))...)
+	}
+	for e := range 2 {
+		onceEach(t, all, e, files)
+	}
+	if got, err := c.Command(2, "getent", "hosts", c.Host(1)).Output(); err != nil || !strings.HasPrefix(string(got), c.Addr(1)+" ") {
+		t.Errorf("on node 2, %s resolves to %q (%v), want %s", c.Host(1), got, err, c.Addr(1))
+	}
+	var sent int64
+	for _, st := range readStats(t, js) {
+		sent += st.NetworkBytes
+	}
+	t.Logf("the ranks sent %d bytes to each other; the nodes' links carried %d", sent, crossed)
+	if sent == 0 || crossed < sent {
+		t.Errorf("the ranks sent %d bytes to each other, but the nodes' links carried %d: not over the network", sent, crossed)
+	}
+
+	fail := `if [ "$RANK" = 1 ]; then exit 3; fi; exec sleep 60`
+	cmd, out = clusterServe(t, c, "--chunks", dir, "--mem", "30%", "--", "sh", "-c", fail)
+	err := exitWithin(t, cmd, 30*time.Second)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || !strings.Contains(out.String(), "ended with status 3 on node "+c.Host(2)) {
+		t.Fatalf("a training failing with 3 on node 2: %v\n%s", err, out)
+	}
+}
+
+// TestClusterRankKilled: the rank of node 2 is killed mid-epoch; the job
+// ends within 10 s, naming that node.
+func TestClusterRankKilled(t *testing.T) {
+	skipShort(t)
+	c := testkit.StartCluster(t, 2)
+	dir := servePack(t, 2000, 2, filepath.Join(t.TempDir(), "chunks"))
+	js := filepath.Join(t.TempDir(), "stats.json")
+	cmd, out := clusterServe(t, c, "--chunks", dir, "--mem", "25%", "--consume", "2", "--epochs", "100000", "--stats-json", js)
+	waitFor(t, js, 30*time.Second)
+	pids, _ := exec.Command("ip", "netns", "pids", c.Host(2)).Output()
+	killed := 0
+	for _, p := range strings.Fields(string(pids)) {
+		if b, _ := os.ReadFile("/proc/" + p + "/cmdline"); strings.HasPrefix(string(b), binary(t)+"\x00serve\x00") {
+			var pid int
+			fmt.Sscan(p, &pid)
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				killed++
+			}
+		}
+	}
+	if killed != 1 {
+		t.Fatalf("killed %d ranks on node 2, want 1", killed)
+	}
+	start := time.Now()
+	err := exitWithin(t, cmd, 10*time.Second)
+	t.Logf("the job ended %v after the kill: %v", time.Since(start).Round(time.Millisecond), err)
+	if err == nil || !strings.Contains(out.String(), c.Host(2)) {
+		t.Fatalf("the job: %v, and it does not name node %s:\n%s", err, c.Host(2), out)
+	}
+}
+
+// TestClusterSlurm: on two emulated nodes running Slurm, with the packed
+// dataset on the cluster's NAS, `sbatch -N 2 examples/slurm/train.sbatch`
+// stages each rank's shard to its node's scratch disk and trains one
+// model over both nodes; the job's exit code is the training's: 0, and 4
+// when the training fails with 4.
+func TestClusterSlurm(t *testing.T) {
+	skipShort(t)
+	needTorch(t)
+	nas := t.TempDir()
+	if out, err := exec.Command(python, "../../examples/pytorch/make_jpegs.py", "--out", filepath.Join(nas, "jpegs"), "--classes", "4",
+		"--images", "320", "--size", "32").CombinedOutput(); err != nil {
+		t.Fatalf("make_jpegs: %v\n%s", err, out)
+	}
+	if _, errs, status := runCLI(t, "pack", "--input", filepath.Join(nas, "jpegs"), "--out", filepath.Join(nas, "chunks"), "--chunk-files", "16", "--ranks", "2"); status != 0 {
+		t.Fatal(errs)
+	}
+	c := testkit.StartCluster(t, 2, "--slurm", "--nas", nas)
+	s := c.Slurm(t)
+	train, _ := filepath.Abs("../../examples/pytorch/train.py")
+	env := []string{"CHUNKS=" + filepath.Join(c.State, "nas", "chunks"), "STAGE=" + filepath.Join(c.State, "scratch"), "BRANDRT=" + binary(t),
+		"MEM=25%", "TRAIN=" + python + " -W ignore " + train + " --num-classes 4 --epochs 1 --batch-size 16"}
+	out, code := s.SbatchWith(t, "../../examples/slurm/train.sbatch", []string{"-N", "2", "--cpus-per-task", "1"}, env...)
+	if code != 0 || !strings.Contains(out, "epoch 1 from brandrt, 2 training processes") || !strings.Contains(out, "check    every file delivered exactly once") {
+		t.Fatalf("sbatch -N 2: exit code %d\n%s", code, out)
+	}
+	for i := 1; i <= 2; i++ {
+		if copies, _ := filepath.Glob(fmt.Sprintf("/var/tmp/brandrt-cluster-%s/n%d/chunks-*.rank-%d", c.Name, i, i-1)); len(copies) != 1 {
+			t.Errorf("node %d's scratch holds %v, want rank %d's copy", i, copies, i-1)
+		}
+	}
+	fails := writeScript(t, "fails.sh", "exit 4\n")
+	env[len(env)-1] = "TRAIN=sh " + fails
+	if out, code := s.SbatchWith(t, "../../examples/slurm/train.sbatch", []string{"-N", "2", "--cpus-per-task", "1"}, env...); code != 4 {
+		t.Errorf("a training that fails with 4: exit code %d\n%s", code, out)
+	}
+}
