@@ -8,10 +8,19 @@ throttle rule, so the group gets one that never throttles (1 TiB/s)."""
 
 import os
 import signal
+import subprocess
 import time
 
 ROOT = "/sys/fs/cgroup"
 NEVER = 1 << 40  # bytes/s: a throttle rule that only turns the accounting on
+
+
+def drop_caches():
+    """Writes back dirty pages and empties the page cache (every node of an
+    emulated cluster shares this kernel)."""
+    subprocess.run(["sync"], check=False)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
 
 
 class CgroupError(Exception):

@@ -28,6 +28,16 @@ DataLoader with the same workers, batch size and collate:
   noio           the same DataLoader handing out bytes already in memory: the
                  loader's own upper bound
 
+With --nodes N (a list: 1,2,3,4) every system runs on the N nodes of an
+emulated cluster (examples/cluster/cluster.sh, its NAS in front of this
+machine's files), all at once, each node in its own cgroup of the same
+memory (cluster.py): --mem percentages are then of the dataset for all
+nodes together (each node holds its share), --node-mem a size per node;
+random reads through a DistributedSampler, coordl with its partitioned
+cache across nodes, WebDataset split by node, Mosaic and LitData in their
+multi-node settings (each node a cache of its budget), brandrt one rank
+per node through the cluster's mpirun.
+
 Each run gets a cgroup v1 memory limit of the budget plus --allowance (for
 its processes: Python, torch, workers; page cache and shared memory count
 against it), and the page cache is dropped before it starts. The bytes a
@@ -50,6 +60,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cgroups  # noqa: E402
+import cluster  # noqa: E402
 import prepare  # noqa: E402
 import report  # noqa: E402
 
@@ -135,6 +146,11 @@ def args_parser():
                                                                "shown as failed (default 3600)")
     r.add_argument("--stall", type=float, default=300, help="seconds without a batch after which a run is ended "
                                                             "and shown as stalled (default 300)")
+    r.add_argument("--nodes", type=listed(int), help="run on an emulated cluster of this many nodes (a list: "
+                                                   "1,2,3,4), every node reading through the NAS; --storage nas")
+    r.add_argument("--node-mem", type=listed(parse_size),
+                   help="with --nodes: memory budgets per node (sizes), instead of --mem's shares of the dataset")
+    r.add_argument("--nic", default="10gbit", help="with --nodes: each node's link (default 10gbit)")
     r.add_argument("--nas-delay", default="100us", help="one-way delay of the NAS link (default 100us)")
     r.add_argument("--nas-rate", default="3gbit", help="rate of the NAS link (default 3gbit, ~0.38 GB/s)")
     o = p.add_argument_group("output")
@@ -166,6 +182,17 @@ def check_args(p, a):
         problems.append("need --files ≥ 1, 1 ≤ --classes ≤ --files and a --file-size")
     if any(s.startswith("brandrt") for s in a.systems) and not os.access(a.brandrt, os.X_OK):
         problems.append("%s: no brandrt binary (make build)" % a.brandrt)
+    if a.nodes:
+        if any(n < 1 for n in a.nodes):
+            problems.append("--nodes must be ≥ 1")
+        if a.storage != ["nas"]:
+            problems.append("--nodes reads through the cluster's NAS: give --storage nas")
+        if "threads" in a.systems:
+            problems.append("threads is a reference for one machine: leave it out of --systems with --nodes")
+        if a.node_mem:
+            a.mem = [("B", b) for b in a.node_mem]
+    elif a.node_mem:
+        problems.append("--node-mem is a budget per node of --nodes")
     why = cgroups.available()
     if why:
         problems.append(why + ": every system must run under the same kernel-enforced memory limit")
@@ -183,27 +210,24 @@ def mem_label(mem):
     return ("%g%%" % v) if kind == "%" else report.human_bytes(v)
 
 
-def drop_caches():
-    subprocess.run(["sync"], check=False)
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3")
-
-
 def prepare_all(a):
     os.makedirs(a.work, exist_ok=True)
     input_dir = os.path.abspath(a.input) if a.input else prepare.generate(a.work, a.files, a.file_size, a.classes, log)
     cat = prepare.catalog(a.work, input_dir, log)
     min_budget = min(budget_bytes(m, cat) for m in a.mem)
     need = {s.split("-")[0] for s in a.systems}
+    # on a cluster, enough shards for every worker of the most nodes
+    shards = max(1, a.workers) * max(a.nodes or [1])
     if "brandrt" in need:
         for k in a.chunk_files:
-            prepare.chunks(a.work, cat, k, a.brandrt, log)
+            for ranks in sorted(set(a.nodes or [1])):
+                prepare.chunks(a.work, cat, k, a.brandrt, log, ranks)
     if "webdataset" in need:
-        prepare.webdataset_shards(a.work, cat, max(1, a.workers), log)
+        prepare.webdataset_shards(a.work, cat, shards, log)
     if "mosaic" in need:
-        prepare.mds_shards(a.work, cat, max(1, a.workers), min_budget, log)
+        prepare.mds_shards(a.work, cat, shards, min_budget, log)
     if "litdata" in need:
-        prepare.litdata_chunks(a.work, cat, max(1, a.workers), min_budget, log)
+        prepare.litdata_chunks(a.work, cat, shards, min_budget, log)
     return cat
 
 
@@ -252,7 +276,7 @@ def run_one(a, cat, storage, mem, system, k, n):
     timer = threading.Timer(a.timeout, lambda: (killed.set(), group.kill()))
     timer.daemon = True
     try:
-        drop_caches()
+        cgroups.drop_caches()
         proc = subprocess.Popen([sys.executable, "-W", "ignore", os.path.join(HERE, "runner.py"), spec_file],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=dict(os.environ, TMPDIR=tmp), preexec_fn=group.join, start_new_session=True)
@@ -444,12 +468,16 @@ def main():
             "input": cat["input"], "allowance_bytes": a.allowance, "workers": a.workers,
             "batch_size": a.batch_size, "epochs": a.epochs, "threads": a.threads, "pipe_size": a.pipe_size,
             "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if a.nodes:
+        meta.update(nodes=a.nodes, nic=a.nic, nas_rate=a.nas_rate, nas_delay=a.nas_delay)
     records = []
     runs = plan(a)
     n = 0
     with open(results, "w") as jf:
         jf.write(json.dumps(dict(meta, event="meta")) + "\n")
-        for storage in a.storage:
+        if a.nodes:
+            records = run_cluster(a, cat, runs, jf)
+        for storage in a.storage if not a.nodes else []:
             ctx = NAS(a) if storage == "nas" else _Nothing()
             with ctx:
                 for rnd in range(a.repeat):
@@ -474,6 +502,26 @@ def main():
     failed = [r for r in records if r["status"] != "ok"]
     if failed:
         log("%d of %d runs failed (shown in the table)" % (len(failed), len(records)))
+
+
+def run_cluster(a, cat, runs, jf):
+    """Every round of every system on each cluster size of --nodes."""
+    records, n = [], 0
+    for nodes in a.nodes:
+        with cluster.Cluster(a, nodes) as cl:
+            for rnd in range(a.repeat):
+                for mem in a.mem:
+                    order = runs[rnd % len(runs):] + runs[: rnd % len(runs)]
+                    for system, k in order:
+                        n += 1
+                        log("%d nodes, %s, round %d: %s%s" % (nodes, mem_label(mem), rnd + 1, system, " K=%d" % k if k else ""))
+                        flags = POLICIES.get(system[8:], []) if system.startswith("brandrt") else []
+                        rec = cluster.run(a, cl, cat, mem, mem_label(mem), system, k, n, flags)
+                        rec["round"] = rnd + 1
+                        records.append(rec)
+                        jf.write(json.dumps(rec) + "\n")
+                        jf.flush()
+    return records
 
 
 class _Nothing:

@@ -164,14 +164,17 @@ def shard_bytes(recommended, cat, workers, min_budget=None):
     return int(max(64 << 10, size))
 
 
-def chunks(work, cat, k, brandrt, log):
-    """brandrt pack of the input with K files per chunk, for one rank."""
+def chunks(work, cat, k, brandrt, log, ranks=1):
+    """brandrt pack of the input with K files per chunk, for ranks ranks
+    (in chunks-kK, or chunks-kK-rN for N ranks)."""
 
     def make(tmp):
         subprocess.run([brandrt, "pack", "--input", cat["input"], "--out", tmp, "--chunk-files", str(k),
-                        "--ranks", "1", "--seed", str(ORDER_SEED)], check=True, stdout=subprocess.DEVNULL)
+                        "--ranks", str(ranks), "--seed", str(ORDER_SEED)], check=True, stdout=subprocess.DEVNULL)
 
-    return build(work, "chunks-k%d" % k, {"key": _digest(cat), "k": k}, make, log)
+    name = "chunks-k%d" % k + ("-r%d" % ranks if ranks > 1 else "")
+    return build(work, name, {"key": _digest(cat), "k": k, "ranks": ranks} if ranks > 1 else {"key": _digest(cat), "k": k},
+                 make, log)
 
 
 def _samples(cat):

@@ -39,6 +39,10 @@ def phase(epochs, storage):
     secs = max(sum(e["seconds"] for e in epochs), 1e-9)
     return {"files_s": files / secs, "mb_s": nbytes / secs / 1e6,
             "amp": sum(read_bytes(e, storage) for e in epochs) / max(nbytes, 1),
+            "between": sum(e.get("between_nodes_bytes", 0) for e in epochs) / max(nbytes, 1),
+            "slowest_node_files_s": min((sum(n["files"] for n in ns) / max(sum(n["seconds"] for n in ns), 1e-9)
+                                         for ns in zip(*[e["nodes"] for e in epochs])), default=None)
+            if all("nodes" in e for e in epochs) else None,
             "cpu_k": 1000 * sum(e["cpu_s"] for e in epochs) / max(files, 1),
             "first_batch_s": epochs[0].get("first_batch_s") or 0.0}
 
@@ -131,24 +135,33 @@ def tables(meta, records):
            "threads: %d; %d epochs per run; page cache dropped before each run" % (
                meta["workers"], meta["batch_size"], human_bytes(meta["pipe_size"]) if meta["pipe_size"] else "64 KiB",
                meta["threads"], meta["epochs"])]
+    if meta.get("nodes"):
+        out.append("cluster:  examples/cluster/cluster.sh: nodes' links %s, the NAS's one link %s, +%s each way; "
+                   "an epoch ends when its slowest node does" % (meta["nic"], meta["nas_rate"], meta["nas_delay"]))
     groups = []
     for r in records:
-        key = (r["storage"], r["mem"])
+        key = (r["storage"], r.get("nodes"), r["mem"])
         if key not in groups:
             groups.append(key)
-    for storage, mem in groups:
-        recs = [r for r in records if (r["storage"], r["mem"]) == (storage, mem)]
+    for storage, nodes, mem in groups:
+        recs = [r for r in records if (r["storage"], r.get("nodes"), r["mem"]) == (storage, nodes, mem)]
         r0 = recs[0]
         src = "bytes received over the NAS link" if storage == "nas" else "the cgroup's reads from the disk"
-        out += ["", "== %s, memory %s: budget %s, cgroup limit %s (budget + %s for the processes); read = %s; "
-                "%d round%s, medians" % (storage, mem, human_bytes(r0["budget_bytes"]), human_bytes(r0["limit_bytes"]),
-                                         human_bytes(meta["allowance_bytes"]), src, max(r["round"] for r in recs),
-                                         "s" if max(r["round"] for r in recs) > 1 else "")]
+        rounds = max(r["round"] for r in recs)
+        if nodes:
+            out += ["", "== %d node%s, NAS, memory %s: budget %s per node, cgroup limit %s per node (budget + %s); "
+                    "read = bytes over the NAS link, net = bytes between the nodes; %d round%s, medians" % (
+                        nodes, "s" if nodes > 1 else "", mem, human_bytes(r0["budget_bytes"]), human_bytes(r0["limit_bytes"]),
+                        human_bytes(meta["allowance_bytes"]), rounds, "s" if rounds > 1 else "")]
+        else:
+            out += ["", "== %s, memory %s: budget %s, cgroup limit %s (budget + %s for the processes); read = %s; "
+                    "%d round%s, medians" % (storage, mem, human_bytes(r0["budget_bytes"]), human_bytes(r0["limit_bytes"]),
+                                             human_bytes(meta["allowance_bytes"]), src, rounds, "s" if rounds > 1 else "")]
         out.append("%-20s %34s   %34s   %9s  %s" % ("", "-------------- epoch 1 -------------",
                                                    "----------- epochs 2 on -----------", "", ""))
-        out.append("%-20s %9s %7s %6s %5s %6s   %9s %7s %6s %5s %6s   %9s %9s" % (
+        out.append("%-20s %9s %7s %6s %5s %6s   %9s %7s %6s %5s %6s   %9s %9s%s" % (
             "system", "files/s", "MB/s", "read", "CPU", "×rand", "files/s", "MB/s", "read", "CPU", "×rand",
-            "mem peak", "held"))
+            "mem peak", "held", "     net  slowest" if nodes else ""))
         for row in rows(recs):
             if not row["ok"]:
                 out.append("%-20s failed: %s" % (row["label"], "; ".join(sorted(set(row["errors"])))[:200]))
@@ -163,6 +176,8 @@ def tables(meta, records):
                 cells.append("%9s %7.0f %5.2f× %5.2f %s" % (comma(v["files_s"]), v["mb_s"], v["amp"], v["cpu_k"], xr))
             line = "%-20s %s   %s   %9s %9s" % (row["label"], cells[0], cells[1], human_bytes(row["peak"] or 0),
                                                  human_bytes(row["held"] or 0))
+            if nodes and row["steady"]:
+                line += "  %5.2f× %8s" % (row["steady"]["between"], comma(row["steady"]["slowest_node_files_s"] or 0))
             if row["ok"] < row["runs"]:
                 line += "  (%d of %d rounds failed: %s)" % (row["runs"] - row["ok"], row["runs"], row["errors"][0][:80])
             out.append(line)
@@ -170,7 +185,9 @@ def tables(meta, records):
     out += ["", "files/s and MB/s of delivered files; read: bytes read from storage per byte delivered; CPU: CPU "
                 "seconds per 1,000 files, every process of the run; ×rand: files/s over random's in the same "
                 "round; mem peak: the cgroup's peak, page cache included; held: the peak of its anonymous and "
-                "shared memory (what it cannot drop)"]
+                "shared memory (what it cannot drop)" + ("; on a cluster, the largest node's; net (epochs 2 on): "
+                                                         "bytes between the nodes per byte delivered; slowest: the "
+                                                         "slowest node's own files/s" if meta.get("nodes") else "")]
     return "\n".join(out) + "\n"
 
 
@@ -206,6 +223,8 @@ def plots(meta, records, out):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if meta.get("nodes"):
+        return _cluster_plots(meta, records, out, plt)
     written = []
     for storage in sorted({r["storage"] for r in records}):
         recs = [r for r in records if r["storage"] == storage]
@@ -268,3 +287,59 @@ def _bars(ax, series, b, ph, key):
     for y, v in enumerate(vals):
         ax.text(v, y, " " + (comma(v) if key == "files_s" else "%.2f×" % v), va="center", fontsize=8)
     ax.set_xlim(0, max(vals + [1e-9]) * 1.2)
+
+
+def _cluster_plots(meta, records, out, plt):
+    """On an emulated cluster: files/s against the number of nodes (one
+    plot per memory setting), and against the nodes' memory together (one
+    per number of nodes), epoch 1 and epochs 2 on, one line per system;
+    bars where there is one point."""
+    written = []
+    counts = sorted({r["nodes"] for r in records})
+    mems = []
+    for r in records:
+        if r["mem"] not in mems:
+            mems.append(r["mem"])
+    title = "%s files (%s), NAS link %s, nodes' links %s, %d DataLoader workers per node" % (
+        comma(meta["files"]), human_bytes(meta["bytes"]), meta["nas_rate"], meta["nic"], meta["workers"])
+
+    def draw(name, groups, xs, xlabel, suptitle):
+        series = {}
+        for x, recs in zip(xs, groups):
+            for row in rows(recs):
+                series.setdefault(row["label"], {})[x] = row
+        fig, axes = plt.subplots(1, 2, figsize=(13.5, 5))
+        for ax, ph, sub in ((axes[0], "e1", "epoch 1 (cold)"), (axes[1], "steady", "epochs 2 on")):
+            if len(xs) > 1:
+                _lines(ax, series, xs, ph, "files_s", 1)
+                ax.set_xlabel(xlabel)
+                ax.set_ylabel("files per second (the job's: its slowest node's epoch)")
+            else:
+                _bars(ax, series, xs[0], ph, "files_s")
+                ax.set_xlabel("files per second")
+            ax.set_title(sub)
+            ax.grid(alpha=0.3)
+        if len(xs) > 1:
+            axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+        fig.suptitle(title + "\n" + suptitle, fontsize=10)
+        fig.tight_layout()
+        path = os.path.join(out, name)
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+
+    for mem in mems:
+        groups = [[r for r in records if r["nodes"] == n and r["mem"] == mem] for n in counts]
+        ok = [(n, g) for n, g in zip(counts, groups) if g]
+        draw("files-per-s-nodes-mem%s.png" % mem.replace("%", "pct").replace(" ", ""), [g for _, g in ok], [n for n, _ in ok],
+             "nodes", "memory %s%s" % (mem, " (the nodes together)" if mem.endswith("%") else " per node") +
+             (", %d nodes" % ok[0][0] if len(ok) == 1 else ""))
+    for n in counts:
+        recs = [r for r in records if r["nodes"] == n]
+        budgets = sorted({r["budget_bytes"] for r in recs})
+        if len(budgets) < 2:
+            continue
+        groups = [[r for r in recs if r["budget_bytes"] == b] for b in budgets]
+        draw("files-per-s-memory-%dnodes.png" % n, groups, [100 * b * n / meta["bytes"] for b in budgets],
+             "the nodes' memory together, % of the dataset", "%d nodes" % n)
+    return written

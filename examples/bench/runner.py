@@ -12,6 +12,15 @@ NAS link (the veth's received bytes), cpu_s from the cgroup's cpuacct (every
 process of the run: DataLoader workers, the main process, mpirun and the
 brandrt rank). Every file delivered is counted against the dataset's
 catalog: each must arrive exactly once per epoch, with its label.
+
+On an emulated cluster (spec['world'] > 1, loaders.py --nodes) a runner
+runs on every node, in the node's cgroup, and the runners form a gloo
+process group as a DDP job's processes do (so that every peer finds its
+rank and world where its documentation says). Every epoch starts and ends
+with a barrier: it lasts as long as its slowest node. The runner of rank 0
+reads the cluster's counters between the barriers (the NAS link, the
+nodes' links, the nodes' cgroups), gathers what every node delivered,
+checks it against the catalog and prints the epoch.
 """
 
 import collections
@@ -33,19 +42,30 @@ def emit(**kw):
     print(json.dumps(kw), flush=True)
 
 
+def link_bytes(dev, direction):
+    with open("/sys/class/net/%s/statistics/%s_bytes" % (dev, direction)) as f:
+        return int(f.read())
+
+
 class Counters:
     """The run's cgroup counters (cgroups.Group.counters), and the NAS
-    link's received bytes."""
+    link's received bytes; on a cluster, every node's cgroups (the node's
+    and its NAS client's) and the bytes its link carried into the node."""
 
     def __init__(self, spec):
-        self.group = cgroups.Group.existing(spec["group"], spec.get("device"))
+        self.groups = [cgroups.Group.existing(g, spec.get("device")) for g in spec.get("groups", [spec["group"]])]
         self.net = spec.get("net_dev")
+        self.nodes = spec.get("node_devs", [])
 
     def read(self):
-        out = dict(self.group.counters(), net_bytes=0)
+        out = {"read_bytes": 0, "cpu_ns": 0, "net_bytes": 0, "into_nodes": 0}
+        for g in self.groups:
+            for k, v in g.counters().items():
+                out[k] += v
         if self.net:
-            with open("/sys/class/net/%s/statistics/rx_bytes" % self.net) as f:
-                out["net_bytes"] = int(f.read())
+            out["net_bytes"] = link_bytes(self.net, "rx")
+        for dev in self.nodes:  # the host's side of a node's veth sends into the node
+            out["into_nodes"] += link_bytes(dev, "tx")
         return out
 
 
@@ -64,6 +84,8 @@ def run(spec):
     with open(spec["catalog"]) as f:
         cat = json.load(f)
     start = time.monotonic()
+    if spec.get("world", 1) > 1:
+        return run_node(spec, cat, start)
     system = systems.make(spec, cat)
     emit(event="start", startup_s=time.monotonic() - start)
     sizes_only = system.check == "sizes"
@@ -97,6 +119,79 @@ def run(spec):
     finally:
         system.close()
     emit(event="end", own=system.own())
+
+
+def join_cluster(spec):
+    """The gloo process group of the runners (one per node), and the
+    variables a DDP job's processes see, which the peers read."""
+    import torch.distributed as dist
+
+    os.environ.update(RANK=str(spec["rank"]), WORLD_SIZE=str(spec["world"]), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                      MASTER_ADDR=spec["master"], MASTER_PORT=str(spec["port"]), NODE_RANK=str(spec["rank"]))
+    dist.init_process_group("gloo", init_method="tcp://%s:%d" % (spec["master"], spec["port"]), world_size=spec["world"],
+                            rank=spec["rank"], timeout=__import__("datetime").timedelta(seconds=spec.get("stall_s", 300)))
+    return dist
+
+
+def run_node(spec, cat, start):
+    """One node's runner on a cluster (see the module's doc)."""
+    dist = join_cluster(spec)
+    me = spec["rank"]
+    system = systems.make(spec, cat)
+    dist.barrier()
+    if me == 0:
+        emit(event="start", startup_s=time.monotonic() - start)
+    sizes_only = system.check == "sizes"
+    if sizes_only:
+        want = collections.Counter(s for _, s, _ in cat["files"])
+    else:
+        want = collections.Counter(tuple(p) for p in cat["prints"])
+    counters = Counters(spec) if me == 0 else None
+    own = cgroups.Group.existing(spec["group"])
+    fp = prepare.fingerprint
+    progress = [time.monotonic()]
+    threading.Thread(target=watchdog, args=(progress, spec.get("stall_s", 300)), daemon=True).start()
+    try:
+        for e in range(spec["epochs"]):
+            seen = collections.Counter()
+            files = nbytes = 0
+            first = None
+            dist.barrier()
+            c0 = counters.read() if counters else None
+            cpu0, t0 = own.counters()["cpu_ns"], time.monotonic()
+            for datas, labels in system.epoch(e):
+                progress[0] = time.monotonic()
+                if first is None:
+                    first = progress[0] - t0
+                labels = labels.tolist() if hasattr(labels, "tolist") else labels
+                for d, l in zip(datas, labels):
+                    files += 1
+                    nbytes += len(d)
+                    seen[len(d) if sizes_only else fp(d, l)] += 1
+            mine = {"files": files, "bytes": nbytes, "seconds": time.monotonic() - t0, "first_batch_s": first,
+                    "cpu_s": (own.counters()["cpu_ns"] - cpu0) / 1e9}
+            dist.barrier()
+            t1 = time.monotonic()
+            c1 = counters.read() if counters else None
+            every = [None] * spec["world"] if me == 0 else None
+            dist.gather_object((mine, seen), every, dst=0)
+            if me == 0:
+                total = collections.Counter()
+                for _, s in every:
+                    total.update(s)
+                emit(event="epoch", epoch=e + 1, files=sum(m["files"] for m, _ in every),
+                     bytes=sum(m["bytes"] for m, _ in every), seconds=t1 - t0,
+                     first_batch_s=max(m["first_batch_s"] or 0 for m, _ in every), read_bytes=0,
+                     net_bytes=c1["net_bytes"] - c0["net_bytes"],
+                     between_nodes_bytes=max(0, (c1["into_nodes"] - c0["into_nodes"]) - (c1["net_bytes"] - c0["net_bytes"])),
+                     cpu_s=(c1["cpu_ns"] - c0["cpu_ns"]) / 1e9, nodes=[m for m, _ in every],
+                     check=verdict(total, want, sizes_only))
+    finally:
+        system.close()
+    own_end = [None] * spec["world"] if me == 0 else None
+    dist.gather_object(system.own(), own_end, dst=0)
+    if me == 0:
+        emit(event="end", own={"nodes": own_end})
 
 
 def watchdog(progress, limit):

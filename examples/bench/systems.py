@@ -108,18 +108,37 @@ class _Files(tud.Dataset):
             return f.read(), self.labels[i]
 
 
+def _world(spec):
+    """(this node's rank, the number of nodes) of a run."""
+    return spec.get("rank", 0), spec.get("world", 1)
+
+
 class Random(_System):
     """What PyTorch users do today: the original files through a shuffling
-    DataLoader (RandomSampler, a new order every epoch)."""
+    DataLoader (RandomSampler, a new order every epoch); on several nodes,
+    through a DistributedSampler (each node a share of a new permutation
+    every epoch)."""
+
+    sampler = None
 
     def __init__(self, spec, cat):
         self.ds = self.dataset(spec, cat)
+        rank, world = _world(spec)
+        if world > 1:
+            self.sampler = tud.DistributedSampler(self.ds, num_replicas=world, rank=rank, shuffle=True, seed=SEED)
+            self.loader = tud.DataLoader(self.ds, sampler=self.sampler, **loader_args(spec))
+            return
         g = torch.Generator()
         g.manual_seed(SEED)
         self.loader = tud.DataLoader(self.ds, shuffle=True, generator=g, **loader_args(spec))
 
     def dataset(self, spec, cat):
         return _Files(spec["input"], cat["files"])
+
+    def epoch(self, e):
+        if self.sampler is not None:
+            self.sampler.set_epoch(e)
+        return self.loader
 
 
 class _CachedFiles(_Files):
@@ -155,11 +174,122 @@ class _CachedFiles(_Files):
         return data, label
 
 
+class _PartitionedCache(_CachedFiles):
+    """CoorDL's cache across servers (its partitioned caching): each node
+    keeps, of the files it reads in epoch 1 (its share of the
+    DistributedSampler's first permutation, which every node can compute),
+    as many as its budget holds, so that the nodes' caches are disjoint and
+    together hold the nodes' budgets. From epoch 2 a file another node
+    keeps is fetched from that node's memory over TCP (its cache server, a
+    thread of the node's main process); a file no node keeps is read from
+    storage."""
+
+    def __init__(self, spec, files):
+        _Files.__init__(self, spec["input"], files)
+        rank, world = _world(spec)
+        self.rank, self.peers = rank, spec["peers"]
+        first = [list(tud.DistributedSampler(range(len(files)), num_replicas=world, rank=r, shuffle=True, seed=SEED))
+                 for r in range(world)]  # epoch 0's share of every node
+        self.owner, self.where, total = {}, {}, 0
+        for r, ids in enumerate(first):
+            total = 0
+            for i in ids:
+                if total + files[i][1] <= spec["budget"]:
+                    self.owner[i] = r
+                    if r == rank:
+                        self.where[i] = (total, files[i][1])
+                    total += files[i][1]
+        self.cached_bytes = sum(n for _, n in self.where.values())
+        self.flags = mmap.mmap(-1, max(1, len(files)))
+        self.mem = mmap.mmap(-1, max(1, self.cached_bytes))
+        self.conns, self.remote = {}, 0
+        self.server = _CacheServer(self, spec["peers"][rank])
+
+    def __getitem__(self, i):
+        owner = self.owner.get(i)
+        if owner is None or owner == self.rank:
+            return super().__getitem__(i)
+        data = self.fetch(owner, i)
+        if data is None:  # not kept there (yet): from storage
+            return _Files.__getitem__(self, i)
+        return data, self.labels[i]
+
+    def fetch(self, owner, i):
+        """File i from node owner's cache, or None where it has no copy."""
+        import socket
+        import struct
+
+        c = self.conns.get(owner)
+        if c is None:
+            host, port = self.peers[owner]
+            c = self.conns[owner] = socket.create_connection((host, port))
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        c.sendall(struct.pack("<I", i))
+        n = struct.unpack("<i", _recv(c, 4))[0]
+        return None if n < 0 else _recv(c, n)
+
+    def kept(self, i):
+        """File i's bytes in this node's cache, or None."""
+        at = self.where.get(i)
+        if at is None or not self.flags[i]:
+            return None
+        off, size = at
+        return self.mem[off : off + size]
+
+
+def _recv(c, n):
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = c.recv_into(view[got:])
+        if k == 0:
+            raise ConnectionError("a peer's cache server closed its connection")
+        got += k
+    return bytes(buf)
+
+
+class _CacheServer:
+    """Serves a node's cache to the other nodes' DataLoader workers: a
+    request is a file index (u32), the answer its length (i32, −1: not
+    kept) and bytes."""
+
+    def __init__(self, cache, addr):
+        import socket
+
+        self.cache = cache
+        self.sock = socket.create_server(("", addr[1]), reuse_port=False)
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+    def serve(self, c):
+        import socket
+        import struct
+
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            while True:
+                i = struct.unpack("<I", _recv(c, 4))[0]
+                data = self.cache.kept(i)
+                c.sendall(struct.pack("<i", -1) if data is None else struct.pack("<i", len(data)) + data)
+        except (ConnectionError, OSError):
+            c.close()
+
+
 class CoorDL(Random):
     """random with CoorDL's static cache of the budget (the strongest
-    baseline of the Redox paper)."""
+    baseline of the Redox paper); on several nodes, its partitioned cache
+    (_PartitionedCache)."""
 
     def dataset(self, spec, cat):
+        if _world(spec)[1] > 1:
+            return _PartitionedCache(spec, cat["files"])
         return _CachedFiles(spec["input"], cat["files"], spec["budget"])
 
     def own(self):
@@ -206,7 +336,10 @@ class WebDataset(_System):
         urls = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".tar"))
         mean = cat["bytes"] / len(cat["files"])
         self.buffer = max(1, int(spec["budget"] / max(1, spec["workers"]) / mean))
-        ds = (wds.WebDataset(urls, shardshuffle=len(urls), detshuffle=True, seed=SEED, empty_check=False)
+        # on several nodes, each its share of the shards (split_by_node,
+        # from RANK and WORLD_SIZE), as its multi-node example sets it up
+        split = wds.split_by_node if _world(spec)[1] > 1 else wds.single_node_only
+        ds = (wds.WebDataset(urls, shardshuffle=len(urls), detshuffle=True, seed=SEED, empty_check=False, nodesplitter=split)
               .shuffle(self.buffer).to_tuple("bin", "cls").map_tuple(None, int))
         self.loader = tud.DataLoader(ds, **loader_args(spec))
         self.shards = len(urls)
@@ -284,8 +417,10 @@ class LitData(_ShmCached):
         # Its constructor asks PyPI for a newer version (up to 30 s); not
         # what is measured, and not possible on an offline node.
         lsd._check_version_and_prompt_upgrade = lambda v: None
+        # On several nodes LitData drops items by default so that every
+        # rank gets as many (drop_last); the benchmark wants each file once.
         ds = _litdata_class()(Dir(path=self.make_cache(spec, "litdata"), url="local:" + os.path.join(spec["root"], "litdata")),
-                              shuffle=True, seed=SEED, max_cache_size=spec["budget"])
+                              shuffle=True, seed=SEED, max_cache_size=spec["budget"], drop_last=False)
         self.loader = StreamingDataLoader(ds, **loader_args(spec))
 
 
@@ -299,6 +434,8 @@ class Brandrt(_System):
         sys.path.insert(0, os.path.join(spec["repo"], "python"))
         from brandrt.torch import BrandDataset, BrandSampler
 
+        if _world(spec)[1] > 1:
+            return self.attach_node(spec, BrandDataset, BrandSampler)
         self.attach = shm_dir(spec, "brandrt")
         self.stats = os.path.join(self.attach, "stats.json")
         chunks = os.path.join(spec["root"], "chunks-k%d" % spec["chunk_files"])
@@ -318,6 +455,22 @@ class Brandrt(_System):
         self.sampler = BrandSampler()
         self.loader = tud.DataLoader(BrandDataset(), sampler=self.sampler, **loader_args(spec))
 
+    def attach_node(self, spec, dataset, sampler):
+        """On a cluster, the driver started serve across the nodes: read
+        from this node's rank, at its default attach point."""
+        from brandrt.client import default_attach_dir
+
+        self.serve = None
+        os.environ.pop("BRANDRT_ATTACH", None)
+        sock = os.path.join(default_attach_dir(), "attach.sock")
+        deadline = time.monotonic() + 120
+        while not os.path.exists(sock):
+            if time.monotonic() > deadline:
+                raise RuntimeError("no brandrt rank on this node after 120 s (%s)" % sock)
+            time.sleep(0.05)
+        self.sampler = sampler()
+        self.loader = tud.DataLoader(dataset(), sampler=self.sampler, **loader_args(spec))
+
     def _tail(self):
         self.log.seek(0)
         return self.log.read()[-2000:]
@@ -329,6 +482,9 @@ class Brandrt(_System):
     def close(self):
         import json
 
+        if self.serve is None:  # the driver's, on a cluster
+            self._own = {}
+            return
         try:
             self.serve.wait(timeout=60)
         except subprocess.TimeoutExpired:

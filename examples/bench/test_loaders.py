@@ -20,6 +20,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import cgroups  # noqa: E402
+import cluster  # noqa: E402
 import loaders  # noqa: E402
 import prepare  # noqa: E402
 import report  # noqa: E402
@@ -134,6 +135,39 @@ class EndToEnd(unittest.TestCase):
         self.assertGreater(by["coordl"]["own"]["cached_files"], 0)
         self.assertLessEqual(by["coordl"]["own"]["cached_bytes"], by["coordl"]["budget_bytes"])
         self.assertLess(by["noio"]["epochs"][1]["read_bytes"], meta["bytes"] // 10)  # no storage
+
+    @need_root
+    def test_on_a_cluster(self):
+        why = cluster.available()
+        if why:
+            self.skipTest(why)
+        systems = ["random", "coordl", "brandrt-window", "noio"]
+        p, meta, recs = bench(Work.get(), "--systems", ",".join(systems), "--mem", "50%", "--nodes", "2",
+                              "--storage", "nas", "--chunk-files", "16", *TINY)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.assertEqual([r["system"] for r in recs], systems)
+        by = {r["system"]: r for r in recs}
+        for r in recs:
+            self.assertEqual(r["status"], "ok", "%s: %s\n%s" % (r["system"], r.get("error"), p.stderr[-3000:]))
+            self.assertEqual(r["nodes"], 2)
+            self.assertLessEqual(r["memory"]["peak_bytes"], r["limit_bytes"])
+            for e in r["epochs"]:
+                self.assertEqual((e["files"], e["check"]), (FILES, "ok"))  # every file once, over both nodes
+                self.assertEqual(len(e["nodes"]), 2)
+                self.assertEqual(sum(n["files"] for n in e["nodes"]), FILES)
+                self.assertGreater(min(n["files"] for n in e["nodes"]), 0)
+        # Cold, epoch 1 came over the NAS's link.
+        self.assertGreaterEqual(by["random"]["epochs"][0]["net_bytes"], meta["bytes"])
+        # brandrt's ranks sent files to each other over the nodes' links: at
+        # least as many bytes crossed them as the ranks say they sent.
+        for e, st in zip(by["brandrt-window"]["epochs"], by["brandrt-window"]["own"]["stats"]):
+            self.assertGreater(st["network_bytes"], 0)
+            self.assertGreaterEqual(e["between_nodes_bytes"], st["network_bytes"])
+        # From epoch 2 coordl fetches what the other node keeps from it.
+        self.assertGreater(by["coordl"]["epochs"][1]["between_nodes_bytes"], 0)
+        self.assertIn("== 2 nodes, NAS, memory 50%", p.stdout)
+        self.assertTrue(os.path.getsize(os.path.join(Work.get(), "out", "files-per-s-nodes-mem50pct.png")) > 0)
+        self.assertEqual(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.count("bb-"), 0)
 
     @need_root
     def test_a_run_that_fails_is_shown(self):

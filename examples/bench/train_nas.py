@@ -61,7 +61,7 @@ def run(a, cmd, budget, n):
     timer = threading.Timer(a.timeout, group.kill)
     timer.daemon = True  # never what keeps this process from exiting
     try:
-        loaders.drop_caches()
+        cgroups.drop_caches()
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              preexec_fn=group.join, start_new_session=True)
         timer.start()

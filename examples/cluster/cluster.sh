@@ -31,8 +31,8 @@
 #   names every node, its own mount of the NAS at $STATE/nas (two mounts of
 #   one export share no page cache) and its node-local disk at
 #   $STATE/scratch (/var/tmp/brandrt-cluster-NAME/nI);
-# - a memory cgroup (/sys/fs/cgroup/memory/NAME-nI) that every process
-#   started on the node joins.
+# - a memory and a cpuacct cgroup (NAME-nI) that every process started on
+#   the node joins, its NAS client (sshfs) apart in NAME-nI-fs.
 # $STATE is /run/brandrt-cluster-NAME. On this host $STATE/nas and
 # $STATE/scratch are empty: they are each node's.
 #
@@ -67,6 +67,7 @@ parse() {
 	state=/run/brandrt-cluster-$name
 	scratch=/var/tmp/brandrt-cluster-$name
 	cg=/sys/fs/cgroup/memory
+	cpu=/sys/fs/cgroup/cpuacct
 	if [ -z "$subnet" ]; then
 		subnet=10.216.$(($(printf %s "$name" | cksum | cut -d' ' -f1) % 250))
 	fi
@@ -113,7 +114,7 @@ down() {
 		ip link del "$l" 2>/dev/null || true
 	done
 	ip link del "$name-br" 2>/dev/null || true
-	for d in "$cg/$name"-*; do
+	for d in "$cg/$name"-* "$cpu/$name"-*; do
 		[ -d "$d" ] || continue
 		rmdir "$d" 2>/dev/null || { sleep 0.5; rmdir "$d" 2>/dev/null; } || echo "cluster.sh: $d still has processes: $(cat "$d/cgroup.procs" | tr '\n' ' ')" >&2
 	done
@@ -131,7 +132,7 @@ running() {
 # cgroup of the same name.
 killall_in() {
 	local p
-	for p in $(ip netns pids "$1" 2>/dev/null) $(cat "$cg/$1/cgroup.procs" 2>/dev/null); do
+	for p in $(ip netns pids "$1" 2>/dev/null) $(cat "$cg/$1/cgroup.procs" "$cg/$1-fs/cgroup.procs" 2>/dev/null); do
 		kill -s "$2" "$p" 2>/dev/null || true
 	done
 }
@@ -143,7 +144,7 @@ up() {
 	[[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "up $n: want 1 to 200 nodes"
 	[ "$(id -u)" = 0 ] || die "needs root (namespaces, cgroups, tc, mounts)"
 	for c in ip tc nsenter unshare mountpoint; do command -v $c >/dev/null || die "$c missing"; done
-	[ -d "$cg" ] || die "no cgroup v1 memory controller at $cg"
+	[ -d "$cg" ] && [ -d "$cpu" ] || die "no cgroup v1 memory and cpuacct controllers at $cg and $cpu"
 	if [ -n "$nas" ]; then
 		[ -d "$nas" ] || die "--nas $nas: not a directory"
 		for c in sshfs fusermount3; do command -v $c >/dev/null || die "$c missing (bash .ci/deps installs it)"; done
@@ -219,7 +220,7 @@ node_up() {
 	link "$node" "$i" "$nic"
 	mkdir -p "$d" "$scratch/n$i"
 	touch "$d/mnt" "$d/uts"
-	mkdir -p "$cg/$node"
+	mkdir -p "$cg/$node" "$cpu/$node" "$cg/$node-fs" "$cpu/$node-fs"
 	if [ -n "$mem" ]; then
 		echo "$mem" > "$cg/$node/memory.limit_in_bytes"
 	fi
@@ -231,7 +232,7 @@ node_up() {
 		mount --bind $state/hosts /etc/hosts
 		mount --bind $scratch/n$i $state/scratch"
 	if [ -n "$nas" ]; then
-		(on "$i" sshfs -o ro,max_conns=1,dir_cache=no,kernel_cache,directport=7023 "$subnet.250:$nas" "$state/nas" </dev/null >>"$state/sshfs.log" 2>&1) ||
+		(FS=1 on "$i" sshfs -o ro,max_conns=1,dir_cache=no,kernel_cache,directport=7023 "$subnet.250:$nas" "$state/nas" </dev/null >>"$state/sshfs.log" 2>&1) ||
 			die "$node: sshfs could not mount the NAS: $(cat "$state/sshfs.log") (server log: $(cat "$state/nas.log" 2>/dev/null))"
 	fi
 }
@@ -242,7 +243,11 @@ on() {
 	shift
 	node=$(ns "$i")
 	[ -f "$state/n$i/uts" ] || die "no node $i in cluster $name (cluster.sh status)"
-	echo $BASHPID > "$cg/$node/cgroup.procs"
+	# its NAS client (FS=1) in a cgroup of its own, so that what the
+	# node's jobs use can be measured and ended apart from it
+	local group=$node${FS:+-fs}
+	echo $BASHPID > "$cg/$group/cgroup.procs"
+	echo $BASHPID > "$cpu/$group/cgroup.procs"
 	exec nsenter --net="/run/netns/$node" --mount="$state/n$i/mnt" --uts="$state/n$i/uts" --wd="$PWD" -- "$@"
 }
 

@@ -132,8 +132,10 @@ func (c *Cluster) leftovers() []string {
 	if out, _ := exec.Command("ip", "-o", "link", "show").Output(); strings.Contains(string(out), " "+c.Name+"-") {
 		left = append(left, "links")
 	}
-	if m, _ := filepath.Glob("/sys/fs/cgroup/memory/" + c.Name + "-*"); len(m) > 0 {
-		left = append(left, fmt.Sprintf("cgroups %v", m))
+	for _, h := range []string{"memory", "cpuacct"} {
+		if m, _ := filepath.Glob("/sys/fs/cgroup/" + h + "/" + c.Name + "-*"); len(m) > 0 {
+			left = append(left, fmt.Sprintf("cgroups %v", m))
+		}
 	}
 	if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), "brandrt-cluster-"+c.Name) {
 		left = append(left, "mounts")
