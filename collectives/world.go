@@ -17,11 +17,30 @@ type World struct {
 
 var _ Comm = (*World)(nil)
 
+// tcpDefaults are the settings of Open MPI's TCP transport (ranks on
+// different nodes over Ethernet) that brandrt starts with: a file of up to
+// 1 MiB goes in one eager message instead of a rendezvous, which over TCP
+// waits for the receiver's rank to progress MPI at each step. Measured on
+// 3 emulated nodes (serve --consume 4, 6,000 files of ~110 KB held in
+// memory): 1,100–2,100 files/s with Open MPI's defaults (64 KiB eager,
+// 128 KiB fragments), 3,500–6,600 with these.
+var tcpDefaults = [][2]string{
+	{"OMPI_MCA_btl_tcp_eager_limit", "1048576"},
+	{"OMPI_MCA_btl_tcp_rndv_eager_limit", "1048576"},
+	{"OMPI_MCA_btl_tcp_max_send_size", "1048576"},
+}
+
 // Init starts MPI with MPI_THREAD_MULTIPLE. Call it once, from the locked
-// main thread.
+// main thread. Open MPI's TCP transport gets tcpDefaults where neither the
+// user nor the launcher set them.
 func Init() (*World, error) {
 	if mpi.IsInitialized() {
 		return nil, errors.New("collectives: MPI is already initialised")
+	}
+	for _, kv := range tcpDefaults {
+		if _, set := os.LookupEnv(kv[0]); !set {
+			os.Setenv(kv[0], kv[1])
+		}
 	}
 	m, err := mpi.StartThreaded()
 	if err != nil {

@@ -165,3 +165,42 @@ func TestClusterSlurm(t *testing.T) {
 		t.Errorf("a training that fails with 4: exit code %d\n%s", code, out)
 	}
 }
+
+// TestClusterNodesShareNoPageCache: the nodes read the NAS through mounts
+// of their own, so a file one node has in its page cache still crosses
+// the NAS's link when another node reads it; read again on the same node,
+// it does not.
+func TestClusterNodesShareNoPageCache(t *testing.T) {
+	skipShort(t)
+	nas := t.TempDir()
+	data := make([]byte, 8<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	if err := os.WriteFile(filepath.Join(nas, "f"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := testkit.StartCluster(t, 2, "--nas", nas)
+	sent := func() int64 { // the NAS's link, from its side
+		b, err := os.ReadFile(fmt.Sprintf("/sys/class/net/%s-hnas/statistics/rx_bytes", c.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		fmt.Sscan(string(b), &n)
+		return n
+	}
+	read := func(node int) int64 {
+		before := sent()
+		if out, err := c.Command(node, "cat", filepath.Join(c.State, "nas", "f")).Output(); err != nil || len(out) != len(data) {
+			t.Fatalf("node %d read %d bytes: %v", node, len(out), err)
+		}
+		return sent() - before
+	}
+	first, again, other := read(1), read(1), read(2)
+	t.Logf("over the NAS's link: node 1 read 8 MiB, %d bytes; again, %d; node 2, %d", first, again, other)
+	if first < int64(len(data)) || again > int64(len(data))/8 || other < int64(len(data)) {
+		t.Errorf("an 8 MiB file: node 1 read it with %d bytes over the NAS's link, then with %d, node 2 with %d; "+
+			"want the file's size, almost nothing, the file's size", first, again, other)
+	}
+}

@@ -123,7 +123,7 @@ def args_parser():
                         "to measure")
     r = p.add_argument_group("runs")
     r.add_argument("--systems", type=listed(str.strip),
-                   default=ALL, help="comma-separated, from: %s (default all)" % ", ".join(ALL))
+                   help="comma-separated, from: %s (default all; with --nodes all but threads)" % ", ".join(ALL))
     r.add_argument("--storage", type=lambda s: [x.strip() for x in s.split(",")], default=["local"],
                    help="local, nas or both (local,nas); nas starts the emulated NAS of nas.sh and stops it")
     r.add_argument("--mem", type=listed(parse_mem), default=[("%", 25.0)],
@@ -166,6 +166,8 @@ def args_parser():
 
 def check_args(p, a):
     problems = []
+    if a.systems is None:
+        a.systems = [s for s in ALL if not (a.nodes and s == "threads")]
     for s in a.systems:
         if s not in ALL and not (s.startswith("brandrt-") and s[8:] in POLICIES):
             problems.append("unknown system %r (known: %s)" % (s, ", ".join(ALL)))
