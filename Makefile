@@ -27,7 +27,7 @@ VENV_PY   := .venv/bin/python
 # your own data, --repeat 3, …; see examples/bench/loaders.py --help).
 LOADERS_FLAGS ?=
 
-.PHONY: all deps build test race lint fuzz bench bench-proto bench-storage bench-serve bench-loaders bench-loaders-sweep bench-train-nas bench-convergence check demo clean
+.PHONY: all deps build test race lint fuzz bench bench-proto bench-storage bench-serve bench-loaders bench-loaders-sweep bench-cluster bench-train-nas bench-convergence check demo clean
 
 all: build
 
@@ -101,6 +101,13 @@ bench-loaders-sweep: build
 	@bash .ci/deps nas
 	$(VENV_PY) examples/bench/loaders.py --work $(BENCH_DIR)/loaders --storage local,nas \
 		--mem 10%,25%,50% --chunk-files 16,64 $(LOADERS_FLAGS)
+
+# The same systems on an emulated cluster of 3 nodes (examples/cluster), all
+# reading one emulated NAS (3 Gbit/s), each node in a cgroup of the same
+# memory: the nodes' memory together holding the dataset, then a quarter.
+bench-cluster: build
+	@bash .ci/deps nas
+	$(VENV_PY) examples/bench/loaders.py --work $(BENCH_DIR)/loaders --storage nas --nodes 3 --mem 100%,25% $(LOADERS_FLAGS)
 
 # examples/pytorch/train.py on the emulated NAS, from the original JPEGs
 # (--baseline) and through brandrt, the same memory cgroup for each, cold.

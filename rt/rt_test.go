@@ -16,6 +16,7 @@ import (
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/chunk/chunktest"
 	"github.com/brandrt/brandrt/collectives"
+	"github.com/brandrt/brandrt/internal/testkit"
 	"github.com/brandrt/brandrt/proto"
 )
 
@@ -325,5 +326,32 @@ func TestBudgetLargerThanNode(t *testing.T) {
 				t.Fatalf("%v; want refused %v, saying %q", err, tc.refused, tc.say)
 			}
 		})
+	}
+}
+
+// TestNearlyWholeShardSaysSo: a rank whose budget holds 95 % of its shard
+// reads the whole shard every epoch, and says what --mem would keep it in
+// memory; one whose budget holds all of it reads it once.
+func TestNearlyWholeShardSaysSo(t *testing.T) {
+	dir := packed(t, 300, 1, 8)
+	m, err := chunk.ReadManifest(chunk.OS, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard := m.Shards[0].Bytes
+	for _, tc := range []struct {
+		mem   int64
+		reads int64 // chunks read from storage in epoch 2
+		say   bool
+	}{{shard * 95 / 100, (300 + 7) / 8, true}, {shard, 0, false}} {
+		log := new(testkit.Log)
+		cfg := DefaultConfig()
+		cfg.Chunks, cfg.MemBytes, cfg.Epochs, cfg.Consume, cfg.Log = dir, tc.mem, 2, 2, log
+		stats := serveLocal(t, 1, cfg)
+		said := strings.Contains(log.String(), fmt.Sprintf("it reads the whole shard every epoch; with --mem %d", shard))
+		if said != tc.say || stats[1].StorageReads != tc.reads {
+			t.Errorf("--mem %d of a %d-byte shard: epoch 2 read %d chunks from storage, want %d; said so %v, want %v:\n%s",
+				tc.mem, shard, stats[1].StorageReads, tc.reads, said, tc.say, log)
+		}
 	}
 }

@@ -18,8 +18,14 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 	firstPC, _ := n.m.RankPCs(n.me)
 	io := newIOPool(n.shard, firstPC, n.cfg.IOWorkers)
 	defer io.close()
-	if n.m.MemBytes(n.me) >= n.m.ShardBytes(n.me) {
+	if mem, shard := n.m.MemBytes(n.me), n.m.ShardBytes(n.me); mem >= shard {
 		io.resident = make(map[int]*chunkBuf)
+	} else if mem*10 >= shard*9 {
+		// Memory for nearly the whole shard still reads all of it every
+		// epoch: say what would keep it.
+		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: --mem holds %.1f%% of its shard (%s of %s): it reads the whole shard every epoch; "+
+			"with --mem %d (%s) it would keep the shard in memory and read nothing after epoch 1\n",
+			n.me, 100*float64(mem)/float64(shard), mib(mem), mib(shard), shard, mib(shard))
 	}
 	reqs := n.reqs
 	pool := &recvPool{mem: n.cfg.Memory}

@@ -201,8 +201,9 @@ def _first_error(log):
     return log[-300:]
 
 
-def take(rec, line, system, k):
-    """Takes one event a runner printed into the run's record."""
+def take(rec, line, system, k, storage="nas"):
+    """Takes one event a runner printed into the run's record (loaders.py
+    takes them so too)."""
     try:
         ev = json.loads(line)
     except ValueError:
@@ -212,7 +213,7 @@ def take(rec, line, system, k):
     elif ev["event"] == "epoch":
         del ev["event"]
         rec["epochs"].append(ev)
-        log("  %s epoch %d: %s" % (system + (" K=%d" % k if k else ""), ev["epoch"], report.epoch_line(ev, "nas")))
+        log("  %s epoch %d: %s" % (system + (" K=%d" % k if k else ""), ev["epoch"], report.epoch_line(ev, storage)))
     elif ev["event"] == "end":
         rec.setdefault("own", {}).update(ev.get("own", {}))
     elif ev["event"] == "error" and "error" not in rec:

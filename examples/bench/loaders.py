@@ -294,22 +294,7 @@ def run_one(a, cat, storage, mem, system, k, n):
         # the pipe closes.
         threading.Thread(target=lambda: (proc.wait(), group.kill()), daemon=True).start()
         for line in proc.stdout:
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            if ev["event"] == "start":
-                rec["startup_s"] = ev["startup_s"]
-            elif ev["event"] == "epoch":
-                del ev["event"]
-                rec["epochs"].append(ev)
-                name = system + (" K=%d" % k if k else "")
-                log("  %s epoch %d: %s" % (name, ev["epoch"], report.epoch_line(ev, storage)))
-            elif ev["event"] == "end":
-                rec["own"] = ev.get("own", {})
-            elif ev["event"] == "error":
-                rec["error"] = ev["error"]
-                rec["trace"] = ev.get("trace")
+            cluster.take(rec, line, system, k, storage)
         proc.wait()
         timer.cancel()
         t.join(timeout=5)

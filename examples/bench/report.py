@@ -308,6 +308,10 @@ def _cluster_plots(meta, records, out, plt):
         for x, recs in zip(xs, groups):
             for row in rows(recs):
                 series.setdefault(row["label"], {})[x] = row
+        noio = series.pop("noio", {})  # the loader alone: given in the title, it would squeeze the others
+        if noio:
+            suptitle += "; noio (the loaders alone, no storage), epochs 2 on: %s files/s" % "/".join(
+                comma(noio[x]["steady"]["files_s"]) for x in xs if x in noio and noio[x]["steady"])
         fig, axes = plt.subplots(1, 2, figsize=(13.5, 5))
         for ax, ph, sub in ((axes[0], "e1", "epoch 1 (cold)"), (axes[1], "steady", "epochs 2 on")):
             if len(xs) > 1:

@@ -94,31 +94,38 @@ def run(spec):
     else:
         want = collections.Counter(tuple(p) for p in cat["prints"])
     counters = Counters(spec)
-    fp = prepare.fingerprint
     progress = [time.monotonic()]
     threading.Thread(target=watchdog, args=(progress, spec.get("stall_s", 300)), daemon=True).start()
     try:
         for e in range(spec["epochs"]):
-            seen = collections.Counter()
-            files = nbytes = 0
-            first = None
             c0, t0 = counters.read(), time.monotonic()
-            for datas, labels in system.epoch(e):
-                progress[0] = time.monotonic()
-                if first is None:
-                    first = progress[0] - t0
-                labels = labels.tolist() if hasattr(labels, "tolist") else labels
-                for d, l in zip(datas, labels):
-                    files += 1
-                    nbytes += len(d)
-                    seen[len(d) if sizes_only else fp(d, l)] += 1
+            got = read_epoch(system, e, progress, sizes_only)
             t1, c1 = time.monotonic(), counters.read()
-            emit(event="epoch", epoch=e + 1, files=files, bytes=nbytes, seconds=t1 - t0, first_batch_s=first,
-                 read_bytes=c1["read_bytes"] - c0["read_bytes"], net_bytes=c1["net_bytes"] - c0["net_bytes"],
-                 cpu_s=(c1["cpu_ns"] - c0["cpu_ns"]) / 1e9, check=verdict(seen, want, sizes_only))
+            emit(event="epoch", epoch=e + 1, files=got["files"], bytes=got["bytes"], seconds=t1 - t0,
+                 first_batch_s=got["first_batch_s"], read_bytes=c1["read_bytes"] - c0["read_bytes"],
+                 net_bytes=c1["net_bytes"] - c0["net_bytes"], cpu_s=(c1["cpu_ns"] - c0["cpu_ns"]) / 1e9,
+                 check=verdict(got["seen"], want, sizes_only))
     finally:
         system.close()
     emit(event="end", own=system.own())
+
+
+def read_epoch(system, e, progress, sizes_only):
+    """Reads epoch e through the system: {files, bytes, first_batch_s (from
+    the call), seen (a Counter of the files' fingerprints, or sizes)};
+    progress[0] is set at every batch, for the watchdog."""
+    fp = prepare.fingerprint
+    seen, files, nbytes, first, t0 = collections.Counter(), 0, 0, None, time.monotonic()
+    for datas, labels in system.epoch(e):
+        progress[0] = time.monotonic()
+        if first is None:
+            first = progress[0] - t0
+        labels = labels.tolist() if hasattr(labels, "tolist") else labels
+        for d, l in zip(datas, labels):
+            files += 1
+            nbytes += len(d)
+            seen[len(d) if sizes_only else fp(d, l)] += 1
+    return {"files": files, "bytes": nbytes, "first_batch_s": first, "seen": seen}
 
 
 def join_cluster(spec):
@@ -148,28 +155,16 @@ def run_node(spec, cat, start):
         want = collections.Counter(tuple(p) for p in cat["prints"])
     counters = Counters(spec) if me == 0 else None
     own = cgroups.Group.existing(spec["group"])
-    fp = prepare.fingerprint
     progress = [time.monotonic()]
     threading.Thread(target=watchdog, args=(progress, spec.get("stall_s", 300)), daemon=True).start()
     try:
         for e in range(spec["epochs"]):
-            seen = collections.Counter()
-            files = nbytes = 0
-            first = None
             dist.barrier()
             c0 = counters.read() if counters else None
             cpu0, t0 = own.counters()["cpu_ns"], time.monotonic()
-            for datas, labels in system.epoch(e):
-                progress[0] = time.monotonic()
-                if first is None:
-                    first = progress[0] - t0
-                labels = labels.tolist() if hasattr(labels, "tolist") else labels
-                for d, l in zip(datas, labels):
-                    files += 1
-                    nbytes += len(d)
-                    seen[len(d) if sizes_only else fp(d, l)] += 1
-            mine = {"files": files, "bytes": nbytes, "seconds": time.monotonic() - t0, "first_batch_s": first,
-                    "cpu_s": (own.counters()["cpu_ns"] - cpu0) / 1e9}
+            got = read_epoch(system, e, progress, sizes_only)
+            seen = got.pop("seen")
+            mine = dict(got, seconds=time.monotonic() - t0, cpu_s=(own.counters()["cpu_ns"] - cpu0) / 1e9)
             dist.barrier()
             t1 = time.monotonic()
             c1 = counters.read() if counters else None

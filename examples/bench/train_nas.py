@@ -8,6 +8,15 @@ images/s and accuracy of every epoch, and the ratio per epoch.
 
     make bench-train-nas
     .venv/bin/python examples/bench/train_nas.py --images 20000 --size 64 --rounds 3
+    .venv/bin/python examples/bench/train_nas.py --nodes 3      # DDP across 3 emulated nodes
+
+With --nodes N the training runs with DistributedDataParallel (gloo) on the
+N nodes of an emulated cluster (examples/cluster, its NAS in front of this
+machine's files), one training process per node, each node in a cgroup of
+the budget (--mem: of the dataset for all nodes together) plus the
+allowance: the baseline with a DistributedSampler over the JPEGs of each
+node's NAS mount, brandrt as one rank per node through the cluster's
+mpirun with the training co-launched beside it.
 
 Needs root (cgroups, the NAS of nas.sh) and bin/brandrt.
 """
@@ -24,6 +33,7 @@ import threading
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cgroups  # noqa: E402
+import cluster  # noqa: E402
 import loaders  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -32,20 +42,26 @@ EPOCH = re.compile(r"epoch (\d+) from .*?: (\d+) images in ([\d.]+) s, (\d+) ima
 
 
 def prepare(a):
-    """The JPEG set and its chunks in a.work, made once."""
-    jpegs, chunks = os.path.join(a.work, "jpegs"), os.path.join(a.work, "chunks")
-    stamp = os.path.join(a.work, "made.txt")
+    """The JPEG set and its chunks in a.work (for one rank per node), made
+    once."""
+    ranks = max(1, a.nodes)
+    jpegs, chunks = os.path.join(a.work, "jpegs"), os.path.join(a.work, "chunks" + ("-r%d" % ranks if ranks > 1 else ""))
+    stamp = os.path.join(a.work, "made%s.txt" % ("-r%d" % ranks if ranks > 1 else ""))
     want = "%d images, %d classes, %d px, K=%d\n" % (a.images, a.classes, a.size, a.chunk_files)
     if os.path.exists(stamp) and open(stamp).read() == want:
         return jpegs, chunks
     loaders.log("making %d JPEGs of %d px in %d classes, packed with K=%d …" % (a.images, a.size, a.classes,
                                                                              a.chunk_files))
-    subprocess.run(["rm", "-rf", jpegs, chunks, stamp], check=True)
-    subprocess.run(["/usr/bin/python3", os.path.join(REPO, "examples", "pytorch", "make_jpegs.py"), "--out", jpegs,
-                    "--classes", str(a.classes), "--images", str(a.images), "--size", str(a.size)], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(["rm", "-rf", chunks, stamp], check=True)
+    if not os.path.exists(jpegs + ".made") or open(jpegs + ".made").read() != want:
+        subprocess.run(["rm", "-rf", jpegs], check=True)
+        subprocess.run(["/usr/bin/python3", os.path.join(REPO, "examples", "pytorch", "make_jpegs.py"), "--out", jpegs,
+                        "--classes", str(a.classes), "--images", str(a.images), "--size", str(a.size)], check=True,
+                       stdout=subprocess.DEVNULL)
+        with open(jpegs + ".made", "w") as f:
+            f.write(want)
     subprocess.run([a.brandrt, "pack", "--input", jpegs, "--out", chunks, "--chunk-files", str(a.chunk_files),
-                    "--ranks", "1"], check=True, stdout=subprocess.DEVNULL)
+                    "--ranks", str(ranks)], check=True, stdout=subprocess.DEVNULL)
     with open(stamp, "w") as f:
         f.write(want)
     return jpegs, chunks
@@ -81,6 +97,57 @@ def run(a, cmd, budget, n):
         group.remove()  # kills what is left in it
 
 
+def run_nodes(a, cl, name, jpegs, chunks, budget, n):
+    """The training on every node of cl (baseline or brandrt), each node's
+    cgroup limited to budget + allowance, cold; rank 0's epochs."""
+    groups = [cl.group(i) for i in range(1, cl.n + 1)]
+    for g in groups:
+        g.kill()
+        g._write("memory", "memory.limit_in_bytes", str(budget + a.allowance))
+    oom0 = sum(g.memory()["oom_kills"] for g in groups)
+    train = ["/usr/bin/python3", "-W", "ignore", os.path.join(REPO, "examples", "pytorch", "train.py"),
+             "--epochs", str(a.epochs), "--workers", str(a.workers), "--batch-size", str(a.batch_size)]
+    port = 20000 + (os.getpid() + n) % 20000
+    procs = []
+    timer = threading.Timer(a.timeout, lambda: [g.kill() for g in groups])
+    timer.daemon = True
+    try:
+        cgroups.drop_caches()
+        if name == "baseline":
+            for i in range(1, cl.n + 1):
+                cmd = ["bash", cluster.SCRIPT, "exec", "--name", cluster.NAME, str(i), "--"] + train + [
+                    "--baseline", "--data", cl.nas(jpegs), "--world-size", str(cl.n), "--rank", str(i - 1),
+                    "--master", "%s:%d" % (cl.host(1), port)]
+                procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE if i == 1 else subprocess.DEVNULL,
+                                              stderr=subprocess.STDOUT, text=True, start_new_session=True))
+        else:
+            cmd = [cl.mpirun(), "-np", str(cl.n), a.brandrt, "serve", "--chunks", cl.nas(chunks), "--mem", str(budget),
+                   "--"] + train + ["--num-classes", str(a.classes)]
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                          start_new_session=True))
+        timer.start()
+        out = procs[0].communicate()[0]
+        for p in procs[1:]:
+            p.wait()
+        epochs = [dict(zip(("epoch", "images", "seconds", "images_s", "loss", "accuracy"), map(float, m.groups())))
+                  for m in EPOCH.finditer(out)]
+        oom = sum(g.memory()["oom_kills"] for g in groups) - oom0
+        if any(p.returncode != 0 for p in procs) or len(epochs) < a.epochs:
+            loaders.log("  failed (exit %s%s): %s" % ([p.returncode for p in procs], ", out of memory" if oom else "",
+                                                      out[-1500:]))
+            return None
+        for e in epochs:
+            loaders.log("  epoch %d: %.0f images/s, accuracy %.1f%%" % (e["epoch"], e["images_s"], e["accuracy"]))
+        return epochs
+    finally:
+        timer.cancel()
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+        for g in groups:
+            g.kill()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -100,6 +167,9 @@ def main():
     p.add_argument("--nas-delay", default="100us")
     p.add_argument("--nas-rate", default="3gbit")
     p.add_argument("--brandrt", default=os.path.join(REPO, "bin", "brandrt"))
+    p.add_argument("--nodes", type=int, default=0,
+                   help="train with DDP on this many nodes of an emulated cluster (default 0: one process, this machine)")
+    p.add_argument("--nic", default="10gbit", help="with --nodes: each node's link (default 10gbit)")
     a = p.parse_args()
     # SIGTERM ends it like ^C: the finally clauses remove the cgroup (and
     # what runs in it) and stop the NAS.
@@ -111,7 +181,7 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     jpegs, chunks = prepare(a)
     size = du(jpegs)
-    budget = loaders.budget_bytes(a.mem, {"bytes": size})
+    budget = cluster.budget_bytes(a.mem, {"bytes": size}, max(1, a.nodes))
     mnt = loaders.NAS_MOUNT
     train = ["/usr/bin/python3", "-W", "ignore", os.path.join(REPO, "examples", "pytorch", "train.py"),
              "--epochs", str(a.epochs), "--workers", str(a.workers), "--batch-size", str(a.batch_size)]
@@ -121,17 +191,25 @@ def main():
                        ["--", "--workers", str(a.workers), "--batch-size", str(a.batch_size)]}
     results = {k: [] for k in cmds}
     n = 0
-    with loaders.NAS(a):
+    with (cluster.Cluster(a, a.nodes) if a.nodes else loaders.NAS(a)) as cl:
         for rnd in range(a.rounds):
             for name, cmd in cmds.items():
                 n += 1
                 loaders.log("round %d: %s" % (rnd + 1, name))
-                results[name].append(run(a, cmd, budget, n))
+                if a.nodes:
+                    results[name].append(run_nodes(a, cl, name, jpegs, chunks, budget, n))
+                else:
+                    results[name].append(run(a, cmd, budget, n))
     print("command:  %s" % " ".join(sys.argv))
-    print("data:     %d JPEGs of %d px (%s), %d classes, on the emulated NAS; memory budget %s + %s for the "
-          "processes; %d DataLoader workers, batch %d; page cache dropped before each run; medians of %d rounds" % (
-              a.images, a.size, loaders.report.human_bytes(size), a.classes, loaders.report.human_bytes(budget),
-              loaders.report.human_bytes(a.allowance), a.workers, a.batch_size, a.rounds))
+    where = "on the emulated NAS"
+    if a.nodes:
+        where = "on the emulated NAS of %d emulated nodes (links %s, NAS %s), DDP with one training process per " \
+                "node; memory budget per node" % (a.nodes, a.nic, a.nas_rate)
+    print("data:     %d JPEGs of %d px (%s), %d classes, %s %s + %s for the processes; %d DataLoader workers, "
+          "batch %d; page cache dropped before each run; medians of %d rounds" % (
+              a.images, a.size, loaders.report.human_bytes(size), a.classes, where if a.nodes else where + "; memory budget",
+              loaders.report.human_bytes(budget), loaders.report.human_bytes(a.allowance), a.workers, a.batch_size,
+              a.rounds))
     print("%-6s %18s %18s %10s" % ("epoch", "baseline images/s", "brandrt images/s", "ratio"))
     for e in range(a.epochs):
         row = []

@@ -46,6 +46,11 @@ def loaders(a, tf):
         from torchvision.datasets import ImageFolder
 
         ds = ImageFolder(a.data, transform=tf)
+        if a.world_size > 1:  # each process its share of every epoch, as DDP wants
+            sampler = torch.utils.data.DistributedSampler(ds, num_replicas=a.world_size, rank=a.rank, seed=a.seed)
+            dl = torch.utils.data.DataLoader(ds, batch_size=a.batch_size, sampler=sampler, num_workers=a.workers,
+                                             persistent_workers=a.workers > 0)
+            return dl, sampler, len(ds.classes)
         dl = torch.utils.data.DataLoader(ds, batch_size=a.batch_size, shuffle=True, num_workers=a.workers,
                                          persistent_workers=a.workers > 0)
         return dl, None, len(ds.classes)
@@ -153,9 +158,9 @@ def main():
         seen, correct, total_loss = reduce(a, seen, correct, total_loss)
         if a.rank == 0:
             test = ", test accuracy %.2f%%" % (100 * evaluate(getattr(net, "module", net), a.test_data, tf)) if a.test_data else ""
-            print("epoch %d from %s: %d images in %d steps, %.2f s, %.0f images/s, loss %.3f, accuracy %.1f%%%s"
-                  % (epoch + 1, source, seen, steps, secs, seen / secs, total_loss / max(seen, 1), 100 * correct / max(seen, 1), test),
-                  flush=True)
+            print("epoch %d from %s: %d images in %.2f s, %.0f images/s, loss %.3f, accuracy %.1f%%%s; %d steps"
+                  % (epoch + 1, source, seen, secs, seen / secs, total_loss / max(seen, 1), 100 * correct / max(seen, 1), test,
+                     steps), flush=True)
 
 
 def evaluate(net, root, tf):
