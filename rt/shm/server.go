@@ -162,9 +162,10 @@ func (s *Server) StartEpoch(e uint32, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.epoch, s.traceLen = e, uint32(n)
+	resume := s.resumeState()
 	for _, c := range s.clients {
 		c.ring.setEpoch(e, uint32(n))
-		c.ring.setResume(s.resumeState())
+		c.ring.setResume(resume)
 	}
 }
 
@@ -331,7 +332,10 @@ func (s *Server) attach(conn *net.UnixConn) error {
 		s.alone = time.Now()
 	}
 	s.mu.Unlock()
-	if err != nil {
+	switch {
+	case err != nil && s.closing(): // Close dropped it before its welcome
+		return nil
+	case err != nil:
 		return fmt.Errorf("shm: client %d (pid %d): %w", id, pid, err)
 	}
 	s.Gone.Add(1)
