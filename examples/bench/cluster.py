@@ -169,7 +169,9 @@ def run(a, cl, cat, mem, label, system, k, n, serve_flags):
                     rec["own"]["stats"] = [json.loads(line) for line in f if line.strip()]
             except OSError:
                 pass
-            if serve.returncode != 0:  # the cause of whatever the runners saw
+            # serve's own failure is the cause of whatever the runners saw;
+            # killed by a signal after a runner failed, it is not
+            if serve.returncode > 0 or (serve.returncode < 0 and "error" not in rec):
                 rec["error"] = "brandrt serve exit status %d: %s" % (serve.returncode, _first_error(rec["own"]["serve_log"]))
         for g in groups:
             g.kill()

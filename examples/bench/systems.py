@@ -434,7 +434,7 @@ class Brandrt(_System):
         sys.path.insert(0, os.path.join(spec["repo"], "python"))
         from brandrt.torch import BrandDataset, BrandSampler
 
-        if _world(spec)[1] > 1:
+        if "master" in spec:  # on a cluster, of one node too
             return self.attach_node(spec, BrandDataset, BrandSampler)
         self.attach = shm_dir(spec, "brandrt")
         self.stats = os.path.join(self.attach, "stats.json")
