@@ -393,8 +393,8 @@ def _stale(name):
 
 def report_again(paths, out):
     """The tables and plots of earlier runs' results.jsonl files, merged.
-    Each (storage, memory budget) must come from one run: its ratios are
-    taken within the rounds of that run."""
+    Each (storage, memory budget, nodes) must come from one run: its
+    ratios are taken within the rounds of that run."""
     SAME = ("files", "bytes", "workers", "batch_size", "epochs", "threads", "pipe_size", "allowance_bytes")
     metas, records, source = [], [], {}
     for path in paths:
@@ -413,9 +413,10 @@ def report_again(paths, out):
                 continue
             if only and r.get("storage") != only:
                 continue
-            key = (r.get("storage"), r.get("mem"))
+            key = (r.get("storage"), r.get("mem"), r.get("nodes"))
             if source.setdefault(key, path) != path:
-                sys.exit("bench: %s, memory %s is in both %s and %s; give each once" % (key + (source[key], path)))
+                sys.exit("bench: %s, memory %s%s is in both %s and %s; give each once" % (
+                    key[0], key[1], ", %s nodes" % key[2] if key[2] else "", source[key], path))
             records.append(r)
         if meta is None:
             sys.exit("bench: %s: no meta line; not a results.jsonl of loaders.py" % path)

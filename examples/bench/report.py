@@ -182,6 +182,8 @@ def tables(meta, records):
                 line += "  (%d of %d rounds failed: %s)" % (row["runs"] - row["ok"], row["runs"], row["errors"][0][:80])
             out.append(line)
         out += versus(recs)
+        if nodes and nodes > 1:
+            out += links_check(recs)
     out += ["", "files/s and MB/s of delivered files; read: bytes read from storage per byte delivered; CPU: CPU "
                 "seconds per 1,000 files, every process of the run; ×rand: files/s over random's in the same "
                 "round; mem peak: the cgroup's peak, page cache included; held: the peak of its anonymous and "
@@ -189,6 +191,23 @@ def tables(meta, records):
                                                          "bytes between the nodes per byte delivered; slowest: the "
                                                          "slowest node's own files/s" if meta.get("nodes") else "")]
     return "\n".join(out) + "\n"
+
+
+def links_check(records):
+    """Lines setting the bytes brandrt's ranks say they sent each other
+    against the bytes the nodes' links carried in the same run: the check
+    that MPI went over the emulated network, not through shared memory."""
+    out = []
+    for r in records:
+        stats = (r.get("own") or {}).get("stats") or []
+        if r["status"] != "ok" or not stats:
+            continue
+        sent = sum(s.get("network_bytes", 0) for s in stats)
+        links = sum(e.get("between_nodes_bytes", 0) for e in r["epochs"])
+        out.append("links check, %s round %d: its ranks sent each other %s (their count, payload); the nodes' links "
+                   "carried %s between the nodes (TCP/IP included): %.3f×" % (
+                       label(r), r["round"], human_bytes(sent), human_bytes(links), links / max(sent, 1)))
+    return out
 
 
 def versus(records):
@@ -303,19 +322,22 @@ def _cluster_plots(meta, records, out, plt):
     title = "%s files (%s), NAS link %s, nodes' links %s, %d DataLoader workers per node" % (
         comma(meta["files"]), human_bytes(meta["bytes"]), meta["nas_rate"], meta["nic"], meta["workers"])
 
-    def draw(name, groups, xs, xlabel, suptitle):
+    def draw(name, groups, xs, xlabel, suptitle, unit, ticks=False):
         series = {}
         for x, recs in zip(xs, groups):
             for row in rows(recs):
                 series.setdefault(row["label"], {})[x] = row
         noio = series.pop("noio", {})  # the loader alone: given in the title, it would squeeze the others
         if noio:
-            suptitle += "; noio (the loaders alone, no storage), epochs 2 on: %s files/s" % "/".join(
-                comma(noio[x]["steady"]["files_s"]) for x in xs if x in noio and noio[x]["steady"])
+            suptitle += "; noio (the loaders alone, no storage), epochs 2 on: %s" % ", ".join(
+                "%s files/s at %.0f%s" % (comma(noio[x]["steady"]["files_s"]), x, unit)
+                for x in xs if x in noio and noio[x]["steady"])
         fig, axes = plt.subplots(1, 2, figsize=(13.5, 5))
         for ax, ph, sub in ((axes[0], "e1", "epoch 1 (cold)"), (axes[1], "steady", "epochs 2 on")):
             if len(xs) > 1:
                 _lines(ax, series, xs, ph, "files_s", 1)
+                if ticks:
+                    ax.set_xticks(xs)
                 ax.set_xlabel(xlabel)
                 ax.set_ylabel("files per second (the job's: its slowest node's epoch)")
             else:
@@ -337,7 +359,7 @@ def _cluster_plots(meta, records, out, plt):
         ok = [(n, g) for n, g in zip(counts, groups) if g]
         draw("files-per-s-nodes-mem%s.png" % mem.replace("%", "pct").replace(" ", ""), [g for _, g in ok], [n for n, _ in ok],
              "nodes", "memory %s%s" % (mem, " (the nodes together)" if mem.endswith("%") else " per node") +
-             (", %d nodes" % ok[0][0] if len(ok) == 1 else ""))
+             (", %d nodes" % ok[0][0] if len(ok) == 1 else ""), " nodes", ticks=True)
     for n in counts:
         recs = [r for r in records if r["nodes"] == n]
         budgets = sorted({r["budget_bytes"] for r in recs})
@@ -345,5 +367,5 @@ def _cluster_plots(meta, records, out, plt):
             continue
         groups = [[r for r in recs if r["budget_bytes"] == b] for b in budgets]
         draw("files-per-s-memory-%dnodes.png" % n, groups, [100 * b * n / meta["bytes"] for b in budgets],
-             "the nodes' memory together, % of the dataset", "%d nodes" % n)
+             "the nodes' memory together, % of the dataset", "%d nodes" % n, "%")
     return written

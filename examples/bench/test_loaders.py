@@ -9,6 +9,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -166,6 +167,10 @@ class EndToEnd(unittest.TestCase):
         # From epoch 2 coordl fetches what the other node keeps from it.
         self.assertGreater(by["coordl"]["epochs"][1]["between_nodes_bytes"], 0)
         self.assertIn("== 2 nodes, NAS, memory 50%", p.stdout)
+        # The report states that check: the links carried what the ranks sent.
+        ratio = re.search(r"links check, brandrt-window K=\d+ round 1: .* carried .*: ([\d.]+)×", p.stdout)
+        self.assertIsNotNone(ratio, p.stdout)
+        self.assertGreaterEqual(float(ratio.group(1)), 1.0)
         self.assertTrue(os.path.getsize(os.path.join(Work.get(), "out", "files-per-s-nodes-mem50pct.png")) > 0)
         self.assertEqual(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.count("bb-"), 0)
 
