@@ -329,7 +329,7 @@ func TestBadInputs(t *testing.T) {
 	t.Run("more ranks than chunks", func(t *testing.T) {
 		out := outDir()
 		_, err := pack(t, input, out, packOpts{k: 16, ranks: 3})
-		expectFailure(t, out, err, "30 files make 2 chunks of 16, too few for 3 ranks")
+		expectFailure(t, out, err, "30 files make 2 chunks of 16, too few for 3 shards")
 	})
 }
 

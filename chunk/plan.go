@@ -46,14 +46,14 @@ func NewPlan(inputs []Input, classes []string, k, ranks int, seed uint64, params
 		errs = append(errs, fmt.Errorf("chunk: %w", err))
 	}
 	if ranks < 1 {
-		errs = append(errs, fmt.Errorf("chunk: %d ranks: there must be at least 1", ranks))
+		errs = append(errs, fmt.Errorf("chunk: %d shards: there must be at least 1", ranks))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	p := &Plan{K: k, Ranks: ranks, Seed: seed, Inputs: append([]Input(nil), inputs...), Classes: classes, Params: params}
 	if c := p.Chunks(); c < ranks {
-		return nil, fmt.Errorf("chunk: %d files make %d chunks of %d, too few for %d ranks", len(inputs), c, k, ranks)
+		return nil, fmt.Errorf("chunk: %d files make %d chunks of %d, too few for %d shards", len(inputs), c, k, ranks)
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x9ac4))
 	rng.Shuffle(len(p.Inputs), func(i, j int) { p.Inputs[i], p.Inputs[j] = p.Inputs[j], p.Inputs[i] })

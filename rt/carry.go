@@ -53,7 +53,7 @@ func (l *loop) load(f proto.FileID, files map[proto.FileID]*file) {
 	if res == nil || res.ch == nil || res.ch.Index != li/l.n.k {
 		panic(fmt.Sprintf("rt: rank %d: file %d loaded without its chunk", l.n.me, f))
 	}
-	e := l.n.shard.Index().Record(li)
+	e := l.n.shard.Record(li)
 	data := res.ch.File(li % l.n.k)
 	if data == nil { // damaged on storage: read, named, left out (Node.damaged)
 		files[f] = &file{id: f, label: e.Label, crc: e.CRC, damaged: l.n.lostNote(f)}

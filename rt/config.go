@@ -14,8 +14,14 @@ import (
 // onto its fields one to one.
 type Config struct {
 	// Chunks is the packed dataset's directory; "{rank}" in it is replaced
-	// by the rank, for node-local copies.
+	// by the rank, for node-local copies (each holding the shard of its
+	// rank: the job then has as many ranks as the dataset has shards).
+	// The job's ranks split the dataset's shards between them
+	// (chunk.Assign).
 	Chunks string
+	// ShardDirs, when set, are the directories that hold this rank's
+	// shards, one per shard in order (staged copies; see chunk.OpenHome).
+	ShardDirs []string
 	// MemBytes is the rank's budget in bytes for its own files in memory
 	// (its local VCs). When zero, MemFraction of the rank's shard is used.
 	MemBytes    int64

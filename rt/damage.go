@@ -40,12 +40,12 @@ func (n *Node) damaged(res *readResult) error {
 
 // once reports whether d is news: not named before in this job.
 func (n *Node) once(d *chunk.Damage) bool {
-	key := [2]int{d.Chunk, d.Slot}
+	key := [3]int{d.Rank, d.Chunk, d.Slot}
 	if n.named[key] {
 		return false
 	}
 	if n.named == nil {
-		n.named, n.lost = make(map[[2]int]bool), make(map[proto.FileID]string)
+		n.named, n.lost = make(map[[3]int]bool), make(map[proto.FileID]string)
 	}
 	n.named[key] = true
 	return true

@@ -49,7 +49,7 @@ type ioPool struct {
 	reading map[int][]proto.Read
 }
 
-func newIOPool(shard *chunk.Shard, firstPC, workers int) *ioPool {
+func newIOPool(shard *chunk.Home, firstPC, workers int) *ioPool {
 	p := &ioPool{queue: make(chan proto.Read, workers), done: make(chan readResult, 2*workers+1)}
 	for range workers {
 		p.wg.Add(1)
@@ -66,7 +66,7 @@ func newIOPool(shard *chunk.Shard, firstPC, workers int) *ioPool {
 // readChunk reads chunk c whole. A read that finds a file damaged is
 // made once more, since a fault on the way from storage may not repeat;
 // what the second read finds stands.
-func readChunk(shard *chunk.Shard, r proto.Read, c int) readResult {
+func readChunk(shard *chunk.Home, r proto.Read, c int) readResult {
 	res := readOnce(shard, r, c)
 	if len(res.damage) == 0 {
 		return res
@@ -81,7 +81,7 @@ func readChunk(shard *chunk.Shard, r proto.Read, c int) readResult {
 	return res
 }
 
-func readOnce(shard *chunk.Shard, r proto.Read, c int) readResult {
+func readOnce(shard *chunk.Home, r proto.Read, c int) readResult {
 	ch, damage, err := shard.ReadWhole(c)
 	res := readResult{read: r, ch: ch, err: err}
 	for i := range damage {

@@ -23,11 +23,14 @@ type Node struct {
 	me, size int
 	dir      string
 	man      *chunk.Manifest
-	shard    *chunk.Shard
-	m        *proto.Mapping
-	p        proto.Machine
-	first    proto.FileID
-	k        int
+	// homes[r] is the first shard rank r serves (chunk.Assign); shard
+	// reads this rank's.
+	homes []int
+	shard *chunk.Home
+	m     *proto.Mapping
+	p     proto.Machine
+	first proto.FileID
+	k     int
 	// sums of the shard's index, to check what the consumers received
 	crcSum, labelSum int64
 	maxSize          int64
@@ -48,10 +51,10 @@ type Node struct {
 	// counts holds this epoch's deliveries on this rank per file id
 	// (files left out as damaged count too).
 	counts []int32
-	// named holds the damage (chunk, slot; slot −1 the header) already
+	// named holds the damage (shard, chunk, slot; slot −1 the header) already
 	// named in this job, lost what a client hears for each damaged file
 	// of this rank (Config.OnDamage "skip").
-	named map[[2]int]bool
+	named map[[3]int]bool
 	lost  map[proto.FileID]string
 	// sess is what the rank knows of its training processes; clients,
 	// when set, counts its clients (WatchClients).
@@ -171,24 +174,41 @@ func (n *Node) open() error {
 	if err != nil {
 		return err
 	}
-	if man.Ranks != n.size {
-		return fmt.Errorf("rt: %s was packed for %d ranks and this job has %d: run %d ranks, or pack again with --ranks %d",
-			n.dir, man.Ranks, n.size, man.Ranks, n.size)
+	if n.homes, err = chunk.Assign(man, n.size); err != nil {
+		return fmt.Errorf("rt: %s: %w", n.dir, err)
+	}
+	lo, hi := n.homes[n.me], n.homes[n.me+1]
+	if n.dir != n.cfg.Chunks && man.Ranks != n.size {
+		return fmt.Errorf("rt: %s is node-local (%s), its rank's shard alone: run as many ranks as the dataset has shards (%d), or serve a copy of the whole dataset",
+			n.cfg.Chunks, chunk.RankPlaceholder, man.Ranks)
+	}
+	dirs := n.cfg.ShardDirs
+	if dirs == nil {
+		for range hi - lo {
+			dirs = append(dirs, n.dir)
+		}
+	}
+	if len(dirs) != hi-lo {
+		return fmt.Errorf("rt: rank %d serves shards %d–%d of %s, and was given %d directories for them", n.me, lo, hi-1, n.dir, len(dirs))
 	}
 	n.man, n.k = man, man.K
-	if n.shard, err = chunk.OpenShard(n.cfg.FS, n.dir, n.me); err != nil {
+	if n.shard, err = chunk.OpenHome(n.cfg.FS, dirs, man, lo); err != nil {
 		return err
 	}
-	idx := n.shard.Index()
-	if info := man.Shards[n.me]; idx.First() != info.FirstFile || int64(idx.Len()) != info.Files || idx.CRC() != info.IndexCRC {
-		return fmt.Errorf("rt: %s: the index of rank %d does not match the manifest; run brandrt verify", n.dir, n.me)
+	if man.Ranks != n.size {
+		var bytes int64
+		for _, s := range man.Shards[lo:hi] {
+			bytes += s.Bytes
+		}
+		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d serves shards %d–%d of %d: %d files, %s\n",
+			n.me, lo, hi-1, man.Ranks, n.shard.Len(), mib(bytes))
 	}
 	if err := n.checkSizes(); err != nil {
 		return err
 	}
-	sizes := make([]int64, idx.Len())
+	sizes := make([]int64, n.shard.Len())
 	for i := range sizes {
-		e := idx.Record(i)
+		e := n.shard.Record(i)
 		sizes[i] = int64(e.Size)
 		n.maxSize = max(n.maxSize, sizes[i])
 		n.crcSum += int64(e.CRC)
@@ -234,12 +254,16 @@ func (n *Node) checkSizes() error {
 // protocol state of this rank.
 func (n *Node) newRank(sizes []int64) error {
 	d := proto.Dataset{K: n.k}
-	for _, s := range n.man.Shards {
+	for r := range n.size {
+		var files, bytes int64
+		for _, s := range n.man.Shards[n.homes[r]:n.homes[r+1]] {
+			files, bytes = files+s.Files, bytes+s.Bytes
+		}
 		mem := n.cfg.MemBytes
 		if mem == 0 {
-			mem = int64(n.cfg.MemFraction * float64(s.Bytes))
+			mem = int64(n.cfg.MemFraction * float64(bytes))
 		}
-		d.Shards = append(d.Shards, proto.Shard{Files: int(s.Files), Bytes: s.Bytes, MemBytes: mem})
+		d.Shards = append(d.Shards, proto.Shard{Files: int(files), Bytes: bytes, MemBytes: mem})
 	}
 	m, err := proto.NewMapping(d)
 	if err != nil {

@@ -90,13 +90,13 @@ func runInspect(c *cli.Context) error {
 func printSummary(w io.Writer, dir string, s *chunk.Summary) {
 	m := s.Manifest
 	fmt.Fprintf(w, "dataset  %s (created %s, seed %d)\n", dir, m.Created.Format("2006-01-02 15:04 MST"), m.Seed)
-	fmt.Fprintf(w, "files    %s, %s, K=%d, %d ranks\n", comma(m.Files), ibytes(m.Bytes), m.K, m.Ranks)
+	fmt.Fprintf(w, "files    %s, %s, K=%d, %d shards\n", comma(m.Files), ibytes(m.Bytes), m.K, m.Ranks)
 	for _, sh := range m.Shards {
 		here := ""
 		if !slices.Contains(s.Present, sh.Rank) {
 			here = " (not in this directory)"
 		}
-		fmt.Fprintf(w, "rank %-3d %s files, %s, %s chunks, ids %s–%s%s\n", sh.Rank, comma(sh.Files), ibytes(sh.Bytes),
+		fmt.Fprintf(w, "shard %-3d %s files, %s, %s chunks, ids %s–%s%s\n", sh.Rank, comma(sh.Files), ibytes(sh.Bytes),
 			comma(int64(sh.Chunks)), comma(sh.FirstFile), comma(sh.FirstFile+sh.Files-1), here)
 	}
 	z := s.Sizes

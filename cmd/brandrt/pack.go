@@ -19,14 +19,16 @@ import (
 func packCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "pack",
-		Usage:     "pack a dataset into chunks of K files, one shard per rank",
+		Usage:     "pack a dataset into chunks of K files, in shards that the ranks of a job split",
 		ArgsUsage: " ",
 		Description: "Reads a directory tree (ImageFolder: one subdirectory per class, labels in\n" +
 			"sorted order; or plain: every file, no labels) or a manifest (one file per\n" +
 			"line: path, or path<TAB>label, or {\"path\": …, \"label\": …}). Shuffles the\n" +
 			"files with --seed, cuts them into chunks of --chunk-files and splits the\n" +
-			"chunks over --ranks. Writes DIR/rank-NNNNN/ (chunk files and that rank's\n" +
-			"index) and DIR/manifest.json, which is written last. A pack that fails, or\n" +
+			"chunks into --shards runs. Writes DIR/rank-NNNNN/ (shard NNNNN: its chunk\n" +
+			"files and index) and DIR/manifest.json, which is written last. A job of M\n" +
+			"ranks serves any number of shards S ≥ M: each rank a run of consecutive\n" +
+			"shards, balanced by bytes (serve prints which). A pack that fails, or\n" +
 			"is interrupted (SIGINT, SIGTERM; under mpirun, by a signal to mpirun),\n" +
 			"removes everything it wrote, and DIR itself if it created it; a dataset\n" +
 			"--force was replacing stays as it was.\n\n" +
@@ -40,14 +42,14 @@ func packCommand() *cli.Command {
 			"Under mpirun -np N, rank 0 lists the input and each process writes its\n" +
 			"shards. With {rank} in --out (e.g. /scratch/chunks-{rank}), each process\n" +
 			"writes its shard and a copy of the manifest into its own, node-local\n" +
-			"directory; --ranks must then equal N.\n\n" +
-			"Example: brandrt pack --input /data/imagenet/train --out /scratch/chunks --chunk-files 64 --ranks 4",
+			"directory; --shards must then equal N, and so must the ranks that serve it.\n\n" +
+			"Example: brandrt pack --input /data/imagenet/train --out /scratch/chunks --chunk-files 64 --shards 240",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "input", Usage: "input directory (with --manifest: the root of its relative paths)"},
 			&cli.StringFlag{Name: "manifest", Usage: "file listing the files to pack, instead of scanning --input"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "output directory; {rank} makes it per process"},
 			&cli.IntFlag{Name: "chunk-files", Value: 64, Usage: fmt.Sprintf("K, files per chunk: 1 to %d, and at most the dataset's files (a dataset smaller than the default gets K = its files)", chunk.MaxK)},
-			&cli.IntFlag{Name: "ranks", Usage: "shards to write (default: the number of MPI processes, or 1)"},
+			&cli.IntFlag{Name: "shards", Aliases: []string{"ranks"}, Usage: "shards to write; any job of at most as many ranks serves them, each rank a run of shards balanced by bytes (default: the number of MPI processes, or 1)"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the shuffle"},
 			&cli.IntFlag{Name: "workers", Value: defaultWorkers(), Usage: "chunks written at once by each process"},
 			&cli.StringFlag{Name: "layout", Value: string(chunk.LayoutAuto), Usage: "auto, imagefolder or plain"},
@@ -79,7 +81,7 @@ func runPack(c *cli.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	ranks := c.Int("ranks")
+	ranks := c.Int("shards")
 	if ranks == 0 {
 		ranks = g.Size()
 	}
@@ -105,7 +107,7 @@ func runPack(c *cli.Context) (err error) {
 	}
 	if g.Rank() == 0 {
 		took := time.Since(start)
-		fmt.Fprintf(c.App.Writer, "packed %s files (%s) into %s chunks of %d for %d ranks in %s (%s/s) → %s\n",
+		fmt.Fprintf(c.App.Writer, "packed %s files (%s) into %s chunks of %d in %d shards in %s (%s/s) → %s\n",
 			comma(m.Files), ibytes(m.Bytes), comma(int64(plan.Chunks())), m.K, m.Ranks, took.Round(10*time.Millisecond),
 			ibytes(int64(float64(m.Bytes)/took.Seconds())), c.String("out"))
 	}

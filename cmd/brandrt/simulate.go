@@ -38,10 +38,10 @@ func simulateCommand() *cli.Command {
 			"no-prefetching; no-optimization (random refill chunk, no prefetch).\n\n" +
 			"Example: brandrt simulate --compare --files 1.28M --ranks 3 --chunk-files 64 --mem-fraction 0.25",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "chunks", Usage: "simulate this packed dataset (brandrt pack --out): its ranks, K and file sizes, instead of generated ones"},
+			&cli.StringFlag{Name: "chunks", Usage: "simulate this packed dataset (brandrt pack --out): its shards, K and file sizes, instead of generated ones"},
 			&cli.GenericFlag{Name: "files", Value: &files, Usage: "files in the dataset (1281167, 40k, 1.28M)"},
 			&cli.IntFlag{Name: "chunk-files", Value: d.ChunkFiles, Usage: fmt.Sprintf("K, files per chunk: 1 to %d, and at most the files", chunk.MaxK)},
-			&cli.IntFlag{Name: "ranks", Value: d.Ranks, Usage: "ranks (nodes); files are split evenly"},
+			&cli.IntFlag{Name: "ranks", Value: d.Ranks, Usage: "ranks (nodes); files are split evenly; with --chunks, its shards are split over them as serve splits them (default: one rank per shard)"},
 			&cli.Float64Flag{Name: "mem-fraction", Value: d.MemFraction, Usage: "each rank's memory as a fraction of its shard, in (0, 1]"},
 			&cli.Float64Flag{Name: "remote-fraction", Value: d.RemoteFraction, Usage: "each rank's prefetch buffer as a fraction of its memory"},
 			&cli.IntFlag{Name: "window", Value: d.Window, Usage: "P, how far ahead files are prefetched, in positions (paper: those an owner considers; window: how early a file is pushed)"},
@@ -85,16 +85,20 @@ func simConfig(c *cli.Context) (sim.Config, error) {
 	}
 	cfg.Lead, cfg.Ramp = c.Int("lead"), c.Int("ramp")
 	if dir := c.String("chunks"); dir != "" {
-		for _, f := range []string{"files", "ranks", "chunk-files", "file-size", "size-dist", "sigma"} {
+		for _, f := range []string{"files", "chunk-files", "file-size", "size-dist", "sigma"} {
 			if c.IsSet(f) {
 				return cfg, fmt.Errorf("--%s comes from the dataset with --chunks; drop it", f)
 			}
 		}
-		m, sizes, labels, err := datasetSizes(dir)
+		ranks := 0 // as many as the dataset has shards, unless --ranks
+		if c.IsSet("ranks") {
+			ranks = cfg.Ranks
+		}
+		m, sizes, labels, err := datasetSizes(dir, ranks)
 		if err != nil {
 			return cfg, err
 		}
-		cfg.Files, cfg.Ranks, cfg.ChunkFiles, cfg.DatasetSizes, cfg.Labels = int(m.Files), m.Ranks, m.K, sizes, labels
+		cfg.Files, cfg.Ranks, cfg.ChunkFiles, cfg.DatasetSizes, cfg.Labels = int(m.Files), len(sizes), m.K, sizes, labels
 	}
 	v, err := proto.ParseVariant(c.String("variant"))
 	if err != nil {
@@ -300,22 +304,40 @@ func percent(x *float64) string {
 }
 
 // datasetSizes reads a packed dataset's manifest and, from its indexes,
-// the size of every file, one list per rank, and its label by file id
-// (nil when the dataset has none).
-func datasetSizes(dir string) (*chunk.Manifest, [][]int64, []int32, error) {
+// the size of every file, one list per rank of a job of ranks ranks (0:
+// one per shard) with the shards split as serve splits them
+// (chunk.Assign), and its label by file id (nil when the dataset has
+// none).
+func datasetSizes(dir string, ranks int) (*chunk.Manifest, [][]int64, []int32, error) {
 	m, err := chunk.ReadManifest(chunk.OS, dir)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if ranks == 0 {
+		ranks = m.Ranks
+	}
+	homes, err := chunk.Assign(m, ranks)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	home := make([]int, m.Ranks) // the rank serving each shard
+	for r := range ranks {
+		for s := homes[r]; s < homes[r+1]; s++ {
+			home[s] = r
+		}
+	}
 	// grown as the indexes are read, not sized from the manifest's claim
-	sizes := make([][]int64, m.Ranks)
+	sizes := make([][]int64, ranks)
 	var labels []int32
 	labelled := false
 	err = chunk.Each(chunk.OS, dir, func(e chunk.Entry) error {
 		if e.ID != int64(len(labels)) || e.ID >= m.Files {
 			return fmt.Errorf("%s: file id %d where id %d of %d was due: the indexes and the manifest disagree", dir, e.ID, len(labels), m.Files)
 		}
-		sizes[e.Rank] = append(sizes[e.Rank], int64(e.Size))
+		if e.Rank < 0 || e.Rank >= len(home) {
+			return fmt.Errorf("%s: file id %d is in shard %d of %d", dir, e.ID, e.Rank, len(home))
+		}
+		sizes[home[e.Rank]] = append(sizes[home[e.Rank]], int64(e.Size))
 		labels, labelled = append(labels, e.Label), labelled || e.Label >= 0
 		return nil
 	})

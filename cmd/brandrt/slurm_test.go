@@ -100,7 +100,7 @@ func TestSlurmTrains(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit code %d, output:\n%s", code, out)
 	}
-	for _, want := range []string{`rank 0: staged its shard to `, `rank 1: staged its shard to `,
+	for _, want := range []string{`rank 0: staged shard 0 to `, `rank 1: staged shard 1 to `,
 		`(?m)^epoch 1: 240 files, .* delivered by 2 ranks`, `every file delivered exactly once`,
 		`(?m)^epoch 1 from brandrt, 2 training processes: 240 images`} {
 		if !regexp.MustCompile(want).MatchString(out) {

@@ -33,7 +33,10 @@ func stageCommand() *cli.Command {
 			"checksum, from local disk) and reuses it. A copy that is damaged, or whose\n" +
 			"source was packed again, is copied again, and stage says why.\n\n" +
 			"SIGINT or SIGTERM stops it; it then removes what it copied. Under mpirun or\n" +
-			"srun each process stages its own rank.\n\n" +
+			"srun each process stages the shard of its rank number: serve reads the copies\n" +
+			"when it runs as many ranks as the dataset has shards. A job of fewer ranks,\n" +
+			"each serving several shards, stages with serve --stage, which copies each\n" +
+			"rank's shards.\n\n" +
 			"Example (job prolog): brandrt stage --chunks /shared/chunks --to /local/scratch",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "the packed dataset on shared storage"},

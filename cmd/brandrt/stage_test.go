@@ -169,7 +169,7 @@ func TestServeStage(t *testing.T) {
 	}
 	out := serve()
 	for r := range 2 {
-		if want := fmt.Sprintf("brandrt: rank %d: staged its shard to %s", r, local); !strings.Contains(out, want) || !strings.Contains(out, "every file delivered exactly once") {
+		if want := fmt.Sprintf("brandrt: rank %d: staged shard %d to %s", r, r, local); !strings.Contains(out, want) || !strings.Contains(out, "every file delivered exactly once") {
 			t.Fatalf("job 1: no %q, or not every file delivered, in:\n%s", want, out)
 		}
 	}
@@ -184,7 +184,7 @@ func TestServeStage(t *testing.T) {
 	}
 	out = serve()
 	for r := range 2 {
-		if want := fmt.Sprintf("brandrt: rank %d: reusing its staged copy", r); !strings.Contains(out, want) || !strings.Contains(out, "every file delivered exactly once") {
+		if want := fmt.Sprintf("brandrt: rank %d: reusing its staged copy of shard %d", r, r); !strings.Contains(out, want) || !strings.Contains(out, "every file delivered exactly once") {
 			t.Fatalf("job 2: no %q, or not every file delivered, in:\n%s", want, out)
 		}
 	}
@@ -198,8 +198,8 @@ func TestServeStage(t *testing.T) {
 		t.Fatal(err)
 	}
 	out = serve()
-	if !strings.Contains(out, "brandrt: rank 1: its staged copy was not reused: chunk: rank 1 chunk 2") ||
-		!strings.Contains(out, "brandrt: rank 1: staged its shard to") || !strings.Contains(out, "brandrt: rank 0: reusing its staged copy") ||
+	if !strings.Contains(out, "brandrt: rank 1: its staged copy of shard 1 was not reused: chunk: rank 1 chunk 2") ||
+		!strings.Contains(out, "brandrt: rank 1: staged shard 1 to") || !strings.Contains(out, "brandrt: rank 0: reusing its staged copy of shard 0") ||
 		!strings.Contains(out, "every file delivered exactly once") {
 		t.Fatalf("job 3, a byte of rank 1's copy flipped:\n%s", out)
 	}

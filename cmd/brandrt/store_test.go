@@ -39,7 +39,7 @@ func TestPackVerifyInspectExtract(t *testing.T) {
 		t.Fatalf("verify: status %d\n%s%s", status, stdout, errs)
 	}
 	stdout, _, status = runCLI(t, "inspect", "--chunks", out)
-	for _, want := range []string{"files    500", "K=16, 2 ranks", "rank 0 ", "rank 1 ", "sizes    min 0 B", "classes  4: class-000 (125)", "layout imagefolder"} {
+	for _, want := range []string{"files    500", "K=16, 2 shards", "shard 0 ", "shard 1 ", "sizes    min 0 B", "classes  4: class-000 (125)", "layout imagefolder"} {
 		if status != 0 || !strings.Contains(stdout, want) {
 			t.Errorf("inspect lacks %q:\n%s", want, stdout)
 		}

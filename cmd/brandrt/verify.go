@@ -22,7 +22,7 @@ func verifyCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "dataset directory ({rank} is replaced by the process's rank)"},
 			&cli.IntFlag{Name: "workers", Value: defaultWorkers(), Usage: "chunks checked at once"},
-			&cli.BoolFlag{Name: "local", Usage: "accept ranks whose directory is missing (node-local datasets)"},
+			&cli.BoolFlag{Name: "local", Usage: "accept shards whose directory is missing (node-local datasets)"},
 		},
 		Action: runVerify,
 	}
@@ -61,9 +61,9 @@ func runVerify(c *cli.Context) error {
 		fmt.Fprintln(w, "damaged:", p)
 	}
 	if len(rep.Skipped) > 0 {
-		fmt.Fprintf(w, "not here (node-local): ranks %v\n", rep.Skipped)
+		fmt.Fprintf(w, "not here (node-local): shards %v\n", rep.Skipped)
 	}
-	fmt.Fprintf(w, "checked %s files (%s) in %s chunks of %d ranks of %s (%d ranks, K=%d)\n",
+	fmt.Fprintf(w, "checked %s files (%s) in %s chunks of %d shards of %s (%d shards, K=%d)\n",
 		comma(rep.Files), ibytes(rep.Bytes), comma(int64(rep.Chunks)), rep.Ranks, dir, m.Ranks, m.K)
 	if n := len(rep.Problems); n > 0 {
 		return fmt.Errorf("verify: %d problem(s) in %s", n, dir)

@@ -136,11 +136,11 @@ func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) er
 	}
 	go st.onSignal() // from the start: staging, opening and starting the training may take a while
 	if cfg.Stage != "" {
-		dir, err := stageShard(rc.Chunks, comm.Rank(), cfg.Stage, rc.Log, ctx.Done())
+		dirs, err := stageHome(rc.Chunks, comm.Rank(), comm.Size(), cfg.Stage, rc.Log, ctx.Done())
 		if err != nil {
 			return err
 		}
-		rc.Chunks = dir
+		rc.Chunks, rc.ShardDirs = dirs[0], dirs
 	}
 	node, err := nodeMemory()
 	if err != nil {

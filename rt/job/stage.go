@@ -15,30 +15,58 @@ import (
 // stageEvery spaces a staging rank's progress lines.
 const stageEvery = 10 * time.Second
 
-// stageShard copies the rank's shard of the dataset in chunks (shared
-// storage) to the node-local directory local, or reuses a verified copy
-// there (chunk/stage), and returns the copy's directory, which the rank
-// then reads. It says what it did on log, and every stageEvery how far a
-// copy has come. Closing stop (a signal) stops it; it then removes what
-// it copied.
-func stageShard(chunks string, rank int, local string, log io.Writer, stop <-chan struct{}) (string, error) {
+// stageHome stages each shard that rank serves in a job of ranks ranks
+// (chunk.Assign) with stageShard, and returns their copies' directories
+// in order.
+func stageHome(chunks string, rank, ranks int, local string, log io.Writer, stop <-chan struct{}) ([]string, error) {
+	src := chunk.ForRank(chunks, rank)
+	m, err := chunk.ReadManifest(chunk.OS, src)
+	if err != nil {
+		return nil, err
+	}
+	if src != chunks && m.Ranks != ranks {
+		return nil, fmt.Errorf("%s is node-local (%s), its rank's shard alone: run as many ranks as the dataset has shards (%d), or stage from a copy of the whole dataset",
+			chunks, chunk.RankPlaceholder, m.Ranks)
+	}
+	homes, err := chunk.Assign(m, ranks)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", src, err)
+	}
+	var dirs []string
+	for s := homes[rank]; s < homes[rank+1]; s++ {
+		dir, err := stageShard(chunks, rank, s, local, log, stop)
+		if err != nil {
+			return nil, err
+		}
+		dirs = append(dirs, dir)
+	}
+	return dirs, nil
+}
+
+// stageShard copies shard of the dataset in chunks (shared storage), one
+// that rank serves, to the node-local directory local, or reuses a
+// verified copy there (chunk/stage), and returns the copy's directory,
+// which the rank then reads. It says what it did on log, and every
+// stageEvery how far a copy has come. Closing stop (a signal) stops it;
+// it then removes what it copied.
+func stageShard(chunks string, rank, shard int, local string, log io.Writer, stop <-chan struct{}) (string, error) {
 	cfg := stage.DefaultConfig()
-	cfg.Source, cfg.Rank, cfg.Local = chunk.ForRank(chunks, rank), rank, local
+	cfg.Source, cfg.Rank, cfg.Local = chunk.ForRank(chunks, rank), shard, local
 	last := time.Now() // a first line after stageEvery: a short stage says nothing until it is done
 	cfg.Progress = func(step stage.Step, done, total int64) {
 		if step == stage.Wait {
-			fmt.Fprintf(log, "brandrt: rank %d: waiting for another stage of the same shard on this node\n", rank)
+			fmt.Fprintf(log, "brandrt: rank %d: waiting for another stage of shard %d on this node\n", rank, shard)
 			return
 		}
 		if time.Since(last) >= stageEvery && done < total {
 			last = time.Now()
-			fmt.Fprintf(log, "brandrt: rank %d: staging: %s %s of %s\n", rank, step, humanize.IBytes(uint64(done)), humanize.IBytes(uint64(total)))
+			fmt.Fprintf(log, "brandrt: rank %d: staging shard %d: %s %s of %s\n", rank, shard, step, humanize.IBytes(uint64(done)), humanize.IBytes(uint64(total)))
 		}
 	}
 	cfg.Stop = stop
 	res, err := stage.Stage(cfg)
 	if errors.Is(err, stage.ErrInterrupted) {
-		return "", fmt.Errorf("interrupted while staging its shard; removed what it copied to %s", local)
+		return "", fmt.Errorf("interrupted while staging shard %d; removed what it copied to %s", shard, local)
 	}
 	if err != nil {
 		return "", err
@@ -46,14 +74,14 @@ func stageShard(chunks string, rank int, local string, log io.Writer, stop <-cha
 	verified := fmt.Sprintf("verified %s in %s", humanize.IBytes(uint64(res.VerifiedBytes)), res.VerifyTime.Round(time.Millisecond))
 	switch {
 	case res.Reused:
-		fmt.Fprintf(log, "brandrt: rank %d: reusing its staged copy %s (read %s from %s: the manifest alone); %s\n",
-			rank, res.Dir, humanize.IBytes(uint64(res.SourceBytes)), cfg.Source, verified)
+		fmt.Fprintf(log, "brandrt: rank %d: reusing its staged copy of shard %d, %s (read %s from %s: the manifest alone); %s\n",
+			rank, shard, res.Dir, humanize.IBytes(uint64(res.SourceBytes)), cfg.Source, verified)
 	default:
 		if res.Replaced != "" {
-			fmt.Fprintf(log, "brandrt: rank %d: its staged copy was not reused: %s\n", rank, res.Replaced)
+			fmt.Fprintf(log, "brandrt: rank %d: its staged copy of shard %d was not reused: %s\n", rank, shard, res.Replaced)
 		}
-		fmt.Fprintf(log, "brandrt: rank %d: staged its shard to %s: copied %s in %s; %s\n",
-			rank, res.Dir, humanize.IBytes(uint64(res.CopiedBytes)), res.CopyTime.Round(time.Millisecond), verified)
+		fmt.Fprintf(log, "brandrt: rank %d: staged shard %d to %s: copied %s in %s; %s\n",
+			rank, shard, res.Dir, humanize.IBytes(uint64(res.CopiedBytes)), res.CopyTime.Round(time.Millisecond), verified)
 	}
 	return res.Dir, nil
 }

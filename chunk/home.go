@@ -1,0 +1,162 @@
+package chunk
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Assign splits the manifest's shards over ranks ranks: rank r serves the
+// shards [lo[r], lo[r+1]) (len(lo) is ranks+1), a run of consecutive
+// shards, so that its files are consecutive ids and its chunks, whole
+// but for the dataset's last, consecutive too. The runs are balanced by
+// bytes: run r ends at the shard boundary nearest to (r+1)/ranks of the
+// dataset's bytes, and none is empty. The same manifest and rank count give the
+// same runs everywhere. With as many ranks as shards, each rank serves
+// its own shard, as datasets packed for a rank count always were.
+func Assign(m *Manifest, ranks int) ([]int, error) {
+	s := len(m.Shards)
+	switch {
+	case ranks < 1:
+		return nil, fmt.Errorf("chunk: %d ranks, want at least 1", ranks)
+	case ranks > s:
+		return nil, fmt.Errorf("chunk: %d ranks for %d shards: each rank serves at least one shard; run at most %d ranks, or pack again with --shards %d or more",
+			ranks, s, s, ranks)
+	}
+	var total int64
+	for _, sh := range m.Shards {
+		total += sh.Bytes
+	}
+	lo := make([]int, ranks+1)
+	lo[ranks] = s
+	var sum int64
+	next := 0
+	for r := 1; r < ranks; r++ {
+		// the boundary nearest r/ranks of the bytes, leaving a shard to
+		// each rank before and after it
+		want := float64(total) * float64(r) / float64(ranks)
+		for next < s-(ranks-r) && (float64(sum)+float64(m.Shards[next].Bytes)/2 < want || next < lo[r-1]+1) {
+			sum += m.Shards[next].Bytes
+			next++
+		}
+		lo[r] = next
+	}
+	return lo, nil
+}
+
+// Home reads the chunks of a run of consecutive shards as one shard: what
+// one rank serves. Its chunks and files are numbered from 0 over the run,
+// the shards' in order; every shard but the dataset's last holds whole
+// chunks of K files, so chunk c of the run holds its files c×K on. A Home
+// is safe for concurrent use.
+type Home struct {
+	shards []*Shard
+	lo     int     // the first shard's number
+	chunk0 []int   // the run's number of each shard's first chunk
+	file0  []int64 // the run's number of each shard's first file
+	k      int
+	chunks int
+	files  int
+}
+
+// OpenHome opens shards lo, lo+1, … of the dataset that m describes,
+// shard lo+i in the dataset directory dirs[i] (the dataset's, or a staged
+// copy holding that shard), and checks each index against m.
+func OpenHome(fsys FS, dirs []string, m *Manifest, lo int) (*Home, error) {
+	hi := lo + len(dirs)
+	if lo < 0 || hi > len(m.Shards) || lo >= hi {
+		return nil, fmt.Errorf("chunk: shards %d–%d of a dataset of %d", lo, hi-1, len(m.Shards))
+	}
+	h := &Home{lo: lo, k: m.K}
+	for s := lo; s < hi; s++ {
+		dir := dirs[s-lo]
+		sh, err := OpenShard(fsys, dir, s)
+		if err != nil {
+			h.Close()
+			return nil, err
+		}
+		h.shards = append(h.shards, sh)
+		idx, info := sh.Index(), m.Shards[s]
+		if idx.First() != info.FirstFile || int64(idx.Len()) != info.Files || idx.CRC() != info.IndexCRC || idx.K() != m.K {
+			h.Close()
+			return nil, fmt.Errorf("chunk: %s: the index of shard %d does not match the manifest; run brandrt verify", dir, s)
+		}
+		if s < hi-1 && idx.Len()%m.K != 0 {
+			h.Close()
+			return nil, fmt.Errorf("chunk: %s: shard %d has %d files, not whole chunks of %d, and is not the last one served", dir, s, idx.Len(), m.K)
+		}
+		h.chunk0 = append(h.chunk0, h.chunks)
+		h.file0 = append(h.file0, int64(h.files))
+		h.chunks, h.files = h.chunks+idx.Chunks(), h.files+idx.Len()
+	}
+	return h, nil
+}
+
+// Shards returns the run's shards [lo, hi).
+func (h *Home) Shards() (lo, hi int) { return h.lo, h.lo + len(h.shards) }
+
+// Len returns the run's files; First the dataset id of its first file.
+func (h *Home) Len() int { return h.files }
+
+// First returns the dataset id of the run's first file.
+func (h *Home) First() int64 { return h.shards[0].Index().First() }
+
+// Chunks returns the run's chunks.
+func (h *Home) Chunks() int { return h.chunks }
+
+// at returns the position in h.shards of the shard holding the run's
+// chunk c.
+func (h *Home) at(c int) int {
+	i, found := slices.BinarySearch(h.chunk0, c)
+	if !found {
+		i--
+	}
+	return i
+}
+
+// Record returns the index entry of the run's file i (see Index.Record).
+func (h *Home) Record(i int) Entry {
+	s := h.at(i / h.k)
+	return h.shards[s].Index().Record(i - int(h.file0[s]))
+}
+
+// ReadWhole reads the run's chunk c whole (see Shard.ReadWhole); the
+// chunk's Index is c, its Rank the shard it came from.
+func (h *Home) ReadWhole(c int) (*Chunk, []Damage, error) {
+	if c < 0 || c >= h.Chunks() {
+		return nil, nil, fmt.Errorf("chunk: chunk %d of shards %d–%d, which have %d", c, h.lo, h.lo+len(h.shards)-1, h.Chunks())
+	}
+	s := h.at(c)
+	ch, damage, err := h.shards[s].ReadWhole(c - h.chunk0[s])
+	if ch != nil {
+		ch.Index = c
+	}
+	return ch, damage, err
+}
+
+// SetMemory makes every shard read into m (see Shard.SetMemory).
+func (h *Home) SetMemory(m Memory) {
+	for _, s := range h.shards {
+		s.SetMemory(m)
+	}
+}
+
+// CheckSizes checks every chunk file of the run (see Shard.CheckSizes).
+func (h *Home) CheckSizes(most int) ([]error, int) {
+	var out []error
+	bad := 0
+	for _, s := range h.shards {
+		probs, n := s.CheckSizes(most - len(out))
+		out, bad = append(out, probs...), bad+n
+	}
+	return out, bad
+}
+
+// Close closes every shard.
+func (h *Home) Close() error {
+	var errs []error
+	for _, s := range h.shards {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}

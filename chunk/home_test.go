@@ -1,0 +1,133 @@
+package chunk_test
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/brandrt/brandrt/chunk"
+)
+
+// Assign gives each of M ranks a non-empty run of consecutive shards, the
+// runs covering the dataset in order; each rank as many shards as there
+// are ranks alone; and no rank more bytes than its share plus the
+// largest shard (each boundary is the one nearest its share).
+func TestAssign(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 500 {
+		s := 1 + rng.IntN(40)
+		m := &chunk.Manifest{}
+		var total, largest int64
+		for range s {
+			b := int64(1 + rng.IntN(1000))
+			if trial%3 == 0 {
+				b = 100 // even shards
+			}
+			m.Shards = append(m.Shards, chunk.ShardInfo{Bytes: b})
+			total, largest = total+b, max(largest, b)
+		}
+		for ranks := 1; ranks <= s; ranks++ {
+			lo, err := chunk.Assign(m, ranks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(lo) != ranks+1 || lo[0] != 0 || lo[ranks] != s {
+				t.Fatalf("%d shards, %d ranks: %v", s, ranks, lo)
+			}
+			for r := range ranks {
+				if lo[r+1] <= lo[r] {
+					t.Fatalf("%d shards, %d ranks: rank %d gets none: %v", s, ranks, r, lo)
+				}
+				var b int64
+				for _, sh := range m.Shards[lo[r]:lo[r+1]] {
+					b += sh.Bytes
+				}
+				// each end within half the largest shard of its mark
+				if b > total/int64(ranks)+largest+1 {
+					t.Fatalf("%d shards, %d ranks: rank %d gets %d bytes of %d: %v", s, ranks, r, b, total, lo)
+				}
+			}
+			if ranks == s {
+				for r := range ranks {
+					if lo[r] != r {
+						t.Fatalf("as many ranks as shards: %v", lo)
+					}
+				}
+			}
+			if trial%3 == 0 && s%ranks == 0 { // even shards that divide: as many each
+				for r := range ranks {
+					if lo[r+1]-lo[r] != s/ranks {
+						t.Fatalf("%d even shards, %d ranks: %v", s, ranks, lo)
+					}
+				}
+			}
+		}
+		if _, err := chunk.Assign(m, s+1); err == nil || !strings.Contains(err.Error(), "run at most") {
+			t.Fatalf("%d ranks for %d shards: %v", s+1, s, err)
+		}
+	}
+}
+
+// A Home over shards 1–3 of 4 reads what the shards read one by one, its
+// chunks and files numbered from 0 across them.
+func TestHomeReadsItsShards(t *testing.T) {
+	input, _ := gen(t, 300)
+	out := filepath.Join(t.TempDir(), "chunks")
+	m, err := pack(t, input, out, packOpts{k: 8, ranks: 4, workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := chunk.OpenHome(chunk.OS, []string{out, out, out}, m, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if lo, hi := h.Shards(); lo != 1 || hi != 4 || h.First() != m.Shards[1].FirstFile || int64(h.Len()) != m.Files-m.Shards[1].FirstFile {
+		t.Fatalf("shards %d–%d, first file %d, %d files", lo, hi, h.First(), h.Len())
+	}
+	if probs, bad := h.CheckSizes(5); bad != 0 {
+		t.Fatal(probs)
+	}
+	c, f := 0, 0
+	for s := 1; s < 4; s++ {
+		sh, err := chunk.OpenShard(chunk.OS, out, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range sh.Index().Len() {
+			if got, want := h.Record(f+i), sh.Index().Record(i); got != want {
+				t.Fatalf("shard %d file %d: the home's file %d is %+v, want %+v", s, i, f+i, got, want)
+			}
+		}
+		for local := range sh.Index().Chunks() {
+			want, _, err := sh.ReadWhole(local)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, damage, err := h.ReadWhole(c + local)
+			if err != nil || len(damage) != 0 {
+				t.Fatal(err, damage)
+			}
+			if got.Index != c+local || got.Rank != s || got.Slots() != want.Slots() {
+				t.Fatalf("chunk %d: index %d, shard %d, %d slots; want shard %d chunk %d, %d slots", c+local, got.Index, got.Rank, got.Slots(), s, local, want.Slots())
+			}
+			for i := range want.Slots() {
+				if !bytes.Equal(got.File(i), want.File(i)) {
+					t.Fatalf("chunk %d slot %d differs", c+local, i)
+				}
+			}
+			got.Release()
+			want.Release()
+		}
+		c, f = c+sh.Index().Chunks(), f+sh.Index().Len()
+		sh.Close()
+	}
+	if c != h.Chunks() {
+		t.Fatalf("%d chunks, the home says %d", c, h.Chunks())
+	}
+	if _, _, err := h.ReadWhole(c); err == nil {
+		t.Fatal("a chunk past the home's last was read")
+	}
+}
