@@ -135,8 +135,11 @@ type Damage struct {
 	Path   string
 	File   string
 	Lo, Hi int64
-	// Reason says what is wrong.
+	// Reason says what is wrong; Err is the error of the open or read
+	// that failed, nil when the bytes were read and are wrong, or the
+	// chunk file ends before them.
 	Reason string
+	Err    error
 }
 
 func (d *Damage) Error() string {
@@ -167,8 +170,12 @@ func (s *Shard) ReadWhole(c int) (*Chunk, []Damage, error) {
 		return nil, nil, err
 	}
 	data, cause := got[0], ""
+	var ioErr error
 	if short != nil {
 		cause = short.Error()
+		if !errors.As(short, new(*endsEarly)) {
+			ioErr = short
+		}
 	}
 	var damage []Damage
 	if len(data) >= int(HeaderSize(len(es))) {
@@ -187,8 +194,12 @@ func (s *Shard) ReadWhole(c int) (*Chunk, []Damage, error) {
 				continue
 			}
 		}
-		damage = append(damage, Damage{Rank: s.idx.rank, Chunk: c, Slot: i, ID: e.ID, Path: s.idx.path(int(e.ID - s.idx.first)),
-			File: s.path(c), Lo: lo, Hi: hi, Reason: reason})
+		d := Damage{Rank: s.idx.rank, Chunk: c, Slot: i, ID: e.ID, Path: s.idx.path(int(e.ID - s.idx.first)),
+			File: s.path(c), Lo: lo, Hi: hi, Reason: reason}
+		if reason == cause {
+			d.Err = ioErr
+		}
+		damage = append(damage, d)
 	}
 	return ch, damage, nil
 }

@@ -3,13 +3,14 @@ package rt
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/proto"
 )
 
 // damaged deals with what a chunk read found damaged on storage (read
-// twice: see readChunk). With Config.OnDamage "fail" a damaged file is
+// again: see readChunk). With Config.OnDamage "fail" a damaged file is
 // the epoch's error, which ends the job; with "skip" each damaged file is
 // named once, and the loop answers its position with that news. A
 // damaged header costs no file (the index has its table): it is named
@@ -25,8 +26,8 @@ func (n *Node) damaged(res *readResult) error {
 		return nil
 	}
 	if n.cfg.OnDamage != "skip" {
-		return fmt.Errorf("rt: damaged data (read twice): %s; the job stops (brandrt serve --on-damage skip leaves damaged files out; brandrt verify checks the whole dataset)",
-			listDamage(res.damage, 10))
+		return fmt.Errorf("rt: damaged data (%s): %s; the job stops (brandrt serve --on-damage skip leaves damaged files out; brandrt verify checks the whole dataset)",
+			readTimes(res), listDamage(res.damage, 10))
 	}
 	for i := range res.damage {
 		d := &res.damage[i]
@@ -36,6 +37,23 @@ func (n *Node) damaged(res *readResult) error {
 		}
 	}
 	return nil
+}
+
+// readTimes says how often a damaged chunk was read (see readChunk).
+func readTimes(res *readResult) string {
+	if ioFailed(*res) {
+		return fmt.Sprintf("read %d times over %v", 2+len(retryWaits), sum(retryWaits))
+	}
+	return "read twice"
+}
+
+// sum adds up ds.
+func sum(ds []time.Duration) time.Duration {
+	var t time.Duration
+	for _, d := range ds {
+		t += d
+	}
+	return t
 }
 
 // once reports whether d is news: not named before in this job.

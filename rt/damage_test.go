@@ -3,7 +3,9 @@ package rt
 import (
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/chunk/chunktest"
@@ -67,5 +69,44 @@ func TestServeRereadsDamage(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// A chunk file that cannot be opened for a while (an I/O error, as a
+// network file system's client gives when it loses a file for a moment)
+// is read again after waits (retryWaits): three failed opens cost 1.25 s
+// and no file; one that stays unreadable is the job's error, after every
+// wait, saying how often it was read.
+func TestServeRetriesIOErrors(t *testing.T) {
+	dir := packed(t, 400, 2, 8)
+	for _, tc := range []struct {
+		times int
+		ok    bool
+	}{{3, true}, {0, false}} {
+		t.Run(fmt.Sprint(tc.times), func(t *testing.T) {
+			log := new(testkit.Log)
+			cfg := DefaultConfig()
+			cfg.Chunks, cfg.MemFraction, cfg.Epochs, cfg.Consume, cfg.Log = dir, 0.25, 1, 2, log
+			cfg.FS = chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpOpen, Path: "rank-00001/chunk-00000003.brc",
+				Err: syscall.ENOENT, Times: tc.times})
+			start := time.Now()
+			stats, err := serveLocalErr(t, 2, cfg)
+			took := time.Since(start)
+			if tc.ok {
+				if err != nil || !strings.Contains(log.String(), "no such file or directory on a first read; read again, the chunk was intact") ||
+					took < 1250*time.Millisecond {
+					t.Fatalf("after %v: %v\n%s", took, err, log)
+				}
+				for _, s := range stats {
+					if !s.OK() || s.FilesDelivered != 400 {
+						t.Errorf("epoch %d: %+v", s.Epoch, s)
+					}
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "read 5 times over 4.25s") || !strings.Contains(err.Error(), "no such file or directory") {
+				t.Fatalf("error %v", err)
+			}
+		})
 	}
 }

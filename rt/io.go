@@ -2,6 +2,7 @@ package rt
 
 import (
 	"sync"
+	"time"
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/proto"
@@ -16,11 +17,11 @@ type readResult struct {
 	// damage lists the files of the chunk that are damaged on storage
 	// (left out of ch), header the damage of its header and table, if
 	// any; retried says that a first read found damage, so the chunk was
-	// read again (what is here is the second read's).
+	// read again (what is here is the last read's: see readChunk).
 	damage  []chunk.Damage
 	header  *chunk.Damage
 	retried bool
-	// transient is what a first read found damaged when the second read
+	// transient is what a first read found damaged when a later read
 	// found the chunk intact.
 	transient *chunk.Damage
 	// resident: the chunk came from memory, not storage.
@@ -63,22 +64,50 @@ func newIOPool(shard *chunk.Home, firstPC, workers int) *ioPool {
 	return p
 }
 
+// retryWaits are the waits before a chunk is read again once more after
+// its file could not be opened or read (an I/O error, not wrong bytes):
+// storage that fails for a moment (a server failing over, a network file
+// system's client that loses a file for a second) costs seconds, not the
+// job. On the emulated NAS an sshfs client answered "no such file" for
+// chunk files that were there, in epoch 2 of a few runs of 3 or 4 nodes.
+var retryWaits = []time.Duration{250 * time.Millisecond, time.Second, 3 * time.Second}
+
 // readChunk reads chunk c whole. A read that finds a file damaged is
-// made once more, since a fault on the way from storage may not repeat;
-// what the second read finds stands.
+// made once more at once, since a fault on the way from storage may not
+// repeat; one whose file could not be opened or read is made again after
+// each of retryWaits while that lasts. What the last read finds stands.
 func readChunk(shard *chunk.Home, r proto.Read, c int) readResult {
 	res := readOnce(shard, r, c)
 	if len(res.damage) == 0 {
 		return res
 	}
 	first := res.damage[0]
-	res.buf.release()
-	res = readOnce(shard, r, c)
-	res.retried = true
+	for try := 0; len(res.damage) > 0 && try <= len(retryWaits); try++ {
+		if try > 0 {
+			if !ioFailed(res) {
+				break
+			}
+			time.Sleep(retryWaits[try-1])
+		}
+		res.buf.release()
+		res = readOnce(shard, r, c)
+		res.retried = true
+	}
 	if len(res.damage) == 0 && res.err == nil {
 		res.transient = &first
 	}
 	return res
+}
+
+// ioFailed says whether a read found files damaged because their chunk
+// file could not be opened or read.
+func ioFailed(res readResult) bool {
+	for _, d := range res.damage {
+		if d.Err != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func readOnce(shard *chunk.Home, r proto.Read, c int) readResult {
