@@ -121,15 +121,12 @@ def run(a, cl, cat, mem, label, system, k, n, serve_flags):
     timer.daemon = True
     try:
         cgroups.drop_caches()
+        cmd = None
         if system.startswith("brandrt"):
             chunks = cl.nas(os.path.join(work, chunks_name(k, nodes)))
             cmd = [cl.mpirun(), "-np", str(nodes), spec["brandrt"], "serve", "--chunks", chunks, "--mem", str(budget),
                    "--epochs", str(a.epochs), "--seed", "1", "--stats-json", os.path.join(tmp, "stats.json")] + serve_flags
             serve_log = open(os.path.join(tmp, "serve.log"), "w+")
-            serve = subprocess.Popen(cmd, stdout=serve_log, stderr=subprocess.STDOUT, start_new_session=True)
-            # serve refusing to start ends the run at once, not when the
-            # runners give up waiting for their ranks
-            threading.Thread(target=lambda: serve.wait() and [g.kill() for g in groups], daemon=True).start()
         for i in range(1, nodes + 1):
             node_tmp = os.path.join(tmp, "n%d" % i)
             os.mkdir(node_tmp)
@@ -146,6 +143,13 @@ def run(a, cl, cat, mem, label, system, k, n, serve_flags):
         sampler = threading.Thread(target=sample_held, args=(groups, procs[0], held), daemon=True)
         sampler.start()
         for line in procs[0].stdout:
+            # the runners started their cold epoch's clock: brandrt's
+            # ranks start now, not before (they read as soon as they serve)
+            if cmd and serve is None and '"event": "go"' in line:
+                serve = subprocess.Popen(cmd, stdout=serve_log, stderr=subprocess.STDOUT, start_new_session=True)
+                # serve refusing to start ends the run at once, not when
+                # the runners give up waiting for their ranks
+                threading.Thread(target=lambda: serve.wait() and [g.kill() for g in groups], daemon=True).start()
             take(rec, line, system, k)
         for p in procs:
             p.wait()

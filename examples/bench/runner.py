@@ -84,8 +84,13 @@ def run(spec):
     with open(spec["catalog"]) as f:
         cat = json.load(f)
     start = time.monotonic()
-    if spec.get("world", 1) > 1:
+    if "master" in spec:  # on a cluster, of one node too
         return run_node(spec, cat, start)
+    # Epoch 1 counts from before the system is made: whatever a system
+    # reads or spends while it starts (brandrt's rank reads ahead as soon
+    # as it serves) belongs to its cold epoch.
+    counters = Counters(spec)
+    made = counters.read(), time.monotonic()
     system = systems.make(spec, cat)
     emit(event="start", startup_s=time.monotonic() - start)
     sizes_only = system.check == "sizes"
@@ -93,12 +98,11 @@ def run(spec):
         want = collections.Counter(s for _, s, _ in cat["files"])
     else:
         want = collections.Counter(tuple(p) for p in cat["prints"])
-    counters = Counters(spec)
     progress = [time.monotonic()]
     threading.Thread(target=watchdog, args=(progress, spec.get("stall_s", 300)), daemon=True).start()
     try:
         for e in range(spec["epochs"]):
-            c0, t0 = counters.read(), time.monotonic()
+            c0, t0 = made if e == 0 else (counters.read(), time.monotonic())
             got = read_epoch(system, e, progress, sizes_only)
             t1, c1 = time.monotonic(), counters.read()
             emit(event="epoch", epoch=e + 1, files=got["files"], bytes=got["bytes"], seconds=t1 - t0,
@@ -144,6 +148,14 @@ def run_node(spec, cat, start):
     """One node's runner on a cluster (see the module's doc)."""
     dist = join_cluster(spec)
     me = spec["rank"]
+    counters = Counters(spec) if me == 0 else None
+    own = cgroups.Group.existing(spec["group"])
+    # Epoch 1 counts from before the systems are made (see run): rank 0
+    # says "go", on which the driver starts brandrt's ranks.
+    dist.barrier()
+    made = counters.read() if counters else None, own.counters()["cpu_ns"], time.monotonic()
+    if me == 0:
+        emit(event="go")
     system = systems.make(spec, cat)
     dist.barrier()
     if me == 0:
@@ -153,15 +165,12 @@ def run_node(spec, cat, start):
         want = collections.Counter(s for _, s, _ in cat["files"])
     else:
         want = collections.Counter(tuple(p) for p in cat["prints"])
-    counters = Counters(spec) if me == 0 else None
-    own = cgroups.Group.existing(spec["group"])
     progress = [time.monotonic()]
     threading.Thread(target=watchdog, args=(progress, spec.get("stall_s", 300)), daemon=True).start()
     try:
         for e in range(spec["epochs"]):
             dist.barrier()
-            c0 = counters.read() if counters else None
-            cpu0, t0 = own.counters()["cpu_ns"], time.monotonic()
+            c0, cpu0, t0 = made if e == 0 else (counters.read() if counters else None, own.counters()["cpu_ns"], time.monotonic())
             got = read_epoch(system, e, progress, sizes_only)
             seen = got.pop("seen")
             mine = dict(got, seconds=time.monotonic() - t0, cpu_s=(own.counters()["cpu_ns"] - cpu0) / 1e9)
