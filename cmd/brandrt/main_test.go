@@ -156,9 +156,15 @@ func TestSimulateChunks(t *testing.T) {
 	if len(m.Classes) < 2 || r.LabelEntropy == nil || *r.LabelEntropy <= 0 || *r.LabelEntropyShuffle <= 0 {
 		t.Fatalf("%d classes, label entropy %v (shuffle %v)", len(m.Classes), r.LabelEntropy, r.LabelEntropyShuffle)
 	}
+	// --ranks splits the shards as serve does: 1 rank serves both, 3 are
+	// more ranks than shards
+	out, errs, status = runCLI(t, "simulate", "--chunks", dir, "--ranks", "1", "--json")
+	if status != 0 || json.Unmarshal([]byte(strings.TrimSpace(out)), &r) != nil || r.Ranks != 1 || r.Files != 300 {
+		t.Fatalf("--chunks with --ranks 1: status %d, %q, %+v", status, errs, r)
+	}
 	_, errs, status = runCLI(t, "simulate", "--chunks", dir, "--ranks", "3")
-	if status == 0 || !strings.Contains(errs, "--ranks comes from the dataset") {
-		t.Fatalf("--chunks with --ranks: status %d, %q", status, errs)
+	if status == 0 || !strings.Contains(errs, "3 ranks for 2 shards") {
+		t.Fatalf("--chunks with --ranks 3: status %d, %q", status, errs)
 	}
 }
 

@@ -157,7 +157,7 @@ func TestServeStartErrors(t *testing.T) {
 		dir  string
 		want []string
 	}{
-		{3, two, []string{"packed for 2 ranks and this job has 3"}},
+		{3, two, []string{"3 ranks for 2 shards: each rank serves at least one shard; run at most 2 ranks, or pack again with --shards 3 or more"}},
 		{2, filepath.Join(tmp, "none"), []string{"rank 0: chunk: " + tmp + "/none is not a complete dataset", "rank 1: chunk: " + tmp + "/none is not a complete dataset"}},
 		{2, filepath.Join(tmp, "partial-{rank}"), []string{"rank 1: chunk: " + tmp + "/partial-1 is not a complete dataset", "rank 0: ranks [1] could not start"}},
 		{2, filepath.Join(tmp, "mixed-{rank}"), []string{"rank 0: the ranks do not all see the same dataset", "rank 1: the ranks do not all see the same dataset"}},
