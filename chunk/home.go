@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Assign splits the manifest's shards over ranks ranks: rank r serves the
@@ -40,6 +41,21 @@ func Assign(m *Manifest, ranks int) ([]int, error) {
 			next++
 		}
 		lo[r] = next
+	}
+	return lo, nil
+}
+
+// AssignDir is Assign for the dataset m that a job reads at chunks, which
+// may name a node-local copy per rank (RankPlaceholder): each such copy
+// holds its rank's shard alone, so the job must have a rank per shard.
+func AssignDir(chunks string, m *Manifest, ranks int) ([]int, error) {
+	if strings.Contains(chunks, RankPlaceholder) && len(m.Shards) != ranks {
+		return nil, fmt.Errorf("chunk: %s is node-local (%s), its rank's shard alone: run as many ranks as the dataset has shards (%d), or read a copy of the whole dataset",
+			chunks, RankPlaceholder, len(m.Shards))
+	}
+	lo, err := Assign(m, ranks)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", chunks, err)
 	}
 	return lo, nil
 }

@@ -131,3 +131,18 @@ func TestHomeReadsItsShards(t *testing.T) {
 		t.Fatal("a chunk past the home's last was read")
 	}
 }
+
+// A node-local dataset ({rank}) holds one shard per rank's copy: AssignDir
+// refuses another rank count, and gives the usual runs otherwise.
+func TestAssignDirNodeLocal(t *testing.T) {
+	m := &chunk.Manifest{Shards: []chunk.ShardInfo{{Bytes: 1}, {Bytes: 1}, {Bytes: 1}}}
+	if _, err := chunk.AssignDir("/local/chunks-{rank}", m, 2); err == nil || !strings.Contains(err.Error(), "run as many ranks as the dataset has shards (3)") {
+		t.Fatalf("2 ranks on a node-local dataset of 3 shards: %v", err)
+	}
+	if lo, err := chunk.AssignDir("/local/chunks-{rank}", m, 3); err != nil || lo[1] != 1 || lo[2] != 2 {
+		t.Fatalf("3 ranks: %v %v", lo, err)
+	}
+	if lo, err := chunk.AssignDir("/shared/chunks", m, 2); err != nil || len(lo) != 3 {
+		t.Fatalf("2 ranks on shared storage: %v %v", lo, err)
+	}
+}

@@ -174,14 +174,10 @@ func (n *Node) open() error {
 	if err != nil {
 		return err
 	}
-	if n.homes, err = chunk.Assign(man, n.size); err != nil {
-		return fmt.Errorf("rt: %s: %w", n.dir, err)
+	if n.homes, err = chunk.AssignDir(n.cfg.Chunks, man, n.size); err != nil {
+		return fmt.Errorf("rt: %w", err)
 	}
 	lo, hi := n.homes[n.me], n.homes[n.me+1]
-	if n.dir != n.cfg.Chunks && man.Ranks != n.size {
-		return fmt.Errorf("rt: %s is node-local (%s), its rank's shard alone: run as many ranks as the dataset has shards (%d), or serve a copy of the whole dataset",
-			n.cfg.Chunks, chunk.RankPlaceholder, man.Ranks)
-	}
 	dirs := n.cfg.ShardDirs
 	if dirs == nil {
 		for range hi - lo {
@@ -194,14 +190,6 @@ func (n *Node) open() error {
 	n.man, n.k = man, man.K
 	if n.shard, err = chunk.OpenHome(n.cfg.FS, dirs, man, lo); err != nil {
 		return err
-	}
-	if man.Ranks != n.size {
-		var bytes int64
-		for _, s := range man.Shards[lo:hi] {
-			bytes += s.Bytes
-		}
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d serves shards %d–%d of %d: %d files, %s\n",
-			n.me, lo, hi-1, man.Ranks, n.shard.Len(), mib(bytes))
 	}
 	if err := n.checkSizes(); err != nil {
 		return err
@@ -216,6 +204,10 @@ func (n *Node) open() error {
 	}
 	if err := n.newRank(sizes); err != nil {
 		return err
+	}
+	if man.Ranks != n.size {
+		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d serves shards %d–%d of %d: %d files, %s\n",
+			n.me, lo, hi-1, man.Ranks, n.shard.Len(), mib(n.m.ShardBytes(n.me)))
 	}
 	if err := n.fitsNode(); err != nil {
 		return err

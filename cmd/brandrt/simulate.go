@@ -316,9 +316,9 @@ func datasetSizes(dir string, ranks int) (*chunk.Manifest, [][]int64, []int32, e
 	if ranks == 0 {
 		ranks = m.Ranks
 	}
-	homes, err := chunk.Assign(m, ranks)
+	homes, err := chunk.AssignDir(dir, m, ranks)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%s: %w", dir, err)
+		return nil, nil, nil, err
 	}
 	home := make([]int, m.Ranks) // the rank serving each shard
 	for r := range ranks {

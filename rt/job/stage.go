@@ -24,13 +24,9 @@ func stageHome(chunks string, rank, ranks int, local string, log io.Writer, stop
 	if err != nil {
 		return nil, err
 	}
-	if src != chunks && m.Ranks != ranks {
-		return nil, fmt.Errorf("%s is node-local (%s), its rank's shard alone: run as many ranks as the dataset has shards (%d), or stage from a copy of the whole dataset",
-			chunks, chunk.RankPlaceholder, m.Ranks)
-	}
-	homes, err := chunk.Assign(m, ranks)
+	homes, err := chunk.AssignDir(chunks, m, ranks)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", src, err)
+		return nil, err
 	}
 	var dirs []string
 	for s := homes[rank]; s < homes[rank+1]; s++ {
