@@ -12,10 +12,16 @@ type Event interface{ isEvent() }
 // Start[r] is the first position rank r's clients will ask for; the files
 // planned for the positions before it were delivered before a restart,
 // and are neither asked for nor kept.
+//
+// Delivered, when set, resumes the epoch on another job's plan (the
+// window policy only): it marks the files delivered before the restart,
+// Traces are the rest's (RestTraces), which the rank plans as RestPlan
+// does, and its clients ask for every position from 0.
 type EpochStart struct {
-	Epoch  uint32
-	Traces [][]FileID
-	Start  []int32
+	Epoch     uint32
+	Traces    [][]FileID
+	Start     []int32
+	Delivered []bool
 }
 
 // ClientRequest is a local client asking for the file at position Sn of

@@ -8,14 +8,25 @@ import "math/rand/v2"
 // most one. serve and simulate both draw their traces here, so the same
 // seed gives them the same traces.
 func Traces(files, ranks int, seed uint64, e uint32) [][]FileID {
+	return RestTraces(files, ranks, seed, e, nil)
+}
+
+// RestTraces returns the traces of what is left of epoch e once the
+// files marked in delivered were delivered (a job resumed on another
+// number of ranks): the epoch's permutation from Traces with those files
+// taken out, cut into runs per rank whose lengths differ by at most one.
+// With delivered nil it is Traces.
+func RestTraces(files, ranks int, seed uint64, e uint32, delivered []bool) [][]FileID {
 	perm := rand.New(rand.NewPCG(seed, 0x7ace_0000_0000|uint64(e))).Perm(files)
-	all := make([]FileID, files)
-	for i, f := range perm {
-		all[i] = FileID(f)
+	all := make([]FileID, 0, files)
+	for _, f := range perm {
+		if delivered == nil || !delivered[f] {
+			all = append(all, FileID(f))
+		}
 	}
 	traces := make([][]FileID, ranks)
 	for r := range traces {
-		lo, hi := traceRun(files, ranks, r)
+		lo, hi := traceRun(len(all), ranks, r)
 		traces[r] = all[lo:hi:hi]
 	}
 	return traces

@@ -54,6 +54,11 @@ type WindowInput struct {
 	// (steps before 0). Nil starts every pool empty at step 0, as the
 	// first epoch does.
 	After []Drain
+	// Delivered, when set, marks the files delivered before this plan
+	// begins (the rest of an epoch resumed on another number of ranks,
+	// RestTraces): they answer no position, and a chunk left with none of
+	// its files to answer is not read. Indexed by file id.
+	Delivered []bool
 }
 
 // Drain is what one rank's pool leaves the next epoch: once its last read
@@ -188,11 +193,33 @@ func (in WindowInput) fillDrain(h int, pl *pool, d Drain) {
 func (in WindowInput) newPool(h int) *pool {
 	first, n := in.Mapping.RankPCs(h)
 	pl := &pool{rng: rand.New(rand.NewPCG(in.Seed^0x5749_4e44_4f57, uint64(in.Epoch)<<32|uint64(h)))}
-	pl.order, pl.bytes = make([]int, n), make([]int64, n)
-	for i, j := range pl.rng.Perm(n) {
-		pl.order[i], pl.bytes[i] = first+j, in.ChunkBytes(first+j)
+	pl.order, pl.bytes = make([]int, 0, n), make([]int64, 0, n)
+	for _, j := range pl.rng.Perm(n) {
+		if b := in.restBytes(first + j); b >= 0 {
+			pl.order, pl.bytes = append(pl.order, first+j), append(pl.bytes, b)
+		}
 	}
 	return pl
+}
+
+// restBytes returns the bytes of chunk pc's files not yet delivered
+// (Delivered), or -1 when none is left to deliver: the chunk is not read.
+func (in WindowInput) restBytes(pc int) int64 {
+	if in.Delivered == nil {
+		return in.ChunkBytes(pc)
+	}
+	lo, hi := in.Mapping.PCFiles(pc)
+	h := in.Mapping.Home(lo)
+	b, left := int64(0), false
+	for f := lo; f < hi; f++ {
+		if !in.Delivered[f] {
+			b, left = b+in.size(h, f), true
+		}
+	}
+	if !left {
+		return -1
+	}
+	return b
 }
 
 // issue starts reads of h's next chunks while its budget, less other
@@ -229,6 +256,9 @@ func (in WindowInput) land(pl *pool) {
 	pl.reads = append(pl.reads, rd)
 	lo, hi := in.Mapping.PCFiles(rd.PC)
 	for f := lo; f < hi; f++ {
+		if in.Delivered != nil && in.Delivered[f] {
+			continue
+		}
 		pl.ready = append(pl.ready, f)
 		pl.since = append(pl.since, rd.Due)
 	}
@@ -390,6 +420,9 @@ func (in WindowInput) validateRank(h int) error {
 
 func (in WindowInput) validateTraces() error {
 	seen := make([]bool, in.Mapping.Files())
+	if in.Delivered != nil && len(in.Delivered) != len(seen) {
+		return fmt.Errorf("proto: %d files marked delivered or not, for a dataset of %d", len(in.Delivered), len(seen))
+	}
 	for r, tr := range in.Traces {
 		for sn, f := range tr {
 			if f < 0 || int(f) >= len(seen) {
@@ -397,6 +430,9 @@ func (in WindowInput) validateTraces() error {
 			}
 			if seen[f] {
 				return fmt.Errorf("proto: file %d appears twice in the traces (again at position %d of rank %d)", f, sn, r)
+			}
+			if in.Delivered != nil && in.Delivered[f] {
+				return fmt.Errorf("proto: position %d of rank %d names file %d, delivered before the plan begins", sn, r, f)
 			}
 			seen[f] = true
 		}

@@ -221,6 +221,9 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 	if w.started && e.Epoch <= w.epoch {
 		return fmt.Errorf("proto: epoch %d after epoch %d", e.Epoch, w.epoch)
 	}
+	if e.Start != nil && e.Delivered != nil {
+		return fmt.Errorf("proto: rank %d: epoch %d resumes both at start positions and after delivered files", w.me, e.Epoch)
+	}
 	if e.Start != nil && len(e.Start) != len(e.Traces) {
 		return fmt.Errorf("proto: rank %d: epoch %d starts with %d start positions for %d traces", w.me, e.Epoch, len(e.Start), len(e.Traces))
 	}
@@ -233,7 +236,7 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 	if x != nil && x.plan == nil { // its planning failed: plan again, and report it
 		x = nil
 	}
-	if x != nil && (x.epoch != e.Epoch || e.Start != nil || !sameTraces(x.traces, e.Traces)) {
+	if x != nil && (x.epoch != e.Epoch || e.Start != nil || e.Delivered != nil || !sameTraces(x.traces, e.Traces)) {
 		return fmt.Errorf("proto: rank %d: epoch %d starts (on other traces, or mid-way), but epoch %d was read ahead on its own",
 			w.me, e.Epoch, x.epoch)
 	}
@@ -242,13 +245,8 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 	if x != nil {
 		p = x.plan
 	} else {
-		after, err := w.after(e.Epoch)
-		if err != nil {
-			return err
-		}
-		in := w.input(e.Epoch, e.Traces)
-		in.After = after
-		if p, err = PlanWindow(in); err != nil {
+		var err error
+		if p, err = w.planEpoch(e); err != nil {
 			return err
 		}
 		x = &earlyEpoch{state: make([]fileState, n)}
@@ -261,6 +259,11 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 		arrived: make([]bool, steps), failed: make([]bool, steps)}
 	w.stats.PeakHeld, w.stats.PeakMem = w.held, w.held
 	w.skip(e.Start)
+	for f := range e.Delivered {
+		if e.Delivered[f] && w.cfg.Mapping.Home(FileID(f)) == w.me {
+			w.dropped[FileID(f)-w.first] = true
+		}
+	}
 	w.issue()
 	held := w.deferred
 	w.deferred = nil
@@ -277,6 +280,31 @@ func sameTraces(a, b [][]FileID) bool {
 	return slices.EqualFunc(a, b, func(x, y []FileID) bool { return slices.Equal(x, y) })
 }
 
+// planEpoch plans the epoch e starts: from the previous epoch's drains,
+// or, resumed after delivered files, as RestPlan does.
+func (w *WindowRank) planEpoch(e EpochStart) (*WindowPlan, error) {
+	in := w.input(e.Epoch, e.Traces)
+	if e.Delivered == nil {
+		after, err := w.after(e.Epoch)
+		if err != nil {
+			return nil, err
+		}
+		in.After = after
+		return PlanWindow(in)
+	}
+	in.Delivered = e.Delivered
+	p, err := PlanWindow(in)
+	if err != nil || w.cfg.Traces == nil {
+		return p, err
+	}
+	// the epochs after it are planned as a job that was not interrupted
+	// plans them
+	if p.Drains, err = w.drainsOf(e.Epoch); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
 // after returns the drains epoch e's plan starts from: the previous
 // epoch's. A rank that did not just plan that epoch plans the epochs
 // before e again, from epoch 1, on cfg.Traces.
@@ -286,16 +314,23 @@ func (w *WindowRank) after(e uint32) ([]Drain, error) {
 		return nil, nil
 	case w.plan != nil && w.epoch == e-1:
 		return w.plan.Drains, nil
-	case w.cfg.Traces == nil:
-		return nil, fmt.Errorf("proto: rank %d: epoch %d plans from epoch %d's, whose traces it does not know", w.me, e, e-1)
+	}
+	return w.drainsOf(e - 1)
+}
+
+// drainsOf plans epochs 1 to e on cfg.Traces and returns epoch e's
+// drains.
+func (w *WindowRank) drainsOf(e uint32) ([]Drain, error) {
+	if w.cfg.Traces == nil {
+		return nil, fmt.Errorf("proto: rank %d: epoch %d plans from epoch %d's, whose traces it does not know", w.me, e+1, e)
 	}
 	var after []Drain
-	for k := uint32(1); k < e; k++ {
+	for k := uint32(1); k <= e; k++ {
 		in := w.input(k, w.cfg.Traces(k))
 		in.After = after
 		p, err := PlanWindow(in)
 		if err != nil {
-			return nil, fmt.Errorf("proto: rank %d: planning epoch %d again, to start at epoch %d: %w", w.me, k, e, err)
+			return nil, fmt.Errorf("proto: rank %d: planning epoch %d again, to start at epoch %d: %w", w.me, k, e+1, err)
 		}
 		after = p.Drains
 	}

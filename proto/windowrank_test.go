@@ -34,6 +34,9 @@ type windowCluster struct {
 	start []int32
 	// issued counts the reads issued per epoch and chunk
 	issued map[[2]int]int
+	// before, when set before begin, resumes the epoch after those
+	// files on the rest's traces (EpochStart.Delivered)
+	before []bool
 }
 
 // newWindowCluster starts epoch in.Epoch; with start, the ranks resume it
@@ -62,7 +65,9 @@ func newWindowCluster(t *testing.T, in proto.WindowInput, remote int64, window i
 		c.ranks = append(c.ranks, w)
 		c.reads = append(c.reads, nil)
 	}
-	c.begin(in.Traces, start)
+	if start != nil || in.Traces != nil {
+		c.begin(in.Traces, start)
+	}
 	return c
 }
 
@@ -89,7 +94,7 @@ func (c *windowCluster) begin(traces [][]proto.FileID, start []int32) {
 		c.start = make([]int32, m.Ranks())
 	}
 	for r, w := range c.ranks {
-		if err := w.Step(proto.EpochStart{Epoch: c.in.Epoch, Traces: traces, Start: start}); err != nil {
+		if err := w.Step(proto.EpochStart{Epoch: c.in.Epoch, Traces: traces, Start: start, Delivered: c.before}); err != nil {
 			c.t.Fatal(err)
 		}
 		c.carry(r)
@@ -324,6 +329,65 @@ func TestWindowRankResumes(t *testing.T) {
 			}
 			if read > total {
 				t.Fatalf("read %d bytes of a %d-byte dataset", read, total)
+			}
+		})
+	}
+}
+
+// An epoch begun by 3 ranks and resumed after its delivered files by
+// another number of ranks: the resumed ranks plan what RestPlan plans,
+// serve every file left exactly once within their budgets, and read no
+// chunk that has no file left.
+func TestWindowRankResumesOnOtherRanks(t *testing.T) {
+	for seed := range uint64(30) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 4))
+			e := uint32(1 + rng.IntN(3))
+			old := shardedInput(t, seed, 12, 3, 4)
+			delivered, err := proto.Delivered(e, []proto.Stretch{{In: old, Position: rng.IntN(old.Mapping.Files()/3 + 1)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := shardedInput(t, seed, 12, 1+rng.IntN(4), 4)
+			want, err := proto.RestPlan(in, e, delivered)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := in.Mapping
+			in.Epoch, in.Traces = e, nil
+			traces := func(k uint32) [][]proto.FileID { return proto.Traces(m.Files(), m.Ranks(), seed, k) }
+			c := newWindowCluster(t, in, int64(seed%3)*3000, int(seed%40), seed, nil, traces, 0)
+			c.before = delivered
+			c.begin(proto.RestTraces(m.Files(), m.Ranks(), seed, e, delivered), nil)
+			for r, w := range c.ranks {
+				if !slices.Equal(w.Plan().Files[r], want.Files[r]) {
+					t.Fatalf("rank %d resumed with another plan than RestPlan's", r)
+				}
+			}
+			c.run(1 + int(seed%12))
+			left := 0
+			for _, d := range delivered {
+				if !d {
+					left++
+				}
+			}
+			got := 0
+			for r, fs := range c.got {
+				got += len(fs)
+				for _, f := range fs {
+					if delivered[f] {
+						t.Fatalf("rank %d served file %d, delivered before the restart", r, f)
+					}
+				}
+			}
+			if got != left {
+				t.Fatalf("served %d files, %d were left", got, left)
+			}
+			for k := range c.issued {
+				lo, hi := m.PCFiles(k[1])
+				if !slices.Contains(delivered[lo:hi], false) {
+					t.Errorf("chunk %d read again, though each of its files was delivered", k[1])
+				}
 			}
 		})
 	}
