@@ -66,8 +66,10 @@ type Node struct {
 	overOnce   sync.Once
 	supervised bool
 	// sizes are this rank's file sizes, from its opening until the window
-	// policy's rank is built from every rank's.
-	sizes []int64
+	// policy's rank is built from every rank's; allSizes are then every
+	// file's, by file id (a job resumed on another plan replans the
+	// epoch's start on them).
+	sizes, allSizes []int64
 }
 
 // Open opens this rank's shard and builds the protocol state. Every rank
@@ -245,19 +247,7 @@ func (n *Node) checkSizes() error {
 // newRank builds the mapping from the manifest and the budget, and the
 // protocol state of this rank.
 func (n *Node) newRank(sizes []int64) error {
-	d := proto.Dataset{K: n.k}
-	for r := range n.size {
-		var files, bytes int64
-		for _, s := range n.man.Shards[n.homes[r]:n.homes[r+1]] {
-			files, bytes = files+s.Files, bytes+s.Bytes
-		}
-		mem := n.cfg.MemBytes
-		if mem == 0 {
-			mem = int64(n.cfg.MemFraction * float64(bytes))
-		}
-		d.Shards = append(d.Shards, proto.Shard{Files: int(files), Bytes: bytes, MemBytes: mem})
-	}
-	m, err := proto.NewMapping(d)
+	m, err := newMapping(n.man, n.homes, n.cfg.MemBytes, n.cfg.MemFraction)
 	if err != nil {
 		return err
 	}
@@ -287,13 +277,17 @@ func (n *Node) newWindowRank() error {
 	if err != nil {
 		return err
 	}
+	n.allSizes = make([]int64, len(all))
+	for i, s := range all {
+		n.allSizes[i] = int64(uint32(s))
+	}
 	every := make([][]int64, len(counts))
 	for r, c := range counts {
-		every[r] = make([]int64, c)
-		for i, s := range all[:c] {
-			every[r][i] = int64(uint32(s))
+		off := 0
+		for _, c := range counts[:r] {
+			off += c
 		}
-		all = all[c:]
+		every[r] = n.allSizes[off : off+c : off+c]
 	}
 	wc := proto.WindowConfig{Rank: n.me, Mapping: n.m, Sizes: every, Seed: n.cfg.Seed,
 		Lead: proto.DefaultLead, Ramp: n.cfg.Ramp, Window: n.cfg.Window, RemoteMemBytes: n.remoteBytes()}

@@ -9,18 +9,12 @@ import (
 )
 
 // StartOffer is a client saying where the job resumes (Config.Resume):
-// at epoch Epoch (from 1), position Position of this rank's trace, the
-// positions before it having been delivered before the restart. Ranks
-// and Seed are those of the job the position was saved in, which must be
-// this one's: a position means the same files only in the same job. The
-// rank answers on Reply (room for one error) once the epoch starts, or
-// at once when it refuses the offer.
+// the Place its training process saved. The rank answers on Reply (room
+// for one error) once the epoch starts, or at once when it refuses the
+// offer.
 type StartOffer struct {
-	Epoch    uint32
-	Position int32
-	Ranks    int
-	Seed     uint64
-	Reply    chan<- error
+	Place Place
+	Reply chan<- error
 	// began, when set, is closed once the offer is accepted: the epoch
 	// it resumes has started.
 	began chan struct{}
@@ -39,13 +33,44 @@ func (o StartOffer) answer(err error) {
 // Config.Resume.
 func (n *Node) Starts() chan<- StartOffer { return n.starts }
 
+// resumption is where a resumed job takes up its first epoch: at Start,
+// every rank's first position on the plan of the job that saved the
+// state (a job that plans as this one does), or, on another plan, after
+// the files Delivered before the restart (a job of another number of
+// ranks, another --mem or --ramp): then this job plans the rest of the
+// epoch (proto.RestPlan) and its clients begin at position 0.
+type resumption struct {
+	Start     []int32
+	Delivered []bool
+}
+
+// from returns the first position this rank's clients ask for.
+func (r resumption) from(me int) int32 {
+	if r.Start == nil {
+		return 0
+	}
+	return r.Start[me]
+}
+
+// before counts the positions delivered before the restart.
+func (r resumption) before() int64 {
+	n := startSum(r.Start)
+	for _, d := range r.Delivered {
+		if d {
+			n++
+		}
+	}
+	return n
+}
+
 // resumePoint waits until one client of every rank said where the job
-// resumes, and returns the epoch and every rank's position. Every rank
-// must resume the same epoch; the positions may differ. An offer that
-// does not fit this job is refused to its client alone; offers whose
-// epochs differ are refused to every rank's, and every rank waits for
-// new ones.
-func (n *Node) resumePoint(ctx context.Context) (uint32, []int32, StartOffer, error) {
+// resumes, and returns the epoch and where in it each rank takes up.
+// Every rank must resume from the same state: the same epoch and, on
+// this job's plan, each rank at its own position; on another plan, the
+// same position. An offer that does not fit this job is refused to its
+// client alone; offers that differ across the ranks are refused to every
+// rank's, and every rank waits for new ones.
+func (n *Node) resumePoint(ctx context.Context) (uint32, resumption, StartOffer, error) {
 	if n.me == 0 {
 		fmt.Fprintf(n.cfg.Log, "brandrt: waiting for the training processes to say where the job resumes (--resume)\n")
 	}
@@ -53,52 +78,86 @@ func (n *Node) resumePoint(ctx context.Context) (uint32, []int32, StartOffer, er
 		var o StartOffer
 		select {
 		case <-ctx.Done():
-			return 0, nil, o, ctx.Err()
+			return 0, resumption{}, o, ctx.Err()
 		case <-n.over:
-			return 0, nil, o, fmt.Errorf("rt: rank %d: the training ended before saying where the job resumes (--resume)", n.me)
+			return 0, resumption{}, o, fmt.Errorf("rt: rank %d: the training ended before saying where the job resumes (--resume)", n.me)
 		case o = <-n.starts:
 		}
-		if err := n.fits(o); err != nil {
+		if err := n.fits(o.Place); err != nil {
 			o.answer(err)
 			continue
 		}
 		if err := n.quietBarrier(ctx); err != nil {
-			return 0, nil, o, err
+			return 0, resumption{}, o, err
 		}
-		all, _, err := n.comm.Allgatherv([]int32{int32(o.Epoch), o.Position})
+		p := o.Place
+		all, _, err := n.comm.Allgatherv([]int32{int32(p.Epoch), p.Position, p.key()})
 		if err != nil {
-			return 0, nil, o, err
+			return 0, resumption{}, o, err
 		}
-		start := make([]int32, n.size)
-		same := true
+		same, start := true, make([]int32, n.size)
 		for r := range n.size {
-			start[r] = all[2*r+1]
-			same = same && all[2*r] == all[0]
+			start[r] = all[3*r+1]
+			same = same && all[3*r] == all[0] && all[3*r+2] == all[2] && (n.samePlan(p) || start[r] == start[0])
 		}
-		if same {
-			o.began = make(chan struct{})
-			return o.Epoch, start, o, nil
+		if !same {
+			err = fmt.Errorf("the ranks' training processes resume from different states (%v, per rank: epoch, position, state): every rank must resume from the same checkpoint", all)
+			fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v; waiting for new ones\n", n.me, err)
+			o.answer(err)
+			continue
 		}
-		err = fmt.Errorf("the ranks' training processes resume different epochs (%v, per rank: epoch, position); every rank must resume the same", all)
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v; waiting for new ones\n", n.me, err)
-		o.answer(err)
+		o.began = make(chan struct{})
+		if n.samePlan(p) {
+			return p.Epoch, resumption{Start: start}, o, nil
+		}
+		d, err := n.delivered(p)
+		if err != nil { // every rank computes the same, and fails alike
+			err = fmt.Errorf("rt: rank %d: resuming %v: %w", n.me, p, err)
+			o.answer(err)
+			return 0, resumption{}, o, everyRank{err}
+		}
+		if n.me == 0 {
+			r := resumption{Delivered: d}
+			fmt.Fprintf(n.cfg.Log, "brandrt: the job was saved on %d ranks (--mem, --ramp as %s) and resumes on %d: epoch %d goes on with the %d files of %d not yet trained on, planned for %d ranks\n",
+				p.Ranks, p.Plan.describe(), n.size, p.Epoch, len(d)-int(r.before()), len(d), n.size)
+		}
+		return p.Epoch, resumption{Delivered: d}, o, nil
 	}
 }
 
+// describe prints the budget rule and ramp of r.
+func (r PlanRule) describe() string {
+	mem := fmt.Sprintf("%g%% of a shard", 100*r.MemFraction)
+	if r.MemBytes > 0 {
+		mem = mib(r.MemBytes)
+	}
+	return fmt.Sprintf("%s, ramp %d", mem, r.Ramp)
+}
+
+// delivered returns the files of p's epoch trained on before the
+// restart, from the plans of the jobs that served it (proto.Delivered).
+func (n *Node) delivered(p Place) ([]bool, error) {
+	if n.allSizes == nil {
+		return nil, errors.New("the papers' policy resumes only on its own plan")
+	}
+	st, err := n.stretches(p)
+	if err != nil {
+		return nil, err
+	}
+	return proto.Delivered(p.Epoch, st)
+}
+
 // fits reports why a start offer does not fit this job.
-func (n *Node) fits(o StartOffer) error {
-	switch {
-	case o.Ranks != n.size:
-		return fmt.Errorf("the position was saved in a job of %d brandrt ranks and this job has %d: positions are per rank, so resume with %d ranks (the number of DataLoader workers may change)",
-			o.Ranks, n.size, o.Ranks)
-	case o.Seed != n.cfg.Seed:
-		return fmt.Errorf("the position was saved in a job with --seed %d and this one has --seed %d: the order would not be the interrupted one's", o.Seed, n.cfg.Seed)
-	case o.Epoch < 1 || int(o.Epoch) > n.cfg.Epochs:
-		return fmt.Errorf("resuming at epoch %d, but this job serves epochs 1 to %d (--epochs)", o.Epoch, n.cfg.Epochs)
+func (n *Node) fits(p Place) error {
+	if err := n.placeError(p); err != nil {
+		return err
+	}
+	if !n.samePlan(p) {
+		return nil // proto.Delivered takes positions past a trace as its end
 	}
 	length := proto.TraceLen(n.m.Files(), n.size, n.me)
-	if o.Position < 0 || int(o.Position) > length {
-		return fmt.Errorf("resuming epoch %d at position %d, but this rank's trace has %d positions", o.Epoch, o.Position, length)
+	if int(p.Position) > length {
+		return fmt.Errorf("resuming epoch %d at position %d, but this rank's trace has %d positions", p.Epoch, p.Position, length)
 	}
 	return nil
 }
@@ -108,7 +167,8 @@ func (n *Node) fits(o StartOffer) error {
 // closed: a training process may offer one again (a new Client, a second
 // sampler). The same point is accepted once its epoch has started; any
 // other is refused, saying where the job resumed.
-func (n *Node) answerLateStarts(taken StartOffer, at int32, done <-chan struct{}) {
+func (n *Node) answerLateStarts(taken StartOffer, done <-chan struct{}) {
+	t := taken.Place
 	for {
 		var o StartOffer
 		select {
@@ -116,9 +176,10 @@ func (n *Node) answerLateStarts(taken StartOffer, at int32, done <-chan struct{}
 			return
 		case o = <-n.starts:
 		}
-		if o.Epoch != taken.Epoch || o.Position != at || o.Ranks != taken.Ranks || o.Seed != taken.Seed {
-			o.answer(fmt.Errorf("this job already resumed at epoch %d, position %d of this rank's trace (%d ranks, --seed %d); "+
-				"a job resumes once, where it was first told", taken.Epoch, at, taken.Ranks, taken.Seed))
+		p := o.Place
+		if p.Epoch != t.Epoch || p.Position != t.Position || p.key() != t.key() {
+			o.answer(fmt.Errorf("this job already resumed from another state, at %v (--seed %d); "+
+				"a job resumes once, where it was first told", t, t.Seed))
 			continue
 		}
 		select {

@@ -65,7 +65,7 @@ func TestLateStartsAnswered(t *testing.T) {
 			}
 			offer := func(e uint32, pos int32) error {
 				reply := make(chan error, 1)
-				n.Starts() <- StartOffer{Epoch: e, Position: pos, Ranks: ranks, Seed: cfg.Seed, Reply: reply}
+				n.Starts() <- StartOffer{Place: Place{Epoch: e, Position: pos, Ranks: ranks, Seed: cfg.Seed}, Reply: reply}
 				select {
 				case err := <-reply:
 					return err
@@ -82,7 +82,7 @@ func TestLateStartsAnswered(t *testing.T) {
 				fail("the same start again: %v, want it accepted", err)
 				return
 			}
-			if err := offer(3, 0); err == nil || !strings.Contains(err.Error(), "already resumed at epoch 2, position") {
+			if err := offer(3, 0); err == nil || !strings.Contains(err.Error(), "already resumed from another state, at epoch 2, position") {
 				fail("another start: %v, want a refusal saying where the job resumed", err)
 				return
 			}

@@ -32,19 +32,19 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 	defer pool.drain()
 	defer n.dropAhead()
 	var all []EpochStats
-	first, start, resumed := uint32(1), []int32(nil), StartOffer{}
+	first, res, resumed := uint32(1), resumption{}, StartOffer{}
 	if n.cfg.Resume {
 		var err error
-		if first, start, resumed, err = n.resumePoint(ctx); err != nil {
+		if first, res, resumed, err = n.resumePoint(ctx); err != nil {
 			return nil, err
 		}
 		done := make(chan struct{})
 		defer close(done)
-		go n.answerLateStarts(resumed, start[n.me], done)
+		go n.answerLateStarts(resumed, done)
 	}
 	for e := first; e <= uint32(n.cfg.Epochs); e++ {
-		st, err := n.epoch(ctx, e, io, pool, reqs, start, resumed)
-		start, resumed = nil, StartOffer{}
+		st, err := n.epoch(ctx, e, io, pool, reqs, res, resumed)
+		res, resumed = resumption{}, StartOffer{}
 		if err != nil {
 			return all, err
 		}
@@ -64,24 +64,32 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 }
 
 // epoch serves one epoch: traces are gathered, the loop runs until every
-// rank's clients are done, then the statistics are reduced. With start,
+// rank's clients are done, then the statistics are reduced. With res,
 // the epoch resumes there (Config.Resume), and resumed is told when it
 // starts.
-func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, reqs chan Request, start []int32, resumed StartOffer) (EpochStats, error) {
+func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, reqs chan Request, res resumption, resumed StartOffer) (EpochStats, error) {
 	files := n.m.Files()
-	traces, own, offer, err := n.epochTraces(ctx, e)
-	if err != nil {
+	var traces [][]proto.FileID
+	var own []int32
+	var offer TraceOffer
+	var err error
+	if res.Delivered != nil { // the rest of an epoch begun on another plan
+		traces = proto.RestTraces(files, n.size, n.cfg.Seed, e, res.Delivered)
+		for _, f := range traces[n.me] {
+			own = append(own, int32(f))
+		}
+	} else if traces, own, offer, err = n.epochTraces(ctx, e); err != nil {
 		return EpochStats{}, err
 	}
-	if err := n.p.Step(proto.EpochStart{Epoch: e, Traces: traces, Start: start}); err != nil {
+	if err := n.p.Step(proto.EpochStart{Epoch: e, Traces: traces, Start: res.Start, Delivered: res.Delivered}); err != nil {
 		err = fmt.Errorf("rt: rank %d: epoch %d: %w", n.me, e, err)
 		resumed.answer(err)
 		return EpochStats{}, err
 	}
 	n.counts = make([]int32, files)
-	from := 0
-	if start != nil {
-		from = int(start[n.me])
+	from := int(res.from(n.me))
+	if n.cfg.OnResume != nil && resumed.began != nil {
+		n.cfg.OnResume(e, from, res.Delivered != nil)
 	}
 	l := &loop{n: n, p: n.p, comm: n.comm, io: io, pool: pool, reqs: reqs, epoch: e, traceLen: len(own), answered: from,
 		waiting: make(map[int32]chan<- Delivery), files: n.ahead, stats: n.aheadStats}
@@ -140,12 +148,8 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		}
 		n.cfg.Order(e, order)
 	}
-	before := int64(0)
-	for _, sn := range start {
-		before += int64(sn)
-	}
 	return n.reduce(e, epochCounts{proto: n.p.Stats(), loop: l.stats, cons: cons.total, left: left, seconds: secs,
-		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, firstWait: firstWait(l), expected: positions(traces) - before, before: before,
+		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, firstWait: firstWait(l), expected: positions(traces) - startSum(res.Start), before: res.before(),
 		verified: n.cfg.Consume > 0, ended: l.endedEarly || l.ended && l.unaskedAll() > 0, over: overCount(n.trainingOver())})
 }
 
@@ -189,4 +193,13 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// startSum counts the positions before start.
+func startSum(start []int32) int64 {
+	var n int64
+	for _, sn := range start {
+		n += int64(sn)
+	}
+	return n
 }

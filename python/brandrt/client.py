@@ -2,6 +2,7 @@
 
 import array
 import ctypes
+import json
 import mmap
 import os
 import select
@@ -251,23 +252,46 @@ class Client:
         seed = struct.unpack_from("<Q", self._buf, L.OFF_SEED)[0]
         return ranks, seed, resume != L.RESUME_NONE
 
+    def place(self):
+        """What the job puts in the states its training processes save
+        (BrandSampler.state_dict): the dataset, the policy, where traces
+        come from and how the epochs are planned; {} from a rank that
+        publishes none."""
+        n = self._u32(L.OFF_JOB_BYTES)
+        if n == 0 or n > L.HEADER_BYTES - L.OFF_JOB:
+            return {}
+        return json.loads(bytes(self._buf[L.OFF_JOB : L.OFF_JOB + n]).decode())
+
+    def resumed(self):
+        """(epoch, first, rest): the epoch (from 1) the job resumed, 0 if
+        none; the first position of this rank's trace asked for in it; and
+        whether that epoch goes on on this job's plan of the files left (a
+        state saved on another number of ranks or --mem) rather than on
+        the plan of the job that saved it."""
+        epoch = self._u32(L.OFF_RESUMED_EPOCH)
+        return epoch, self._u32(L.OFF_RESUMED_FROM), self._u32(L.OFF_RESUMED_REST) == 1
+
     def waits_for_start(self):
         """Whether the rank, started with --resume, still waits to be told
         where the job takes up (start()); once the epoch it resumes has
         started, it no longer does."""
         return self._u32(L.OFF_RESUME) == L.RESUME_WAITING
 
-    def start(self, epoch, position, ranks, seed, timeout=None):
+    def start(self, epoch, position, ranks, seed, timeout=None, state=None):
         """Tell a rank started with --resume where the job takes up: epoch
         (from 1), the first position of the rank's trace its training
         processes will ask for, and the ranks and seed of the job the
-        position was saved in. Returns once every rank was told and the
-        epoch starts. Raises BrandError when the rank refuses: another job's
-        ranks or seed, an epoch it does not serve, a position past its
-        trace, a rank without --resume, ranks told different epochs, or
-        a start other than the one the rank already resumed at."""
-        hdr = struct.pack("<8sIIIIQ", L.START_MAGIC, L.VERSION, epoch, position, ranks, seed)
-        self._sock.sendall(hdr)
+        position was saved in; state, the saved BrandSampler state they
+        come from, whose plan lets the rank resume on another number of
+        ranks. Returns once every rank was told and the epoch starts.
+        Raises BrandError when the rank refuses: another dataset, policy or
+        seed, ranks that the state cannot resume on, an epoch it does not
+        serve, a position past its trace, a rank without --resume, ranks
+        told different states, or a start other than the one the rank
+        already resumed at."""
+        body = b"" if state is None else json.dumps(state, sort_keys=True).encode()
+        hdr = struct.pack("<8sIIIIQI", L.START_MAGIC, L.VERSION, epoch, position, ranks, seed, len(body))
+        self._sock.sendall(hdr + body)
         self._verdict(epoch, "resuming epoch %d at position %d" % (epoch, position), timeout)
 
     def _verdict(self, epoch, what, timeout):

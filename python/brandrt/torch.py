@@ -23,7 +23,12 @@ the model, samples being how many this process took from the loader in
 the current epoch; after a restart, sampler.load_state_dict(state) and
 `brandrt serve --resume`: the rank serves the rest of that epoch exactly
 as the interrupted job would have (examples/pytorch/train.py
---checkpoint).
+--checkpoint). The restarted job may have another number of brandrt
+ranks (a node lost), another --mem, other DataLoader workers or training
+processes per node: with the window policy it serves every file of the
+epoch not yet trained on once, in an order drawn from the seed, the
+state and its own ranks, and the epochs after it as a job of its size
+started afresh would.
 """
 
 import io
@@ -73,6 +78,9 @@ class BrandSampler(torch.utils.data.Sampler):
         self._ran = False  # an iteration began
         self._positions = None
         self._job = None  # (ranks, seed) of the brandrt job
+        self._place = {}  # what the job puts in a saved state (Client.place)
+        self._resumed = (0, 0, False)  # where the job resumed (Client.resumed)
+        self._before = None  # (epoch, stretches served before this job) in a resumed epoch
         self._resume = None  # a loaded state, until its epoch begins
         self._begin, self._begun = 0, None  # the rank's position epoch _begun began at
         self._yielded = 0  # positions yielded in the current epoch
@@ -80,28 +88,39 @@ class BrandSampler(torch.utils.data.Sampler):
 
     def state_dict(self, samples=None):
         """Where this process stands, to resume from after a restart:
-        {"epoch", "position", "ranks", "seed"}, position being the first of
-        the rank's trace positions not yet consumed. samples is how many
-        samples this process took from its DataLoader in the current epoch
-        (count them in the training loop); without it, what the sampler
-        yielded, which runs ahead of training when DataLoader workers
-        prefetch. Training processes of one rank step together, so
-        num_replicas × samples positions were consumed."""
+        {"epoch", "position", "ranks", "seed", ...}, position being the
+        first of the rank's trace positions not yet consumed. samples is
+        how many samples this process took from its DataLoader in the
+        current epoch (count them in the training loop); without it, what
+        the sampler yielded, which runs ahead of training when DataLoader
+        workers prefetch. Training processes of one rank step together, so
+        num_replicas × samples positions were consumed; with DDP every
+        rank's processes do, so one position says where the whole job was.
+        The other keys say how the job planned the epoch ("dataset",
+        "policy", "traces", "plan", and "before" in an epoch that was
+        itself resumed on another number of ranks): a restart on another
+        number of ranks replans from them which files were trained on."""
         if samples is None:
             samples = self._yielded
         n = self._positions if self._positions is not None else self._wait(self.epoch, supply=True)
         ranks, seed = self._job
         position = self._begin + samples * self.num_replicas
+        state = dict(self._place)
         if position >= n:
-            return {"epoch": self.epoch + 1, "position": 0, "ranks": ranks, "seed": seed}
-        return {"epoch": self.epoch, "position": position, "ranks": ranks, "seed": seed}
+            state.update(epoch=self.epoch + 1, position=0, ranks=ranks, seed=seed)
+            return state
+        state.update(epoch=self.epoch, position=position, ranks=ranks, seed=seed)
+        if self._before is not None and self._before[0] == self.epoch and self._before[1]:
+            state["before"] = list(self._before[1])
+        return state
 
     def load_state_dict(self, state):
         """Resume from state_dict(): the next iteration serves the saved
         epoch from its saved position. The brandrt job must be served with
-        --resume, the same number of ranks and the same --seed (the rank
-        refuses otherwise); the number of DataLoader workers, or of
-        training processes per rank, may change."""
+        --resume, on the same dataset with the same --seed and --policy
+        (the rank refuses otherwise); the number of ranks may change with
+        the window policy, and the number of DataLoader workers, or of
+        training processes per rank, always."""
         missing = {"epoch", "position", "ranks", "seed"} - set(state)
         if missing:
             raise ValueError("a BrandSampler state needs %s" % ", ".join(sorted(missing)))
@@ -117,17 +136,19 @@ class BrandSampler(torch.utils.data.Sampler):
             ranks, seed, resume = c.job()
             self._job = ranks, seed
             r = self._resume
+            self._place = c.place()
             if c.waits_for_start() and self.rank == 0:
                 # the rank waits to be told where the job takes up
                 if r is None:
-                    r = {"epoch": epoch, "position": 0, "ranks": ranks, "seed": seed}
-                c.start(r["epoch"] + 1, r["position"], r["ranks"], r["seed"], self.timeout)
+                    r = dict(self._place, epoch=epoch, position=0, ranks=ranks, seed=seed)
+                c.start(r["epoch"] + 1, r["position"], r["ranks"], r["seed"], self.timeout, state=r)
             elif r is not None and not resume and (r["position"] > 0 or c.epoch()[0] not in (0, r["epoch"] + 1)):
                 raise BrandError("this sampler resumes epoch %d at position %d (load_state_dict), but the brandrt rank at %s "
                                  "was not started with --resume: start brandrt serve with --resume" % (r["epoch"], r["position"], c.dir))
             if supply and self.order is not None and self.rank == 0 and c.epoch()[0] < epoch + 1:
                 c.set_trace(epoch + 1, self._files(epoch))
             self._positions = c.wait_epoch(epoch + 1, self.timeout)
+            self._resumed = c.resumed()
         return self._positions
 
     def _files(self, epoch):
@@ -185,14 +206,25 @@ class BrandSampler(torch.utils.data.Sampler):
             yield self.epoch + 1, batch
 
     def _first(self):
-        """The position this epoch begins at: a loaded state's, in its epoch."""
+        """The position this epoch begins at: in a loaded state's epoch,
+        where the rank resumed it."""
         r, self._resume = self._resume, None
-        return r["position"] if r is not None and r["epoch"] == self.epoch else 0
+        if r is None or r["epoch"] != self.epoch:
+            return 0
+        epoch, first, rest = self._resumed
+        if epoch != self.epoch + 1:
+            return r["position"]  # the rank did not resume (it says so in _wait)
+        before = list(r.get("before", []))
+        if rest:  # the rank serves the files left on its own plan, from 0
+            before.append(dict(r["plan"], position=r["position"]))
+        self._before = (self.epoch, before)
+        return first
 
     def __len__(self):
         n = self._positions if self._positions is not None else self._wait(self.epoch, supply=True)
         if self._resume is not None and self._resume["epoch"] == self.epoch:
-            begin = self._resume["position"]
+            epoch, first, _ = self._resumed
+            begin = first if epoch == self.epoch + 1 else self._resume["position"]
         else:
             begin = self._begin if self._begun == self.epoch else 0
         first = begin + (self.rank - begin) % self.num_replicas

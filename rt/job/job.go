@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -151,6 +152,7 @@ func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) er
 	var arena *shm.Arena
 	if rc.Consume == 0 {
 		rc.OnEpoch = func(e uint32, positions int) { srv.StartEpoch(e, positions) }
+		rc.OnResume = func(e uint32, from int, rest bool) { srv.Resumed(e, from, rest) }
 		// as large as the node's memory: it costs only the pages used
 		if arena, err = shm.NewArena(uint64(node)); err != nil {
 			return err
@@ -292,6 +294,11 @@ func panicForTests(rank int) {
 func listen(n *rt.Node, env launch.Env, rank int, arena *shm.Arena, log io.Writer) (*shm.Server, error) {
 	o := shm.Options{Slots: 64, Data: max(uint64(64<<20), (2*uint64(n.MaxFileSize())+128+4095)&^4095), Requests: n.Requests(), Arena: arena,
 		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed, MaxTrace: n.Mapping().Files()}
+	job, err := json.Marshal(n.JobPlace())
+	if err != nil {
+		return nil, err
+	}
+	o.Job = job
 	if n.Config().ClientTraces {
 		o.Traces = n.Traces()
 	}

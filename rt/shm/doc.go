@@ -13,7 +13,7 @@
 // rank reads EOF and frees the rings; when the rank dies the client sees
 // EOF or an error on the socket, which it checks while it waits.
 //
-//	hello, 16 bytes:   magic "BRTHELLO", version u32 (3), pid u32
+//	hello, 16 bytes:   magic "BRTHELLO", version u32 (4), pid u32
 //	welcome, 32 bytes: magic "BRTWELCM", version u32, client id u32,
 //	                   rank u32, ring bytes u32, arena bytes u64
 //
@@ -97,12 +97,21 @@
 // resumes has started, resume is 2. A ring shows the job's fields, the
 // epoch and resume before the welcome reaches its client.
 //
-//	start, 32 bytes: magic "BRTSTART", version u32, epoch u32, position
-//	                 u32, ranks u32, seed u64
+//	start, 36 bytes + n: magic "BRTSTART", version u32, epoch u32,
+//	                 position u32, ranks u32, seed u64, n u32, then n
+//	                 bytes of JSON: the saved state
 //
-// position is the first position of this rank's trace its clients will
-// ask for in epoch; ranks and seed are those the position was saved in
-// (the ring's, then), and must be this job's. The rank answers with a
+// The state is a BrandSampler's state_dict (rt.Place): the epoch from 0
+// and the first position of the rank's trace not trained on, the ranks
+// and seed of the job that saved it, and how that job planned the epoch
+// (the ring's job description, below, and the stretches of the epoch
+// served before it). With n 0, the fixed fields alone are the state, as
+// before states recorded their plan: position is then the first position
+// of this rank's trace its clients will ask for in epoch, and ranks and
+// seed must be this job's. A state saved by a job that plans as this one
+// resumes on that plan; one saved on another number of ranks, --mem or
+// --ramp (window policy) resumes after the files it trained on, on this
+// job's plan of the rest (the ring's resumed fields say which). The rank answers with a
 // verdict (above) once the epoch starts, or at once when it refuses: a
 // start to a rank without --resume, a position past the dataset's number
 // of files (before the offer goes further), another job's ranks or seed,
@@ -112,7 +121,7 @@
 // position are accepted (once the epoch has started), any other is
 // refused, saying where the job resumed. Messages
 // other than traces and starts, or of other sizes, are logged and
-// ignored; a message is at most 64 bytes (longer ones are cut, and then
+// ignored; a message is at most 64 KiB (longer ones are cut, and then
 // ignored).
 //
 // # Rings
@@ -140,6 +149,17 @@
 //	524      4  resume                  rank: 0 no --resume, 1 waiting for a
 //	                                     start (below), 2 resumed
 //	528      8  seed                    rank: the job's --seed
+//	536      4  resumed epoch           rank: the epoch the job resumed
+//	                                     (0: none), written before resume
+//	                                     turns 2
+//	540      4  resumed from            rank: the first position of its
+//	                                     trace asked for in that epoch
+//	544      4  resumed rest            rank: 1 when that epoch goes on on
+//	                                     this job's plan of the files left
+//	1024     4  job bytes n             rank: then n bytes of JSON from
+//	1028        job                      1028: what the clients put in the
+//	                                     states they save (dataset, policy,
+//	                                     traces, plan)
 //
 // Counters only grow (32-bit ones wrap); each lives on its own 64-byte
 // line and is read and written whole, with one aligned load or store (a

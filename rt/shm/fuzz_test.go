@@ -99,7 +99,7 @@ func fuzzServer(f *testing.F) *Server {
 	}()
 	go func() {
 		for o := range starts {
-			o.Reply <- oddEpoch(o.Epoch)
+			o.Reply <- oddEpoch(o.Place.Epoch)
 		}
 	}()
 	a, err := NewArena(1 << 20)

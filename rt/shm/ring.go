@@ -34,6 +34,13 @@ const (
 	offRanks          = 520
 	offResume         = 524
 	offSeed           = 528
+	offResumedEpoch   = 536
+	offResumedFrom    = 540
+	offResumedRest    = 544
+	offJobBytes       = 1024
+	offJob            = 1028
+	// jobMax is the most bytes of the job's JSON the header holds.
+	jobMax = headerBytes - offJob
 
 	slotBytes    = 16
 	recordHeader = 32
@@ -315,11 +322,26 @@ func (r *Ring) waitRoom(n uint64, alive func() bool) error {
 // setJob publishes what a client saves with its position to resume from:
 // the job's ranks and seed, and where the rank stands with resuming (a
 // Resume* value).
-func (r *Ring) setJob(ranks uint32, seed uint64, resume uint32) {
+func (r *Ring) setJob(ranks uint32, seed uint64, job []byte, resume uint32) {
 	le := binary.LittleEndian
 	le.PutUint32(r.mem[offRanks:], ranks)
 	le.PutUint64(r.mem[offSeed:], seed)
+	copy(r.mem[offJob:offJob+jobMax], job)
+	le.PutUint32(r.mem[offJobBytes:], uint32(min(len(job), jobMax)))
 	r.setResume(resume)
+}
+
+// setResumed publishes where the job resumed: epoch e (0 none yet), from
+// this rank's position from, on the job's plan of the rest when rest.
+// Written before resume turns ResumeTaken.
+func (r *Ring) setResumed(e, from uint32, rest bool) {
+	v := uint32(0)
+	if rest {
+		v = 1
+	}
+	atomic.StoreUint32(r.u32(offResumedFrom), from)
+	atomic.StoreUint32(r.u32(offResumedRest), v)
+	atomic.StoreUint32(r.u32(offResumedEpoch), e)
 }
 
 // setResume publishes where the rank stands with resuming.

@@ -126,7 +126,7 @@ func TestPythonCannotWriteArena(t *testing.T) {
 import mmap, os, socket, struct, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 s.connect(os.path.join(sys.argv[1], "attach.sock"))
-s.sendall(struct.pack("<8sII", b"BRTHELLO", 3, os.getpid()))
+s.sendall(struct.pack("<8sII", b"BRTHELLO", int(sys.argv[2]), os.getpid()))
 s.settimeout(5)
 msg, fds, _, _ = socket.recv_fds(s, 64, 2)
 size = struct.unpack_from("<Q", msg, 24)[0]
@@ -140,7 +140,7 @@ for fd in (fds[1], os.open("/proc/self/fd/%d" % fds[1], os.O_RDWR)):
 `
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, py, "-c", script, s.Dir()).CombinedOutput()
+	out, err := exec.CommandContext(ctx, py, "-c", script, s.Dir(), fmt.Sprint(version)).CombinedOutput()
 	if err != nil || string(out) != "refused: [Errno 13] Permission denied\nrefused: [Errno 1] Operation not permitted\n" {
 		t.Fatalf("python: %v\n%s", err, out)
 	}

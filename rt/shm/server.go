@@ -25,7 +25,7 @@ const closeWait = 5 * time.Second
 const (
 	helloMagic   = "BRTHELLO"
 	welcomeMagic = "BRTWELCM"
-	version      = 3
+	version      = 4
 	helloBytes   = 16
 	welcomeBytes = 32
 	// A client's trace, and the rank's verdict on it.
@@ -35,7 +35,10 @@ const (
 	verdictBytes = 24
 	// A client's start, to resume a job (answered with a verdict).
 	startMagic = "BRTSTART"
-	startBytes = 32
+	startBytes = 36
+	// maxMessage bounds a client's message (a start carries its saved
+	// state): longer ones are cut, and then ignored.
+	maxMessage = 64 << 10
 	// SocketName is the attach socket's name in the attach directory.
 	SocketName = "attach.sock"
 	// EnvAttach names the environment variable that overrides the base
@@ -76,6 +79,11 @@ type Server struct {
 	next     uint32
 	epoch    uint32
 	traceLen uint32
+	// resumed is where the job resumed (Resumed)
+	resumed struct {
+		epoch, from uint32
+		rest        bool
+	}
 	// sessions counts the session clients of each process (see lineage);
 	// alone is when the last client went.
 	sessions  map[int]int
@@ -104,6 +112,9 @@ type Options struct {
 	Starts chan<- rt.StartOffer
 	Ranks  int
 	Seed   uint64
+	// Job is what the clients put in the states they save (rt.Place, as
+	// JSON), published in every ring: at most 3068 bytes.
+	Job []byte
 	// MaxTrace is the most file ids a client's trace may hold, and the
 	// furthest position a start may name: the dataset's number of files
 	// (a trace names each file at most once). A larger claim is refused
@@ -125,6 +136,9 @@ type Options struct {
 func Listen(dir string, rank int, o Options) (*Server, error) {
 	if _, total := layout(o.Slots, o.Data); o.Slots == 0 || o.Slots&(o.Slots-1) != 0 || o.Data%4096 != 0 || total > 1<<34 {
 		return nil, fmt.Errorf("shm: %d slots and %d data bytes per client: want a power of two and a multiple of 4096", o.Slots, o.Data)
+	}
+	if len(o.Job) > jobMax {
+		return nil, fmt.Errorf("shm: the job's description is %d bytes, more than a ring's header holds (%d)", len(o.Job), jobMax)
 	}
 	if err := makeDir(dir); err != nil {
 		return nil, err
@@ -164,9 +178,20 @@ func (s *Server) StartEpoch(e uint32, n int) {
 	s.epoch, s.traceLen = e, uint32(n)
 	resume := s.resumeState()
 	for _, c := range s.clients {
+		c.ring.setResumed(s.resumed.epoch, s.resumed.from, s.resumed.rest)
 		c.ring.setEpoch(e, uint32(n))
 		c.ring.setResume(resume)
 	}
+}
+
+// Resumed tells every client, and those that attach later, where the
+// job resumed (rt.Config.OnResume): epoch e, from this rank's position
+// from, on the job's own plan of the rest when rest. Call it before
+// StartEpoch of that epoch.
+func (s *Server) Resumed(e uint32, from int, rest bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resumed.epoch, s.resumed.from, s.resumed.rest = e, uint32(from), rest
 }
 
 // resumeState is what the rings say of resuming: ResumeNone without
@@ -318,7 +343,8 @@ func (s *Server) attach(conn *net.UnixConn) error {
 		return nil
 	}
 	s.clients[id] = c
-	ring.setJob(uint32(s.opt.Ranks), s.opt.Seed, s.resumeState())
+	ring.setResumed(s.resumed.epoch, s.resumed.from, s.resumed.rest)
+	ring.setJob(uint32(s.opt.Ranks), s.opt.Seed, s.opt.Job, s.resumeState())
 	ring.setEpoch(s.epoch, s.traceLen)
 	s.mu.Unlock()
 	err = sendWelcome(conn, id, s.rank, len(ring.mem), fd, s.opt.Arena)
@@ -416,7 +442,7 @@ func (c *client) serve(reqs chan<- rt.Request) {
 // watch takes the client's messages (traces) until the connection
 // closes: the client died or detached.
 func (c *client) watch() {
-	b := make([]byte, 64)
+	b := make([]byte, maxMessage)
 	oob := make([]byte, syscall.CmsgSpace(4*4))
 	for {
 		n, oobn, _, _, err := c.conn.ReadMsgUnix(b, oob)
@@ -457,9 +483,17 @@ func (c *client) message(b []byte, fds []int) {
 	switch {
 	case len(b) == traceBytes && string(b[:8]) == traceMagic && le.Uint32(b[8:]) == version:
 		c.trace(le.Uint32(b[12:]), le.Uint32(b[16:]), fds)
-	case len(b) == startBytes && string(b[:8]) == startMagic && le.Uint32(b[8:]) == version:
-		c.start(rt.StartOffer{Epoch: le.Uint32(b[12:]), Position: int32(le.Uint32(b[16:])), Ranks: int(le.Uint32(b[20:])),
-			Seed: le.Uint64(b[24:])})
+	case len(b) >= startBytes && string(b[:8]) == startMagic && le.Uint32(b[8:]) == version &&
+		len(b) == startBytes+int(le.Uint32(b[32:])):
+		p := rt.Place{Epoch: le.Uint32(b[12:]), Position: int32(le.Uint32(b[16:])), Ranks: int(le.Uint32(b[20:])), Seed: le.Uint64(b[24:])}
+		if state := b[startBytes:]; len(state) > 0 {
+			var err error
+			if p, err = rt.ParsePlace(state); err != nil {
+				c.verdict(le.Uint32(b[12:]), err)
+				return
+			}
+		}
+		c.start(rt.StartOffer{Place: p})
 	default:
 		c.srv.logf("brandrt: client %d (pid %d): ignoring a message of %d bytes that is not a version %d trace or start\n",
 			c.id, c.pid, len(b), version)
@@ -495,21 +529,22 @@ func (c *client) trace(epoch, count uint32, fds []int) {
 
 // start offers the client's resume point to the rank.
 func (c *client) start(o rt.StartOffer) {
+	p := o.Place
 	if c.srv.opt.Starts == nil {
-		c.verdict(o.Epoch, fmt.Errorf("the training process resumes epoch %d at position %d, but this rank already started: start brandrt serve with --resume to take up a job where it stopped", o.Epoch, o.Position))
+		c.verdict(p.Epoch, fmt.Errorf("the training process resumes epoch %d at position %d, but this rank already started: start brandrt serve with --resume to take up a job where it stopped", p.Epoch, p.Position))
 		return
 	}
-	if o.Position < 0 || c.srv.checkCount(uint32(o.Position)) != nil {
-		c.verdict(o.Epoch, fmt.Errorf("resuming epoch %d at position %d, past any trace of this dataset (%d files)", o.Epoch, uint32(o.Position), c.srv.maxTrace()))
+	if p.Position < 0 || c.srv.checkCount(uint32(p.Position)) != nil {
+		c.verdict(p.Epoch, fmt.Errorf("resuming epoch %d at position %d, past any trace of this dataset (%d files)", p.Epoch, uint32(p.Position), c.srv.maxTrace()))
 		return
 	}
 	reply := make(chan error, 1)
 	o.Reply = reply
 	select {
 	case c.srv.opt.Starts <- o:
-		go func() { c.verdict(o.Epoch, <-reply) }()
+		go func() { c.verdict(p.Epoch, <-reply) }()
 	case <-c.srv.stopping:
-		c.verdict(o.Epoch, errors.New("the rank is stopping"))
+		c.verdict(p.Epoch, errors.New("the rank is stopping"))
 	}
 }
 
