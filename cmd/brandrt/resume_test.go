@@ -129,8 +129,8 @@ func killJob(t *testing.T, serve *exec.Cmd, cmds []*exec.Cmd) {
 // workers. Across both runs every file of epoch 2 is trained on exactly
 // once, and the order is the uninterrupted one (simulate's, which
 // TestServeOrderIsSimulates shows serve delivers): before the
-// checkpoint in the first run, after it in the second. Resuming with
-// another number of ranks is refused, saying why.
+// checkpoint in the first run, after it in the second. Resuming on
+// another dataset is refused, saying why.
 func TestResumeUnderMpirun(t *testing.T) {
 	cleanVader(t)
 	needTorch(t)
@@ -209,7 +209,7 @@ func TestResumeUnderMpirun(t *testing.T) {
 		}
 	}
 
-	// The checkpoint of a 2-rank job does not resume a 1-rank one.
+	// The checkpoint does not resume a job on another dataset.
 	one := filepath.Join(tmp, "one")
 	if _, errs, status := runCLI(t, "pack", "--input", jpegs, "--out", one, "--chunk-files", "16", "--ranks", "1"); status != 0 {
 		t.Fatal(errs)
@@ -222,8 +222,8 @@ func TestResumeUnderMpirun(t *testing.T) {
 	cmd.Env = append(os.Environ(), env...)
 	msg, err := cmd.CombinedOutput()
 	killJob(t, serve, nil)
-	if err == nil || !strings.Contains(string(msg), "saved in a job of 2 brandrt ranks and this job has 1") {
-		t.Fatalf("resuming a 2-rank checkpoint with 1 rank: %v\n%s\nserve:\n%s", err, msg, out)
+	if err == nil || !strings.Contains(string(msg), "saved in a job serving another dataset") {
+		t.Fatalf("resuming a checkpoint of another dataset: %v\n%s\nserve:\n%s", err, msg, out)
 	}
 }
 
@@ -438,6 +438,151 @@ func TestResumeWithLen(t *testing.T) {
 		if !slices.Equal(got[e], whole) {
 			t.Errorf("epoch %d: %d files delivered, not the %d of the uninterrupted order's positions %d on, once each",
 				e+1, len(got[e]), len(whole), map[int]int{1: at, 2: 0}[e])
+		}
+	}
+}
+
+// TestResumeOnOtherRanksUnderMpirun: a training run of 3 ranks (train.py,
+// DDP, checkpoints every 4 steps) on a dataset packed in 6 shards is
+// killed, serve and all, at ~40 % of epoch 2 and resumed from its
+// checkpoint on 2 ranks, with 3 DataLoader workers instead of 2; then
+// one of 2 ranks resumed on 3. Across both runs every file of epoch 2 is
+// trained on exactly once, and epoch 3 whole; two resumes from one
+// checkpoint deliver byte-identical orders (--order-out).
+func TestResumeOnOtherRanksUnderMpirun(t *testing.T) {
+	cleanVader(t)
+	needTorch(t)
+	const files, batch = 480, 8
+	tmp := t.TempDir()
+	jpegs := filepath.Join(tmp, "jpegs")
+	if out, err := exec.Command(python, "../../examples/pytorch/make_jpegs.py", "--out", jpegs, "--classes", "4",
+		"--images", fmt.Sprint(files), "--size", "32").CombinedOutput(); err != nil {
+		t.Fatalf("make_jpegs: %v\n%s", err, out)
+	}
+	dir := filepath.Join(tmp, "chunks")
+	if _, errs, status := runCLI(t, "pack", "--input", jpegs, "--out", dir, "--chunk-files", "8", "--shards", "6"); status != 0 {
+		t.Fatal(errs)
+	}
+	for _, c := range []struct{ from, to int }{{3, 2}, {2, 3}} {
+		t.Run(fmt.Sprintf("%dto%d", c.from, c.to), func(t *testing.T) {
+			tmp := t.TempDir()
+			ckpt := filepath.Join(tmp, "ckpt")
+			serveArgs := []string{"--chunks", dir, "--mem", "25%", "--consume", "0", "--epochs", "3"}
+			trainArgs := func(log string, more ...string) []string {
+				return append([]string{"--epochs", "3", "--batch-size", fmt.Sprint(batch), "--checkpoint", ckpt, "--checkpoint-every", "4",
+					"--log-files", log}, more...)
+			}
+			logs := func(run string, np int) []string {
+				var l []string
+				for r := range np {
+					l = append(l, filepath.Join(tmp, fmt.Sprintf("%s-%d.log", run, r)))
+				}
+				return l
+			}
+
+			// Run 1 on c.from ranks, killed once rank 0 trained on 40 %
+			// of epoch 2.
+			before := logs("run1", c.from)
+			env := []string{"BRANDRT_ATTACH=" + t.TempDir()}
+			serve, out := startServeEnv(t, env, c.from, serveArgs...)
+			cmds := startTrainers(t, env, c.from, func(r int) []string { return trainArgs(before[r], "--workers", "2") })
+			perRank := files / c.from
+			killAt := perRank/batch + perRank*4/10/batch
+			deadline := time.Now().Add(2 * time.Minute)
+			for {
+				b, _ := os.ReadFile(before[0])
+				if strings.Contains(string(b), fmt.Sprintf("\n2 %d ", killAt)) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("rank 0 never reached step %d of epoch 2:\n%s\n%s", killAt, b, out)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			killJob(t, serve, cmds)
+			saved := filepath.Join(tmp, "saved")
+			if out, err := exec.Command("cp", "-r", ckpt, saved).CombinedOutput(); err != nil {
+				t.Fatalf("cp: %v\n%s", err, out)
+			}
+
+			// Runs 2 and 3 on c.to ranks, each from the checkpoint run 1
+			// saved, with 3 DataLoader workers.
+			var orders [2][]byte
+			var after []string
+			var said string
+			for i := range 2 {
+				if i == 1 {
+					_ = os.RemoveAll(ckpt)
+					if out, err := exec.Command("cp", "-r", saved, ckpt).CombinedOutput(); err != nil {
+						t.Fatalf("cp: %v\n%s", err, out)
+					}
+				}
+				run := fmt.Sprintf("run%d", i+2)
+				after = logs(run, c.to)
+				order := filepath.Join(tmp, run+".order")
+				env = []string{"BRANDRT_ATTACH=" + t.TempDir()}
+				serve, out = startServeEnv(t, env, c.to, append(serveArgs, "--resume", "--order-out", order)...)
+				cmds = startTrainers(t, env, c.to, func(r int) []string { return trainArgs(after[r], "--workers", "3", "--resume") })
+				waitTrainers(t, cmds)
+				if err := exitWithin(t, serve, time.Minute); err != nil {
+					t.Fatalf("resumed serve: %v\n%s", err, out)
+				}
+				var b strings.Builder
+				for _, cmd := range cmds {
+					b.WriteString(cmd.Stdout.(*strings.Builder).String())
+				}
+				said = b.String()
+				if !strings.Contains(out.String(), fmt.Sprintf("was saved on %d ranks", c.from)) {
+					t.Errorf("resumed serve did not say it resumed a job of %d ranks:\n%s", c.from, out)
+				}
+				var err error
+				if orders[i], err = os.ReadFile(order); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if string(orders[0]) != string(orders[1]) {
+				t.Error("two resumes from one checkpoint delivered different orders (--order-out)")
+			}
+
+			// Epoch 2: what run 1 trained on up to the checkpoint and what
+			// run 3 trained on make every file once; epoch 3 is whole.
+			_, step := resumedAt(t, said, 0, 2)
+			seen := map[int]int{}
+			for r := range c.from {
+				got, _ := trainLog(t, before[r], 2, step)
+				for _, f := range got {
+					seen[f]++
+				}
+			}
+			t.Logf("run 1 trained on %d files of epoch 2 up to step %d", len(seen), step)
+			for r := range c.to {
+				got, _ := trainLog(t, after[r], 2, -1)
+				for _, f := range got {
+					seen[f]++
+				}
+			}
+			checkOnce(t, "epoch 2", seen, files)
+			seen = map[int]int{}
+			for r := range c.to {
+				got, _ := trainLog(t, after[r], 3, -1)
+				for _, f := range got {
+					seen[f]++
+				}
+			}
+			checkOnce(t, "epoch 3", seen, files)
+		})
+	}
+}
+
+// checkOnce checks that seen counts every one of files files once.
+func checkOnce(t *testing.T, what string, seen map[int]int, files int) {
+	t.Helper()
+	if len(seen) != files {
+		t.Errorf("%s: trained on %d distinct files of %d", what, len(seen), files)
+	}
+	for f, n := range seen {
+		if n != 1 {
+			t.Errorf("%s: trained on file %d %d times", what, f, n)
 		}
 	}
 }

@@ -15,7 +15,11 @@ saves the model, the optimizer and the sampler's position every
 atomically; each process keeps its last two). After a crash, run it
 again with --resume beside `brandrt serve --resume`: the processes agree
 on the last step they all saved, and training takes up there with the
-files the interrupted run would have read next. With several brandrt ranks,
+files the interrupted run would have read next. The restart may have
+fewer or more nodes (brandrt ranks and training processes) than the job
+that saved the checkpoint: a process without a checkpoint of its own
+rank loads rank 0's, and brandrt serves the files of the epoch not yet
+trained on (the window policy). With several brandrt ranks,
 one training process beside each (--local-rank on one machine) with
 --world-size/--rank (or their variables) trains one model over all of them
 with DistributedDataParallel (gloo, CPU); each process then reads its rank's
@@ -178,14 +182,36 @@ def evaluate(net, root, tf):
     return right / max(total, 1)
 
 
-def checkpoints(a):
-    """This process's checkpoints in --checkpoint, by step."""
+def checkpoints(a, rank=None):
+    """The checkpoints in --checkpoint of the process of rank (this
+    process's by default), by step."""
+    rank = a.rank if rank is None else rank
     found = {}
     for name in os.listdir(a.checkpoint) if os.path.isdir(a.checkpoint) else ():
         head, _, tail = name.partition("-step-")
-        if head == "rank-%d" % a.rank and tail.endswith(".pt") and tail[:-3].isdigit():
+        if head == "rank-%d" % rank and tail.endswith(".pt") and tail[:-3].isdigit():
             found[int(tail[:-3])] = os.path.join(a.checkpoint, name)
     return found
+
+
+def whole_steps(a):
+    """The steps every process of the job that saved them saved (its
+    number of processes is in each checkpoint), by step: the path each
+    process of this job loads, its own rank's or, when the job that
+    saved it had fewer processes, rank 0's (DDP keeps the model, the
+    optimizer and, with brandrt, the sampler's place the same in all)."""
+    by_rank, whole = {}, {}
+    for name in os.listdir(a.checkpoint) if os.path.isdir(a.checkpoint) else ():
+        head, _, tail = name.partition("-step-")
+        if head.startswith("rank-") and head[5:].isdigit() and tail.endswith(".pt") and tail[:-3].isdigit():
+            by_rank.setdefault(int(tail[:-3]), {})[int(head[5:])] = os.path.join(a.checkpoint, name)
+    for step, paths in by_rank.items():
+        if 0 not in paths:
+            continue
+        world = torch.load(paths[0]).get("world", a.world_size)
+        if all(r in paths for r in range(world)):
+            whole[step] = paths.get(a.rank, paths[0]) if a.rank < world else paths[0]
+    return whole
 
 
 def save(a, net, opt, sampler_state, step):
@@ -195,7 +221,8 @@ def save(a, net, opt, sampler_state, step):
     net = getattr(net, "module", net)  # DDP wraps the model
     os.makedirs(a.checkpoint, exist_ok=True)
     path = os.path.join(a.checkpoint, "rank-%d-step-%08d.pt" % (a.rank, step))
-    torch.save({"model": net.state_dict(), "optimizer": opt.state_dict(), "sampler": sampler_state, "step": step}, path + ".tmp")
+    torch.save({"model": net.state_dict(), "optimizer": opt.state_dict(), "sampler": sampler_state, "step": step,
+                "world": a.world_size}, path + ".tmp")
     os.replace(path + ".tmp", path)
     found = checkpoints(a)
     for old in sorted(found)[:-2]:
@@ -203,9 +230,10 @@ def save(a, net, opt, sampler_state, step):
 
 
 def agreed_checkpoint(a):
-    """The checkpoint of the last step every training process saved, or
-    None when one of them has none."""
-    found = checkpoints(a)
+    """The checkpoint of the last step every training process of the job
+    that saved it saved, or None when there is none; the job resumed may
+    have another number of processes (a node lost, or added)."""
+    found = whole_steps(a)
     latest = max(found, default=-1)
     if a.world_size > 1:
         import torch.distributed as dist

@@ -188,7 +188,8 @@ class Client:
         # x86-64), never byte by byte as struct would.
         self._c = {off: ctypes.c_uint32.from_buffer(self._mm, off)
                    for off in (L.OFF_REQ_HEAD, L.OFF_REQ_TAIL, L.OFF_REP_HEAD, L.OFF_RANK_SLEEPING,
-                               L.OFF_CLIENT_SLEEPING, L.OFF_EPOCH, L.OFF_TRACE_LEN, L.OFF_RANKS, L.OFF_RESUME)}
+                               L.OFF_CLIENT_SLEEPING, L.OFF_EPOCH, L.OFF_TRACE_LEN, L.OFF_RANKS, L.OFF_RESUME,
+                               L.OFF_RESUMED_EPOCH, L.OFF_RESUMED_FROM, L.OFF_RESUMED_REST, L.OFF_JOB_BYTES)}
         self._c.update({off: ctypes.c_uint64.from_buffer(self._mm, off) for off in (L.OFF_DATA_HEAD, L.OFF_DATA_TAIL)})
         # The counters of the hot path, bound once.
         self._req_head, self._req_tail = self._c[L.OFF_REQ_HEAD], self._c[L.OFF_REQ_TAIL]
