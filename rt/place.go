@@ -64,7 +64,7 @@ func (n *Node) JobPlace() Place {
 	if n.cfg.ClientTraces {
 		traces = "clients"
 	}
-	return Place{Ranks: n.size, Seed: n.cfg.Seed, Dataset: datasetID(n.man), Policy: n.cfg.Policy, Traces: traces, Plan: n.rule()}
+	return Place{Ranks: n.size, Seed: n.cfg.Seed, Dataset: DatasetID(n.man), Policy: n.cfg.Policy, Traces: traces, Plan: n.rule()}
 }
 
 // rule returns this job's plan rule.
@@ -72,8 +72,8 @@ func (n *Node) rule() PlanRule {
 	return PlanRule{Ranks: n.size, MemBytes: n.cfg.MemBytes, MemFraction: n.cfg.MemFraction, Ramp: n.cfg.Ramp}
 }
 
-// datasetID names a dataset in a saved state: its manifest's hash.
-func datasetID(m *chunk.Manifest) string { return fmt.Sprintf("%016x", m.Hash()) }
+// DatasetID names a dataset in a saved state: its manifest's hash.
+func DatasetID(m *chunk.Manifest) string { return fmt.Sprintf("%016x", m.Hash()) }
 
 // ParsePlace decodes the JSON a client sends with its start (a
 // BrandSampler state: the epoch counted from 0 there) into a Place. A
@@ -146,11 +146,16 @@ func (p Place) key() int32 {
 
 // samePlan reports whether p was saved by a job that plans as this one
 // does: its positions mean the same files here.
-func (n *Node) samePlan(p Place) bool {
+func (n *Node) samePlan(p Place) bool { return p.SamePlan(n.size, n.rule(), n.cfg.Policy) }
+
+// SamePlan reports whether p was saved by a job of ranks ranks that
+// plans as one with rule and policy does: its positions then mean the
+// same files in both, and the job resumes on that plan.
+func (p Place) SamePlan(ranks int, rule PlanRule, policy string) bool {
 	if p.Dataset == "" { // saved before plans were recorded: as before, by ranks
-		return p.Ranks == n.size
+		return p.Ranks == ranks
 	}
-	return len(p.Before) == 0 && p.Plan == n.rule() && p.Policy == n.cfg.Policy
+	return len(p.Before) == 0 && p.Plan == rule && p.Policy == policy
 }
 
 // placeError reports why this job cannot take up p.
@@ -184,35 +189,40 @@ func (n *Node) placeError(p Place) error {
 	return nil
 }
 
-// stretches returns p's stretches as the window policy plans them: those
-// before, then the one of the job that saved p.
-func (n *Node) stretches(p Place) ([]proto.Stretch, error) {
-	var out []proto.Stretch
+// Delivered returns the files of p's epoch trained on before the
+// restart, from the plans of the jobs that served it (proto.Delivered),
+// for the dataset man whose files have sizes (by file id).
+func Delivered(man *chunk.Manifest, sizes []int64, p Place) ([]bool, error) {
+	var st []proto.Stretch
 	for _, s := range append(p.Before, Stretch{PlanRule: p.Plan, Position: p.Position}) {
-		in, err := n.windowInput(s.PlanRule)
+		in, err := windowInput(man, sizes, p.Seed, s.PlanRule)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, proto.Stretch{In: in, Position: int(s.Position)})
+		st = append(st, proto.Stretch{In: in, Position: int(s.Position)})
 	}
-	return out, nil
+	return proto.Delivered(p.Epoch, st)
 }
 
-// windowInput returns the window input of a job that served this dataset
-// on rule r (its epoch and traces left out).
-func (n *Node) windowInput(r PlanRule) (proto.WindowInput, error) {
-	homes, err := chunk.Assign(n.man, r.Ranks)
+// windowInput returns the window input of a job that served dataset man
+// (its files' sizes by file id) on rule r with seed (the epoch and the
+// traces left out).
+func windowInput(man *chunk.Manifest, sizes []int64, seed uint64, r PlanRule) (proto.WindowInput, error) {
+	homes, err := chunk.Assign(man, r.Ranks)
 	if err != nil {
 		return proto.WindowInput{}, err
 	}
-	m, err := newMapping(n.man, homes, r.MemBytes, r.MemFraction)
+	m, err := newMapping(man, homes, r.MemBytes, r.MemFraction)
 	if err != nil {
 		return proto.WindowInput{}, err
 	}
-	in := proto.WindowInput{Mapping: m, Seed: n.cfg.Seed, Lead: proto.DefaultLead, Ramp: r.Ramp}
+	if len(sizes) != m.Files() {
+		return proto.WindowInput{}, fmt.Errorf("rt: %d file sizes for a dataset of %d files", len(sizes), m.Files())
+	}
+	in := proto.WindowInput{Mapping: m, Seed: seed, Lead: proto.DefaultLead, Ramp: r.Ramp}
 	for h := range r.Ranks {
 		first, c := m.RankFiles(h)
-		in.Sizes = append(in.Sizes, n.allSizes[first:int(first)+c])
+		in.Sizes = append(in.Sizes, sizes[first:int(first)+c])
 		in.Budget = append(in.Budget, m.MemBytes(h))
 	}
 	return in, nil

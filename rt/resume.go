@@ -140,11 +140,7 @@ func (n *Node) delivered(p Place) ([]bool, error) {
 	if n.allSizes == nil {
 		return nil, errors.New("the papers' policy resumes only on its own plan")
 	}
-	st, err := n.stretches(p)
-	if err != nil {
-		return nil, err
-	}
-	return proto.Delivered(p.Epoch, st)
+	return Delivered(n.man, n.allSizes, p)
 }
 
 // fits reports why a start offer does not fit this job.

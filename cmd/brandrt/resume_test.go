@@ -448,7 +448,8 @@ func TestResumeWithLen(t *testing.T) {
 // checkpoint on 2 ranks, with 3 DataLoader workers instead of 2; then
 // one of 2 ranks resumed on 3. Across both runs every file of epoch 2 is
 // trained on exactly once, and epoch 3 whole; two resumes from one
-// checkpoint deliver byte-identical orders (--order-out).
+// checkpoint deliver byte-identical orders (--order-out), the order
+// simulate --resume predicts from the sampler's state.
 func TestResumeOnOtherRanksUnderMpirun(t *testing.T) {
 	cleanVader(t)
 	needTorch(t)
@@ -542,6 +543,23 @@ func TestResumeOnOtherRanksUnderMpirun(t *testing.T) {
 			}
 			if string(orders[0]) != string(orders[1]) {
 				t.Error("two resumes from one checkpoint delivered different orders (--order-out)")
+			}
+			// simulate --resume predicts the order from the sampler's
+			// state in the checkpoint the training took up from
+			i := strings.Index(said, "rank 0: resuming epoch 2 at position ")
+			from := strings.TrimSpace(strings.SplitN(strings.SplitN(said[i:], " from ", 2)[1], "\n", 2)[0])
+			state := filepath.Join(tmp, "state.json")
+			script := "import json, sys, torch; json.dump(torch.load(sys.argv[1])['sampler'], open(sys.argv[2], 'w'))"
+			if out, err := exec.Command(python, "-c", script, filepath.Join(saved, filepath.Base(from)), state).CombinedOutput(); err != nil {
+				t.Fatalf("the sampler's state from %s: %v\n%s", from, err, out)
+			}
+			simulated := filepath.Join(tmp, "simulated.order")
+			if _, errs, status := runCLI(t, "simulate", "--chunks", dir, "--ranks", fmt.Sprint(c.to), "--epochs", "3", "--mem-fraction", "0.25",
+				"--resume", state, "--order-out", simulated); status != 0 {
+				t.Fatalf("simulate --resume: %s", errs)
+			}
+			if want, err := os.ReadFile(simulated); err != nil || string(want) != string(orders[0]) {
+				t.Errorf("serve's order after the resume (%d bytes) differs from simulate --resume's (%d bytes, %v)", len(orders[0]), len(want), err)
 			}
 
 			// Epoch 2: what run 1 trained on up to the checkpoint and what

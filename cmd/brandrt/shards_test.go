@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/brandrt/brandrt/chunk"
+	"github.com/brandrt/brandrt/rt"
 )
 
 // TestServeAnyRanks serves one dataset of 5 shards with 1, 2, 3 and 5
@@ -160,6 +162,71 @@ func TestServeOldDataset(t *testing.T) {
 		out := mpirun(t, ranks, "serve", "--chunks", dir, "--mem", "50%", "--consume", "1", "--epochs", "2")
 		if c := strings.Count(out, "every file delivered exactly once"); c != 2 || !strings.Contains(out, "96 files") {
 			t.Errorf("%d ranks: %d epochs reported exactly-once delivery:\n%s", ranks, c, out)
+		}
+	}
+}
+
+// TestSimulateResume: simulate --resume on the plan of the job that saved
+// the state shows the positions before it as -1 and the rest as the
+// uninterrupted order; states it cannot take up are refused with what to
+// change.
+func TestSimulateResume(t *testing.T) {
+	dir := servePack(t, 600, 3, filepath.Join(t.TempDir(), "chunks"))
+	m, err := chunk.ReadManifest(chunk.OS, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	whole := filepath.Join(tmp, "whole")
+	if _, errs, status := runCLI(t, "simulate", "--chunks", dir, "--epochs", "2", "--mem-fraction", "0.25", "--order-out", whole); status != 0 {
+		t.Fatal(errs)
+	}
+	state := func(change func(map[string]any)) string {
+		s := map[string]any{"epoch": 1, "position": 10, "ranks": 3, "seed": 1, "dataset": rt.DatasetID(m), "policy": "window",
+			"traces": "seed", "plan": map[string]any{"ranks": 3, "mem_bytes": 0, "mem_fraction": 0.25, "ramp": 64}}
+		change(s)
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := filepath.Join(t.TempDir(), "state.json")
+		if err := os.WriteFile(name, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	resumed := filepath.Join(tmp, "resumed")
+	if _, errs, status := runCLI(t, "simulate", "--chunks", dir, "--epochs", "2", "--mem-fraction", "0.25", "--order-out", resumed,
+		"--resume", state(func(map[string]any) {})); status != 0 {
+		t.Fatal(errs)
+	}
+	want, got := orderFile(t, whole), orderFile(t, resumed)
+	for r := range 3 {
+		k := [2]int{2, r}
+		if len(got[k]) != len(want[k]) || len(got[[2]int{1, r}]) != 0 {
+			t.Fatalf("rank %d: %d positions of epoch 2 resumed, %d uninterrupted, %d of epoch 1", r, len(got[k]), len(want[k]), len(got[[2]int{1, r}]))
+		}
+		for sn, f := range got[k] {
+			if sn < 10 && f != -1 || sn >= 10 && f != want[k][sn] {
+				t.Fatalf("rank %d, position %d: %d, the uninterrupted order has %d", r, sn, f, want[k][sn])
+			}
+		}
+	}
+	for _, tc := range []struct {
+		change func(map[string]any)
+		want   string
+	}{
+		{func(s map[string]any) { s["dataset"] = "0000000000000000" }, "another dataset"},
+		{func(s map[string]any) { s["seed"] = 7 }, "simulate with --seed 7"},
+		{func(s map[string]any) { s["policy"] = "paper" }, "--policy paper"},
+		{func(s map[string]any) { delete(s, "dataset") }, "records no plan"},
+		{func(s map[string]any) { delete(s, "position") }, `lacks one of "epoch", "position"`},
+		{func(s map[string]any) { s["epoch"] = 4 }, "resumes epoch 5, past --epochs 2"},
+	} {
+		name := state(tc.change)
+		_, errs, status := runCLI(t, "simulate", "--chunks", dir, "--epochs", "2", "--resume", name)
+		if status == 0 || !strings.Contains(errs, tc.want) {
+			t.Errorf("simulate --resume %s: status %d, %q; want an error saying %q", name, status, errs, tc.want)
 		}
 	}
 }

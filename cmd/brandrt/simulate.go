@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +17,7 @@ import (
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/proto"
 	"github.com/brandrt/brandrt/proto/sim"
+	"github.com/brandrt/brandrt/rt"
 )
 
 func simulateCommand() *cli.Command {
@@ -58,6 +60,7 @@ func simulateCommand() *cli.Command {
 			&cli.Float64Flag{Name: "sigma", Value: d.Sigma, Usage: "shape of the lognormal sizes"},
 			&cli.IntFlag{Name: "inflight", Value: d.Inflight, Usage: "requests each rank keeps outstanding"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per epoch and variant instead of a table"},
+			&cli.StringFlag{Name: "resume", Usage: "with --chunks, window policy: take up where a training job saved its place (a BrandSampler's state_dict as JSON: json.dump(sampler.state_dict(n), f)), as serve --resume does, on --ranks ranks; --epochs is the last epoch"},
 			&cli.StringFlag{Name: "order-out", Usage: "write the delivered order to this file: a line per position, \"epoch rank sn file\" (one policy: not with --compare)"},
 			&cli.BoolFlag{Name: "force", Usage: "overwrite the --order-out file if it exists"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (cpu.pprof) into this directory"},
@@ -99,6 +102,13 @@ func simConfig(c *cli.Context) (sim.Config, error) {
 			return cfg, err
 		}
 		cfg.Files, cfg.Ranks, cfg.ChunkFiles, cfg.DatasetSizes, cfg.Labels = int(m.Files), len(sizes), m.K, sizes, labels
+		if name := c.String("resume"); name != "" {
+			if cfg.Resume, err = simResume(name, m, sizes, cfg); err != nil {
+				return cfg, err
+			}
+		}
+	} else if c.IsSet("resume") {
+		return cfg, errors.New("--resume takes up a packed dataset's job: add --chunks")
 	}
 	v, err := proto.ParseVariant(c.String("variant"))
 	if err != nil {
@@ -348,4 +358,47 @@ func datasetSizes(dir string, ranks int) (*chunk.Manifest, [][]int64, []int32, e
 		labels = nil
 	}
 	return m, sizes, labels, err
+}
+
+// simResume reads the saved state in file name and returns where a job
+// of cfg on dataset m (its files' sizes per rank) takes up, as serve
+// --resume would.
+func simResume(name string, m *chunk.Manifest, sizes [][]int64, cfg sim.Config) (*sim.Resume, error) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("--resume: %w", err)
+	}
+	p, err := rt.ParsePlace(b)
+	if err != nil {
+		return nil, fmt.Errorf("--resume %s: %w (a checkpoint holds it: json.dump(torch.load(ckpt)[\"sampler\"], f))", name, err)
+	}
+	switch {
+	case p.Dataset == "":
+		return nil, fmt.Errorf("--resume %s: the state records no plan (saved by an older brandrt): only serve takes it up", name)
+	case p.Dataset != rt.DatasetID(m):
+		return nil, fmt.Errorf("--resume %s: the state was saved on another dataset (manifest hash %s; --chunks has %s)", name, p.Dataset, rt.DatasetID(m))
+	case p.Policy != "window" || p.Traces != "seed":
+		return nil, fmt.Errorf("--resume %s: the state was saved with --policy %s and traces from %s; simulate takes up the window policy's with traces from the seed", name, p.Policy, p.Traces)
+	case p.Seed != cfg.Seed:
+		return nil, fmt.Errorf("--resume %s: the state was saved with --seed %d: simulate with --seed %d", name, p.Seed, p.Seed)
+	case int(p.Epoch) > cfg.Epochs:
+		return nil, fmt.Errorf("--resume %s: the state resumes epoch %d, past --epochs %d", name, p.Epoch, cfg.Epochs)
+	}
+	rule := rt.PlanRule{Ranks: cfg.Ranks, MemFraction: cfg.MemFraction, Ramp: cfg.Ramp}
+	if p.SamePlan(cfg.Ranks, rule, "window") {
+		start := make([]int32, cfg.Ranks)
+		for r := range start {
+			start[r] = p.Position
+		}
+		return &sim.Resume{Epoch: p.Epoch, Start: start}, nil
+	}
+	var all []int64
+	for _, s := range sizes {
+		all = append(all, s...)
+	}
+	d, err := rt.Delivered(m, all, p)
+	if err != nil {
+		return nil, fmt.Errorf("--resume %s: %w", name, err)
+	}
+	return &sim.Resume{Epoch: p.Epoch, Delivered: d}, nil
 }

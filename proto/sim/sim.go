@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/brandrt/brandrt/proto"
@@ -68,6 +69,21 @@ type Config struct {
 	// Order, if set, is given each epoch's delivered order: files[r][sn]
 	// answered position sn of rank r under the named policy.
 	Order func(policy string, epoch int, files [][]proto.FileID)
+	// Resume, when set, starts the run in the middle of an epoch, as
+	// brandrt serve --resume does (the window policy only); Epochs is
+	// then the last epoch run.
+	Resume *Resume
+}
+
+// Resume is where a resumed run takes up epoch Epoch: on the plan of the
+// job that saved its place, each rank r at position Start[r] (the files
+// before it shown as proto.NoFile, as serve shows them); or, on another
+// plan, after the files marked Delivered, the rest of the epoch planned
+// as proto.RestPlan plans it.
+type Resume struct {
+	Epoch     uint32
+	Start     []int32
+	Delivered []bool
 }
 
 // DefaultConfig is an ImageNet-1k-sized run: 1,281,167 files of 110 KB on
@@ -105,6 +121,12 @@ func (c Config) Validate() error {
 	check(c.Labels != nil && len(c.Labels) != c.Files, "labels for %d files, config %d", len(c.Labels), c.Files)
 	check(c.Lead < 0 || c.Ramp < 0, "lead %d and ramp %d, want ≥ 0", c.Lead, c.Ramp)
 	check(c.Epochs < 1, "epochs = %d, want ≥ 1", c.Epochs)
+	if r := c.Resume; r != nil {
+		check(r.Epoch < 1 || int(r.Epoch) > c.Epochs, "resuming epoch %d, want 1 to %d (epochs)", r.Epoch, c.Epochs)
+		check(!slices.Equal(c.Policies, []string{"window"}), "resuming runs the window policy alone, not %v", c.Policies)
+		check(r.Start != nil && len(r.Start) != c.Ranks, "resuming %d ranks at %d positions", c.Ranks, len(r.Start))
+		check(r.Delivered != nil && len(r.Delivered) != c.Files, "resuming after %d files marked for a dataset of %d", len(r.Delivered), c.Files)
+	}
 	check(c.Batch < 1, "batch = %d, want ≥ 1", c.Batch)
 	check(c.FileSize < 1, "file size = %d bytes, want ≥ 1", c.FileSize)
 	check(c.Lognormal && !(c.Sigma >= 0 && c.Sigma <= 4), "sigma = %g, want 0 to 4", c.Sigma)
@@ -211,14 +233,25 @@ func runPolicy(cfg Config, sizes [][]int64, m *proto.Mapping, name string, emit 
 		return err
 	}
 	var prev orders
-	for e := 1; e <= cfg.Epochs; e++ {
+	first := 1
+	if cfg.Resume != nil {
+		first = int(cfg.Resume.Epoch)
+	}
+	for e := first; e <= cfg.Epochs; e++ {
 		start := time.Now()
 		traces := proto.Traces(m.Files(), m.Ranks(), cfg.Seed, uint32(e))
 		var progress func(done, total int64)
 		if cfg.Progress != nil {
 			progress = func(done, total int64) { cfg.Progress(name, e, done, total) }
 		}
-		files, res, err := pol.Epoch(e, traces, progress)
+		var files [][]proto.FileID
+		var res Result
+		var err error
+		if r := cfg.Resume; r != nil && e == first {
+			files, traces, res, err = pol.(resumer).Resume(*r)
+		} else {
+			files, res, err = pol.Epoch(e, traces, progress)
+		}
 		if err != nil {
 			return fmt.Errorf("epoch %d: %w", e, err)
 		}
@@ -227,7 +260,7 @@ func runPolicy(cfg Config, sizes [][]int64, m *proto.Mapping, name string, emit 
 		}
 		res.Seconds = time.Since(start).Seconds()
 		describe(&res, cfg, m, def, e)
-		cur := orders{files, traces}
+		cur := orders{served(files), served(traces)}
 		mix(&res, m, cfg, cur, prev)
 		prev = cur
 		emit(res)
@@ -272,4 +305,18 @@ func Sizes(cfg Config) [][]int64 {
 // either policy: a fraction of the first rank's memory budget.
 func remoteBytes(cfg Config, m *proto.Mapping) int64 {
 	return int64(cfg.RemoteFraction * float64(m.MemBytes(0)))
+}
+
+// served leaves out of each rank's order the positions delivered before
+// a restart (proto.NoFile).
+func served(files [][]proto.FileID) [][]proto.FileID {
+	out := make([][]proto.FileID, len(files))
+	for r, fs := range files {
+		i := 0
+		for i < len(fs) && fs[i] == proto.NoFile {
+			i++
+		}
+		out[r] = fs[i:]
+	}
+	return out
 }

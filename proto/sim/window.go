@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"fmt"
 	"runtime"
+	"slices"
 
 	"github.com/brandrt/brandrt/proto"
 )
@@ -70,4 +72,44 @@ func (w *window) result(p *proto.WindowPlan) Result {
 		}
 	}
 	return res
+}
+
+// resumer is a policy that can take up an epoch in its middle.
+type resumer interface {
+	// Resume serves the rest of epoch r.Epoch and returns every rank's
+	// order (proto.NoFile before its start) and its traces.
+	Resume(r Resume) ([][]proto.FileID, [][]proto.FileID, Result, error)
+}
+
+var _ resumer = (*window)(nil)
+
+func (w *window) Resume(r Resume) ([][]proto.FileID, [][]proto.FileID, Result, error) {
+	m := w.in.Mapping
+	var p *proto.WindowPlan
+	var err error
+	if r.Delivered != nil {
+		p, err = proto.RestPlan(w.in, r.Epoch, r.Delivered)
+		w.in.Traces = proto.RestTraces(m.Files(), m.Ranks(), w.in.Seed, r.Epoch, r.Delivered)
+	} else {
+		p, err = proto.FreshPlan(w.in, r.Epoch)
+		w.in.Traces = proto.Traces(m.Files(), m.Ranks(), w.in.Seed, r.Epoch)
+	}
+	if err != nil {
+		return nil, nil, Result{}, err
+	}
+	w.in.Epoch, w.in.After = r.Epoch, p.Drains
+	res := w.result(p)
+	files := make([][]proto.FileID, len(p.Files))
+	for h, fs := range p.Files {
+		files[h] = slices.Clone(fs)
+		if r.Start != nil {
+			if int(r.Start[h]) > len(fs) {
+				return nil, nil, Result{}, fmt.Errorf("rank %d resumes at position %d of its %d", h, r.Start[h], len(fs))
+			}
+			for sn := range r.Start[h] {
+				files[h][sn] = proto.NoFile
+			}
+		}
+	}
+	return files, w.in.Traces, res, nil
 }
