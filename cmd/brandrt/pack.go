@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -49,7 +50,7 @@ func packCommand() *cli.Command {
 			&cli.StringFlag{Name: "manifest", Usage: "file listing the files to pack, instead of scanning --input"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "output directory; {rank} makes it per process"},
 			&cli.IntFlag{Name: "chunk-files", Value: 64, Usage: fmt.Sprintf("K, files per chunk: 1 to %d, and at most the dataset's files (a dataset smaller than the default gets K = its files)", chunk.MaxK)},
-			&cli.IntFlag{Name: "shards", Aliases: []string{"ranks"}, Usage: "shards to write; any job of at most as many ranks serves them, each rank a run of shards balanced by bytes (default: the number of MPI processes, or 1)"},
+			&cli.IntFlag{Name: "shards", Aliases: []string{"ranks"}, Usage: "shards to write; any job of at most as many ranks serves them, each rank a run of shards balanced by bytes (default: 240, at most one per chunk and at least one per MPI process; with {rank} in --out, one per process)"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the shuffle"},
 			&cli.IntFlag{Name: "workers", Value: defaultWorkers(), Usage: "chunks written at once by each process"},
 			&cli.StringFlag{Name: "layout", Value: string(chunk.LayoutAuto), Usage: "auto, imagefolder or plain"},
@@ -57,6 +58,24 @@ func packCommand() *cli.Command {
 		},
 		Action: runPack,
 	}
+}
+
+// DefaultShards is pack's number of shards unless told: enough that a
+// job of any size a user runs (up to that many nodes) splits them evenly
+// by bytes, each rank a run of them, and that a job restarted on fewer
+// or more nodes serves them without packing again. 240 divides by every
+// count up to 6 and by 8, 10, 12, 15, 16, 20, 24, 30, …; a shard costs a
+// directory and an index.
+const DefaultShards = 240
+
+// defaultShards is the number of shards pack writes without --shards:
+// DefaultShards, at most one per chunk, at least one per process; with
+// {rank} in out (a node-local directory per process), one per process.
+func defaultShards(out string, procs, files, k int) int {
+	if strings.Contains(out, chunk.RankPlaceholder) || k < 1 {
+		return procs
+	}
+	return max(procs, min(DefaultShards, (files+k-1)/k))
 }
 
 // defaultWorkers: packing waits on storage more than on the CPU, so it
@@ -81,15 +100,15 @@ func runPack(c *cli.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	ranks := c.Int("shards")
-	if ranks == 0 {
-		ranks = g.Size()
-	}
-	params := chunk.PackParams{Input: input, Manifest: list, Layout: string(listing.Layout), Workers: c.Int("workers"), Symlinks: "files followed, directories refused"}
 	k := c.Int("chunk-files")
 	if !c.IsSet("chunk-files") {
 		k = min(k, len(listing.Inputs)) // the default fits a small dataset
 	}
+	ranks := c.Int("shards")
+	if ranks == 0 {
+		ranks = defaultShards(c.String("out"), g.Size(), len(listing.Inputs), k)
+	}
+	params := chunk.PackParams{Input: input, Manifest: list, Layout: string(listing.Layout), Workers: c.Int("workers"), Symlinks: "files followed, directories refused"}
 	plan, err := chunk.NewPlan(listing.Inputs, listing.Classes, k, ranks, c.Uint64("seed"), params)
 	if err != nil {
 		return err

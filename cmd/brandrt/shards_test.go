@@ -98,8 +98,10 @@ func TestServeAnyRanks(t *testing.T) {
 	}
 }
 
-// TestServeStageShards stages a dataset of 5 shards for 2 ranks: each rank
-// copies the shards it serves (chunk.Assign), and a second job reuses the
+// TestServeStageShards stages a dataset of 5 shards for 2 ranks (rank 0's
+// ahead, by brandrt stage --ranks 2): each rank copies the shards it
+// serves (chunk.Assign), one rank serving them all says so in one line,
+// and a second job reuses the
 // copies with the shared storage's shard directories gone.
 func TestServeStageShards(t *testing.T) {
 	shared := servePack(t, 1000, 5, filepath.Join(t.TempDir(), "chunks"))
@@ -122,14 +124,28 @@ func TestServeStageShards(t *testing.T) {
 		t.Helper()
 		return mpirun(t, 2, "serve", "--chunks", shared, "--stage", local, "--mem", "25%", "--consume", "2", "--epochs", "1")
 	}
-	out := serve()
+	// rank 0's shards staged ahead (a job prolog), rank 1's by serve
+	out, errs, status := runCLI(t, "stage", "--chunks", shared, "--to", local, "--rank", "0", "--ranks", "2")
+	if status != 0 || lastLine(out) != local || !strings.Contains(out, fmt.Sprintf("rank 0 of 2 serves shards 0–%d of 5", homes[1]-1)) {
+		t.Fatalf("stage --rank 0 --ranks 2: status %d\n%s%s", status, out, errs)
+	}
+	out = serve()
 	for s, r := range rankOf {
-		if want := fmt.Sprintf("brandrt: rank %d: staged shard %d to %s", r, s, local); !strings.Contains(out, want) {
+		want := fmt.Sprintf("brandrt: rank %d: staged shard %d to %s", r, s, local)
+		if r == 0 {
+			want = fmt.Sprintf("brandrt: rank %d: reusing its staged copy of shard %d", r, s)
+		}
+		if !strings.Contains(out, want) {
 			t.Errorf("job 1: no %q in:\n%s", want, out)
 		}
 	}
 	if !strings.Contains(out, "every file delivered exactly once") {
 		t.Fatalf("job 1:\n%s", out)
+	}
+	// one rank serving the 5 shards says so in one line
+	one := filepath.Join(t.TempDir(), "one")
+	if out := mpirun(t, 1, "serve", "--chunks", shared, "--stage", one, "--mem", "25%", "--consume", "1", "--epochs", "1"); !strings.Contains(out, "brandrt: rank 0: staged shards 0–4 (5) to "+one) {
+		t.Errorf("one rank staging 5 shards:\n%s", out)
 	}
 	for s := range 5 { // shared storage keeps its manifest alone
 		if err := os.RemoveAll(filepath.Join(shared, chunk.RankDir(s))); err != nil {

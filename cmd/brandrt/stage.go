@@ -20,28 +20,31 @@ import (
 func stageCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "stage",
-		Usage: "copy a rank's shard to node-local disk, verified, or reuse a verified copy",
-		Description: "Copies the manifest of the dataset in --chunks (shared storage) and one rank's\n" +
-			"directory into a directory of --to named after the dataset and the rank,\n" +
-			"which it prints on its last line: serve --chunks reads it for that rank.\n" +
-			"The copy is made under a temporary name, synced, read back and checked (the\n" +
-			"index against the manifest, every chunk file's size, header and file\n" +
-			"checksums), and only then renamed into place. A copy that does not fit in\n" +
-			"the free space of --to is refused before anything is written.\n\n" +
+		Usage: "copy a rank's shards to node-local disk, verified, or reuse a verified copy",
+		Description: "Copies the manifest of the dataset in --chunks (shared storage) and the\n" +
+			"shards one rank of a job of --ranks ranks serves (each rank a run of shards,\n" +
+			"balanced by bytes, as serve splits them) into directories of --to named\n" +
+			"after the dataset and the shard. Each copy is made under a temporary name,\n" +
+			"synced, read back and checked (the index against the manifest, every chunk\n" +
+			"file's size, header and file checksums), and only then renamed into place.\n" +
+			"A copy that does not fit in the free space of --to is refused before\n" +
+			"anything is written.\n\n" +
 			"A later stage of the same dataset reads only the manifest from --chunks: if\n" +
 			"the copy was made from the same manifest, it checks the copy again (every\n" +
 			"checksum, from local disk) and reuses it. A copy that is damaged, or whose\n" +
-			"source was packed again, is copied again, and stage says why.\n\n" +
+			"source was packed again, is copied again, and stage says why. serve --stage\n" +
+			"with the same --to reuses the copies the same way, so a job prolog can stage\n" +
+			"ahead of serve; with one shard per rank, serve --chunks may also read the\n" +
+			"copies directly (the pattern stage prints).\n\n" +
 			"SIGINT or SIGTERM stops it; it then removes what it copied. Under mpirun or\n" +
-			"srun each process stages the shard of its rank number: serve reads the copies\n" +
-			"when it runs as many ranks as the dataset has shards. A job of fewer ranks,\n" +
-			"each serving several shards, stages with serve --stage, which copies each\n" +
-			"rank's shards.\n\n" +
-			"Example (job prolog): brandrt stage --chunks /shared/chunks --to /local/scratch",
+			"srun each process stages the shards of its rank, in a job of as many ranks\n" +
+			"as the launcher started; by hand, --rank and --ranks say which.\n\n" +
+			"Example (job prolog): srun --ntasks-per-node=1 brandrt stage --chunks /shared/chunks --to /local/scratch",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "the packed dataset on shared storage"},
-			&cli.StringFlag{Name: "to", Required: true, Usage: "node-local directory to hold the copy (created if missing)"},
-			&cli.IntFlag{Name: "rank", Usage: "the shard to copy", DefaultText: "the launcher's rank, or 0"},
+			&cli.StringFlag{Name: "to", Required: true, Usage: "node-local directory to hold the copies (created if missing)"},
+			&cli.IntFlag{Name: "rank", Usage: "the rank whose shards to copy", DefaultText: "the launcher's rank, or 0"},
+			&cli.IntFlag{Name: "ranks", Usage: "the ranks of the job that will serve the copies", DefaultText: "the launcher's number of ranks, or one per shard"},
 			&cli.IntFlag{Name: "workers", Value: stage.DefaultConfig().Workers, Usage: "files copied, or chunk files checked, at once"},
 		},
 		Action: runStage,
@@ -54,27 +57,58 @@ func runStage(c *cli.Context) error {
 	}
 	cfg := stage.DefaultConfig()
 	cfg.Source, cfg.Local, cfg.Workers = c.String("chunks"), c.String("to"), c.Int("workers")
+	env, err := launch.FromEnv()
+	if err != nil {
+		return err
+	}
+	rank, ranks := env.Rank, env.Size
+	if env.Launcher == "" {
+		ranks = 0 // by hand: one shard per rank, unless --ranks
+	}
 	if c.IsSet("rank") {
-		cfg.Rank = c.Int("rank")
-	} else {
-		env, err := launch.FromEnv()
-		if err != nil {
-			return err
-		}
-		cfg.Rank = env.Rank
+		rank = c.Int("rank")
+	}
+	if c.IsSet("ranks") {
+		ranks = c.Int("ranks")
+	}
+	m, err := chunk.ReadManifest(chunk.OS, chunk.ForRank(cfg.Source, rank))
+	if err != nil {
+		return err
+	}
+	if ranks <= 0 { // not under a launcher: one shard per rank, as packed
+		ranks = len(m.Shards)
+	}
+	if rank < 0 || rank >= ranks {
+		return fmt.Errorf("--rank %d of a job of %d ranks (--ranks)", rank, ranks)
+	}
+	homes, err := chunk.AssignDir(cfg.Source, m, ranks)
+	if err != nil {
+		return err
 	}
 	cfg.Progress = stageProgress(c.App.ErrWriter)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg.Stop = ctx.Done()
-	res, err := stage.Stage(cfg)
-	if errors.Is(err, stage.ErrInterrupted) {
-		return fmt.Errorf("stage: interrupted; removed what it copied to %s", cfg.Local)
+	lo, hi := homes[rank], homes[rank+1]
+	for shard := lo; shard < hi; shard++ {
+		cfg.Rank = shard
+		res, err := stage.Stage(cfg)
+		if errors.Is(err, stage.ErrInterrupted) {
+			return fmt.Errorf("stage: interrupted; removed what it copied to %s", cfg.Local)
+		}
+		if err != nil {
+			return err
+		}
+		printStaged(c.App.Writer, cfg, res)
+		if hi-lo == 1 && ranks == len(m.Shards) {
+			fmt.Fprintf(c.App.Writer, "serve reads every rank's copy, each staged on its node into %s, with --chunks '%s'\n", cfg.Local, stage.Pattern(cfg.Local, cfg.Source))
+			fmt.Fprintln(c.App.Writer, res.Dir)
+			return nil
+		}
 	}
-	if err != nil {
-		return err
-	}
-	printStaged(c.App.Writer, cfg, res)
+	fmt.Fprintf(c.App.Writer, "rank %d of %d serves shards %d–%d of %d; serve --chunks %s --stage %s on %d ranks reuses these copies\n",
+		rank, ranks, lo, hi-1, len(m.Shards), cfg.Source, cfg.Local, ranks)
+	fmt.Fprintln(c.App.Writer, cfg.Local)
 	return nil
 }
 
@@ -84,7 +118,7 @@ func stageProgress(w io.Writer) func(stage.Step, int64, int64) {
 	var last stage.Step
 	return func(step stage.Step, done, total int64) {
 		if step == stage.Wait {
-			fmt.Fprintln(w, "stage: waiting for another stage of the same dataset and rank on this node")
+			fmt.Fprintln(w, "stage: waiting for another stage of the same dataset and shard on this node")
 			return
 		}
 		if bar == nil || step != last {
@@ -97,18 +131,16 @@ func stageProgress(w io.Writer) func(stage.Step, int64, int64) {
 func printStaged(w io.Writer, cfg stage.Config, res stage.Result) {
 	verified := fmt.Sprintf("verified %s in %s (%s/s)", ibytes(res.VerifiedBytes), seconds(res.VerifyTime.Seconds()), rate(res.VerifiedBytes, res.VerifyTime))
 	if res.Reused {
-		fmt.Fprintf(w, "reused the copy of rank %d: read %s (%s alone) from %s; %s\n",
+		fmt.Fprintf(w, "reused the copy of shard %d: read %s (%s alone) from %s; %s\n",
 			cfg.Rank, ibytes(res.SourceBytes), chunk.ManifestName, cfg.Source, verified)
 	} else {
 		if res.Replaced != "" {
 			fmt.Fprintf(w, "the copy was not reused: %s\n", res.Replaced)
 		}
-		fmt.Fprintf(w, "staged rank %d of %s: copied %s in %s (%s/s), read %s from it; %s\n",
+		fmt.Fprintf(w, "staged shard %d of %s: copied %s in %s (%s/s), read %s from it; %s\n",
 			cfg.Rank, cfg.Source, ibytes(res.CopiedBytes), seconds(res.CopyTime.Seconds()), rate(res.CopiedBytes, res.CopyTime),
 			ibytes(res.SourceBytes), verified)
 	}
-	fmt.Fprintf(w, "serve reads every rank's copy, each staged on its node into %s, with --chunks '%s'\n", cfg.Local, stage.Pattern(cfg.Local, cfg.Source))
-	fmt.Fprintln(w, res.Dir)
 }
 
 // rate is n bytes over d, in binary units.

@@ -35,7 +35,7 @@ func TestStageCommand(t *testing.T) {
 	stage := []string{"stage", "--chunks", src, "--to", local, "--rank", "1"}
 	out, errs, status := runCLI(t, stage...)
 	dir := lastLine(out)
-	if status != 0 || !strings.Contains(out, "staged rank 1 of "+src+": copied ") || !strings.Contains(errs, "stage: copy") ||
+	if status != 0 || !strings.Contains(out, "staged shard 1 of "+src+": copied ") || !strings.Contains(errs, "stage: copy") ||
 		!strings.Contains(errs, "stage: verify") || filepath.Dir(dir) != local {
 		t.Fatalf("first stage: status %d\n%s%s", status, out, errs)
 	}
@@ -43,7 +43,7 @@ func TestStageCommand(t *testing.T) {
 		t.Fatalf("verify the copy: status %d\n%s%s", status, out, errs)
 	}
 	out, errs, status = runCLI(t, stage...)
-	if status != 0 || !regexp.MustCompile(`reused the copy of rank 1: read \d+ B \(manifest.json alone\) from `).MatchString(out) || lastLine(out) != dir {
+	if status != 0 || !regexp.MustCompile(`reused the copy of shard 1: read \d+ B \(manifest.json alone\) from `).MatchString(out) || lastLine(out) != dir {
 		t.Fatalf("second stage: status %d\n%s%s", status, out, errs)
 	}
 	if err := chunktest.FlipByte(filepath.Join(dir, "rank-00001", "chunk-00000002.brc"), 2000); err != nil {
@@ -51,7 +51,7 @@ func TestStageCommand(t *testing.T) {
 	}
 	out, errs, status = runCLI(t, stage...)
 	for _, want := range []string{"the copy was not reused: chunk: rank 1 chunk 2 (" + filepath.Join(dir, "rank-00001", "chunk-00000002.brc") + "): corrupt: slot",
-		"checksum", "staged rank 1 of "} {
+		"checksum", "staged shard 1 of "} {
 		if status != 0 || !strings.Contains(out, want) {
 			t.Fatalf("stage of a damaged copy lacks %q: status %d\n%s%s", want, status, out, errs)
 		}
@@ -81,7 +81,7 @@ func TestStageThenServe(t *testing.T) {
 	local := t.TempDir()
 	out := mpirun(t, 2, "stage", "--chunks", src, "--to", local)
 	pattern := regexp.MustCompile(`with --chunks '([^']+)'`).FindStringSubmatch(out)
-	if strings.Count(out, "staged rank ") != 2 || pattern == nil {
+	if strings.Count(out, "staged shard ") != 2 || pattern == nil {
 		t.Fatalf("stage under mpirun:\n%s", out)
 	}
 	out = mpirun(t, 2, "serve", "--chunks", pattern[1], "--mem", "40%", "--consume", "2")
@@ -125,7 +125,7 @@ func TestStageSignals(t *testing.T) {
 					t.Fatalf("exit %v; temporary directory: %v; copies: %v", err, serr, left)
 				}
 				out, errs, status := runCLI(t, "stage", "--chunks", src, "--to", local)
-				if _, serr := os.Stat(tmp); status != 0 || !strings.Contains(out, "staged rank 0 of ") || !os.IsNotExist(serr) {
+				if _, serr := os.Stat(tmp); status != 0 || !strings.Contains(out, "staged shard 0 of ") || !os.IsNotExist(serr) {
 					t.Fatalf("stage after SIGKILL: status %d, temporary directory: %v\n%s%s", status, serr, out, errs)
 				}
 				return

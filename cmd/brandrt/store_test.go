@@ -252,17 +252,31 @@ func mpirun(t *testing.T, np int, args ...string) string {
 
 // TestPackUnderMpirun packs the same input with one process and with three
 // under mpirun (shared output, then node-local outputs): the indexes must
-// be byte for byte the same, and every node-local manifest the same.
+// be byte for byte the same, and every node-local manifest the same. By
+// default both write a shard per chunk (38, fewer than 240), the
+// node-local pack one per process.
 func TestPackUnderMpirun(t *testing.T) {
 	input, _ := genInput(t, 300)
 	tmp := t.TempDir()
-	solo := filepath.Join(tmp, "solo")
+	solo, many := filepath.Join(tmp, "solo"), filepath.Join(tmp, "many")
 	if _, errs, status := runCLI(t, "pack", "--input", input, "--out", solo, "--chunk-files", "8", "--ranks", "3"); status != 0 {
 		t.Fatal(errs)
 	}
+	if out, errs, status := runCLI(t, "pack", "--input", input, "--out", many, "--chunk-files", "8"); status != 0 || !strings.Contains(out, "in 38 shards") {
+		t.Fatalf("pack without --shards: %s%s", out, errs)
+	}
 	shared := filepath.Join(tmp, "shared")
-	if out := mpirun(t, 3, "pack", "--input", input, "--out", shared, "--chunk-files", "8"); !strings.Contains(out, "packed 300 files") {
+	if out := mpirun(t, 3, "pack", "--input", input, "--out", shared, "--chunk-files", "8"); !strings.Contains(out, "packed 300 files (") || !strings.Contains(out, "in 38 shards") {
 		t.Fatalf("mpirun pack:\n%s", out)
+	}
+	for r := range 38 {
+		want, err := os.ReadFile(filepath.Join(many, chunk.RankDir(r), "index.bri"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(filepath.Join(shared, chunk.RankDir(r), "index.bri")); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("shard %d: the index of mpirun's pack differs from the single-process pack's (%v)", r, err)
+		}
 	}
 	local := filepath.Join(tmp, "local-{rank}")
 	mpirun(t, 3, "pack", "--input", input, "--out", local, "--chunk-files", "8")
@@ -276,11 +290,9 @@ func TestPackUnderMpirun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, dir := range []string{shared, strings.ReplaceAll(local, "{rank}", fmt.Sprint(r))} {
-			got, err := os.ReadFile(filepath.Join(dir, chunk.RankDir(r), "index.bri"))
-			if err != nil || !bytes.Equal(got, want) {
-				t.Fatalf("%s rank %d: index differs from the single-process pack (%v)", dir, r, err)
-			}
+		dir := strings.ReplaceAll(local, "{rank}", fmt.Sprint(r))
+		if got, err := os.ReadFile(filepath.Join(dir, chunk.RankDir(r), "index.bri")); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s rank %d: index differs from the single-process pack (%v)", dir, r, err)
 		}
 		m, err := chunk.ReadManifest(chunk.OS, strings.ReplaceAll(local, "{rank}", fmt.Sprint(r)))
 		if err != nil {

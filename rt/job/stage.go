@@ -28,16 +28,39 @@ func stageHome(chunks string, rank, ranks int, local string, log io.Writer, stop
 	if err != nil {
 		return nil, err
 	}
+	lo, hi := homes[rank], homes[rank+1]
+	each := hi-lo <= shardLines // a line per shard, else one for them all
 	var dirs []string
-	for s := homes[rank]; s < homes[rank+1]; s++ {
-		dir, err := stageShard(chunks, rank, s, local, log, stop)
+	var sum stage.Result
+	reused, replaced := 0, ""
+	start := time.Now()
+	for s := lo; s < hi; s++ {
+		res, err := stageShard(chunks, rank, s, local, log, each, stop)
 		if err != nil {
 			return nil, err
 		}
-		dirs = append(dirs, dir)
+		dirs = append(dirs, res.Dir)
+		sum.CopiedBytes += res.CopiedBytes
+		sum.VerifiedBytes += res.VerifiedBytes
+		if res.Reused {
+			reused++
+		}
+		if res.Replaced != "" && replaced == "" {
+			replaced = fmt.Sprintf(" (shard %d's copy was not reused: %s)", s, res.Replaced)
+		}
+	}
+	if !each {
+		fmt.Fprintf(log, "brandrt: rank %d: staged shards %d–%d (%d) to %s in %s: copied %s, reused the copies of %d%s; verified %s\n",
+			rank, lo, hi-1, hi-lo, local, time.Since(start).Round(time.Millisecond), humanize.IBytes(uint64(sum.CopiedBytes)), reused, replaced,
+			humanize.IBytes(uint64(sum.VerifiedBytes)))
 	}
 	return dirs, nil
 }
+
+// shardLines is the most shards of a rank whose staging is told shard by
+// shard; a rank with more (a dataset of a few hundred shards on a few
+// nodes) says it in one line.
+const shardLines = 4
 
 // stageShard copies shard of the dataset in chunks (shared storage), one
 // that rank serves, to the node-local directory local, or reuses a
@@ -45,7 +68,7 @@ func stageHome(chunks string, rank, ranks int, local string, log io.Writer, stop
 // which the rank then reads. It says what it did on log, and every
 // stageEvery how far a copy has come. Closing stop (a signal) stops it;
 // it then removes what it copied.
-func stageShard(chunks string, rank, shard int, local string, log io.Writer, stop <-chan struct{}) (string, error) {
+func stageShard(chunks string, rank, shard int, local string, log io.Writer, each bool, stop <-chan struct{}) (stage.Result, error) {
 	cfg := stage.DefaultConfig()
 	cfg.Source, cfg.Rank, cfg.Local = chunk.ForRank(chunks, rank), shard, local
 	last := time.Now() // a first line after stageEvery: a short stage says nothing until it is done
@@ -62,10 +85,10 @@ func stageShard(chunks string, rank, shard int, local string, log io.Writer, sto
 	cfg.Stop = stop
 	res, err := stage.Stage(cfg)
 	if errors.Is(err, stage.ErrInterrupted) {
-		return "", fmt.Errorf("interrupted while staging shard %d; removed what it copied to %s", shard, local)
+		return res, fmt.Errorf("interrupted while staging shard %d; removed what it copied to %s", shard, local)
 	}
-	if err != nil {
-		return "", err
+	if err != nil || !each {
+		return res, err
 	}
 	verified := fmt.Sprintf("verified %s in %s", humanize.IBytes(uint64(res.VerifiedBytes)), res.VerifyTime.Round(time.Millisecond))
 	switch {
@@ -79,5 +102,5 @@ func stageShard(chunks string, rank, shard int, local string, log io.Writer, sto
 		fmt.Fprintf(log, "brandrt: rank %d: staged shard %d to %s: copied %s in %s; %s\n",
 			rank, shard, res.Dir, humanize.IBytes(uint64(res.CopiedBytes)), res.CopyTime.Round(time.Millisecond), verified)
 	}
-	return res.Dir, nil
+	return res, nil
 }
