@@ -217,3 +217,52 @@ func TestResumeRefusesOtherJobs(t *testing.T) {
 
 // openOne opens a job of one rank.
 func openOne(cfg Config, c collectives.Comm) (*Node, error) { return Open(cfg, c) }
+
+// TestResumeOldDataset resumes jobs on a dataset packed before shards
+// were split over ranks (cmd/brandrt/testdata/pack-2026-11-25, 2 shards):
+// a state saved before states recorded their plan resumes on the 2 ranks
+// that saved it exactly as the uninterrupted job goes on, and is refused
+// on 1 rank; a state of today's resumes on 1 rank, every file once.
+func TestResumeOldDataset(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes, cfg.Epochs = "../cmd/brandrt/testdata/pack-2026-11-25", 0.5, 100_000, 2
+	full, err := runOrders(t, 2, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := Place{Epoch: 2, Position: 10, Ranks: 2, Seed: cfg.Seed}
+	got, err := runOrders(t, 2, cfg, &old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, fs := range got.orders[2] {
+		for sn, f := range fs {
+			if want := full.orders[2][r][sn]; sn < 10 && f != proto.NoFile || sn >= 10 && f != want {
+				t.Fatalf("rank %d, position %d: %d, the uninterrupted order has %d", r, sn, f, want)
+			}
+		}
+	}
+	one := cfg
+	one.Resume = true
+	n, err := Open(one, collectives.NewLocal(1)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.fits(old); err == nil || !strings.Contains(err.Error(), "it resumes only on 2 ranks") {
+		t.Errorf("an old state of 2 ranks on 1: %v", err)
+	}
+	n.Close()
+	now := full.place
+	now.Epoch, now.Position = 2, 10
+	rest, err := runOrders(t, 1, cfg, &now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trained := make([]int, len(full.orders[2][0])+len(full.orders[2][1]))
+	for _, fs := range full.orders[2] {
+		for _, f := range fs[:10] {
+			trained[f]++
+		}
+	}
+	once(t, "epoch 2 on 1 rank", trained, rest.orders[2])
+}
