@@ -24,7 +24,6 @@ func shardedInput(t *testing.T, seed uint64, shards, ranks, k int) proto.WindowI
 		}
 		all = append(all, s)
 	}
-	rng = rand.New(rand.NewPCG(seed, 2)) // the same files whatever the rank count
 	d := proto.Dataset{K: k}
 	var sizes [][]int64
 	for r := range ranks {
