@@ -155,3 +155,50 @@ func TestDeliveredFromTheStart(t *testing.T) {
 		t.Error("a stretch ending at position -1 was taken")
 	}
 }
+
+// imageNetInput is 1.28 M files of 110 kB (K=64) on ranks ranks, a
+// quarter of each shard in memory.
+func imageNetInput(b *testing.B, ranks int) proto.WindowInput {
+	const files, k = 1_281_167, 64
+	d := proto.Dataset{K: k}
+	sizes := make([][]int64, ranks)
+	for h := range ranks {
+		n := (h+1)*files/ranks/k*k - h*files/ranks/k*k
+		if h == ranks-1 {
+			n = files - h*files/ranks/k*k
+		}
+		sizes[h] = make([]int64, n)
+		for i := range sizes[h] {
+			sizes[h][i] = 110_000
+		}
+		d.Shards = append(d.Shards, proto.Shard{Files: n, Bytes: int64(n) * 110_000, MemBytes: int64(n) * 110_000 / 4})
+	}
+	m, err := proto.NewMapping(d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := proto.WindowInput{Mapping: m, Sizes: sizes, Seed: 1, Lead: proto.DefaultLead, Ramp: proto.DefaultRamp}
+	for h := range ranks {
+		in.Budget = append(in.Budget, m.MemBytes(h))
+	}
+	return in
+}
+
+// BenchmarkResumeImageNet is what a job of 2 ranks does at start-up when
+// it resumes, at 40 % of epoch 2, the state of a job of 3 ranks at
+// ImageNet scale: it plans the 3-rank job's epochs 1 and 2 to learn the
+// files trained on (Delivered), then the rest of the epoch and a fresh
+// 2-rank job's epochs 1 and 2 for the drains (RestPlan).
+func BenchmarkResumeImageNet(b *testing.B) {
+	old, now := imageNetInput(b, 3), imageNetInput(b, 2)
+	b.ResetTimer()
+	for range b.N {
+		d, err := proto.Delivered(2, []proto.Stretch{{In: old, Position: 1_281_167 / 3 * 4 / 10}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := proto.RestPlan(now, 2, d); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -81,7 +81,9 @@ func TestTrainingOver(t *testing.T) {
 			if !one.OK() || one.FilesDelivered != files || one.EndedEarly || one.RanksTrainingOver == 2 { // rank 0 may be over by the end
 				t.Errorf("epoch 1: %+v", one)
 			}
-			if two.FilesDelivered == 0 || two.FilesDelivered >= files || !two.EndedEarly || two.RanksTrainingOver != 2 || two.DuplicateDeliveries != 0 {
+			// rank 1's training may end before or after the epoch's
+			// statistics are taken (its last reply ends the epoch)
+			if two.FilesDelivered == 0 || two.FilesDelivered >= files || !two.EndedEarly || two.RanksTrainingOver < 1 || two.DuplicateDeliveries != 0 {
 				t.Errorf("epoch 2: %d files delivered (rank 1's share of %d), ended early %v, %d ranks over: %+v",
 					two.FilesDelivered, files, two.EndedEarly, two.RanksTrainingOver, two)
 			}
