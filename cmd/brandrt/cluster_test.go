@@ -27,7 +27,13 @@ func skipShort(t *testing.T) {
 // and its output.
 func clusterServe(t *testing.T, c *testkit.Cluster, args ...string) (*exec.Cmd, *testkit.Log) {
 	t.Helper()
-	cmd := exec.Command(c.Mpirun(), append([]string{"-np", fmt.Sprint(c.Nodes), binary(t), "serve"}, args...)...)
+	return clusterServeOn(t, c, c.Nodes, args...)
+}
+
+// clusterServeOn is clusterServe on the first nodes nodes of c.
+func clusterServeOn(t *testing.T, c *testkit.Cluster, nodes int, args ...string) (*exec.Cmd, *testkit.Log) {
+	t.Helper()
+	cmd := exec.Command(c.Mpirun(), append([]string{"-np", fmt.Sprint(nodes), binary(t), "serve"}, args...)...)
 	out := new(testkit.Log)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -127,6 +133,100 @@ func TestClusterRankKilled(t *testing.T) {
 	if err == nil || !strings.Contains(out.String(), c.Host(2)) {
 		t.Fatalf("the job: %v, and it does not name node %s:\n%s", err, c.Host(2), out)
 	}
+}
+
+// TestClusterNodeLost: a training of 3 emulated nodes (co-launched
+// train.py, DDP across the nodes, checkpoints every 4 steps on shared
+// storage) loses node 3's rank at ~40 % of epoch 2; the job ends naming
+// the node, and the same command with --resume on the 2 nodes left takes
+// up from the last checkpoint, the ranks of nodes 1 and 2 serving node 3's
+// shards too: across both runs every file of epoch 2 is trained on once,
+// and epoch 3 whole.
+func TestClusterNodeLost(t *testing.T) {
+	skipShort(t)
+	needTorch(t)
+	c := testkit.StartCluster(t, 3)
+	const files, batch = 480, 8
+	tmp := t.TempDir()
+	jpegs := filepath.Join(tmp, "jpegs")
+	if out, err := exec.Command(python, "../../examples/pytorch/make_jpegs.py", "--out", jpegs, "--classes", "4",
+		"--images", fmt.Sprint(files), "--size", "32").CombinedOutput(); err != nil {
+		t.Fatalf("make_jpegs: %v\n%s", err, out)
+	}
+	dir := filepath.Join(tmp, "chunks")
+	if _, errs, status := runCLI(t, "pack", "--input", jpegs, "--out", dir, "--chunk-files", "8"); status != 0 {
+		t.Fatal(errs)
+	}
+	ckpt := filepath.Join(tmp, "ckpt")
+	train, _ := filepath.Abs("../../examples/pytorch/train.py")
+	command := func(run string, more ...string) []string {
+		return append([]string{python, "-W", "ignore", train, "--num-classes", "4", "--epochs", "3", "--batch-size", fmt.Sprint(batch),
+			"--workers", "2", "--checkpoint", ckpt, "--checkpoint-every", "4", "--log-files", filepath.Join(tmp, run+"-{rank}.log")}, more...)
+	}
+	serve := []string{"--chunks", dir, "--mem", "25%", "--epochs", "3"}
+
+	cmd, out := clusterServe(t, c, append(append(serve, "--"), command("run1")...)...)
+	killAt := files/3/batch + files/3*4/10/batch
+	log0 := filepath.Join(tmp, "run1-0.log")
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if b, _ := os.ReadFile(log0); strings.Contains(string(b), fmt.Sprintf("\n2 %d ", killAt)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 0 never reached step %d of epoch 2:\n%s", killAt, out)
+		}
+	}
+	pids, _ := exec.Command("ip", "netns", "pids", c.Host(3)).Output()
+	for _, p := range strings.Fields(string(pids)) {
+		if b, _ := os.ReadFile("/proc/" + p + "/cmdline"); strings.HasPrefix(string(b), binary(t)+"\x00serve\x00") {
+			var pid int
+			fmt.Sscan(p, &pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if err := exitWithin(t, cmd, 30*time.Second); err == nil || !strings.Contains(out.String(), c.Host(3)) {
+		t.Fatalf("node 3's rank killed: %v, and the job does not name %s:\n%s", err, c.Host(3), out)
+	}
+
+	cmd, out = clusterServeOn(t, c, 2, append(append(serve, "--resume", "--"), command("run2", "--resume")...)...)
+	if err := exitWithin(t, cmd, 2*time.Minute); err != nil {
+		t.Fatalf("the job resumed on 2 nodes: %v\n%s", err, out)
+	}
+	if !strings.Contains(out.String(), "was saved on 3 ranks") {
+		t.Errorf("the resumed job does not say it took up a 3-rank job's state:\n%s", out)
+	}
+	said := out.String()
+	i := strings.Index(said, "rank 0: resuming epoch 2 at position ")
+	if i < 0 {
+		t.Fatalf("the training did not resume epoch 2:\n%s", said)
+	}
+	var pos, step int
+	if _, err := fmt.Sscanf(said[i:], "rank 0: resuming epoch 2 at position %d (step %d)", &pos, &step); err != nil {
+		t.Fatalf("%v in %q", err, said[i:])
+	}
+	seen := map[int]int{}
+	for r := range 3 {
+		got, _ := trainLog(t, filepath.Join(tmp, fmt.Sprintf("run1-%d.log", r)), 2, step)
+		for _, f := range got {
+			seen[f]++
+		}
+	}
+	t.Logf("3 nodes trained on %d files of epoch 2 up to the checkpoint of step %d; 2 nodes took up from there", len(seen), step)
+	for r := range 2 {
+		got, _ := trainLog(t, filepath.Join(tmp, fmt.Sprintf("run2-%d.log", r)), 2, -1)
+		for _, f := range got {
+			seen[f]++
+		}
+	}
+	checkOnce(t, "epoch 2", seen, files)
+	seen = map[int]int{}
+	for r := range 2 {
+		got, _ := trainLog(t, filepath.Join(tmp, fmt.Sprintf("run2-%d.log", r)), 3, -1)
+		for _, f := range got {
+			seen[f]++
+		}
+	}
+	checkOnce(t, "epoch 3", seen, files)
 }
 
 // TestClusterSlurm: on two emulated nodes running Slurm, with the packed
