@@ -44,6 +44,9 @@ def phase(epochs, storage):
                                          for ns in zip(*[e["nodes"] for e in epochs])), default=None)
             if all("nodes" in e for e in epochs) else None,
             "cpu_k": 1000 * sum(e["cpu_s"] for e in epochs) / max(files, 1),
+            # CPU µs per file by process (runner.CPUSplit), when recorded
+            "cpu_by": {k: 1e6 * sum(e["cpu_by"][k] for e in epochs) / max(files, 1) for k in epochs[0]["cpu_by"]}
+            if all("cpu_by" in e for e in epochs) else None,
             "first_batch_s": epochs[0].get("first_batch_s") or 0.0}
 
 
@@ -92,7 +95,9 @@ def rows(records):
             if not vals:
                 row[ph] = None
                 continue
-            row[ph] = {k: _median([v[k] for v in vals]) for k in vals[0]}
+            row[ph] = {k: _median([v[k] for v in vals]) for k in vals[0] if k != "cpu_by"}
+            by = [v["cpu_by"] for v in vals if v.get("cpu_by")]
+            row[ph]["cpu_by"] = {k: _median([b[k] for b in by]) for k in by[0]} if by else None
             row[ph]["x_random"] = _median([s[ph]["files_s"] / rs[ph]["files_s"] for _, s, rs in ok
                                            if rs and rs[ph] and s[ph]])
         out.append(row)
@@ -181,6 +186,7 @@ def tables(meta, records):
             if row["ok"] < row["runs"]:
                 line += "  (%d of %d rounds failed: %s)" % (row["runs"] - row["ok"], row["runs"], row["errors"][0][:80])
             out.append(line)
+        out += cpu_split(recs)
         out += versus(recs)
         if nodes and nodes > 1:
             out += links_check(recs)
@@ -191,6 +197,28 @@ def tables(meta, records):
                                                          "bytes between the nodes per byte delivered; slowest: the "
                                                          "slowest node's own files/s" if meta.get("nodes") else "")]
     return "\n".join(out) + "\n"
+
+
+def cpu_split(records):
+    """Lines giving each system's CPU µs per file by process (main,
+    DataLoader workers, brandrt rank, other), epoch 1 and epochs 2 on; none
+    when the runs did not record it."""
+    rs = [r for r in rows(records) if r["ok"] and r["e1"] and r["e1"].get("cpu_by")]
+    if not rs:
+        return []
+    kinds = list(rs[0]["e1"]["cpu_by"])
+    out = ["", "CPU µs per file by process, epoch 1 / epochs 2 on:",
+           "%-20s " % "system" + " ".join("%15s" % k for k in kinds) + " %15s" % "all"]
+    for r in rs:
+        cells = []
+        for k in kinds + ["all"]:
+            v = []
+            for ph in ("e1", "steady"):
+                by = r[ph]["cpu_by"] if r[ph] else None
+                v.append("-" if by is None else "%.0f" % (sum(by.values()) if k == "all" else by[k]))
+            cells.append("%15s" % " / ".join(v))
+        out.append("%-20s " % r["label"] + " ".join(cells))
+    return out
 
 
 def links_check(records):

@@ -10,7 +10,8 @@ right before the epoch's first request and right after its last file:
 read_bytes from the cgroup's block-device accounting, net_bytes from the
 NAS link (the veth's received bytes), cpu_s from the cgroup's cpuacct (every
 process of the run: DataLoader workers, the main process, mpirun and the
-brandrt rank). Every file delivered is counted against the dataset's
+brandrt rank), and cpu_by the same split by process (CPUSplit: main,
+workers, rank, other). Every file delivered is counted against the dataset's
 catalog: each must arrive exactly once per epoch, with its label.
 
 On an emulated cluster (spec['world'] > 1, loaders.py --nodes) a runner
@@ -69,6 +70,67 @@ class Counters:
         return out
 
 
+HZ = os.sysconf("SC_CLK_TCK")
+
+# What each process of a run is, for the split of its CPU seconds.
+KINDS = ("main", "workers", "rank", "other")
+
+
+def _proc(pid):
+    """(CPU seconds, parent pid, command line) of process pid, or None
+    once it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            f = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/%d/cmdline" % pid, "rb") as c:
+            cmd = c.read().split(b"\0")
+    except OSError:
+        return None
+    return (int(f[11]) + int(f[12])) / HZ, int(f[1]), cmd
+
+
+def kind(pid, parent, cmd):
+    """The part of a run process pid plays: this main process; its
+    DataLoader workers (its children that run Python); a brandrt rank;
+    anything else (mpirun and its daemons, peers' helpers)."""
+    if pid == os.getpid():
+        return "main"
+    if len(cmd) > 1 and cmd[0].endswith(b"brandrt") and cmd[1] == b"serve":
+        return "rank"
+    if parent == os.getpid() and cmd and b"python" in os.path.basename(cmd[0]):
+        return "workers"
+    return "other"
+
+
+class CPUSplit:
+    """The CPU seconds of a run's processes by kind (KINDS), between
+    two readings: each live process of the cgroup counts in its kind; what
+    the cgroup spent that no live process shows (processes that ended)
+    counts as other."""
+
+    def __init__(self, group):
+        self.group = group
+
+    def read(self):
+        """(the cgroup's CPU ns, {pid: (kind, CPU s)})."""
+        total = self.group.counters()["cpu_ns"] if self.group else 0
+        procs = {}
+        for pid in (self.group.pids() if self.group else [os.getpid()]):
+            p = _proc(pid)
+            if p:
+                procs[pid] = (kind(pid, p[1], p[2]), p[0])
+        return total, procs
+
+    @staticmethod
+    def between(a, b):
+        """{kind: CPU seconds} from reading a to reading b."""
+        out = dict.fromkeys(KINDS, 0.0)
+        for pid, (k, s) in b[1].items():
+            out[k] += s - a[1].get(pid, (k, 0.0))[1]
+        out["other"] += max(0.0, (b[0] - a[0]) / 1e9 - sum(out.values()))
+        return out
+
+
 def verdict(seen, want, sizes_only):
     """'ok', or what differs between the delivered and the expected files."""
     if seen == want:
@@ -90,7 +152,8 @@ def run(spec):
     # reads or spends while it starts (brandrt's rank reads ahead as soon
     # as it serves) belongs to its cold epoch.
     counters = Counters(spec)
-    made = counters.read(), time.monotonic()
+    split = CPUSplit(cgroups.Group.existing(spec["group"]) if spec.get("group") else None)
+    made = counters.read(), time.monotonic(), split.read()
     system = systems.make(spec, cat)
     emit(event="start", startup_s=time.monotonic() - start)
     sizes_only = system.check == "sizes"
@@ -102,13 +165,13 @@ def run(spec):
     threading.Thread(target=watchdog, args=(progress, spec.get("stall_s", 300)), daemon=True).start()
     try:
         for e in range(spec["epochs"]):
-            c0, t0 = made if e == 0 else (counters.read(), time.monotonic())
+            c0, t0, s0 = made if e == 0 else (counters.read(), time.monotonic(), split.read())
             got = read_epoch(system, e, progress, sizes_only)
-            t1, c1 = time.monotonic(), counters.read()
+            t1, c1, s1 = time.monotonic(), counters.read(), split.read()
             emit(event="epoch", epoch=e + 1, files=got["files"], bytes=got["bytes"], seconds=t1 - t0,
                  first_batch_s=got["first_batch_s"], read_bytes=c1["read_bytes"] - c0["read_bytes"],
                  net_bytes=c1["net_bytes"] - c0["net_bytes"], cpu_s=(c1["cpu_ns"] - c0["cpu_ns"]) / 1e9,
-                 check=verdict(got["seen"], want, sizes_only))
+                 cpu_by=CPUSplit.between(s0, s1), check=verdict(got["seen"], want, sizes_only))
     finally:
         system.close()
     emit(event="end", own=system.own())

@@ -89,6 +89,17 @@ class EndToEnd(unittest.TestCase):
             self.assertEqual(e["check"], "ok")
             self.assertGreater(e["seconds"], 0)
             self.assertGreater(e["cpu_s"], 0)
+            # the split by process adds up to the cgroup's CPU time (the
+            # processes' clock ticks are 10 ms)
+            by = e["cpu_by"]
+            self.assertEqual(sorted(by), ["main", "other", "rank", "workers"])
+            self.assertTrue(all(v >= 0 for v in by.values()), by)
+            self.assertAlmostEqual(sum(by.values()), e["cpu_s"], delta=0.01 * 8 + 0.05 * e["cpu_s"])
+        # over the run, the main process took some; a brandrt rank too
+        # (epoch 1 counts its start), and no other system has one
+        run = {k: sum(e["cpu_by"][k] for e in rec["epochs"]) for k in ("main", "rank")}
+        self.assertGreater(run["main"], 0)
+        self.assertEqual(run["rank"] > 0, rec["system"].startswith("brandrt"), run)
         self.assertEqual(rec["limit_bytes"], rec["budget_bytes"] + (768 << 20))
         self.assertLessEqual(rec["memory"]["peak_bytes"], rec["limit_bytes"])
 
@@ -111,6 +122,7 @@ class EndToEnd(unittest.TestCase):
         self.assertIn("random", p.stdout)
         self.assertIn("brandrt-paper K=64", p.stdout)
         self.assertIn("×rand", p.stdout)
+        self.assertIn("CPU µs per file by process, epoch 1 / epochs 2 on:", p.stdout)
         for name in ("files-per-s-local.png", "read-amp-local.png", "tables.txt"):
             path = os.path.join(Work.get(), "out", name)
             self.assertTrue(os.path.getsize(path) > 0, path)
