@@ -95,11 +95,12 @@ class EndToEnd(unittest.TestCase):
             self.assertEqual(sorted(by), ["main", "other", "rank", "workers"])
             self.assertTrue(all(v >= 0 for v in by.values()), by)
             self.assertAlmostEqual(sum(by.values()), e["cpu_s"], delta=0.01 * 8 + 0.05 * e["cpu_s"])
-        # over the run, the main process took some; a brandrt rank too
-        # (epoch 1 counts its start), and no other system has one
+        # over the run, the main process took some, and only brandrt has
+        # a rank (whose CPU in so small a run may stay under a clock tick)
         run = {k: sum(e["cpu_by"][k] for e in rec["epochs"]) for k in ("main", "rank")}
         self.assertGreater(run["main"], 0)
-        self.assertEqual(run["rank"] > 0, rec["system"].startswith("brandrt"), run)
+        if not rec["system"].startswith("brandrt"):
+            self.assertEqual(run["rank"], 0)
         self.assertEqual(rec["limit_bytes"], rec["budget_bytes"] + (768 << 20))
         self.assertLessEqual(rec["memory"]["peak_bytes"], rec["limit_bytes"])
 
@@ -324,6 +325,19 @@ class Arguments(unittest.TestCase):
 
 
 class Checks(unittest.TestCase):
+    def test_process_kinds(self):
+        import runner
+
+        me = os.getpid()
+        self.assertEqual(runner.kind(me, 1, [b"python3", b"runner.py"]), "main")
+        self.assertEqual(runner.kind(me + 1, 7, [b"/repo/bin/brandrt", b"serve", b"--chunks"]), "rank")
+        self.assertEqual(runner.kind(me + 1, me, [b"/usr/bin/python3", b"-W", b"ignore"]), "workers")
+        self.assertEqual(runner.kind(me + 1, me, [b"mpirun", b"-np", b"1"]), "other")
+        self.assertEqual(runner.kind(me + 1, 7, [b"/usr/bin/python3"]), "other")
+        a = (1e9, {1: ("main", 1.0), 2: ("rank", 0.5)})
+        b = (4e9, {1: ("main", 2.0), 2: ("rank", 1.5), 3: ("workers", 0.25)})
+        self.assertEqual(runner.CPUSplit.between(a, b), {"main": 1.0, "workers": 0.25, "rank": 1.0, "other": 0.75})
+
     def test_verdict(self):
         want = collections.Counter({1: 1, 2: 1, 3: 1})
         self.assertEqual(runner.verdict(collections.Counter({1: 1, 2: 1, 3: 1}), want, False), "ok")
