@@ -62,6 +62,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cgroups  # noqa: E402
 import cluster  # noqa: E402
 import prepare  # noqa: E402
+import cpusteps  # noqa: E402
 import report  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -153,6 +154,10 @@ def args_parser():
     r.add_argument("--nic", default="10gbit", help="with --nodes: each node's link (default 10gbit)")
     r.add_argument("--nas-delay", default="100us", help="one-way delay of the NAS link (default 100us)")
     r.add_argument("--nas-rate", default="3gbit", help="rate of the NAS link (default 3gbit, ~0.38 GB/s)")
+    r.add_argument("--profile", action="store_true",
+                   help="sample every run's Python processes with py-spy and its brandrt rank with serve "
+                        "--cpuprofile (in --out), and print the CPU µs per file of each step (cpusteps.py); "
+                        "sampling slows the runs: their speeds are not for comparing")
     o = p.add_argument_group("output")
     o.add_argument("--out", help="directory for results.jsonl, the tables and the plots (default "
                                  "WORK/results-<date>)")
@@ -268,6 +273,18 @@ def run_one(a, cat, storage, mem, system, k, n):
     # locks, the pymp-* directories of killed DataLoader workers, Open
     # MPI's session) goes with it.
     tmp = tempfile.mkdtemp(prefix="brandrt-bench-%d-%d-" % (os.getpid(), n), dir="/tmp")
+    cmd = [sys.executable, "-W", "ignore", os.path.join(HERE, "runner.py")]
+    if a.profile:
+        # the runner and its DataLoader workers sampled, on CPU only; the
+        # rank profiles itself
+        prof = os.path.join(a.out, "profile-%d-%s" % (n, system + ("-k%d" % k if k else "")))
+        rec["profile"] = {"py": prof + ".txt"}
+        cmd = [os.path.join(os.path.dirname(sys.executable), "py-spy"), "record", "--subprocesses", "--nonblocking",
+               "-r", "250", "-f", "raw", "-o", prof + ".txt", "--"] + cmd
+        if system.startswith("brandrt"):
+            os.makedirs(prof + "-rank", exist_ok=True)
+            spec["serve_flags"] = spec["serve_flags"] + ["--cpuprofile", prof + "-rank"]
+            rec["profile"]["go"] = prof + "-rank"
     spec_file = os.path.join(tmp, "spec.json")
     with open(spec_file, "w") as f:
         json.dump(spec, f)
@@ -279,7 +296,7 @@ def run_one(a, cat, storage, mem, system, k, n):
     timer.daemon = True
     try:
         cgroups.drop_caches()
-        proc = subprocess.Popen([sys.executable, "-W", "ignore", os.path.join(HERE, "runner.py"), spec_file],
+        proc = subprocess.Popen(cmd + [spec_file],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=dict(os.environ, TMPDIR=tmp), preexec_fn=group.join, start_new_session=True)
         err = []
@@ -447,7 +464,7 @@ def main():
         cat = prepare_all(a)
     except prepare.PrepareError as e:
         sys.exit("bench: %s" % e)
-    out = a.out or os.path.join(a.work, "results-" + time.strftime("%Y%m%d-%H%M%S"))
+    out = a.out = a.out or os.path.join(a.work, "results-" + time.strftime("%Y%m%d-%H%M%S"))
     os.makedirs(out, exist_ok=True)
     results = os.path.join(out, "results.jsonl")
     command = " ".join([os.path.relpath(sys.argv[0], REPO) if sys.argv[0].startswith(REPO) else sys.argv[0]] +
@@ -481,6 +498,8 @@ def main():
                             jf.write(json.dumps(rec) + "\n")
                             jf.flush()
     text = report.tables(meta, records)
+    if a.profile:
+        text += "\n" + cpusteps.table(records, a.brandrt)
     print(text)
     with open(os.path.join(out, "tables.txt"), "w") as f:
         f.write(text)

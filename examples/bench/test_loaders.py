@@ -338,6 +338,29 @@ class Checks(unittest.TestCase):
         b = (4e9, {1: ("main", 2.0), 2: ("rank", 1.5), 3: ("workers", 0.25)})
         self.assertEqual(runner.CPUSplit.between(a, b), {"main": 1.0, "workers": 0.25, "rank": 1.0, "other": 0.75})
 
+    def test_cpu_steps(self):
+        import cpusteps
+
+        raw = os.path.join(tempfile.mkdtemp(dir=Work.get()), "p.txt")
+        with open(raw, "w") as f:
+            f.write('process 1:"runner";read_epoch (runner.py:120);Connection._recv (multiprocessing/connection.py:378) 30\n')
+            f.write('process 1:"runner";<module> (runner.py:4);_find_and_load (<frozen importlib._bootstrap>:1178) 10\n')
+            f.write('process 1:"runner";process 2:"w";_worker_loop (torch/utils/data/_utils/worker.py:308);'
+                    'BrandDataset._many.<locals>.use (brandrt/torch.py:303) 20\n')
+            f.write('process 1:"runner";process 3:"w";Queue._feed (multiprocessing/queues.py:244) 20\n')
+        steps = cpusteps.py_steps(raw)
+        self.assertEqual(steps["main"], {"pipe: receive batches": 30, "start-up: imports": 10})
+        self.assertEqual(steps["workers"], {"copy each file out of shared memory (bytes)": 20, "pickle batches": 20})
+        # the kernel's seconds shared out by the samples: 4 s of main, 2 s
+        # of workers over 1,000 files
+        rec = {"system": "noio", "status": "ok", "profile": {"py": raw},
+               "epochs": [{"files": 1000, "cpu_by": {"main": 4.0, "workers": 2.0, "rank": 0.0, "other": 0.5}}]}
+        got = cpusteps.breakdown(rec, "/nonexistent")
+        self.assertAlmostEqual(got[("main", "pipe: receive batches")], 3000)
+        self.assertAlmostEqual(got[("workers", "pickle batches")], 1000)
+        self.assertAlmostEqual(got[("other", "mpirun and the rest")], 500)
+        self.assertIn("pipe: receive batches", cpusteps.table([rec], "/nonexistent"))
+
     def test_verdict(self):
         want = collections.Counter({1: 1, 2: 1, 3: 1})
         self.assertEqual(runner.verdict(collections.Counter({1: 1, 2: 1, 3: 1}), want, False), "ok")
