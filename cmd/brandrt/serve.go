@@ -76,7 +76,7 @@ func serveCommand() *cli.Command {
 			&cli.IntFlag{Name: "consume", Value: d.Consume, Usage: "in-process readers per rank; 0: serve training processes through shared memory"},
 			&cli.IntFlag{Name: "depth", Value: d.Depth, Usage: "requests each in-process reader keeps in flight"},
 			&cli.DurationFlag{Name: "pause", Usage: "in-process readers wait this long at the start of each epoch (the rank's idle CPU use is then printed)"},
-			&cli.BoolFlag{Name: "resume", Usage: "wait for the training processes to say which epoch and position the job takes up (a checkpoint's BrandSampler state), then serve from there exactly as the interrupted job would have (--policy window)"},
+			&cli.BoolFlag{Name: "resume", Usage: "wait for the training processes to say which epoch and position the job takes up (a checkpoint's BrandSampler state), then serve from there: exactly as the interrupted job would have on its ranks, --mem and --ramp; on others (a node lost; window policy), every file of the epoch not yet trained on, once"},
 			&cli.StringFlag{Name: "order-out", Usage: "write the delivered order to this file at the end (rank 0): a line per position, \"epoch rank sn file\", as brandrt simulate --order-out writes it"},
 			&cli.BoolFlag{Name: "force", Usage: "overwrite the --order-out file if it exists"},
 			&cli.StringFlag{Name: "stats-json", Usage: "write each epoch's statistics to this file, one JSON object per line (rank 0)"},
