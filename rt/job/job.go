@@ -247,6 +247,9 @@ func finishJob(w io.Writer, comm collectives.Comm, done func(), err *error) {
 		return
 	}
 	fmt.Fprintf(w, "brandrt: rank %d: %v\nbrandrt: rank %d: ending the job\n", comm.Rank(), *err, comm.Rank())
+	if errors.As(*err, new(interrupted)) {
+		time.Sleep(interruptLinger) // the other ranks, signalled too, say so
+	}
 	*err = printed{*err}
 	abortJob(comm, ExitCode(*err))
 }

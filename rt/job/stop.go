@@ -85,13 +85,25 @@ func (s *stopper) onSignal() {
 	defer signal.Stop(sigs)
 	select {
 	case sig := <-sigs:
-		s.stop(fmt.Errorf("interrupted by %s; stopped", signalName(sig)), 1) // first: the cause is the signal
+		s.stop(interrupted{sig}, 1) // first: the cause is the signal
 		if _, t := s.parts(); t != nil {
 			t.forward(sig)
 		}
 	case <-s.served:
 	}
 }
+
+// interrupted is the cause of a rank stopped by a signal.
+type interrupted struct{ sig os.Signal }
+
+func (e interrupted) Error() string {
+	return fmt.Sprintf("interrupted by %s; stopped", signalName(e.sig))
+}
+
+// interruptLinger is how long a rank stopped by a signal waits before it
+// ends the job: a batch system signals every rank at once, and each
+// says it was interrupted before the first to finish ends the others.
+const interruptLinger = time.Second
 
 func signalName(s os.Signal) string {
 	switch s {
