@@ -19,10 +19,16 @@ type Stretch struct {
 // on in with seeded traces (Traces), each from the drains of the one
 // before it, as serve does when nothing interrupts it.
 func FreshPlan(in WindowInput, e uint32) (*WindowPlan, error) {
+	return planThrough(in, e, func(k uint32) [][]FileID { return Traces(in.Mapping.Files(), in.Mapping.Ranks(), in.Seed, k) })
+}
+
+// planThrough plans epochs 1 to e on in with traces, each from the drains
+// of the one before it, and returns epoch e's plan (nil when e is 0).
+func planThrough(in WindowInput, e uint32, traces func(uint32) [][]FileID) (*WindowPlan, error) {
 	in.After, in.Delivered = nil, nil
 	var p *WindowPlan
 	for k := uint32(1); k <= e; k++ {
-		in.Epoch, in.Traces = k, Traces(in.Mapping.Files(), in.Mapping.Ranks(), in.Seed, k)
+		in.Epoch, in.Traces = k, traces(k)
 		var err error
 		if p, err = PlanWindow(in); err != nil {
 			return nil, fmt.Errorf("proto: epoch %d: %w", k, err)

@@ -324,17 +324,14 @@ func (w *WindowRank) drainsOf(e uint32) ([]Drain, error) {
 	if w.cfg.Traces == nil {
 		return nil, fmt.Errorf("proto: rank %d: epoch %d plans from epoch %d's, whose traces it does not know", w.me, e+1, e)
 	}
-	var after []Drain
-	for k := uint32(1); k <= e; k++ {
-		in := w.input(k, w.cfg.Traces(k))
-		in.After = after
-		p, err := PlanWindow(in)
-		if err != nil {
-			return nil, fmt.Errorf("proto: rank %d: planning epoch %d again, to start at epoch %d: %w", w.me, k, e+1, err)
-		}
-		after = p.Drains
+	p, err := planThrough(w.in, e, w.cfg.Traces)
+	if err != nil {
+		return nil, fmt.Errorf("proto: rank %d: planning the epochs before epoch %d again: %w", w.me, e+1, err)
 	}
-	return after, nil
+	if p == nil {
+		return nil, nil
+	}
+	return p.Drains, nil
 }
 
 // skip takes the positions before start (a resumed epoch) as delivered:
