@@ -1,14 +1,11 @@
 package rt
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/brandrt/brandrt/collectives"
 	"github.com/brandrt/brandrt/proto"
@@ -26,8 +23,6 @@ type orderRun struct {
 // consumers; with resume, every rank is told to resume there.
 func runOrders(t *testing.T, ranks int, cfg Config, resume *Place) (orderRun, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	run := orderRun{orders: map[uint32][][]proto.FileID{}}
 	var mu sync.Mutex
 	cfg.Consume, cfg.Depth = 2, 4
@@ -37,42 +32,22 @@ func runOrders(t *testing.T, ranks int, cfg Config, resume *Place) (orderRun, er
 		run.orders[e] = files
 	}
 	cfg.Resume = resume != nil
-	errs := make([]error, ranks)
-	stats := make([][]EpochStats, ranks)
-	var wg sync.WaitGroup
-	for r, c := range collectives.NewLocal(ranks) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				if errs[r] != nil {
-					defer func() { _ = recover() }()
-					c.Abort(1)
+	var err error
+	run.stats, err = serveLocalOpened(t, ranks, cfg, func(r int, n *Node) {
+		if r == 0 {
+			run.place = n.JobPlace()
+		}
+		if resume != nil {
+			reply := make(chan error, 1)
+			n.Starts() <- StartOffer{Place: *resume, Reply: reply}
+			go func() {
+				if err := <-reply; err != nil {
+					t.Logf("rank %d: start refused: %v", r, err)
 				}
 			}()
-			n, err := Open(cfg, c)
-			if errs[r] = err; err != nil {
-				return
-			}
-			defer n.Close()
-			if r == 0 {
-				run.place = n.JobPlace()
-			}
-			if resume != nil {
-				reply := make(chan error, 1)
-				n.Starts() <- StartOffer{Place: *resume, Reply: reply}
-				go func() {
-					if err := <-reply; err != nil {
-						t.Logf("rank %d: start refused: %v", r, err)
-					}
-				}()
-			}
-			stats[r], errs[r] = n.Serve(ctx)
-		}()
-	}
-	wg.Wait()
-	run.stats = stats[0]
-	return run, errors.Join(errs...)
+		}
+	})
+	return run, err
 }
 
 // TestResumeOnOtherRanks: a job of 3 ranks on a dataset of 6 shards

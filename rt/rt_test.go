@@ -58,6 +58,13 @@ func serveLocal(t *testing.T, ranks int, cfg Config) []EpochStats {
 // serveLocalErr is serveLocal returning the ranks' errors.
 func serveLocalErr(t *testing.T, ranks int, cfg Config) ([]EpochStats, error) {
 	t.Helper()
+	return serveLocalOpened(t, ranks, cfg, nil)
+}
+
+// serveLocalOpened is serveLocalErr calling opened, when set, with each
+// rank's node once it is open and before it serves.
+func serveLocalOpened(t *testing.T, ranks int, cfg Config, opened func(r int, n *Node)) ([]EpochStats, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	comms := collectives.NewLocal(ranks)
@@ -80,6 +87,9 @@ func serveLocalErr(t *testing.T, ranks int, cfg Config) ([]EpochStats, error) {
 				return
 			}
 			defer n.Close()
+			if opened != nil {
+				opened(r, n)
+			}
 			stats[r], errs[r] = n.Serve(ctx)
 		}()
 	}
