@@ -113,18 +113,7 @@ func TestClusterRankKilled(t *testing.T) {
 	js := filepath.Join(t.TempDir(), "stats.json")
 	cmd, out := clusterServe(t, c, "--chunks", dir, "--mem", "25%", "--consume", "2", "--epochs", "100000", "--stats-json", js)
 	waitFor(t, js, 30*time.Second)
-	pids, _ := exec.Command("ip", "netns", "pids", c.Host(2)).Output()
-	killed := 0
-	for _, p := range strings.Fields(string(pids)) {
-		if b, _ := os.ReadFile("/proc/" + p + "/cmdline"); strings.HasPrefix(string(b), binary(t)+"\x00serve\x00") {
-			var pid int
-			fmt.Sscan(p, &pid)
-			if syscall.Kill(pid, syscall.SIGKILL) == nil {
-				killed++
-			}
-		}
-	}
-	if killed != 1 {
+	if killed := killRanksOn(t, c, 2); killed != 1 {
 		t.Fatalf("killed %d ranks on node 2, want 1", killed)
 	}
 	start := time.Now()
@@ -148,11 +137,7 @@ func TestClusterNodeLost(t *testing.T) {
 	c := testkit.StartCluster(t, 3)
 	const files, batch = 480, 8
 	tmp := t.TempDir()
-	jpegs := filepath.Join(tmp, "jpegs")
-	if out, err := exec.Command(python, "../../examples/pytorch/make_jpegs.py", "--out", jpegs, "--classes", "4",
-		"--images", fmt.Sprint(files), "--size", "32").CombinedOutput(); err != nil {
-		t.Fatalf("make_jpegs: %v\n%s", err, out)
-	}
+	jpegs := makeJPEGs(t, tmp, files)
 	dir := filepath.Join(tmp, "chunks")
 	if _, errs, status := runCLI(t, "pack", "--input", jpegs, "--out", dir, "--chunk-files", "8"); status != 0 {
 		t.Fatal(errs)
@@ -167,22 +152,9 @@ func TestClusterNodeLost(t *testing.T) {
 
 	cmd, out := clusterServe(t, c, append(append(serve, "--"), command("run1")...)...)
 	killAt := files/3/batch + files/3*4/10/batch
-	log0 := filepath.Join(tmp, "run1-0.log")
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if b, _ := os.ReadFile(log0); strings.Contains(string(b), fmt.Sprintf("\n2 %d ", killAt)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rank 0 never reached step %d of epoch 2:\n%s", killAt, out)
-		}
-	}
-	pids, _ := exec.Command("ip", "netns", "pids", c.Host(3)).Output()
-	for _, p := range strings.Fields(string(pids)) {
-		if b, _ := os.ReadFile("/proc/" + p + "/cmdline"); strings.HasPrefix(string(b), binary(t)+"\x00serve\x00") {
-			var pid int
-			fmt.Sscan(p, &pid)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+	awaitStep(t, filepath.Join(tmp, "run1-0.log"), 2, killAt, out)
+	if killed := killRanksOn(t, c, 3); killed != 1 {
+		t.Fatalf("killed %d ranks on node 3, want 1", killed)
 	}
 	if err := exitWithin(t, cmd, 30*time.Second); err == nil || !strings.Contains(out.String(), c.Host(3)) {
 		t.Fatalf("node 3's rank killed: %v, and the job does not name %s:\n%s", err, c.Host(3), out)
@@ -204,29 +176,39 @@ func TestClusterNodeLost(t *testing.T) {
 	if _, err := fmt.Sscanf(said[i:], "rank 0: resuming epoch 2 at position %d (step %d)", &pos, &step); err != nil {
 		t.Fatalf("%v in %q", err, said[i:])
 	}
+	logs := func(run string, nodes int) []string {
+		var l []string
+		for r := range nodes {
+			l = append(l, filepath.Join(tmp, fmt.Sprintf("%s-%d.log", run, r)))
+		}
+		return l
+	}
 	seen := map[int]int{}
-	for r := range 3 {
-		got, _ := trainLog(t, filepath.Join(tmp, fmt.Sprintf("run1-%d.log", r)), 2, step)
-		for _, f := range got {
-			seen[f]++
-		}
-	}
+	countTrained(t, seen, logs("run1", 3), 2, step)
 	t.Logf("3 nodes trained on %d files of epoch 2 up to the checkpoint of step %d; 2 nodes took up from there", len(seen), step)
-	for r := range 2 {
-		got, _ := trainLog(t, filepath.Join(tmp, fmt.Sprintf("run2-%d.log", r)), 2, -1)
-		for _, f := range got {
-			seen[f]++
-		}
-	}
+	countTrained(t, seen, logs("run2", 2), 2, -1)
 	checkOnce(t, "epoch 2", seen, files)
 	seen = map[int]int{}
-	for r := range 2 {
-		got, _ := trainLog(t, filepath.Join(tmp, fmt.Sprintf("run2-%d.log", r)), 3, -1)
-		for _, f := range got {
-			seen[f]++
+	countTrained(t, seen, logs("run2", 2), 3, -1)
+	checkOnce(t, "epoch 3", seen, files)
+}
+
+// killRanksOn kills (SIGKILL) the brandrt ranks running on node i of c
+// and returns how many it killed.
+func killRanksOn(t *testing.T, c *testkit.Cluster, i int) int {
+	t.Helper()
+	pids, _ := exec.Command("ip", "netns", "pids", c.Host(i)).Output()
+	killed := 0
+	for _, p := range strings.Fields(string(pids)) {
+		if b, _ := os.ReadFile("/proc/" + p + "/cmdline"); strings.HasPrefix(string(b), binary(t)+"\x00serve\x00") {
+			var pid int
+			fmt.Sscan(p, &pid)
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				killed++
+			}
 		}
 	}
-	checkOnce(t, "epoch 3", seen, files)
+	return killed
 }
 
 // TestClusterSlurm: on two emulated nodes running Slurm, with the packed

@@ -136,11 +136,7 @@ func TestResumeUnderMpirun(t *testing.T) {
 	needTorch(t)
 	const files, perRank, batch = 640, 320, 8
 	tmp := t.TempDir()
-	jpegs := filepath.Join(tmp, "jpegs")
-	if out, err := exec.Command(python, "../../examples/pytorch/make_jpegs.py", "--out", jpegs, "--classes", "4",
-		"--images", fmt.Sprint(files), "--size", "32").CombinedOutput(); err != nil {
-		t.Fatalf("make_jpegs: %v\n%s", err, out)
-	}
+	jpegs := makeJPEGs(t, tmp, files)
 	dir := filepath.Join(tmp, "chunks")
 	if _, errs, status := runCLI(t, "pack", "--input", jpegs, "--out", dir, "--chunk-files", "16", "--ranks", "2"); status != 0 {
 		t.Fatal(errs)
@@ -163,17 +159,7 @@ func TestResumeUnderMpirun(t *testing.T) {
 	serve, out := startServeEnv(t, env, 2, serveArgs...)
 	cmds := startTrainers(t, env, 2, func(r int) []string { return trainArgs(logs[r], "--workers", "2") })
 	killAt := perRank/batch + perRank*4/10/batch // steps: epoch 1, then 40 % of epoch 2
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		b, _ := os.ReadFile(logs[0])
-		if strings.Contains(string(b), fmt.Sprintf("\n2 %d ", killAt)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rank 0 never reached step %d of epoch 2:\n%s\n%s", killAt, b, out)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	awaitStep(t, logs[0], 2, killAt, out)
 	killJob(t, serve, cmds)
 	for r := range 2 {
 		_, last := trainLog(t, logs[r], 2, -1)
@@ -305,11 +291,7 @@ func checkResumed(t *testing.T, j resumedJob) {
 func jpegJob(t *testing.T, files, ranks, epochs int) (string, map[[2]int][]int) {
 	t.Helper()
 	tmp := t.TempDir()
-	jpegs := filepath.Join(tmp, "jpegs")
-	if out, err := exec.Command(python, "../../examples/pytorch/make_jpegs.py", "--out", jpegs, "--classes", "4",
-		"--images", fmt.Sprint(files), "--size", "32").CombinedOutput(); err != nil {
-		t.Fatalf("make_jpegs: %v\n%s", err, out)
-	}
+	jpegs := makeJPEGs(t, tmp, files)
 	dir := filepath.Join(tmp, "chunks")
 	if _, errs, status := runCLI(t, "pack", "--input", jpegs, "--out", dir, "--chunk-files", "16", "--ranks", fmt.Sprint(ranks)); status != 0 {
 		t.Fatal(errs)
@@ -357,15 +339,7 @@ func TestResumeCoLaunched(t *testing.T) {
 			// Run 1, killed once rank 0 trained on 40 % of epoch 2.
 			cmd, out, _ := coLaunch(t, 2, serveArgs, train("run1", "--workers", "2")...)
 			killAt := perRank/batch + perRank*4/10/batch // steps: epoch 1, then 40 % of epoch 2
-			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
-				b, _ := os.ReadFile(logs("run1")[0])
-				if strings.Contains(string(b), fmt.Sprintf("\n2 %d ", killAt)) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("rank 0 never reached step %d of epoch 2:\n%s\n%s", killAt, b, out)
-				}
-			}
+			awaitStep(t, logs("run1")[0], 2, killAt, out)
 			killJob(t, cmd, nil)
 			gone(t, ckpt, 20*time.Second)
 
@@ -455,11 +429,7 @@ func TestResumeOnOtherRanksUnderMpirun(t *testing.T) {
 	needTorch(t)
 	const files, batch = 480, 8
 	tmp := t.TempDir()
-	jpegs := filepath.Join(tmp, "jpegs")
-	if out, err := exec.Command(python, "../../examples/pytorch/make_jpegs.py", "--out", jpegs, "--classes", "4",
-		"--images", fmt.Sprint(files), "--size", "32").CombinedOutput(); err != nil {
-		t.Fatalf("make_jpegs: %v\n%s", err, out)
-	}
+	jpegs := makeJPEGs(t, tmp, files)
 	dir := filepath.Join(tmp, "chunks")
 	if _, errs, status := runCLI(t, "pack", "--input", jpegs, "--out", dir, "--chunk-files", "8", "--shards", "6"); status != 0 {
 		t.Fatal(errs)
@@ -489,17 +459,7 @@ func TestResumeOnOtherRanksUnderMpirun(t *testing.T) {
 			cmds := startTrainers(t, env, c.from, func(r int) []string { return trainArgs(before[r], "--workers", "2") })
 			perRank := files / c.from
 			killAt := perRank/batch + perRank*4/10/batch
-			deadline := time.Now().Add(2 * time.Minute)
-			for {
-				b, _ := os.ReadFile(before[0])
-				if strings.Contains(string(b), fmt.Sprintf("\n2 %d ", killAt)) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("rank 0 never reached step %d of epoch 2:\n%s\n%s", killAt, b, out)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			awaitStep(t, before[0], 2, killAt, out)
 			killJob(t, serve, cmds)
 			saved := filepath.Join(tmp, "saved")
 			if out, err := exec.Command("cp", "-r", ckpt, saved).CombinedOutput(); err != nil {
@@ -566,27 +526,12 @@ func TestResumeOnOtherRanksUnderMpirun(t *testing.T) {
 			// run 3 trained on make every file once; epoch 3 is whole.
 			_, step := resumedAt(t, said, 0, 2)
 			seen := map[int]int{}
-			for r := range c.from {
-				got, _ := trainLog(t, before[r], 2, step)
-				for _, f := range got {
-					seen[f]++
-				}
-			}
+			countTrained(t, seen, before, 2, step)
 			t.Logf("run 1 trained on %d files of epoch 2 up to step %d", len(seen), step)
-			for r := range c.to {
-				got, _ := trainLog(t, after[r], 2, -1)
-				for _, f := range got {
-					seen[f]++
-				}
-			}
+			countTrained(t, seen, after, 2, -1)
 			checkOnce(t, "epoch 2", seen, files)
 			seen = map[int]int{}
-			for r := range c.to {
-				got, _ := trainLog(t, after[r], 3, -1)
-				for _, f := range got {
-					seen[f]++
-				}
-			}
+			countTrained(t, seen, after, 3, -1)
 			checkOnce(t, "epoch 3", seen, files)
 		})
 	}
@@ -601,6 +546,46 @@ func checkOnce(t *testing.T, what string, seen map[int]int, files int) {
 	for f, n := range seen {
 		if n != 1 {
 			t.Errorf("%s: trained on file %d %d times", what, f, n)
+		}
+	}
+}
+
+// makeJPEGs writes files generated 32×32 JPEGs of 4 classes into
+// dir/jpegs (examples/pytorch/make_jpegs.py) and returns that directory.
+func makeJPEGs(t *testing.T, dir string, files int) string {
+	t.Helper()
+	jpegs := filepath.Join(dir, "jpegs")
+	if out, err := exec.Command(python, "../../examples/pytorch/make_jpegs.py", "--out", jpegs, "--classes", "4",
+		"--images", fmt.Sprint(files), "--size", "32").CombinedOutput(); err != nil {
+		t.Fatalf("make_jpegs: %v\n%s", err, out)
+	}
+	return jpegs
+}
+
+// awaitStep waits, for up to 2 minutes, until the train.py log says step
+// step of epoch epoch was trained on; out is the job's output, shown
+// should it never come.
+func awaitStep(t *testing.T, log string, epoch, step int, out fmt.Stringer) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(log)
+		if strings.Contains(string(b), fmt.Sprintf("\n%d %d ", epoch, step)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 0 never reached step %d of epoch %d:\n%s\n%s", step, epoch, b, out)
+		}
+	}
+}
+
+// countTrained adds to seen, per file, how often the train.py logs say
+// it was trained on in epoch, up to step upTo (all when −1).
+func countTrained(t *testing.T, seen map[int]int, logs []string, epoch, upTo int) {
+	t.Helper()
+	for _, log := range logs {
+		got, _ := trainLog(t, log, epoch, upTo)
+		for _, f := range got {
+			seen[f]++
 		}
 	}
 }
