@@ -211,20 +211,25 @@ class BrandSampler(torch.utils.data.Sampler):
         r, self._resume = self._resume, None
         if r is None or r["epoch"] != self.epoch:
             return 0
-        epoch, first, rest = self._resumed
-        if epoch != self.epoch + 1:
-            return r["position"]  # the rank did not resume (it says so in _wait)
-        before = list(r.get("before", []))
-        if rest:  # the rank serves the files left on its own plan, from 0
-            before.append(dict(r["plan"], position=r["position"]))
-        self._before = (self.epoch, before)
-        return first
+        epoch, _, rest = self._resumed
+        if epoch == self.epoch + 1:
+            before = list(r.get("before", []))
+            if rest:  # the rank serves the files left on its own plan, from 0
+                before.append(dict(r["plan"], position=r["position"]))
+            self._before = (self.epoch, before)
+        return self._resumed_at(r)
+
+    def _resumed_at(self, r):
+        """Where this epoch begins for the loaded state r of this epoch:
+        where the rank resumed it, or r's position when the rank did not
+        resume (_wait says so)."""
+        epoch, first, _ = self._resumed
+        return first if epoch == self.epoch + 1 else r["position"]
 
     def __len__(self):
         n = self._positions if self._positions is not None else self._wait(self.epoch, supply=True)
         if self._resume is not None and self._resume["epoch"] == self.epoch:
-            epoch, first, _ = self._resumed
-            begin = first if epoch == self.epoch + 1 else self._resume["position"]
+            begin = self._resumed_at(self._resume)
         else:
             begin = self._begin if self._begun == self.epoch else 0
         first = begin + (self.rank - begin) % self.num_replicas
