@@ -144,8 +144,11 @@ func TestClusterNodeLost(t *testing.T) {
 	}
 	ckpt := filepath.Join(tmp, "ckpt")
 	train, _ := filepath.Abs("../../examples/pytorch/train.py")
+	// a killed training process leaves its multiprocessing directory
+	// (pymp-*) in TMPDIR: the test's, removed when it ends
+	pymp := t.TempDir()
 	command := func(run string, more ...string) []string {
-		return append([]string{python, "-W", "ignore", train, "--num-classes", "4", "--epochs", "3", "--batch-size", fmt.Sprint(batch),
+		return append([]string{"env", "TMPDIR=" + pymp, python, "-W", "ignore", train, "--num-classes", "4", "--epochs", "3", "--batch-size", fmt.Sprint(batch),
 			"--workers", "2", "--checkpoint", ckpt, "--checkpoint-every", "4", "--log-files", filepath.Join(tmp, run+"-{rank}.log")}, more...)
 	}
 	serve := []string{"--chunks", dir, "--mem", "25%", "--epochs", "3"}

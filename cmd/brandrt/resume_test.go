@@ -327,8 +327,11 @@ func TestResumeCoLaunched(t *testing.T) {
 			tmp := t.TempDir()
 			ckpt := filepath.Join(tmp, "ckpt")
 			serveArgs := append([]string{"--chunks", dir, "--mem", "25%", "--ramp", "2"}, tc.epochs...)
+			// a killed training process leaves its multiprocessing
+			// directory (pymp-*) in TMPDIR: the test's, removed when it ends
+			pymp := t.TempDir()
 			train := func(run string, more ...string) []string {
-				return append([]string{python, "-W", "ignore", "../../examples/pytorch/train.py", "--num-classes", "4", "--epochs", "3",
+				return append([]string{"env", "TMPDIR=" + pymp, python, "-W", "ignore", "../../examples/pytorch/train.py", "--num-classes", "4", "--epochs", "3",
 					"--batch-size", fmt.Sprint(batch), "--checkpoint", ckpt, "--checkpoint-every", "4",
 					"--log-files", filepath.Join(tmp, run+"-{rank}.log")}, more...)
 			}
