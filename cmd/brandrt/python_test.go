@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -228,7 +229,7 @@ func TestDataLoaderUnderMpirun(t *testing.T) {
 	// A rank's own files reach its clients in place, and so do those from
 	// the other rank of more than 32 KiB; smaller ones from the other rank
 	// are copied.
-	shared := regexp.MustCompile(`rank \d: training processes read ([\d,]+) files in place in shared memory and ([\d,]+) as copies`)
+	shared := regexp.MustCompile(`rank \d: training processes read ([\d,]+) files in place in shared memory(?: \([^)]*\))? and ([\d,]+) as copies`)
 	if m := shared.FindAllStringSubmatch(out.String(), -1); len(m) != 2 {
 		t.Errorf("no count of shared and copied files from both ranks:\n%s", out)
 	} else {
@@ -328,10 +329,14 @@ func TestWorkerKilled(t *testing.T) {
 	}
 }
 
-// TestDataLoaderOptions: one rank serves seven epochs to one training
+// TestDataLoaderOptions: one rank serves ten epochs to one training
 // process after another, each with other DataLoader settings: no worker
 // processes, pinned memory, eight workers, workers that do not persist
-// (two epochs), whole batches per request, one file per request.
+// (two epochs), whole batches per request, one file per request, and
+// files handed to the training process in place (BrandDataset's
+// in_place) with workers that persist and (two epochs) workers that do
+// not, the training process keeping three batches' files while the next
+// come and checking them again at the end of each epoch.
 func TestDataLoaderOptions(t *testing.T) {
 	cleanVader(t)
 	needTorch(t)
@@ -345,13 +350,23 @@ func TestDataLoaderOptions(t *testing.T) {
 		{"--workers", "3", "--not-persistent", "--epochs", "2"},
 		{"--workers", "2", "--batched"},
 		{"--workers", "2", "--one-by-one"},
+		{"--workers", "4", "--in-place"},
+		{"--workers", "3", "--in-place", "--not-persistent", "--epochs", "2"},
 	}
-	cmd, out := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "40%", "--epochs", "7")
+	cmd, out := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "40%", "--epochs", "10")
 	epoch := 0
 	for _, c := range configs {
 		res := filepath.Join(t.TempDir(), "got.json")
-		trainers(t, env, [][]string{append([]string{"loader.py", "--input", input, "--out", res,
+		outs := trainers(t, env, [][]string{append([]string{"loader.py", "--input", input, "--out", res,
 			"--first-epoch", fmt.Sprint(epoch), "--epochs", "1"}, c...)})
+		if slices.Contains(c, "--in-place") {
+			var n, of int
+			_, line, _ := strings.Cut(outs[0], "in place:")
+			if _, err := fmt.Sscanf(line, "%d of %d", &n, &of); err != nil || n == 0 {
+				t.Errorf("%v: no file handed in place (%v):\n%s", c, err, outs[0])
+			}
+			t.Logf("%v: %d of %d files in place", c, n, of)
+		}
 		ds := deliveries(t, res, fmt.Sprint(c))
 		seen := map[string]int{}
 		for _, d := range ds {
@@ -366,8 +381,8 @@ func TestDataLoaderOptions(t *testing.T) {
 	if err := exitWithin(t, cmd, time.Minute); err != nil {
 		t.Fatalf("serve: %v\n%s", err, out)
 	}
-	if n := strings.Count(out.String(), "every file delivered exactly once"); n != 7 {
-		t.Errorf("%d good epochs of 7:\n%s", n, out)
+	if n := strings.Count(out.String(), "every file delivered exactly once"); n != 10 {
+		t.Errorf("%d good epochs of 10:\n%s", n, out)
 	}
 }
 

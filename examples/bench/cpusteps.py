@@ -27,6 +27,8 @@ PY_RULES = [
     ("Client._sleep", "ring: waiting for the rank"),
     ("Client._futex_wake", "ring: waking the rank"),
     ("Client._kick", "ring: waking the rank"),
+    ("Client.flush", "handed files: releases"),
+    ("brandrt/handed.py", "handed files: tickets, mapping in place"),
     ("brandrt/client.py", "ring: requests and records"),
     ("brandrt/torch.py", "ring: requests and records"),
     ("collate (systems.py", "collate"),

@@ -453,7 +453,9 @@ class Brandrt(_System):
             time.sleep(0.05)
         os.environ["BRANDRT_ATTACH"] = self.attach
         self.sampler = BrandSampler()
-        self.loader = tud.DataLoader(BrandDataset(), sampler=self.sampler, **loader_args(spec))
+        # in_place: brandrt's documented setting for raw bytes in the
+        # training process (its files in shared memory reach it in place)
+        self.loader = tud.DataLoader(BrandDataset(in_place=True), sampler=self.sampler, **loader_args(spec))
 
     def attach_node(self, spec, dataset, sampler):
         """On a cluster, the driver started serve across the nodes: read
@@ -469,7 +471,7 @@ class Brandrt(_System):
                 raise RuntimeError("no brandrt rank on this node after 120 s (%s)" % sock)
             time.sleep(0.05)
         self.sampler = sampler()
-        self.loader = tud.DataLoader(dataset(), sampler=self.sampler, **loader_args(spec))
+        self.loader = tud.DataLoader(dataset(in_place=True), sampler=self.sampler, **loader_args(spec))
 
     def _tail(self):
         self.log.seek(0)

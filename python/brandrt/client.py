@@ -9,6 +9,7 @@ import select
 import socket
 import stat
 import struct
+import threading
 import time
 import warnings
 
@@ -104,6 +105,8 @@ _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
 # Requests written before a sleeping rank is woken, unless the client
 # waits for a reply first.
 _WAKE_BATCH = 4
+# requests that wait for a later wake: reads (see _push), references
+_QUIET = (L.KIND_READ, L.KIND_HOLD, L.KIND_RELEASE)
 _SLOT = struct.Struct("<iIII")  # a request: sn, kind, epoch, replicas
 _RECORD = struct.Struct("<IIiiiII")  # a record's header, up to its reserved word
 
@@ -127,8 +130,9 @@ class Client:
     BrandError naming the file, its position and both checksums.
     """
 
-    def __init__(self, attach_dir=None, local_rank=None, timeout=None, verify=False):
+    def __init__(self, attach_dir=None, local_rank=None, timeout=None, verify=False, keep_arena_fd=False):
         self.dir = attach_dir or default_attach_dir(local_rank)
+        self.local_rank = local_rank
         self.timeout = timeout
         self.verify = verify
         if verify:
@@ -171,6 +175,8 @@ class Client:
             self._mm = mmap.mmap(fds[0], size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             # Files the rank keeps in its arena arrive as their place in it.
             self._arena_mm = mmap.mmap(fds[1], arena, mmap.MAP_SHARED, mmap.PROT_READ) if arena and len(fds) > 1 else None
+            # brandrt.handed maps single files of the arena by this one
+            self.arena_fd = os.dup(fds[1]) if keep_arena_fd and self._arena_mm is not None else None
         except OSError as e:
             self._sock.close()
             raise BrandError("%s: cannot map the shared memory the rank handed over: %s" % (path, e)) from None
@@ -198,6 +204,11 @@ class Client:
         self._read_at = self._data_head.value
         self._pending = {}  # sn -> reply that arrived before it was asked for by read()
         self._held = None  # the record whose bytes the caller may still use
+        # (place, token) of the last record returned when the rank handed
+        # its file on (hand_over), else None
+        self.handed = None
+        self._let_go = []  # (token, place) of handed files to release
+        self._push_lock = threading.Lock()  # requests come from any thread
 
     # counters
     def _u32(self, off):
@@ -348,6 +359,10 @@ class Client:
             time.sleep(0.001)
 
     def _push(self, kind, sn, epoch, wake=True, extra=0):
+        with self._push_lock:
+            self._push_locked(kind, sn, epoch, wake, extra)
+
+    def _push_locked(self, kind, sn, epoch, wake, extra):
         head = self._req_head.value
         while (head - self._req_tail.value) & 0xFFFFFFFF >= self._slots:
             self._kick()
@@ -358,8 +373,46 @@ class Client:
         # A sleeping rank is woken once a few requests wait for it, or when
         # this side is about to wait (_kick): one wake serves several
         # requests, and a wake costs both sides more than a file's bytes.
-        if kind != L.KIND_READ or wake and (head + 1 - self._req_tail.value) & 0xFFFFFFFF >= _WAKE_BATCH:
+        if kind not in _QUIET or wake and (head + 1 - self._req_tail.value) & 0xFFFFFFFF >= _WAKE_BATCH:
             self._kick()
+
+    # handing files on
+    def hand_over(self):
+        """Ask the rank to hand this client's files in its arena on to
+        the process that started this one (a DataLoader worker's training
+        process): each such record then comes with self.handed set to its
+        (place, token), holding one reference to the file, which whoever
+        ends up with it releases (let_go). See brandrt.handed."""
+        self._push(L.KIND_HAND, 0, 0)
+
+    def hold(self, token, place):
+        """Add a reference to a handed file (before passing it on)."""
+        with self._push_lock:
+            try:
+                self._push_locked(L.KIND_HOLD, 0, token, False, place // L.ARENA_GRAIN)
+                self._kick()
+            except RankGone:
+                pass  # it ended: nothing will reuse the file's bytes
+
+    def let_go(self, token, place):
+        """Release a reference to a handed file, with the next flush:
+        safe from any thread and from __del__."""
+        self._let_go.append((token, place))
+
+    def flush(self):
+        """Send the releases let_go gathered."""
+        if not self._let_go or self._sock is None:
+            return
+        with self._push_lock:
+            try:
+                while self._let_go:
+                    token, place = self._let_go.pop()
+                    self._push_locked(L.KIND_RELEASE, 0, token, False, place // L.ARENA_GRAIN)
+                self._kick()
+            except RankGone:
+                # it served its epochs and ended (its files stay readable
+                # while mapped): nothing is left to release
+                self._let_go.clear()
 
     def _kick(self):
         """Wake the rank if it sleeps while requests wait for it."""
@@ -403,6 +456,7 @@ class Client:
             if isinstance(got, FileSkipped):
                 raise got
             if got is not None:
+                self.handed = None
                 return got
             try:
                 r = self.next()
@@ -413,7 +467,9 @@ class Client:
                 continue
             if r[0] == sn:
                 return r[1], r[2], r[3]
-            self._pending[r[0]] = (r[1], r[2], bytes(r[3]))  # an older request's reply
+            self._pending[r[0]] = (r[1], r[2], bytes(r[3]))  # an older request's reply, copied
+            if self.handed is not None:
+                self.let_go(self.handed[1], self.handed[0])
 
     def read_many(self, sns, epoch, use, skipped=None):
         """Read positions sns of epoch with up to a ring's worth of requests
@@ -463,12 +519,15 @@ class Client:
             if kind == L.REC_PAD:
                 self._data_tail.value = self._read_at
                 continue
-            if kind == L.REC_SHARED:
+            self.handed = None
+            if kind == L.REC_SHARED or kind == L.REC_HANDED:
                 place = struct.unpack_from("<Q", b, at + L.RECORD_HEADER)[0]
                 if self._arena is None or place + size > len(self._arena):
                     self._data_tail.value = self._read_at
                     raise BrandError("position %d: the rank's record points outside its shared memory" % sn)
                 data = self._arena[place : place + size]
+                if kind == L.REC_HANDED:
+                    self.handed = (place, struct.unpack_from("<Q", b, at + L.RECORD_HEADER + 8)[0])
             else:
                 data = b[at + L.RECORD_HEADER : at + L.RECORD_HEADER + size]
             self._held = self._read_at
@@ -489,6 +548,8 @@ class Client:
         got = self._crc32c(data)
         if got != crc:
             self.release()
+            if self.handed is not None:
+                self.let_go(self.handed[1], self.handed[0])
             raise BrandError("file %d at position %d: its %d bytes have CRC32C 0x%08x, the index says 0x%08x: damaged in the store or "
                              "on the way" % (fid, sn, len(data), got, crc))
 
@@ -524,9 +585,16 @@ class Client:
         """Detach; the rank frees this client's rings."""
         if self._sock is None:
             return
+        try:
+            self.flush()
+        except Exception:
+            pass  # the rank went: it released everything
         self._sock.close()  # what the rank watches
         self._sock = None
         self._held = None
+        if getattr(self, "arena_fd", None) is not None:
+            os.close(self.arena_fd)
+            self.arena_fd = None
         # The counters are views of the ring's mapping: drop them all, or
         # it cannot close.
         self._c = {}

@@ -7,7 +7,7 @@ which the Go side checks too.
 RING_MAGIC = b"BRTRING1"
 HELLO_MAGIC = b"BRTHELLO"
 WELCOME_MAGIC = b"BRTWELCM"
-VERSION = 4
+VERSION = 5
 HELLO_BYTES = 16
 WELCOME_BYTES = 32
 HEADER_BYTES = 4096
@@ -50,11 +50,17 @@ RECORD_ALIGN = 64
 KIND_READ = 1
 KIND_END_EPOCH = 2
 KIND_SESSION = 3
+KIND_HAND = 4
+KIND_HOLD = 5
+KIND_RELEASE = 6
 REC_FILE = 1
 REC_ERROR = 2
 REC_PAD = 3
 REC_SHARED = 4
 REC_SKIPPED = 5
+REC_HANDED = 6
+# the arena lends whole pages: a handed file's place / ARENA_GRAIN fits a request's u32
+ARENA_GRAIN = 4096
 # the resume field: not started with --resume; waiting for a start; resumed
 RESUME_NONE = 0
 RESUME_WAITING = 1

@@ -38,6 +38,7 @@ import os
 import torch.utils.data
 
 from .client import BrandError, Client, FileSkipped
+from .handed import FileTicket
 
 __all__ = ["BrandDataset", "BrandSampler", "decode_image"]
 
@@ -252,17 +253,39 @@ class BrandDataset(torch.utils.data.Dataset):
     A file the rank skipped, damaged in its store (`brandrt serve
     --on-damage skip`), is left out of a batch read together (the batch is
     shorter, which DataLoader's default_collate takes), with a warning
-    naming it once per file; ds[(epoch, sn)] alone raises FileSkipped."""
+    naming it once per file; ds[(epoch, sn)] alone raises FileSkipped.
 
-    def __init__(self, transform=None, attach_dir=None, local_rank=None, timeout=None, with_id=False, verify=False):
+    With in_place and no transform, DataLoader workers hand the files
+    the rank keeps in shared memory to the training process in place
+    (brandrt.handed): the training process gets each such file as a
+    HandedFile, a read-only bytes-like mapping of its pages that stays
+    valid while referenced, instead of a bytes object that crossed the
+    DataLoader's pipe (the other files still come as bytes). In a
+    worker, such an item is a FileTicket (len, slicing, bytes()), for a
+    collate_fn that looks at it there. Worth it where the training
+    process receives raw bytes (to decode them itself, on a GPU say);
+    with a transform, workers decode and hand over tensors as usual."""
+
+    def __init__(self, transform=None, attach_dir=None, local_rank=None, timeout=None, with_id=False, verify=False, in_place=False):
         self.transform, self.with_id, self.verify = transform, with_id, verify
+        self.in_place = in_place
         self.attach_dir, self.local_rank, self.timeout = attach_dir, local_rank, timeout
         self._client, self._pid = None, None
 
     def _attached(self):
         if self._pid != os.getpid():
             self._client, self._pid = Client(self.attach_dir, self.local_rank, self.timeout, verify=self.verify), os.getpid()
+            if self.in_place and self.transform is None and torch.utils.data.get_worker_info() is not None:
+                self._client.hand_over()
         return self._client
+
+    def _item(self, c, data):
+        """What position's data becomes: a ticket for a handed file, the
+        transform's result, or a copy."""
+        if c.handed is not None:
+            place, token = c.handed
+            return FileTicket(c, place, token, len(data))
+        return self.transform(data) if self.transform else bytes(data)
 
     def __getitem__(self, index):
         try:
@@ -274,7 +297,7 @@ class BrandDataset(torch.utils.data.Dataset):
             return self._many(c, epoch, sn)
         fid, label, data = c.read(sn, epoch)
         try:
-            item = self.transform(data) if self.transform else bytes(data)
+            item = self._item(c, data)
         finally:
             c.release()
         return (item, label, fid) if self.with_id else (item, label)
@@ -303,9 +326,10 @@ class BrandDataset(torch.utils.data.Dataset):
         """The items of positions sns, in order, less those of files the
         rank skipped (Client.read_many warns of them)."""
         items = {}
+        c.flush()  # the releases of files this worker kept (rare)
 
         def use(sn, fid, label, data):
-            item = self.transform(data) if self.transform else bytes(data)
+            item = self._item(c, data)
             items[sn] = (item, label, fid) if self.with_id else (item, label)
 
         c.read_many(sns, epoch, use)

@@ -221,8 +221,12 @@ func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) er
 	}
 	if srv != nil {
 		srv.Close() // every delivery written, so that the counts are whole
-		fmt.Fprintf(rc.Log, "brandrt: rank %d: training processes read %s files in place in shared memory and %s as copies\n",
-			comm.Rank(), humanize.Comma(srv.Shared.Load()), humanize.Comma(srv.Copied.Load()))
+		handed := ""
+		if h := srv.Handed.Load(); h > 0 {
+			handed = fmt.Sprintf(" (%s of them handed on by DataLoader workers)", humanize.Comma(h))
+		}
+		fmt.Fprintf(rc.Log, "brandrt: rank %d: training processes read %s files in place in shared memory%s and %s as copies\n",
+			comm.Rank(), humanize.Comma(srv.Shared.Load()), handed, humanize.Comma(srv.Copied.Load()))
 		fmt.Fprintf(rc.Log, "brandrt: rank %d: memory shared with them peaked at %s, for at most %s lent at once (--mem %s)\n",
 			comm.Rank(), humanize.IBytes(arena.Resident()), humanize.IBytes(arena.PeakLent()), humanize.IBytes(uint64(n.Mapping().MemBytes(comm.Rank()))))
 	}
@@ -297,6 +301,10 @@ func panicForTests(rank int) {
 func listen(n *rt.Node, env launch.Env, rank int, arena *shm.Arena, log io.Writer) (*shm.Server, error) {
 	o := shm.Options{Slots: 64, Data: max(uint64(64<<20), (2*uint64(n.MaxFileSize())+128+4095)&^4095), Requests: n.Requests(), Arena: arena,
 		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed, MaxTrace: n.Mapping().Files()}
+	// What a DataLoader's workers have handed to its training process and
+	// that process still holds (a few batches, unless it keeps files)
+	// may take an eighth of the budget, and at least 32 MiB, beyond it.
+	o.HandCap = max(uint64(n.Mapping().MemBytes(rank))/8, 32<<20)
 	job, err := json.Marshal(n.JobPlace())
 	if err != nil {
 		return nil, err

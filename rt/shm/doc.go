@@ -175,7 +175,13 @@
 // replicas, for as long as it stays attached (BrandSampler sends it); when
 // a share is left without such a process for 5 s while positions of it
 // are still to come in the epoch being served, the rank ends the job
-// with a message saying so, rather than wait for them forever. A request for an epoch
+// with a message saying so, rather than wait for them forever. Kind 4
+// asks that this client's files in the arena be handed on to its parent
+// process (hand.go): each then comes as a record of kind 6, holding one
+// reference to the file. Kinds 5 and 6 add and release a reference to
+// the handed file whose token is in epoch and whose arena offset / 4096
+// is in replicas; only the process it was handed to and its descendants
+// may. A request for an epoch
 // the rank has not started waits for it. The client
 // writes the slot, then advances req head. If rank sleeping is 1 it must
 // wake the rank with FUTEX_WAKE on req head before it waits for a reply
@@ -191,6 +197,10 @@
 //	       5 skipped file (sn, file id and label as for kind 1; data is
 //	       a UTF-8 message naming the damaged file, with `brandrt serve
 //	       --on-damage skip`)
+//	       6 handed file (data is the u64 offset of the file's bytes in
+//	       the arena, then its u64 token; data bytes gives the size):
+//	       the file stays in place until its references are released
+//	       (kinds 5 and 6), not until data tail passes the record
 //	 8  4  sn
 //	12  4  file id
 //	16  4  label (−1: none)

@@ -51,6 +51,9 @@ const (
 	KindRead     = 1
 	KindEndEpoch = 2
 	KindSession  = 3
+	KindHand     = 4
+	KindHold     = 5
+	KindRelease  = 6
 	// Record kinds. A shared record carries, instead of the bytes, their
 	// offset in the arena (u64 after the header); a skipped one, a message
 	// naming a damaged file the rank skipped.
@@ -59,6 +62,7 @@ const (
 	RecPad     = 3
 	RecShared  = 4
 	RecSkipped = 5
+	RecHanded  = 6
 	// Where a rank stands with resuming (the ring's resume field): not
 	// started with --resume; waiting for a start; resumed where a start
 	// said (its first epoch has started).
@@ -229,14 +233,19 @@ type Record struct {
 	// start in the arena.
 	Data []byte
 	Off  uint64
-	end  uint64 // where the record ends in the data ring
+	// Token names a handed record's file (hand.go).
+	Token uint32
+	end   uint64 // where the record ends in the data ring
 }
 
 // bytes returns the room rec takes in the data ring.
 func (rec *Record) bytes() uint64 {
 	n := uint64(len(rec.Data))
-	if rec.Kind == RecShared {
+	switch rec.Kind {
+	case RecShared:
 		n = 8
+	case RecHanded:
+		n = 16
 	}
 	return (recordHeader + n + recordAlign - 1) &^ (recordAlign - 1)
 }
@@ -268,9 +277,13 @@ func (r *Ring) putRecord(rec Record, alive func() bool) (uint64, error) {
 		return 0, err
 	}
 	r.writeHeader(head, rec, n)
-	if body := r.mem[r.dataOff+head%r.dataBytes+recordHeader:]; rec.Kind == RecShared {
+	switch body := r.mem[r.dataOff+head%r.dataBytes+recordHeader:]; rec.Kind {
+	case RecShared:
 		binary.LittleEndian.PutUint64(body, rec.Off)
-	} else {
+	case RecHanded:
+		binary.LittleEndian.PutUint64(body, rec.Off)
+		binary.LittleEndian.PutUint64(body[8:], uint64(rec.Token))
+	default:
 		copy(body, rec.Data)
 	}
 	atomic.StoreUint64(r.u64(offDataHead), head+n)

@@ -25,7 +25,7 @@ const closeWait = 5 * time.Second
 const (
 	helloMagic   = "BRTHELLO"
 	welcomeMagic = "BRTWELCM"
-	version      = 4
+	version      = 5
 	helloBytes   = 16
 	welcomeBytes = 32
 	// A client's trace, and the rank's verdict on it.
@@ -93,8 +93,15 @@ type Server struct {
 	// Gone counts the clients that went away.
 	Gone atomic.Int64
 	// Shared and Copied count the files handed over as their place in the
-	// arena and as copies in a ring.
-	Shared, Copied atomic.Int64
+	// arena and as copies in a ring; Handed those of them handed on to
+	// a client's parent (see hand.go).
+	Shared, Copied, Handed atomic.Int64
+	// handed holds the files handed on, by token; handBytes their bytes
+	// by owner; token the last token given. See hand.go.
+	handMu    sync.Mutex
+	handed    map[uint32]*handedFile
+	handBytes map[int]uint64
+	token     uint32
 }
 
 // Options configure a Server.
@@ -123,6 +130,9 @@ type Options struct {
 	// Arena, when set, is shared with every client (read-only): files
 	// whose bytes live in it are handed over by place instead of copied.
 	Arena *Arena
+	// HandCap bounds the bytes of the files handed on to one process and
+	// not yet released (see hand.go); 0 hands none on.
+	HandCap uint64
 	// Log takes a line for each client refused or dropped; nil is
 	// os.Stderr.
 	Log io.Writer
@@ -152,8 +162,9 @@ func Listen(dir string, rank int, o Options) (*Server, error) {
 		return nil, fmt.Errorf("shm: listen on %s: %w", sock, err)
 	}
 	s := &Server{dir: dir, ln: ln, rank: uint32(rank), opt: o, stopping: make(chan struct{}), clients: make(map[uint32]*client)}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.accept()
+	go s.sweepHanded()
 	return s, nil
 }
 
@@ -269,6 +280,7 @@ func (s *Server) close() error {
 		c.conn.Close()
 	}
 	s.wg.Wait()
+	s.dropHanded(nil) // what the clients handed on while closing
 	s.Unlink()
 	return err
 }
@@ -424,6 +436,9 @@ type client struct {
 	// refused is set once its reads were refused. read's own.
 	lineage []int
 	refused bool
+	// handing says that the client hands its files in the arena on to
+	// its parent process (KindHand; see hand.go).
+	handing atomic.Bool
 }
 
 func (c *client) alive() bool { return !c.dead.Load() }
@@ -675,6 +690,18 @@ func (c *client) forward(batch []Request, reqs chan<- rt.Request, reads bool) {
 			c.srv.sessions[int(c.pid)]++
 			c.srv.mu.Unlock()
 			reqs <- rt.Request{Session: 1, Replica: r.Sn, Replicas: int32(r.Extra), Pid: int(c.pid)}
+		case r.Kind == KindHand:
+			if len(c.lineage) > 1 && c.srv.opt.HandCap > 0 && c.srv.opt.Arena != nil {
+				c.handing.Store(true)
+			}
+		case r.Kind == KindHold || r.Kind == KindRelease:
+			delta := -1
+			if r.Kind == KindHold {
+				delta = 1
+			}
+			if err := c.srv.holdHanded(r.Epoch, uint64(r.Extra)*arenaGrain, delta, c.lineage); err != nil {
+				c.srv.logf("brandrt: client %d (pid %d): token %d at %d: %v\n", c.id, c.pid, r.Epoch, uint64(r.Extra)*arenaGrain, err)
+			}
 		case reads && c.stray():
 			c.refuse(r.Sn)
 		case reads:
@@ -699,9 +726,10 @@ func (c *client) write() {
 		}
 		select {
 		case d := <-c.replies:
-			if end, lent := c.put(&d); lent {
+			switch end, kept := c.put(&d); kept {
+			case keptLent:
 				c.lent = append(c.lent, lentFile{end, d})
-			} else {
+			case keptNot:
 				d.Release()
 			}
 			c.pending.Add(-1)
@@ -728,13 +756,24 @@ func (c *client) reclaim(all bool) {
 	c.lent = c.lent[:copy(c.lent, c.lent[i:])]
 }
 
-// put writes d's record; lent says that the client reads the bytes in the
-// arena, so they must stay until it passes end.
-func (c *client) put(d *rt.Delivery) (end uint64, lent bool) {
+// kept says who keeps a delivery once its record is written.
+type kept int
+
+const (
+	keptNot    kept = iota // nobody: its bytes were copied into the ring
+	keptLent               // the client reads them in the arena until its tail passes the record
+	keptHanded             // the handed table (hand.go)
+)
+
+// put writes d's record and says who keeps d: the client reads a file in
+// the arena in place, until it passes the record's end, unless it hands
+// its files on.
+func (c *client) put(d *rt.Delivery) (end uint64, k kept) {
 	if !c.alive() {
-		return 0, false
+		return 0, keptNot
 	}
 	rec := Record{Kind: RecFile, Sn: d.Sn, File: int32(d.File), Label: d.Label, CRC: d.CRC, Data: d.Data}
+	lent := false
 	if a := c.srv.opt.Arena; a != nil && d.Err == nil {
 		rec.Off, lent = a.Offset(d.Data)
 	}
@@ -744,6 +783,12 @@ func (c *client) put(d *rt.Delivery) (end uint64, lent bool) {
 	case d.Damaged != "":
 		rec = Record{Kind: RecSkipped, Sn: d.Sn, File: int32(d.File), Label: d.Label, CRC: d.CRC, Data: []byte(d.Damaged)}
 		lent = false
+	case lent && c.handing.Load() && len(c.lineage) > 1:
+		rec.Kind = RecShared
+		if token, ok := c.srv.hand(d, rec.Off, c.lineage[1]); ok {
+			rec.Kind, rec.Token = RecHanded, token
+		}
+		c.srv.Shared.Add(1)
 	case lent:
 		rec.Kind = RecShared
 		c.srv.Shared.Add(1)
@@ -758,5 +803,14 @@ func (c *client) put(d *rt.Delivery) (end uint64, lent bool) {
 		c.srv.logf("brandrt: client %d (pid %d): %v\n", c.id, c.pid, err)
 		c.conn.Close()
 	}
-	return end, lent && err == nil
+	switch {
+	case rec.Kind == RecHanded && err != nil: // nobody got the token
+		_ = c.srv.holdHanded(rec.Token, rec.Off, -1, c.lineage)
+		return end, keptHanded
+	case rec.Kind == RecHanded:
+		return end, keptHanded
+	case lent && err == nil:
+		return end, keptLent
+	}
+	return end, keptNot
 }
