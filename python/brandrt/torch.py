@@ -275,7 +275,7 @@ class BrandDataset(torch.utils.data.Dataset):
     def _attached(self):
         if self._pid != os.getpid():
             self._client, self._pid = Client(self.attach_dir, self.local_rank, self.timeout, verify=self.verify), os.getpid()
-            if self.in_place and self.transform is None and torch.utils.data.get_worker_info() is not None:
+            if self.in_place and self.transform is None and _hands_to_parent():
                 self._client.hand_over()
         return self._client
 
@@ -295,6 +295,7 @@ class BrandDataset(torch.utils.data.Dataset):
         c = self._attached()
         if isinstance(sn, (list, tuple)):
             return self._many(c, epoch, sn)
+        c.flush()  # the releases of files this worker kept (rare)
         fid, label, data = c.read(sn, epoch)
         try:
             item = self._item(c, data)
@@ -339,6 +340,16 @@ class BrandDataset(torch.utils.data.Dataset):
         state = dict(self.__dict__)
         state["_client"], state["_pid"] = None, None
         return state
+
+
+def _hands_to_parent():
+    """Whether this is a DataLoader worker whose batches go to its parent
+    process, the one the rank hands files to (not so for workers started
+    by a forkserver)."""
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+    return torch.utils.data.get_worker_info() is not None and parent is not None and parent.pid == os.getppid()
 
 
 def decode_image(data, mode="RGB"):

@@ -439,6 +439,9 @@ type client struct {
 	// handing says that the client hands its files in the arena on to
 	// its parent process (KindHand; see hand.go).
 	handing atomic.Bool
+	// handWarned is set once a hold or release of the client's was
+	// refused and logged. read's own.
+	handWarned bool
 }
 
 func (c *client) alive() bool { return !c.dead.Load() }
@@ -699,8 +702,13 @@ func (c *client) forward(batch []Request, reqs chan<- rt.Request, reads bool) {
 			if r.Kind == KindHold {
 				delta = 1
 			}
-			if err := c.srv.holdHanded(r.Epoch, uint64(r.Extra)*arenaGrain, delta, c.lineage); err != nil {
-				c.srv.logf("brandrt: client %d (pid %d): token %d at %d: %v\n", c.id, c.pid, r.Epoch, uint64(r.Extra)*arenaGrain, err)
+			// A token gone already is no news: a file's holders may
+			// release it while a hold for it is still on its way.
+			err := c.srv.holdHanded(r.Epoch, uint64(r.Extra)*arenaGrain, delta, c.lineage)
+			if err != nil && !errors.Is(err, errUnknownToken) && !c.handWarned {
+				c.handWarned = true // once per client: a confused one would send many
+				c.srv.logf("brandrt: client %d (pid %d): a handed file's token %d at %d: %v (not logged again)\n",
+					c.id, c.pid, r.Epoch, uint64(r.Extra)*arenaGrain, err)
 			}
 		case reads && c.stray():
 			c.refuse(r.Sn)
