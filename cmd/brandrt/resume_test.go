@@ -108,6 +108,26 @@ func waitTrainers(t *testing.T, cmds []*exec.Cmd) {
 	}
 }
 
+// serveResumed runs a job restarted from checkpoints: serve with
+// serveArgs and --resume on ranks ranks (its order written to order),
+// beside one training process per rank started with args(r); it returns
+// serve's output and what the training processes printed.
+func serveResumed(t *testing.T, ranks int, serveArgs []string, order string, args func(r int) []string) (*strings.Builder, string) {
+	t.Helper()
+	env := []string{"BRANDRT_ATTACH=" + t.TempDir()}
+	serve, out := startServeEnv(t, env, ranks, append(slices.Clip(serveArgs), "--resume", "--order-out", order)...)
+	cmds := startTrainers(t, env, ranks, args)
+	waitTrainers(t, cmds)
+	if err := exitWithin(t, serve, time.Minute); err != nil {
+		t.Fatalf("resumed serve: %v\n%s", err, out)
+	}
+	var said strings.Builder
+	for _, cmd := range cmds {
+		said.WriteString(cmd.Stdout.(*strings.Builder).String())
+	}
+	return out, said.String()
+}
+
 // killJob kills the training processes, mpirun and its ranks, as a
 // node failure or a batch system's kill would.
 func killJob(t *testing.T, serve *exec.Cmd, cmds []*exec.Cmd) {
@@ -167,26 +187,16 @@ func TestResumeUnderMpirun(t *testing.T) {
 	}
 
 	// Run 2, resumed, with 3 DataLoader workers instead of 2.
-	env = []string{"BRANDRT_ATTACH=" + t.TempDir()}
 	resumed := filepath.Join(tmp, "resumed.txt")
-	serve, out = startServeEnv(t, env, 2, append(serveArgs, "--resume", "--order-out", resumed)...)
 	logs2 := []string{filepath.Join(tmp, "run2-0.log"), filepath.Join(tmp, "run2-1.log")}
-	cmds = startTrainers(t, env, 2, func(r int) []string { return trainArgs(logs2[r], "--workers", "3", "--resume") })
-	waitTrainers(t, cmds)
-	if err := exitWithin(t, serve, time.Minute); err != nil {
-		t.Fatalf("resumed serve: %v\n%s", err, out)
-	}
-	var said strings.Builder
-	for _, cmd := range cmds {
-		said.WriteString(cmd.Stdout.(*strings.Builder).String())
-	}
-	checkResumed(t, resumedJob{files: files, epoch: 2, epochs: 2, uninterrupted: uninterrupted, before: logs, after: logs2, said: said.String()})
+	out, said := serveResumed(t, 2, serveArgs, resumed, func(r int) []string { return trainArgs(logs2[r], "--workers", "3", "--resume") })
+	checkResumed(t, resumedJob{files: files, epoch: 2, epochs: 2, uninterrupted: uninterrupted, before: logs, after: logs2, said: said})
 	if !strings.Contains(out.String(), "check    resumed: every position from the restart on answered") {
 		t.Errorf("resumed serve did not check the epoch:\n%s", out)
 	}
 	got := orderFile(t, resumed)
 	for r := range 2 {
-		pos, _ := resumedAt(t, said.String(), r, 2)
+		pos, _ := resumedAt(t, said, r, 2)
 		for sn, f := range got[[2]int{2, r}] {
 			if w := uninterrupted[[2]int{2, r}][sn]; sn < pos && f != -1 || sn >= pos && f != w {
 				t.Errorf("rank %d, position %d: the resumed serve delivered %d, the uninterrupted order has %d", r, sn, f, w)
@@ -484,18 +494,8 @@ func TestResumeOnOtherRanksUnderMpirun(t *testing.T) {
 				run := fmt.Sprintf("run%d", i+2)
 				after = logs(run, c.to)
 				order := filepath.Join(tmp, run+".order")
-				env = []string{"BRANDRT_ATTACH=" + t.TempDir()}
-				serve, out = startServeEnv(t, env, c.to, append(serveArgs, "--resume", "--order-out", order)...)
-				cmds = startTrainers(t, env, c.to, func(r int) []string { return trainArgs(after[r], "--workers", "3", "--resume") })
-				waitTrainers(t, cmds)
-				if err := exitWithin(t, serve, time.Minute); err != nil {
-					t.Fatalf("resumed serve: %v\n%s", err, out)
-				}
-				var b strings.Builder
-				for _, cmd := range cmds {
-					b.WriteString(cmd.Stdout.(*strings.Builder).String())
-				}
-				said = b.String()
+				var out *strings.Builder
+				out, said = serveResumed(t, c.to, serveArgs, order, func(r int) []string { return trainArgs(after[r], "--workers", "3", "--resume") })
 				if !strings.Contains(out.String(), fmt.Sprintf("was saved on %d ranks", c.from)) {
 					t.Errorf("resumed serve did not say it resumed a job of %d ranks:\n%s", c.from, out)
 				}
