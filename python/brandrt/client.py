@@ -399,9 +399,9 @@ class Client:
         safe from any thread and from __del__."""
         self._let_go.append((token, place))
 
-    def flush(self):
-        """Send the releases let_go gathered."""
-        if not self._let_go or self._sock is None:
+    def flush(self, at_least=1):
+        """Send the releases let_go gathered, if there are at_least."""
+        if len(self._let_go) < at_least or self._sock is None:
             return
         with self._push_lock:
             try:

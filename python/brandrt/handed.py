@@ -28,6 +28,8 @@ import os
 import threading
 import weakref
 
+from .client import BrandError, Client
+
 __all__ = ["HandedFile", "FileTicket"]
 
 
@@ -67,11 +69,10 @@ class FileTicket:
         return "<brandrt file of %d bytes, handed on to the training process>" % self._size
 
     def __reduce__(self):
-        c = self._client
         if self._sent:  # a second receiver: one more reference
-            c.hold(self._token, self._place)
+            self._client.hold(self._token, self._place)
         self._sent = True
-        return _rebuild, (c.dir, c.local_rank, self._place, self._size, self._token)
+        return _reduced(self._client, self._place, self._size, self._token)
 
     def __del__(self):
         if not self._sent:
@@ -105,7 +106,7 @@ class HandedFile(mmap.mmap):
 
     def __reduce__(self):
         self._owner.client.hold(self._token, self._place)
-        return _rebuild, (self._owner.client.dir, self._owner.client.local_rank, self._place, len(self), self._token)
+        return _reduced(self._owner.client, self._place, len(self), self._token)
 
     def __del__(self):
         owner = getattr(self, "_owner", None)
@@ -122,13 +123,9 @@ class _Owner:
     FLUSH_S = 0.01
 
     def __init__(self, attach_dir, local_rank):
-        from .client import Client
-
         self.client = Client(attach_dir, local_rank, keep_arena_fd=True)
         if self.client.arena_fd is None:
             self.client.close()
-            from .client import BrandError
-
             raise BrandError("%s: the rank handed over a file but shares no memory with this process" % self.client.dir)
         self._stop = threading.Event()
         threading.Thread(target=self._flushing, args=(weakref.ref(self), self._stop), daemon=True,
@@ -169,10 +166,15 @@ def _owner(attach_dir, local_rank):
     return o
 
 
+def _reduced(client, place, size, token):
+    """What pickles a handed file: whoever unpickles it rebuilds it from
+    the rank client is attached to."""
+    return _rebuild, (client.dir, client.local_rank, place, size, token)
+
+
 def _rebuild(attach_dir, local_rank, place, size, token):
     o = _owner(attach_dir, local_rank)
-    if len(o.client._let_go) >= _FLUSH_AT:  # the files of batches gone, as the next come
-        o.client.flush()
+    o.client.flush(at_least=_FLUSH_AT)  # the files of batches gone, as the next come
     if size == 0:
         o.client.let_go(token, place)
         return b""

@@ -2,6 +2,7 @@ package shm
 
 import (
 	"errors"
+	"slices"
 	"syscall"
 	"time"
 
@@ -81,11 +82,7 @@ func (s *Server) holdHanded(token uint32, off uint64, delta int, line []int) err
 		s.handMu.Unlock()
 		return errUnknownToken
 	}
-	ok := false
-	for _, p := range line {
-		ok = ok || p == h.owner
-	}
-	if !ok {
+	if !slices.Contains(line, h.owner) {
 		s.handMu.Unlock()
 		return errors.New("the file was handed to another process")
 	}

@@ -791,14 +791,13 @@ func (c *client) put(d *rt.Delivery) (end uint64, k kept) {
 	case d.Damaged != "":
 		rec = Record{Kind: RecSkipped, Sn: d.Sn, File: int32(d.File), Label: d.Label, CRC: d.CRC, Data: []byte(d.Damaged)}
 		lent = false
-	case lent && c.handing.Load() && len(c.lineage) > 1:
-		rec.Kind = RecShared
-		if token, ok := c.srv.hand(d, rec.Off, c.lineage[1]); ok {
-			rec.Kind, rec.Token = RecHanded, token
-		}
-		c.srv.Shared.Add(1)
 	case lent:
 		rec.Kind = RecShared
+		if c.handing.Load() { // set only for a client with a parent
+			if token, ok := c.srv.hand(d, rec.Off, c.lineage[1]); ok {
+				rec.Kind, rec.Token = RecHanded, token
+			}
+		}
 		c.srv.Shared.Add(1)
 	default:
 		c.srv.Copied.Add(1)
@@ -812,10 +811,10 @@ func (c *client) put(d *rt.Delivery) (end uint64, k kept) {
 		c.conn.Close()
 	}
 	switch {
-	case rec.Kind == RecHanded && err != nil: // nobody got the token
-		_ = c.srv.holdHanded(rec.Token, rec.Off, -1, c.lineage)
-		return end, keptHanded
 	case rec.Kind == RecHanded:
+		if err != nil { // nobody got the token
+			_ = c.srv.holdHanded(rec.Token, rec.Off, -1, c.lineage)
+		}
 		return end, keptHanded
 	case lent && err == nil:
 		return end, keptLent
