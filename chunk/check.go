@@ -46,7 +46,7 @@ func (s *Shard) checkSize(c int) error {
 	fi, err := s.fsys.Stat(s.path(c))
 	switch {
 	case err != nil:
-		return s.errorf(c, "%w: %w; %s", errCorrupt, UnwrapPath(err), s.lostFiles(c, 0))
+		return s.storageError(c, "stat", err)
 	case !fi.Mode().IsRegular():
 		return s.errorf(c, "%w: not a regular file (%v); %s", errCorrupt, fi.Mode(), s.lostFiles(c, 0))
 	case fi.Size() != want:

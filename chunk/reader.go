@@ -122,10 +122,11 @@ func (s *Shard) ReadChunk(c int) (*Chunk, error) {
 	return ch, nil
 }
 
-// Damage is a file of a chunk that could not be read intact: its bytes
-// fail their checksum, the chunk file ends before them, or the chunk
-// file cannot be read at all. Slot -1 is the chunk's header and table,
-// which the index makes redundant: its damage costs no file.
+// Damage is a file of a chunk whose bytes are not intact: they fail
+// their checksum, or the chunk file ends before them. (A chunk file that
+// cannot be opened or read is not damage but a StorageError.) Slot -1 is
+// the chunk's header and table, which the index makes redundant: its
+// damage costs no file.
 type Damage struct {
 	Rank, Chunk, Slot int
 	// ID is the file's global id, Path its path in the packed input (""
@@ -135,11 +136,8 @@ type Damage struct {
 	Path   string
 	File   string
 	Lo, Hi int64
-	// Reason says what is wrong; Err is the error of the open or read
-	// that failed, nil when the bytes were read and are wrong, or the
-	// chunk file ends before them.
+	// Reason says what is wrong.
 	Reason string
-	Err    error
 }
 
 func (d *Damage) Error() string {
@@ -156,9 +154,10 @@ func (d *Damage) Unwrap() error { return errCorrupt }
 // ReadWhole reads chunk c whole, as ReadChunk does, but keeps what is
 // intact: each damaged file is left out of the chunk (File returns nil)
 // and named in the damage, which lists the header first when it fails
-// too. A chunk file that cannot be opened, or ends early, damages the
-// files it does not hold. The error is for what is not the data's fault
-// (no such chunk, no memory to read into).
+// too. A chunk file that ends early damages the files it does not hold.
+// The error is for what is not the data's fault: a chunk file that could
+// not be opened or read (a StorageError: see Unreachable), no such chunk,
+// no memory to read into.
 func (s *Shard) ReadWhole(c int) (*Chunk, []Damage, error) {
 	es, err := s.entries(c)
 	if err != nil {
@@ -169,13 +168,13 @@ func (s *Shard) ReadWhole(c int) (*Chunk, []Damage, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if Unreachable(short) {
+		ch.Release()
+		return nil, nil, short
+	}
 	data, cause := got[0], ""
-	var ioErr error
 	if short != nil {
 		cause = short.Error()
-		if !errors.As(short, new(*endsEarly)) {
-			ioErr = short
-		}
 	}
 	var damage []Damage
 	if len(data) >= int(HeaderSize(len(es))) {
@@ -194,12 +193,8 @@ func (s *Shard) ReadWhole(c int) (*Chunk, []Damage, error) {
 				continue
 			}
 		}
-		d := Damage{Rank: s.idx.rank, Chunk: c, Slot: i, ID: e.ID, Path: s.idx.path(int(e.ID - s.idx.first)),
-			File: s.path(c), Lo: lo, Hi: hi, Reason: reason}
-		if reason == cause {
-			d.Err = ioErr
-		}
-		damage = append(damage, d)
+		damage = append(damage, Damage{Rank: s.idx.rank, Chunk: c, Slot: i, ID: e.ID, Path: s.idx.path(int(e.ID - s.idx.first)),
+			File: s.path(c), Lo: lo, Hi: hi, Reason: reason})
 	}
 	return ch, damage, nil
 }
@@ -295,10 +290,10 @@ func (s *Shard) read(c int, ranges []extent) (*Chunk, [][]byte, error) {
 	ch, data, short, err := s.readRanges(c, ranges)
 	if err == nil && short != nil {
 		ch.Release()
-		if errors.As(short, new(*endsEarly)) {
-			return nil, nil, s.errorf(c, "%w: %v", errCorrupt, short)
+		if Unreachable(short) {
+			return nil, nil, short
 		}
-		return nil, nil, s.errorf(c, "%w", short)
+		return nil, nil, s.errorf(c, "%w: %v", errCorrupt, short)
 	}
 	return ch, data, err
 }
@@ -306,14 +301,15 @@ func (s *Shard) read(c int, ranges []extent) (*Chunk, [][]byte, error) {
 // readRanges reads as read does, but returns what it could read: the
 // bytes of each range, those of the first range it could not read whole
 // cut short (and of the ranges after it none), with why as short (the
-// file is missing or unreadable, or ends early: endsEarly). The error is
+// file could not be opened or read: a StorageError, or it ends early:
+// endsEarly). The error is
 // for a failed allocation.
 func (s *Shard) readRanges(c int, ranges []extent) (ch *Chunk, data [][]byte, short, err error) {
 	ch = &Chunk{Rank: s.idx.rank, Index: c, files: make([][]byte, s.idx.ChunkFiles(c)), mem: s.mem}
 	data = make([][]byte, len(ranges))
 	f, err := s.fsys.Open(s.path(c), true)
 	if err != nil {
-		return ch, data, UnwrapPath(err), nil
+		return ch, data, s.storageError(c, "open", err), nil
 	}
 	defer f.Close()
 	a := int64(f.Align())
@@ -334,7 +330,7 @@ func (s *Shard) readRanges(c int, ranges []extent) (ch *Chunk, data [][]byte, sh
 			if err == nil || errors.Is(err, io.EOF) {
 				return ch, data, &endsEarly{lo + int64(n), r.hi}, nil
 			}
-			return ch, data, UnwrapPath(err), nil
+			return ch, data, s.storageError(c, "read", err), nil
 		}
 		data[i] = ch.buf[at+r.lo-lo : at+r.hi-lo]
 		at += hi - lo
@@ -359,7 +355,13 @@ type bufPool struct {
 	free [][]byte
 }
 
-const poolKeep = 8
+// poolKeep bounds the buffers kept, and poolKeepBytes their bytes: they
+// are memory beyond what the caller counts (rt.MemAllowance holds them).
+// One buffer is kept whatever its size.
+const (
+	poolKeep      = 8
+	poolKeepBytes = 16 << 20
+)
 
 // Alloc returns a buffer of at least n bytes.
 func (p *bufPool) Alloc(n int64) ([]byte, error) {
@@ -384,7 +386,11 @@ func (p *bufPool) Alloc(n int64) ([]byte, error) {
 func (p *bufPool) Free(b []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.free) < poolKeep {
+	kept := len(b)
+	for _, f := range p.free {
+		kept += len(f)
+	}
+	if len(p.free) == 0 || len(p.free) < poolKeep && kept <= poolKeepBytes {
 		p.free = append(p.free, b)
 		return
 	}

@@ -223,9 +223,10 @@ func joinErrs(errs []error) error {
 }
 
 // TestReadWholeKeepsWhatIsIntact damages chunks in each way a disk can
-// (a flipped byte, a flipped header byte, a cut, a deleted file) and
-// checks that a lenient whole read names exactly the files lost, with
-// their place in the chunk file, and hands over every other one intact.
+// (a flipped byte, a flipped header byte, a cut) and checks that a
+// lenient whole read names exactly the files lost, with their place in
+// the chunk file, and hands over every other one intact. A deleted chunk
+// file is no damage but unreachable storage, for both reads.
 func TestReadWholeKeepsWhatIsIntact(t *testing.T) {
 	out, _ := packed(t, 100)
 	s, err := chunk.OpenShard(chunk.OS, out, 0)
@@ -253,7 +254,6 @@ func TestReadWholeKeepsWhatIsIntact(t *testing.T) {
 		{1, []int{5}, "checksum"},
 		{2, []int{-1}, "rank"},
 		{3, []int{6, 7}, "ends at"},
-		{4, []int{0, 1, 2, 3, 4, 5, 6, 7}, "no such file"},
 		{5, nil, ""},
 	} {
 		ch, damage, err := s.ReadWhole(tc.c)
@@ -285,6 +285,17 @@ func TestReadWholeKeepsWhatIsIntact(t *testing.T) {
 		ch.Release()
 		if _, err := s.ReadChunk(tc.c); (err != nil) != (len(tc.slots) > 0) || err != nil && !chunk.ErrCorrupt(err) {
 			t.Errorf("chunk %d: strict read: %v", tc.c, err)
+		}
+	}
+	// A missing chunk file is not damage: storage could not be reached.
+	for _, read := range []func() error{
+		func() error { _, _, err := s.ReadWhole(4); return err },
+		func() error { _, err := s.ReadChunk(4); return err },
+	} {
+		err := read()
+		mustContain(t, "chunk 4", err, "rank 0 chunk 4", "storage unreachable: open "+name(4), "no such file or directory (ENOENT)")
+		if !chunk.Unreachable(err) || chunk.ErrCorrupt(err) {
+			t.Errorf("chunk 4: %v: unreachable %v, corrupt %v", err, chunk.Unreachable(err), chunk.ErrCorrupt(err))
 		}
 	}
 }

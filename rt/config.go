@@ -26,6 +26,10 @@ type Config struct {
 	// (its local VCs). When zero, MemFraction of the rank's shard is used.
 	MemBytes    int64
 	MemFraction float64
+	// MemCgroupFraction, when positive, is the budget as a share of what
+	// the rank's memory cgroup leaves beside the allowance and
+	// --remote-mem (CgroupBudget): the job sets MemBytes from it.
+	MemCgroupFraction float64
 	// RemoteMemBytes bounds the bytes of files other ranks push ahead of
 	// time into this rank's memory (its buffer VCs); −1 means a tenth of
 	// the rank's budget.
@@ -35,6 +39,12 @@ type Config struct {
 	// shard fills it) and other ranks' files (RemoteMemBytes) together
 	// need more; 0 checks nothing.
 	NodeMemBytes int64
+	// MemLimitBytes is the memory limit of the rank's cgroup in bytes
+	// (launch.MemCgroup), and MemLimitFrom the file that sets it, for
+	// messages. When positive, Open refuses a rank whose memory
+	// (Footprint) does not fit it; 0 checks nothing.
+	MemLimitBytes int64
+	MemLimitFrom  string
 	// Policy is "window" (each chunk read once, every epoch planned
 	// ahead: proto.WindowRank) or "paper" (the papers' protocol,
 	// proto.Rank, in its Variant). Window is how many positions ahead
@@ -92,6 +102,24 @@ type Config struct {
 	// epoch, naming it once, and answers its position with that news
 	// (Delivery.Damaged).
 	OnDamage string
+	// MaxSkipped bounds the files a job leaves out as damaged (OnDamage
+	// "skip"): more than MaxSkipped files, or when it is 0 more than
+	// MaxSkippedFraction of the dataset's (rounded up), end the job. A
+	// rank ends it as soon as its own count passes the bound, every rank
+	// at the end of an epoch whose skipped files, summed, do.
+	MaxSkipped         int64
+	MaxSkippedFraction float64
+	// StorageWait is how long a rank tries again to read a chunk file it
+	// cannot reach (missing, no permission, EIO, ESTALE: storage's fault,
+	// never damage) before it ends the job naming the file and the error;
+	// 0 ends it at the first failure. See storageWatch.
+	StorageWait time.Duration
+	// PeerWarn is how long a rank waits on a peer that sends nothing
+	// before it says so, naming the peer (and again each PeerWarn after);
+	// PeerTimeout, when positive, how long before it ends the job. Nodes,
+	// when set, names each rank's node for those messages.
+	PeerWarn, PeerTimeout time.Duration
+	Nodes                 []string
 	// ClientWait is how long a rank whose clients all went away in the
 	// middle of an epoch (some of its positions asked for, others not)
 	// waits for one to come back before it ends the job; 0 waits for
@@ -115,7 +143,8 @@ type Config struct {
 // memory.
 func DefaultConfig() Config {
 	return Config{Policy: "window", Variant: proto.Full, Window: 64, Ramp: proto.DefaultRamp, RemoteMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 0, Depth: 4,
-		ClientWait: time.Minute, OnDamage: "fail", Log: io.Discard, FS: chunk.OS}
+		ClientWait: time.Minute, OnDamage: "fail", MaxSkippedFraction: 0.001, StorageWait: 2 * time.Minute, PeerWarn: 30 * time.Second,
+		Log: io.Discard, FS: chunk.OS}
 }
 
 // Validate reports every problem of c at once.
@@ -127,7 +156,8 @@ func (c Config) Validate() error {
 		}
 	}
 	add(c.Chunks != "", "no chunk directory (--chunks)")
-	add(c.MemBytes > 0 || (c.MemFraction > 0 && c.MemFraction <= 1), "memory budget: %d bytes or a fraction %g of the shard, want one of them positive (and the fraction ≤ 1)", c.MemBytes, c.MemFraction)
+	add(c.MemBytes > 0 || (c.MemFraction > 0 && c.MemFraction <= 1) || (c.MemCgroupFraction > 0 && c.MemCgroupFraction <= 1),
+		"memory budget: %d bytes or a fraction %g of the shard or %g of the memory cgroup, want one of them positive (and a fraction ≤ 1)", c.MemBytes, c.MemFraction, c.MemCgroupFraction)
 	add(c.RemoteMemBytes >= -1, "remote memory %d bytes, want ≥ 0 (or −1 for a tenth of the budget)", c.RemoteMemBytes)
 	add(c.Policy == "window" || c.Policy == "paper", "policy %q, want window or paper", c.Policy)
 	add(int(c.Variant) < len(proto.Variants), "unknown variant %d", c.Variant)
@@ -141,6 +171,9 @@ func (c Config) Validate() error {
 	add(!c.Resume || c.Policy == "window", "resuming mid-epoch needs --policy window: the paper policy chooses files as requests come, so an interrupted epoch cannot be taken up where it stopped")
 	add(!c.Resume || !c.ClientTraces, "resuming needs the traces of the epochs before it: use traces from --seed, not from the clients")
 	add(c.OnDamage == "fail" || c.OnDamage == "skip", "on damage %q, want fail or skip", c.OnDamage)
+	add(c.MaxSkipped >= 0 && c.MaxSkippedFraction >= 0 && c.MaxSkippedFraction <= 1, "at most %d files or a fraction %g of the dataset skipped, want ≥ 0 (and the fraction ≤ 1)", c.MaxSkipped, c.MaxSkippedFraction)
+	add(c.StorageWait >= 0, "storage wait %v, want ≥ 0", c.StorageWait)
+	add(c.PeerWarn > 0 && c.PeerTimeout >= 0, "peer warning after %v and timeout %v, want the warning > 0 and the timeout ≥ 0", c.PeerWarn, c.PeerTimeout)
 	add(c.Pause >= 0, "pause %v, want ≥ 0", c.Pause)
 	add(c.ClientWait >= 0, "client wait %v, want ≥ 0", c.ClientWait)
 	add(c.FS != nil && c.Log != nil, "no file system or log")

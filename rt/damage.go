@@ -2,19 +2,20 @@ package rt
 
 import (
 	"fmt"
+	"math"
 	"strings"
-	"time"
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/proto"
 )
 
 // damaged deals with what a chunk read found damaged on storage (read
-// again: see readChunk). With Config.OnDamage "fail" a damaged file is
+// twice: see readChunk). With Config.OnDamage "fail" a damaged file is
 // the epoch's error, which ends the job; with "skip" each damaged file is
-// named once, and the loop answers its position with that news. A
-// damaged header costs no file (the index has its table): it is named
-// once either way.
+// left out of every epoch, the files of a chunk named in one line, and
+// the loop answers their positions with that news, until more files are
+// left out than Config.MaxSkipped allows. A damaged header costs no file
+// (the index has its table): it is named once either way.
 func (n *Node) damaged(res *readResult) error {
 	if d := res.transient; d != nil && n.once(d) {
 		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v on a first read; read again, the chunk was intact\n", n.me, d)
@@ -26,34 +27,65 @@ func (n *Node) damaged(res *readResult) error {
 		return nil
 	}
 	if n.cfg.OnDamage != "skip" {
-		return fmt.Errorf("rt: damaged data (%s): %s; the job stops (brandrt serve --on-damage skip leaves damaged files out; brandrt verify checks the whole dataset)",
-			readTimes(res), listDamage(res.damage, 10))
+		return fmt.Errorf("rt: rank %d: damaged data (read twice): %v%s; the job stops (brandrt serve --on-damage skip leaves damaged files out; brandrt verify checks the whole dataset)",
+			n.me, &res.damage[0], moreSlots(res.damage[1:]))
 	}
+	var news []chunk.Damage
 	for i := range res.damage {
-		d := &res.damage[i]
-		if n.once(d) {
+		if d := &res.damage[i]; n.once(d) {
 			n.lost[proto.FileID(d.ID)] = fmt.Sprintf("file %d is damaged on storage and left out (--on-damage skip): %v", d.ID, d)
-			fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v; left out of every epoch (--on-damage skip)\n", n.me, d)
+			news = append(news, *d)
 		}
+	}
+	if len(news) == 0 {
+		return nil
+	}
+	most := n.skipLimit()
+	fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v%s; left out of every epoch (--on-damage skip; %d of at most %d files left out: --max-skipped)\n",
+		n.me, &news[0], moreSlots(news[1:]), len(n.lost), most)
+	if int64(len(n.lost)) > most {
+		return n.tooManySkipped(int64(len(n.lost)), "on this rank")
 	}
 	return nil
 }
 
-// readTimes says how often a damaged chunk was read (see readChunk).
-func readTimes(res *readResult) string {
-	if ioFailed(*res) {
-		return fmt.Sprintf("read %d times over %v", 2+len(retryWaits), sum(retryWaits))
+// moreSlots names the slots of more damaged files of the same chunk.
+func moreSlots(ds []chunk.Damage) string {
+	if len(ds) == 0 {
+		return ""
 	}
-	return "read twice"
+	const most = 12
+	var b strings.Builder
+	fmt.Fprintf(&b, "; and %d more of its files: slot", len(ds))
+	if len(ds) > 1 {
+		b.WriteString("s")
+	}
+	for i, d := range ds[:min(len(ds), most)] {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, " %d", d.Slot)
+	}
+	if len(ds) > most {
+		b.WriteString(", …")
+	}
+	return b.String()
 }
 
-// sum adds up ds.
-func sum(ds []time.Duration) time.Duration {
-	var t time.Duration
-	for _, d := range ds {
-		t += d
+// skipLimit is the most files the job may leave out as damaged
+// (Config.MaxSkipped).
+func (n *Node) skipLimit() int64 {
+	if n.cfg.MaxSkipped > 0 {
+		return n.cfg.MaxSkipped
 	}
-	return t
+	return int64(math.Ceil(n.cfg.MaxSkippedFraction * float64(n.man.Files)))
+}
+
+// tooManySkipped is the error that ends a job which left out skipped
+// files, where.
+func (n *Node) tooManySkipped(skipped int64, where string) error {
+	return fmt.Errorf("rt: rank %d: %d files damaged on storage and left out %s, more than the %d --max-skipped allows (of %d in the dataset); the job stops: brandrt verify --chunks %s names every damaged file",
+		n.me, skipped, where, n.skipLimit(), n.man.Files, n.cfg.Chunks)
 }
 
 // once reports whether d is news: not named before in this job.
@@ -67,21 +99,6 @@ func (n *Node) once(d *chunk.Damage) bool {
 	}
 	n.named[key] = true
 	return true
-}
-
-// listDamage joins up to most damages, saying how many more there are.
-func listDamage(ds []chunk.Damage, most int) string {
-	var b strings.Builder
-	for i := range ds[:min(len(ds), most)] {
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		b.WriteString(ds[i].Error())
-	}
-	if len(ds) > most {
-		fmt.Fprintf(&b, "; and %d more", len(ds)-most)
-	}
-	return b.String()
 }
 
 // lostNote is what a client hears for a damaged file of this rank.

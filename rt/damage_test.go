@@ -72,11 +72,12 @@ func TestServeRereadsDamage(t *testing.T) {
 	}
 }
 
-// A chunk file that cannot be opened for a while (an I/O error, as a
-// network file system's client gives when it loses a file for a moment)
-// is read again after waits (retryWaits): three failed opens cost 1.25 s
-// and no file; one that stays unreadable is the job's error, after every
-// wait, saying how often it was read.
+// A chunk file that cannot be opened for a while (ENOENT, as a network
+// file system's client gives when it loses a file for a moment) is not
+// damage: it is read again after waits that double from 250 ms, and the
+// rank says that it waits and that storage answers again. Three failed
+// opens cost 1.75 s and no file; one that stays unreadable past
+// StorageWait is the job's error, naming the file and the errno.
 func TestServeRetriesIOErrors(t *testing.T) {
 	dir := packed(t, 400, 2, 8)
 	for _, tc := range []struct {
@@ -86,15 +87,18 @@ func TestServeRetriesIOErrors(t *testing.T) {
 		t.Run(fmt.Sprint(tc.times), func(t *testing.T) {
 			log := new(testkit.Log)
 			cfg := DefaultConfig()
-			cfg.Chunks, cfg.MemFraction, cfg.Epochs, cfg.Consume, cfg.Log = dir, 0.25, 1, 2, log
+			cfg.Chunks, cfg.MemFraction, cfg.Epochs, cfg.Consume, cfg.Log, cfg.StorageWait = dir, 0.25, 1, 2, log, 2*time.Second
 			cfg.FS = chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpOpen, Path: "rank-00001/chunk-00000003.brc",
 				Err: syscall.ENOENT, Times: tc.times})
 			start := time.Now()
 			stats, err := serveLocalErr(t, 2, cfg)
 			took := time.Since(start)
+			said := "rank-00001/chunk-00000003.brc: no such file or directory (ENOENT); waiting up to 2s for it to come back (--storage-wait)"
+			if strings.Count(log.String(), said) != 1 || strings.Contains(log.String(), "damaged") {
+				t.Errorf("log:\n%s", log)
+			}
 			if tc.ok {
-				if err != nil || !strings.Contains(log.String(), "no such file or directory on a first read; read again, the chunk was intact") ||
-					took < 1250*time.Millisecond {
+				if err != nil || !strings.Contains(log.String(), "storage answers again after") || took < 1750*time.Millisecond {
 					t.Fatalf("after %v: %v\n%s", took, err, log)
 				}
 				for _, s := range stats {
@@ -104,7 +108,7 @@ func TestServeRetriesIOErrors(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), "read 5 times over 4.25s") || !strings.Contains(err.Error(), "no such file or directory") {
+			if err == nil || !strings.Contains(err.Error(), "storage unreachable: open ") || !strings.Contains(err.Error(), "(ENOENT), still after waiting 2s") {
 				t.Fatalf("error %v", err)
 			}
 		})

@@ -2,7 +2,6 @@ package rt
 
 import (
 	"sync"
-	"time"
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/proto"
@@ -48,66 +47,45 @@ type ioPool struct {
 	// keeps chunks, the later reads of it that wait for that read (the
 	// next epoch's, read ahead): they are answered from memory.
 	reading map[int][]proto.Read
+	watch   *storageWatch
 }
 
-func newIOPool(shard *chunk.Home, firstPC, workers int) *ioPool {
-	p := &ioPool{queue: make(chan proto.Read, workers), done: make(chan readResult, 2*workers+1)}
+// newIOPool starts workers reading chunks of shard; w says what they do
+// while storage cannot be reached.
+func newIOPool(shard *chunk.Home, firstPC, workers int, w *storageWatch) *ioPool {
+	p := &ioPool{queue: make(chan proto.Read, workers), done: make(chan readResult, 2*workers+1), watch: w}
+	w.stop = make(chan struct{})
 	for range workers {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
 			for r := range p.queue {
-				p.done <- readChunk(shard, r, r.PC-firstPC)
+				p.done <- readChunk(shard, r, r.PC-firstPC, w)
 			}
 		}()
 	}
 	return p
 }
 
-// retryWaits are the waits before a chunk is read again once more after
-// its file could not be opened or read (an I/O error, not wrong bytes):
-// storage that fails for a moment (a server failing over, a network file
-// system's client that loses a file for a second) costs seconds, not the
-// job. On the emulated NAS an sshfs client answered "no such file" for
-// chunk files that were there, in epoch 2 of a few runs of 3 or 4 nodes.
-var retryWaits = []time.Duration{250 * time.Millisecond, time.Second, 3 * time.Second}
-
 // readChunk reads chunk c whole. A read that finds a file damaged is
 // made once more at once, since a fault on the way from storage may not
-// repeat; one whose file could not be opened or read is made again after
-// each of retryWaits while that lasts. What the last read finds stands.
-func readChunk(shard *chunk.Home, r proto.Read, c int) readResult {
-	res := readOnce(shard, r, c)
-	if len(res.damage) == 0 {
+// repeat: what the second read finds stands. A chunk file that cannot be
+// opened or read is tried again while storage may come back (see
+// storageWatch).
+func readChunk(shard *chunk.Home, r proto.Read, c int, w *storageWatch) readResult {
+	try := func() readResult { return readOnce(shard, r, c) }
+	res := w.read(try)
+	if len(res.damage) == 0 || res.err != nil {
 		return res
 	}
 	first := res.damage[0]
-	for try := 0; len(res.damage) > 0 && try <= len(retryWaits); try++ {
-		if try > 0 {
-			if !ioFailed(res) {
-				break
-			}
-			time.Sleep(retryWaits[try-1])
-		}
-		res.buf.release()
-		res = readOnce(shard, r, c)
-		res.retried = true
-	}
+	res.buf.release()
+	res = w.read(try)
+	res.retried = true
 	if len(res.damage) == 0 && res.err == nil {
 		res.transient = &first
 	}
 	return res
-}
-
-// ioFailed says whether a read found files damaged because their chunk
-// file could not be opened or read.
-func ioFailed(res readResult) bool {
-	for _, d := range res.damage {
-		if d.Err != nil {
-			return true
-		}
-	}
-	return false
 }
 
 func readOnce(shard *chunk.Home, r proto.Read, c int) readResult {
@@ -200,6 +178,7 @@ func (p *ioPool) keep(res *readResult) {
 // close stops the workers once the reads in flight finished; their
 // results are dropped.
 func (p *ioPool) close() {
+	close(p.watch.stop)
 	close(p.queue)
 	go func() {
 		for res := range p.done {

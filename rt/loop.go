@@ -100,10 +100,13 @@ type loop struct {
 	endedEarly  bool
 	goneChecked time.Time
 	// order holds the file delivered at each position (Config.Order).
-	order  []int32
-	done   bool // local clients finished; tagDone sent
-	doneIn int  // peers whose tagDone arrived
-	stats  loopStats
+	order    []int32
+	done     bool   // local clients finished; tagDone sent
+	doneIn   int    // peers whose tagDone arrived
+	doneFrom []bool // per rank, whether its tagDone arrived
+	// moved is when the loop last made progress
+	moved time.Time
+	stats loopStats
 	// start, cpu0: when the epoch began and the process's CPU time then;
 	// first: when the first client request came; idleCPU: the CPU time
 	// the process used in between.
@@ -144,13 +147,18 @@ type pendingSend struct {
 
 // serve runs the epoch until every position of the rank's trace was
 // answered (or a client ended the epoch), every peer said it is done, and
-// nothing is in flight. While a
-// client waits or a read or send is in flight it spins, yielding; with
-// nothing at all to do, after a while, it sleeps between polls of MPI,
-// longer and longer up to maxNap. Clients and I/O workers wake it at once.
+// nothing is in flight. While a client waits or a read or send is in
+// flight it spins, yielding, for up to busySpin after its last progress;
+// otherwise, and after that, it sleeps between polls of MPI, longer and
+// longer up to busyNap while busy and maxNap while idle: a rank that
+// waits on a peer that does not answer (stopped, its node hung) takes
+// next to no CPU, and says so after a while (peerWatch). Clients and I/O
+// workers wake it at once.
 func (l *loop) serve(ctx context.Context) error {
 	idle := 0
 	nap := minNap
+	l.moved = time.Now()
+	l.n.peers.reset()
 	for {
 		progress, err := l.step()
 		if err != nil {
@@ -163,30 +171,57 @@ func (l *loop) serve(ctx context.Context) error {
 			return ctx.Err()
 		}
 		if progress {
-			idle, nap = 0, minNap
+			idle, nap, l.moved = 0, minNap, time.Now()
 			continue
 		}
-		if idle++; l.polls() && (idle < spinRounds || l.busy()) {
-			runtime.Gosched()
-			continue
+		busy := l.busy()
+		if l.polls() {
+			if err := l.n.peers.check(l.waitsFor, fmt.Sprintf("in epoch %d", l.epoch)); err != nil {
+				return err
+			}
+			if idle++; idle < spinRounds || busy && time.Since(l.moved) < busySpin {
+				runtime.Gosched()
+				continue
+			}
 		}
 		if err := l.wait(ctx, nap); err != nil {
 			return err
 		}
-		nap = min(2*nap, maxNap)
+		if nap = min(2*nap, maxNap); busy {
+			nap = min(nap, busyNap)
+		}
 	}
 }
 
 // spinRounds is how many empty rounds the loop spins (yielding) before it
 // sleeps; a round takes a few microseconds. It is short: clients and I/O
 // workers wake a sleeping loop through channels at once, and spinning
-// takes CPU from the training processes on the node. minNap and maxNap
-// bound its sleeps: a peer's message waits at most maxNap for an idle rank.
+// takes CPU from the training processes on the node. busySpin bounds the
+// spinning while something is in flight: a peer that answers within it
+// is heard at once. minNap, busyNap and maxNap bound the sleeps: a
+// peer's message waits at most busyNap for a busy rank, maxNap for an
+// idle one.
 const (
 	spinRounds = 20
+	busySpin   = 10 * time.Millisecond
 	minNap     = time.Millisecond
+	busyNap    = 2 * time.Millisecond
 	maxNap     = 16 * time.Millisecond
 )
+
+// waitsFor reports whether the loop waits for rank r: for replies while
+// its clients wait, for r's word that it is done, for a send to r.
+func (l *loop) waitsFor(r int) bool {
+	if len(l.waiting) > 0 || l.done && !l.doneFrom[r] {
+		return true
+	}
+	for _, s := range l.sends {
+		if s.to == r {
+			return true
+		}
+	}
+	return false
+}
 
 // polls reports whether the loop must poll MPI: only with peers. With
 // none, everything that can happen arrives on a channel, so the loop
@@ -287,6 +322,11 @@ func (l *loop) request(r Request) error {
 		l.markFirst()
 	}
 	switch {
+	case int64(r.Epoch) > int64(l.n.cfg.Epochs):
+		if !r.End {
+			r.Reply <- Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: epoch %d is past the job's last, epoch %d (brandrt serve --epochs %d)", l.n.me, r.Epoch, l.n.cfg.Epochs, l.n.cfg.Epochs)}
+		}
+		return nil
 	case r.Epoch > l.epoch:
 		l.n.held = append(l.n.held, r)
 		return nil
@@ -365,6 +405,7 @@ func (l *loop) receive() (bool, error) {
 	if !ok || err != nil {
 		return false, err
 	}
+	l.n.peers.heardFrom(st.Source)
 	b := make([]byte, st.Len)
 	if err := l.comm.Recv(b, st.Source, st.Tag); err != nil {
 		return true, err
@@ -372,12 +413,18 @@ func (l *loop) receive() (bool, error) {
 	switch st.Tag {
 	case tagDone:
 		l.doneIn++
+		l.doneFrom[st.Source] = true
 		if err := l.p.Step(proto.PeerDone{Rank: st.Source}); err != nil {
 			return true, fmt.Errorf("rt: rank %d: %w", l.n.me, err)
 		}
 		return true, l.carry()
 	case tagMsg:
 		return true, l.message(st.Source, b)
+	case tagSync: // a rank whose epoch ended, at the barrier after it
+		if l.n.me == 0 {
+			l.n.synced = append(l.n.synced, st.Source)
+			return true, nil
+		}
 	}
 	return true, fmt.Errorf("rt: rank %d: message with unknown tag %d from rank %d", l.n.me, st.Tag, st.Source)
 }

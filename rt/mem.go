@@ -160,3 +160,106 @@ func (p *recvPool) drain() {
 		p.free[c] = nil
 	}
 }
+
+// MemAllowance is the memory a rank with budget (its --mem) takes beyond
+// its files (the budget, and --remote-mem with other ranks), in bytes:
+// what the kernel counts against the rank's memory cgroup is at most
+// Footprint. It is HandCap(budget), the files DataLoader workers handed on
+// to their training processes that those still hold (beyond it they get
+// copies), and processAllowance: from 96 MiB to 320 MiB.
+//
+// Not in it: the arena lends each file its pages, and a file of more
+// than 32 KiB up to an eighth more (about 4 % of the files kept, with
+// 110 KB files), and the files a training process holds while it reads
+// them (a DataLoader's prefetched batches).
+func MemAllowance(budget int64) int64 { return HandCap(budget) + processAllowance }
+
+// processAllowance is what the rank's process takes beside its files: Go's
+// runtime and heap, the chunk buffers waiting for their next read (at
+// most 16 MiB), the binary and MPI's libraries, mpirun's share, and the
+// arena's slack (its free places between files). Measured at 30–60 MiB
+// with 110 KB files.
+const processAllowance = 64 << 20
+
+// HandCap bounds the bytes of the files handed on by DataLoader workers
+// that the training processes of a rank with budget hold, all together
+// (shm.Options.HandCap): an eighth of the budget, at least 32 MiB and at
+// most 256 MiB. A few batches in flight fit (the loader benchmark's held
+// at most 150 MiB).
+func HandCap(budget int64) int64 { return min(max(budget/8, 32<<20), 256<<20) }
+
+// Footprint is the most memory a rank with budget own (as far as its
+// shard fills it; the allowance is reckoned on the whole budget) and
+// remote for other ranks' files costs: what its memory cgroup must allow.
+func Footprint(budget, own, remote int64) int64 { return own + remote + MemAllowance(budget) }
+
+// Footprint is the most memory this rank costs (see MemAllowance).
+func (n *Node) Footprint() int64 { return Footprint(n.footprint()) }
+
+// footprint returns the rank's budget, its own files' memory (as far as
+// its shard fills the budget) and other ranks' (none without them).
+func (n *Node) footprint() (budget, own, remote int64) {
+	budget = n.m.MemBytes(n.me)
+	own, remote = min(budget, n.m.ShardBytes(n.me)), n.remoteBytes()
+	if n.size == 1 {
+		remote = 0 // no other rank pushes it anything
+	}
+	return budget, own, remote
+}
+
+// fitsCgroup refuses a rank whose memory (Footprint) exceeds its memory
+// cgroup's limit (Config.MemLimitBytes): the kernel would kill it later.
+func (n *Node) fitsCgroup() error {
+	limit := n.cfg.MemLimitBytes
+	budget, own, remote := n.footprint()
+	allow := MemAllowance(budget)
+	need := Footprint(budget, own, remote)
+	if limit <= 0 || need <= limit {
+		return nil
+	}
+	do := fmt.Sprintf("give it --mem %s or less (--mem 100%%cgroup takes what the cgroup leaves), or run it with more memory", mib(fitBudget(limit-remote)))
+	if limit <= remote+MemAllowance(0) {
+		do = fmt.Sprintf("that leaves nothing for its files: run it with more memory than %s", mib(remote+MemAllowance(0)))
+	}
+	return fmt.Errorf("rt: the rank needs %s of memory: %s of its own files (--mem %s), %s of other ranks' (--remote-mem) and %s beside them (brandrt's allowance: the runtime, its buffers, files handed on to training processes); "+
+		"its memory cgroup allows %s (%s): %s",
+		mib(need), mib(own), mib(budget), mib(remote), mib(allow), mib(limit), n.cfg.MemLimitFrom, do)
+}
+
+// CgroupBudget is the budget that frac (Config.MemCgroupFraction) gives
+// a rank of a job of ranks whose memory cgroup allows limit bytes: that
+// share of what the cgroup leaves beside MemAllowance and the files of
+// other ranks (remote bytes, or a tenth of the budget when remote is
+// −1), so that 100 % just fits (fitsCgroup).
+func CgroupBudget(frac float64, limit int64, ranks int, remote int64) (int64, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("rt: --mem %g%%cgroup: the rank's memory cgroup sets no limit: give --mem in bytes or as a share of its shard", 100*frac)
+	}
+	avail := limit
+	switch {
+	case ranks > 1 && remote >= 0:
+		avail -= remote
+	case ranks > 1:
+		avail = avail * 10 / 11
+	}
+	b := int64(frac * float64(fitBudget(avail)))
+	if b <= 0 {
+		return 0, fmt.Errorf("rt: --mem %g%%cgroup: the rank's memory cgroup allows %s, which leaves nothing beside the allowance (%s) and --remote-mem",
+			100*frac, mib(limit), mib(MemAllowance(0)))
+	}
+	return b, nil
+}
+
+// fitBudget is the largest budget b with b + MemAllowance(b) ≤ room, or
+// a negative number when none fits.
+func fitBudget(room int64) int64 {
+	// b + max(b/8, 32 MiB) capped at 256 MiB, + 64 MiB: piecewise linear in b
+	b := room - MemAllowance(0)
+	if b/8 > 32<<20 {
+		b = (room - processAllowance) * 8 / 9
+	}
+	if b/8 > 256<<20 {
+		b = room - MemAllowance(1<<62)
+	}
+	return b
+}

@@ -70,6 +70,10 @@ type Node struct {
 	// file's, by file id (a job resumed on another plan replans the
 	// epoch's start on them).
 	sizes, allSizes []int64
+	// peers watches the rank's waits on its peers; synced holds the ranks
+	// whose word for the next quietBarrier rank 0's loop received.
+	peers  *peerWatch
+	synced []int
 }
 
 // Open opens this rank's shard and builds the protocol state. Every rank
@@ -83,6 +87,7 @@ func Open(cfg Config, comm collectives.Comm) (*Node, error) {
 	n := &Node{cfg: cfg, comm: comm, me: comm.Rank(), size: comm.Size(), dir: chunk.ForRank(cfg.Chunks, comm.Rank()),
 		reqs: make(chan Request, 1024), offers: make(chan TraceOffer, 16), early: make(map[uint32]TraceOffer),
 		starts: make(chan StartOffer, 16), over: make(chan struct{})}
+	n.peers = newPeerWatch(n)
 	err := n.agree(n.open())
 	if err == nil {
 		err = n.sameDataset()
@@ -229,18 +234,35 @@ func (n *Node) open() error {
 }
 
 // checkSizes checks, before anything is read, that every chunk file of
-// the shard is there whole: a missing or cut one stops the job at once
-// (Config.OnDamage "fail"), or is named and its lost files left out.
+// the shard is there whole. One cut short is damage: it stops the job at
+// once (Config.OnDamage "fail"), or is named and its lost files left out
+// when read. One that cannot be reached (missing, unreadable) is looked
+// at again for up to Config.StorageWait, as reads are, and then stops the
+// job, whatever OnDamage says.
 func (n *Node) checkSizes() error {
-	probs, bad := n.shard.CheckSizes(10)
+	w := &storageWatch{me: n.me, limit: n.cfg.StorageWait, log: n.cfg.Log, stop: make(chan struct{})}
+	var probs []error
+	var bad int
+	res := w.read(func() readResult {
+		probs, bad = n.shard.CheckSizes(10)
+		for _, p := range probs {
+			if chunk.Unreachable(p) {
+				return readResult{err: p}
+			}
+		}
+		return readResult{}
+	})
+	if res.err != nil {
+		return fmt.Errorf("rt: rank %d: %w", n.me, res.err)
+	}
 	if bad == 0 {
 		return nil
 	}
 	err := chunk.SizesError(probs, bad)
 	if n.cfg.OnDamage != "skip" {
-		return fmt.Errorf("rt: chunk files of rank %d missing or cut short: %d (brandrt serve --on-damage skip leaves their files out; brandrt verify checks every byte):\n%w", n.me, bad, err)
+		return fmt.Errorf("rt: chunk files of rank %d cut short: %d (brandrt serve --on-damage skip leaves their files out; brandrt verify checks every byte):\n%w", n.me, bad, err)
 	}
-	fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: chunk files missing or cut short: %d; the files they lack are left out (--on-damage skip):\n%v\n", n.me, bad, err)
+	fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: chunk files cut short: %d; the files they lack are left out (--on-damage skip):\n%v\n", n.me, bad, err)
 	return nil
 }
 
@@ -311,7 +333,7 @@ func (n *Node) fitsNode() error {
 	own, shard, remote := n.m.MemBytes(n.me), n.m.ShardBytes(n.me), n.remoteBytes()
 	held := min(own, shard)
 	if node <= 0 || held+remote <= node {
-		return nil
+		return n.fitsCgroup()
 	}
 	return fmt.Errorf("rt: the rank's memory would hold %s of its own files (--mem %s, its shard has %s) and up to %s of other ranks' (--remote-mem), %s in all, "+
 		"but its node has %s of memory: lower --mem or --remote-mem", mib(held), mib(own), mib(shard), mib(remote), mib(held+remote), mib(node))

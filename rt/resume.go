@@ -87,7 +87,7 @@ func (n *Node) resumePoint(ctx context.Context) (uint32, resumption, StartOffer,
 			o.answer(err)
 			continue
 		}
-		if err := n.quietBarrier(ctx); err != nil {
+		if err := n.quietBarrier(ctx, "for every rank's resume point"); err != nil {
 			return 0, resumption{}, o, err
 		}
 		p := o.Place

@@ -16,7 +16,7 @@ import (
 // thread costs a handoff between OS threads every time.
 func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 	firstPC, _ := n.m.RankPCs(n.me)
-	io := newIOPool(n.shard, firstPC, n.cfg.IOWorkers)
+	io := newIOPool(n.shard, firstPC, n.cfg.IOWorkers, &storageWatch{me: n.me, limit: n.cfg.StorageWait, log: n.cfg.Log})
 	defer io.close()
 	if mem, shard := n.m.MemBytes(n.me), n.m.ShardBytes(n.me); mem >= shard {
 		io.resident = make(map[int]*chunkBuf)
@@ -56,6 +56,9 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 			n.cfg.Report(st)
 		}
 		all = append(all, st)
+		if n.cfg.OnDamage == "skip" && st.FilesSkipped > n.skipLimit() { // every rank sees the same sums
+			return all, everyRank{n.tooManySkipped(st.FilesSkipped, fmt.Sprintf("in epoch %d by the ranks together", e))}
+		}
 		if over {
 			break
 		}
@@ -92,7 +95,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		n.cfg.OnResume(e, from, res.Delivered != nil)
 	}
 	l := &loop{n: n, p: n.p, comm: n.comm, io: io, pool: pool, reqs: reqs, epoch: e, traceLen: len(own), answered: from,
-		waiting: make(map[int32]chan<- Delivery), files: n.ahead, stats: n.aheadStats}
+		waiting: make(map[int32]chan<- Delivery), files: n.ahead, stats: n.aheadStats, doneFrom: make([]bool, n.size)}
 	n.ahead, n.aheadStats = nil, loopStats{}
 	l.asked = make([]bool, len(own))
 	l.ended = n.trainingOver()
@@ -138,7 +141,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	for _, f := range l.files {
 		f.release()
 	}
-	if err := n.comm.Barrier(); err != nil {
+	if err := n.quietBarrier(ctx, fmt.Sprintf("for every rank to end epoch %d", e)); err != nil { // MPI's would spin while a rank is late
 		return EpochStats{}, err
 	}
 	if l.order != nil {

@@ -9,18 +9,6 @@ import (
 	"github.com/brandrt/brandrt/proto"
 )
 
-// GeneratedTrace returns rank's part of proto.Traces: the epoch's global
-// permutation of the dataset's files drawn from seed, in consecutive runs
-// per rank whose lengths differ by at most one.
-func GeneratedTrace(files, ranks, rank int, seed uint64, epoch uint32) []int32 {
-	own := proto.Traces(files, ranks, seed, epoch)[rank]
-	out := make([]int32, len(own))
-	for i, f := range own {
-		out[i] = int32(f)
-	}
-	return out
-}
-
 // gatherTraces gives every rank every rank's trace.
 func gatherTraces(comm collectives.Comm, own []int32) ([][]proto.FileID, error) {
 	all, counts, err := comm.Allgatherv(own)
@@ -64,17 +52,21 @@ func (o TraceOffer) answer(err error) {
 // part of them: generated from the seed, or offered by the clients (with
 // the offer, to be answered once the epoch starts).
 func (n *Node) epochTraces(ctx context.Context, e uint32) ([][]proto.FileID, []int32, TraceOffer, error) {
-	if !n.cfg.ClientTraces {
-		own := GeneratedTrace(n.m.Files(), n.size, n.me, n.cfg.Seed, e)
-		traces, err := gatherTraces(n.comm, own)
-		return traces, own, TraceOffer{}, err
+	if !n.cfg.ClientTraces { // every rank draws every rank's: no rank waits for another here
+		traces := proto.Traces(n.m.Files(), n.size, n.cfg.Seed, e)
+		own := make([]int32, len(traces[n.me]))
+		for i, f := range traces[n.me] {
+			own[i] = int32(f)
+		}
+		return traces, own, TraceOffer{}, nil
 	}
+	what := fmt.Sprintf("for every rank's clients' trace of epoch %d", e)
 	for {
 		offer, err := n.offered(ctx, e)
 		if err != nil {
 			return nil, nil, TraceOffer{}, err
 		}
-		if err := n.quietBarrier(ctx); err != nil {
+		if err := n.quietBarrier(ctx, what); err != nil {
 			return nil, nil, TraceOffer{}, err
 		}
 		traces, err := gatherTraces(n.comm, offer.Files)
@@ -132,27 +124,31 @@ func (n *Node) offered(ctx context.Context, e uint32) (TraceOffer, error) {
 }
 
 // quietBarrier is a barrier that sleeps while it waits, unlike MPI's,
-// which spins: ranks whose clients supplied their traces early wait
-// without taking CPU from the training processes beside them. Every rank
-// tells rank 0, which then tells every rank.
-func (n *Node) quietBarrier(ctx context.Context) error {
+// which spins: ranks whose clients supplied their traces early, or whose
+// peer is stopped or hung, wait without taking CPU from the training
+// processes beside them, and say whom they wait for after a while
+// (peerWatch). Every rank tells rank 0, which then tells every rank. It
+// receives only its own tag; rank 0's loop takes the word of the ranks
+// whose epoch ended before its own (Node.synced).
+func (n *Node) quietBarrier(ctx context.Context, what string) error {
 	if n.size == 1 {
 		return nil
 	}
+	n.peers.reset()
 	nap := minNap
-	pause := func() error {
-		time.Sleep(nap)
-		nap = min(2*nap, maxNap)
-		return ctx.Err()
-	}
-	wait := func(r collectives.Request) error { // until r completes
+	wait := func(r collectives.Request, waits func(r int) bool) (collectives.Status, error) { // until r completes
 		for {
-			done, _, err := r.Test()
+			done, st, err := r.Test()
 			if err != nil || done {
-				return err
+				return st, err
 			}
-			if err := pause(); err != nil {
-				return err
+			if err := n.peers.check(waits, what); err != nil {
+				return st, err
+			}
+			time.Sleep(nap)
+			nap = min(2*nap, maxNap)
+			if err := ctx.Err(); err != nil {
+				return st, err
 			}
 		}
 	}
@@ -166,36 +162,37 @@ func (n *Node) quietBarrier(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := wait(send); err != nil {
+		rankZero := func(r int) bool { return r == 0 }
+		if _, err := wait(send, rankZero); err != nil {
 			return err
 		}
-		return wait(recv)
+		_, err = wait(recv, rankZero)
+		return err
 	}
-	for in := 1; in < n.size; {
-		ok, st, err := n.comm.Iprobe()
+	in := make([]bool, n.size)
+	for _, r := range n.synced { // told the loop, whose epoch ended after theirs
+		in[r] = true
+	}
+	early := len(n.synced)
+	n.synced = nil
+	for range n.size - 1 - early {
+		var got [1]byte
+		recv, err := n.comm.Irecv(got[:], collectives.AnySource, tagSync)
 		if err != nil {
 			return err
 		}
-		if !ok {
-			if err := pause(); err != nil {
-				return err
-			}
-			continue
-		}
-		if st.Tag != tagSync {
-			return fmt.Errorf("rt: rank 0: a message with tag %d from rank %d between epochs", st.Tag, st.Source)
-		}
-		if err := n.comm.Recv(make([]byte, st.Len), st.Source, tagSync); err != nil {
+		st, err := wait(recv, func(r int) bool { return !in[r] })
+		if err != nil {
 			return err
 		}
-		in++
+		in[st.Source] = true
 	}
 	for r := 1; r < n.size; r++ {
 		req, err := n.comm.Isend(nil, r, tagSync)
 		if err != nil {
 			return err
 		}
-		if err := wait(req); err != nil {
+		if _, err := wait(req, func(int) bool { return false }); err != nil {
 			return err
 		}
 	}

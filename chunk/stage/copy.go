@@ -129,7 +129,7 @@ func (s *stager) copyFile(rel string, buf []byte) (int64, error) {
 	src, dst := filepath.Join(s.cfg.Source, rel), filepath.Join(s.tmp, rel)
 	in, err := s.cfg.FS.Open(src, true)
 	if err != nil {
-		return 0, fmt.Errorf("stage: read %s: %w", src, chunk.UnwrapPath(err))
+		return 0, fmt.Errorf("stage: %w", &chunk.StorageError{File: src, Op: "open", Err: chunk.UnwrapPath(err)})
 	}
 	defer in.Close()
 	out, err := s.cfg.FS.Create(dst)
@@ -173,7 +173,7 @@ func (s *stager) pump(in, out chunk.File, src, dst string, buf []byte) (int64, e
 		case err == nil || errors.Is(err, io.EOF):
 			return off, nil
 		default:
-			return off, fmt.Errorf("stage: read %s at byte %d: %w", src, off, chunk.UnwrapPath(err))
+			return off, fmt.Errorf("stage: %w", &chunk.StorageError{File: src, Op: fmt.Sprintf("read at byte %d of", off), Err: chunk.UnwrapPath(err)})
 		}
 	}
 }

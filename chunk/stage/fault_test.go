@@ -141,7 +141,7 @@ func TestStageInterrupted(t *testing.T) {
 		}, []string{"stage: interrupted"}},
 		{"read error", func(chan struct{}) chunk.FS {
 			return chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpRead, Path: chunk4, Err: syscall.EIO})
-		}, []string{"read " + chunk4, "input/output error"}},
+		}, []string{"storage unreachable: read at byte 0 of " + chunk4, "input/output error (EIO)"}},
 		{"disk full", func(chan struct{}) chunk.FS {
 			return chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpWrite, Path: "chunk-00000002.brc", Err: syscall.ENOSPC, After: 100})
 		}, []string{"write ", "rank-00001/chunk-00000002.brc", "no space left on device"}},

@@ -211,3 +211,55 @@ func TestCoLaunchUneven(t *testing.T) {
 	}
 	leftBehind(t, "loader.py", base)
 }
+
+// TestEpochPastTheJob: `serve --epochs 2 -- loader.py --epochs 3`: the
+// training reads epochs 1 and 2, and its sampler's wait for epoch 3 fails
+// at once, saying how many epochs the job serves, rather than after its
+// timeout (120 s); the job ends with the training's failure. A request
+// for a position of epoch 3 gets the same news from the rank at once.
+func TestEpochPastTheJob(t *testing.T) {
+	cleanVader(t)
+	needTorch(t)
+	input, dir := packPaths(t, 240, 5, 16, 1)
+	outs := t.TempDir()
+	t.Setenv("OUTS", outs)
+	t.Setenv("INPUT", input)
+	script := python + ` -W ignore ../../python/tests/loader.py --input "$INPUT" --out "$OUTS/got.json" --workers 1 --epochs 3`
+	cmd, out, base := coLaunch(t, 1, []string{"--chunks", dir, "--mem", "30%", "--epochs", "2"}, "sh", "-c", script)
+	start := time.Now()
+	err := exitWithin(t, cmd, 60*time.Second)
+	if err == nil || time.Since(start) > 30*time.Second {
+		t.Fatalf("exit %v after %v:\n%s", err, time.Since(start), out)
+	}
+	if !strings.Contains(out.String(), "epoch 3 is past the job's last, epoch 2 (brandrt serve --epochs 2)") || !strings.Contains(out.String(), "epoch 2/2: ") {
+		t.Errorf("output:\n%s", out)
+	}
+	leftBehind(t, "loader.py", base)
+
+	// The rank's own answer, to a client that asks without a sampler.
+	env := []string{"BRANDRT_ATTACH=" + t.TempDir()}
+	_, served := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "30%", "--epochs", "1")
+	cl := exec.Command(python, "-c", `
+import sys, time
+sys.path.insert(0, "../../python")
+from brandrt import Client, BrandError
+for _ in range(300):
+    try:
+        c = Client(timeout=20)
+        c.wait_epoch(1, timeout=30)
+        break
+    except (BrandError, OSError):
+        time.sleep(0.1)
+t = time.monotonic()
+c.request(0, 2)
+try:
+    c.next()
+except BrandError as e:
+    print("%.1f s: %s" % (time.monotonic() - t, e))
+`)
+	cl.Env = append(os.Environ(), env...)
+	got, err := cl.CombinedOutput()
+	if err != nil || !strings.Contains(string(got), "epoch 2 is past the job's last, epoch 1 (brandrt serve --epochs 1)") {
+		t.Errorf("client: %v\n%s\nserve:\n%s", err, got, served)
+	}
+}

@@ -23,7 +23,7 @@ import (
 
 func serveCommand() *cli.Command {
 	d := rt.DefaultConfig()
-	mem := memBudget{bytes: halfRAM(), positive: true}
+	mem := memBudget{bytes: halfRAM(), positive: true, allowCgroup: true}
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "serve a packed dataset, one rank per node: mpirun -np N brandrt serve --chunks DIR",
@@ -58,7 +58,8 @@ func serveCommand() *cli.Command {
 			"           brandrt serve --chunks /scratch/chunks --mem 12GiB --epochs 90",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "dataset directory ({rank} is replaced by the rank, for node-local copies)"},
-			&cli.GenericFlag{Name: "mem", Value: &mem, Usage: "memory for this rank's own files: bytes (12GiB) or a percentage of its shard (25%); the default is half this node's RAM"},
+			&cli.GenericFlag{Name: "mem", Value: &mem, Usage: "memory for this rank's own files: bytes (12GiB), a percentage of its shard (25%), or a percentage of what its memory cgroup (Slurm's, a container's) leaves beside --remote-mem and brandrt's allowance (90%cgroup); the default is half this node's RAM. " +
+				"The rank takes at most --mem, --remote-mem (with other ranks) and an allowance of 64 MiB for the runtime and its buffers plus an eighth of --mem (at least 32 MiB, at most 256 MiB) for files handed to training processes: 96 to 320 MiB; one whose memory cgroup allows less is refused at start-up"},
 			&cli.GenericFlag{Name: "remote-mem", Value: &memBudget{bytes: -1}, Usage: "memory for files other ranks push ahead of time, in bytes"},
 			&cli.StringFlag{Name: "policy", Value: d.Policy, Usage: "window (read each chunk once, every epoch planned ahead, as brandrt simulate does) or paper (the Brand/Redox protocol)"},
 			&cli.StringFlag{Name: "variant", Value: d.Variant.String(), Usage: "the paper policy's variant: full, random-selection, no-prefetching or no-optimization"},
@@ -67,7 +68,11 @@ func serveCommand() *cli.Command {
 			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the traces and refill choices"},
 			&cli.StringFlag{Name: "traces", Value: "seed", Usage: "where each epoch's traces come from: seed (drawn from --seed) or clients (supplied by the training processes)"},
 			&cli.IntFlag{Name: "epochs", Value: d.Epochs, Usage: "epochs to serve"},
-			&cli.StringFlag{Name: "on-damage", Value: d.OnDamage, Usage: "what a rank does with a file damaged on storage (its checksum fails on a read and on a second one, or its chunk file is missing or cut short; checked at start-up): fail (stop the job within seconds, naming the rank, chunk file, slot, input path and byte range) or skip (leave that file out of every epoch, naming it once; the epoch statistics count it)"},
+			&cli.StringFlag{Name: "on-damage", Value: d.OnDamage, Usage: "what a rank does with a file damaged on storage (its checksum fails on a read and on a second one, or its chunk file is cut short; checked at start-up): fail (stop the job within seconds, naming the rank, chunk file, slot, input path and byte range) or skip (leave that file out of every epoch, naming it once; the epoch statistics count it). Storage that cannot be reached is never damage: see --storage-wait"},
+			&cli.GenericFlag{Name: "max-skipped", Value: &countOrShare{fraction: d.MaxSkippedFraction}, Usage: "with --on-damage skip, the most files the job may leave out as damaged: a count (30) or a percentage of the dataset (0.1%, rounded up); one more ends the job"},
+			&cli.DurationFlag{Name: "storage-wait", Value: d.StorageWait, Usage: "how long a rank keeps trying a chunk file it cannot reach (missing, no permission, EIO, ESTALE: a mount gone or a file server failing over), saying so, before it ends the job naming the file and the error (0: at once)"},
+			&cli.DurationFlag{Name: "peer-warn", Value: d.PeerWarn, Usage: "a rank waiting on another that sends nothing for this long says so, naming the rank and its node (and again as long as it lasts)"},
+			&cli.DurationFlag{Name: "peer-timeout", Usage: "a rank waiting on another that sends nothing for this long ends the job, naming the rank and its node (0: wait for ever, warning every --peer-warn)"},
 			&cli.StringFlag{Name: "stage", Usage: "node-local directory (/local/scratch): before the first epoch each rank copies its shard there from --chunks, verified, or reuses a verified copy of an earlier job, and reads the copy (brandrt stage --help)"},
 			&cli.IntFlag{Name: "nproc-per-node", Value: 1, Usage: "training processes to start on each node with a training command (one per GPU); each reads its share of the rank's trace"},
 			&cli.BoolFlag{Name: "allow-shared-node", EnvVars: []string{"BRANDRT_ALLOW_SHARED_NODE"}, Usage: "let several ranks run on one node: the design is one rank per node, and a job whose ranks share one is refused (demos and tests on one machine use this)"},
@@ -93,15 +98,26 @@ type memBudget struct {
 	bytes    int64
 	fraction float64
 	positive bool
+	// cgroup is a share of what the memory cgroup leaves (P%cgroup;
+	// rt.CgroupBudget), when allowed.
+	cgroup, allowCgroup bool
 }
 
 func (m *memBudget) Set(s string) error {
+	if p, ok := strings.CutSuffix(strings.TrimSpace(s), "%cgroup"); ok && m.allowCgroup {
+		v, err := strconv.ParseFloat(p, 64)
+		if err != nil || v <= 0 || v > 100 {
+			return fmt.Errorf("%q is not a percentage in (0, 100] of the memory cgroup", s)
+		}
+		*m = memBudget{fraction: v / 100, cgroup: true, positive: m.positive, allowCgroup: true}
+		return nil
+	}
 	if p, ok := strings.CutSuffix(strings.TrimSpace(s), "%"); ok {
 		v, err := strconv.ParseFloat(p, 64)
 		if err != nil || v <= 0 || v > 100 {
 			return fmt.Errorf("%q is not a percentage in (0, 100]", s)
 		}
-		*m = memBudget{fraction: v / 100, positive: m.positive}
+		*m = memBudget{fraction: v / 100, positive: m.positive, allowCgroup: m.allowCgroup}
 		return nil
 	}
 	var b byteSize
@@ -111,13 +127,16 @@ func (m *memBudget) Set(s string) error {
 	if b == 0 && m.positive {
 		return errors.New("the rank needs memory for at least one chunk (examples: 12GiB, 25%)")
 	}
-	*m = memBudget{bytes: int64(b), positive: m.positive}
+	*m = memBudget{bytes: int64(b), positive: m.positive, allowCgroup: m.allowCgroup}
 	return nil
 }
 
 func (m *memBudget) String() string {
 	if m.bytes < 0 {
 		return "a tenth of --mem"
+	}
+	if m.fraction > 0 && m.cgroup {
+		return strconv.FormatFloat(m.fraction*100, 'g', -1, 64) + "%cgroup"
 	}
 	if m.fraction > 0 {
 		return strconv.FormatFloat(m.fraction*100, 'g', -1, 64) + "%"
@@ -140,6 +159,9 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 	cfg.Chunks = c.String("chunks")
 	mem := c.Generic("mem").(*memBudget)
 	cfg.MemBytes, cfg.MemFraction = mem.bytes, mem.fraction
+	if mem.cgroup {
+		cfg.MemFraction, cfg.MemCgroupFraction = 0, mem.fraction
+	}
 	if c.IsSet("remote-mem") {
 		rm := c.Generic("remote-mem").(*memBudget)
 		if rm.fraction > 0 {
@@ -162,6 +184,9 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 	cfg.IOWorkers, cfg.Consume, cfg.Depth, cfg.Pause = c.Int("io-workers"), c.Int("consume"), c.Int("depth"), c.Duration("pause")
 	cfg.Resume = c.Bool("resume")
 	cfg.OnDamage, cfg.ClientWait = c.String("on-damage"), c.Duration("client-wait")
+	ms := c.Generic("max-skipped").(*countOrShare)
+	cfg.MaxSkipped, cfg.MaxSkippedFraction = ms.n, ms.fraction
+	cfg.StorageWait, cfg.PeerWarn, cfg.PeerTimeout = c.Duration("storage-wait"), c.Duration("peer-warn"), c.Duration("peer-timeout")
 	cfg.Log = c.App.ErrWriter
 	return cfg, cfg.Validate()
 }

@@ -185,10 +185,18 @@ func TestVerifyReportsDamage(t *testing.T) {
 	}
 	f.WriteAt([]byte{0xAA, 0xBB}, e.Offset+int64(e.Size)/2)
 	f.Close()
+	gone := filepath.Join(out, "rank-00000", chunk.ChunkName(1))
+	if err := os.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
 	stdout, errs, status := runCLI(t, "verify", "--chunks", out)
-	want := fmt.Sprintf("damaged: chunk: rank 1 chunk 2 (%s): corrupt: slot 5 (%s), bytes %d–%d: checksum", name, e.Path, e.Offset, e.Offset+int64(e.Size))
-	if status != 1 || !strings.Contains(stdout, want) || !strings.Contains(errs, "verify: 1 problem(s)") {
-		t.Fatalf("status %d, want %q\n%s%s", status, want, stdout, errs)
+	for _, want := range []string{
+		fmt.Sprintf("damaged: chunk: rank 1 chunk 2 (%s): corrupt: slot 5 (%s), bytes %d–%d: checksum", name, e.Path, e.Offset, e.Offset+int64(e.Size)),
+		fmt.Sprintf("unreachable: chunk: rank 0 chunk 1: storage unreachable: open %s: no such file or directory (ENOENT)", gone),
+	} {
+		if status != 1 || !strings.Contains(stdout, want) || !strings.Contains(errs, "verify: 2 problem(s)") || !strings.Contains(errs, "1 damaged, 1 unreachable") {
+			t.Fatalf("status %d, want %q\n%s%s", status, want, stdout, errs)
+		}
 	}
 }
 

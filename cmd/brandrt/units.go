@@ -83,3 +83,34 @@ func plural(n int64, noun string) string {
 	}
 	return comma(n) + " " + noun + "s"
 }
+
+// countOrShare is a flag value for a number of files (count's forms) or a
+// percentage of them (0.1%).
+type countOrShare struct {
+	n        int64
+	fraction float64
+}
+
+func (c *countOrShare) Set(s string) error {
+	if p, ok := strings.CutSuffix(strings.TrimSpace(s), "%"); ok {
+		v, err := strconv.ParseFloat(p, 64)
+		if err != nil || v < 0 || v > 100 {
+			return fmt.Errorf("%q is not a percentage from 0 to 100%%", s)
+		}
+		*c = countOrShare{fraction: v / 100}
+		return nil
+	}
+	var n count
+	if err := n.Set(s); err != nil {
+		return fmt.Errorf("%q is not a count or a percentage (examples: 30, 0.1%%)", s)
+	}
+	*c = countOrShare{n: int64(n)}
+	return nil
+}
+
+func (c *countOrShare) String() string {
+	if c.n > 0 || c.fraction == 0 {
+		return strconv.FormatInt(c.n, 10)
+	}
+	return strconv.FormatFloat(100*c.fraction, 'g', -1, 64) + "%"
+}

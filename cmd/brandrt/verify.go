@@ -16,7 +16,8 @@ func verifyCommand() *cli.Command {
 		Usage: "check a packed dataset: structure and every checksum",
 		Description: "Reads the manifest, each rank's index and every chunk file whole, and checks\n" +
 			"every file's CRC32C. Damage is reported with the rank, the chunk file, the\n" +
-			"slot and the file's original path; the exit status is then 1.\n\n" +
+			"slot and the file's original path, a file that could not be read (missing,\n" +
+			"no permission, EIO) as unreachable with the error; the exit status is then 1.\n\n" +
 			"With {rank} in --chunks (a node-local dataset), run it under mpirun: each\n" +
 			"process checks the shard in its own directory.",
 		Flags: []cli.Flag{
@@ -57,8 +58,13 @@ func runVerify(c *cli.Context) error {
 		return err
 	}
 	w := c.App.Writer
+	unreachable := 0
 	for _, p := range rep.Problems {
-		fmt.Fprintln(w, "damaged:", p)
+		what := "damaged:"
+		if chunk.Unreachable(p) {
+			what, unreachable = "unreachable:", unreachable+1
+		}
+		fmt.Fprintln(w, what, p)
 	}
 	if len(rep.Skipped) > 0 {
 		fmt.Fprintf(w, "not here (node-local): shards %v\n", rep.Skipped)
@@ -66,7 +72,7 @@ func runVerify(c *cli.Context) error {
 	fmt.Fprintf(w, "checked %s files (%s) in %s chunks of %d shards of %s (%d shards, K=%d)\n",
 		comma(rep.Files), ibytes(rep.Bytes), comma(int64(rep.Chunks)), rep.Ranks, dir, m.Ranks, m.K)
 	if n := len(rep.Problems); n > 0 {
-		return fmt.Errorf("verify: %d problem(s) in %s", n, dir)
+		return fmt.Errorf("verify: %d problem(s) in %s: %d damaged, %d unreachable (storage that could not be read: see each)", n, dir, n-unreachable, unreachable)
 	}
 	fmt.Fprintln(w, "ok: every checksum matches")
 	return nil

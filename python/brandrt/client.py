@@ -195,7 +195,7 @@ class Client:
         self._c = {off: ctypes.c_uint32.from_buffer(self._mm, off)
                    for off in (L.OFF_REQ_HEAD, L.OFF_REQ_TAIL, L.OFF_REP_HEAD, L.OFF_RANK_SLEEPING,
                                L.OFF_CLIENT_SLEEPING, L.OFF_EPOCH, L.OFF_TRACE_LEN, L.OFF_RANKS, L.OFF_RESUME,
-                               L.OFF_RESUMED_EPOCH, L.OFF_RESUMED_FROM, L.OFF_RESUMED_REST, L.OFF_JOB_BYTES)}
+                               L.OFF_RESUMED_EPOCH, L.OFF_RESUMED_FROM, L.OFF_RESUMED_REST, L.OFF_EPOCHS, L.OFF_JOB_BYTES)}
         self._c.update({off: ctypes.c_uint64.from_buffer(self._mm, off) for off in (L.OFF_DATA_HEAD, L.OFF_DATA_TAIL)})
         # The counters of the hot path, bound once.
         self._req_head, self._req_tail = self._c[L.OFF_REQ_HEAD], self._c[L.OFF_REQ_TAIL]
@@ -222,8 +222,20 @@ class Client:
         """(epoch, positions): the epoch the rank serves and its trace length."""
         return self._u32(L.OFF_EPOCH), self._u32(L.OFF_TRACE_LEN)
 
+    def epochs(self):
+        """The job's last epoch (`brandrt serve --epochs`); 0 from a rank
+        that publishes none."""
+        return self._u32(L.OFF_EPOCHS)
+
+    def _check_epoch(self, epoch):
+        last = self.epochs()
+        if last and epoch > last:
+            raise BrandError("epoch %d is past the job's last, epoch %d (brandrt serve --epochs %d)" % (epoch, last, last))
+
     def wait_epoch(self, epoch, timeout=60.0):
-        """Wait until the rank serves epoch (or a later one); return its positions."""
+        """Wait until the rank serves epoch (or a later one); return its
+        positions. An epoch past the job's last fails at once."""
+        self._check_epoch(epoch)
         end = time.monotonic() + timeout
         while True:
             e, n = self.epoch()

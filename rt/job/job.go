@@ -127,6 +127,7 @@ func Run(cfg Config) (err error) {
 // every node, or a signal or a failure stops it.
 func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) error {
 	rc := cfg.Runtime
+	rc.Nodes = nodes
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	served := make(chan struct{})
@@ -148,23 +149,37 @@ func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) er
 		return err
 	}
 	rc.NodeMemBytes = node
+	cg, err := memCgroup(&rc, comm.Size())
+	if err != nil {
+		return err
+	}
 	var srv *shm.Server
-	var arena *shm.Arena
 	if rc.Consume == 0 {
 		rc.OnEpoch = func(e uint32, positions int) { srv.StartEpoch(e, positions) }
 		rc.OnResume = func(e uint32, from int, rest bool) { srv.Resumed(e, from, rest) }
-		// as large as the node's memory: it costs only the pages used
-		if arena, err = shm.NewArena(uint64(node)); err != nil {
-			return err
-		}
-		defer arena.Close()
-		rc.Memory = arena
 	}
+	// The files the rank keeps live in the arena, each in a buffer of its
+	// own, with in-process readers too: a chunk's buffer then goes back
+	// as soon as its files are copied out, and the rank's memory stays
+	// within its budget (rt.MemAllowance). As large as the node's memory:
+	// it costs only the pages used.
+	arena, err := shm.NewArena(uint64(node))
+	if err != nil {
+		return err
+	}
+	defer arena.Close()
+	rc.Memory = arena
 	n, err := rt.Open(rc, comm)
 	if err != nil {
 		return err
 	}
 	defer n.Close()
+	goodbye, err := startWatch(n, cg, comm.Rank(), comm.Size())
+	if err != nil {
+		return err
+	}
+	defer goodbye()
+	hogForTests(comm.Rank())
 	if rc.Consume == 0 {
 		if srv, err = listen(n, env, comm.Rank(), arena, rc.Log); err != nil {
 			return err
@@ -300,11 +315,12 @@ func panicForTests(rank int) {
 // arena reach them without a copy.
 func listen(n *rt.Node, env launch.Env, rank int, arena *shm.Arena, log io.Writer) (*shm.Server, error) {
 	o := shm.Options{Slots: 64, Data: max(uint64(64<<20), (2*uint64(n.MaxFileSize())+128+4095)&^4095), Requests: n.Requests(), Arena: arena,
-		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed, MaxTrace: n.Mapping().Files()}
-	// What a DataLoader's workers have handed to its training process and
-	// that process still holds (a few batches, unless it keeps files)
-	// may take an eighth of the budget, and at least 32 MiB, beyond it.
-	o.HandCap = max(uint64(n.Mapping().MemBytes(rank))/8, 32<<20)
+		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed, Epochs: uint32(n.Config().Epochs), MaxTrace: n.Mapping().Files()}
+	// What DataLoader workers have handed to their training processes and
+	// those still hold (a few batches, unless they keep files) may take
+	// rt.HandCap beyond the budget: it is part of the rank's allowance
+	// (rt.MemAllowance). Beyond it, the processes get copies.
+	o.HandCap = uint64(rt.HandCap(n.Mapping().MemBytes(rank)))
 	job, err := json.Marshal(n.JobPlace())
 	if err != nil {
 		return nil, err

@@ -156,6 +156,9 @@
 //	                                     trace asked for in that epoch
 //	544      4  resumed rest            rank: 1 when that epoch goes on on
 //	                                     this job's plan of the files left
+//	548      4  epochs                  rank: the job's last epoch (--epochs);
+//	                                     a request for a later one gets an
+//	                                     error record at once
 //	1024     4  job bytes n             rank: then n bytes of JSON from
 //	1028        job                      1028: what the clients put in the
 //	                                     states they save (dataset, policy,

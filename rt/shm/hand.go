@@ -30,7 +30,8 @@ import (
 // may hold or release it.
 //
 // Handed files keep their bytes from being reused for longer than a ring
-// record would, so their bytes per owner are bounded (Options.HandCap):
+// record would, so their bytes are bounded (Options.HandCap, for all the
+// processes together: memory the rank's allowance holds, rt.MemAllowance):
 // past the bound a file goes as a shared record, as without handing.
 
 // handSweep is how often the table looks for owners that died.
@@ -49,13 +50,14 @@ type handedFile struct {
 var errUnknownToken = errors.New("no file handed over with that token and place")
 
 // hand registers d, whose bytes are at off in the arena, as handed to
-// owner with one reference, and returns its token; false when owner holds
-// its bound already (the file then goes as a shared record).
+// owner with one reference, and returns its token; false when the files
+// handed on and not released hold the bound already (the file then goes
+// as a shared record).
 func (s *Server) hand(d *rt.Delivery, off uint64, owner int) (uint32, bool) {
 	s.handMu.Lock()
 	defer s.handMu.Unlock()
 	n := uint64(len(d.Data))
-	if s.handBytes[owner]+n > s.opt.HandCap {
+	if s.handTotal+n > s.opt.HandCap {
 		return 0, false
 	}
 	if s.handed == nil {
@@ -68,6 +70,7 @@ func (s *Server) hand(d *rt.Delivery, off uint64, owner int) (uint32, bool) {
 	}
 	s.handed[s.token] = &handedFile{d: *d, off: off, owner: owner, refs: 1}
 	s.handBytes[owner] += n
+	s.handTotal += n
 	s.Handed.Add(1)
 	return s.token, true
 }
@@ -99,6 +102,7 @@ func (s *Server) holdHanded(token uint32, off uint64, delta int, line []int) err
 // dropLocked takes h out of the table; the caller releases its bytes.
 func (s *Server) dropLocked(token uint32, h *handedFile) {
 	delete(s.handed, token)
+	s.handTotal -= uint64(len(h.d.Data))
 	if s.handBytes[h.owner] -= uint64(len(h.d.Data)); s.handBytes[h.owner] == 0 {
 		delete(s.handBytes, h.owner)
 	}
@@ -131,11 +135,7 @@ func (s *Server) dropHanded(gone func(owner int) bool) int {
 func (s *Server) HandedBytes() uint64 {
 	s.handMu.Lock()
 	defer s.handMu.Unlock()
-	var n uint64
-	for _, b := range s.handBytes {
-		n += b
-	}
-	return n
+	return s.handTotal
 }
 
 // sweepHanded releases, every handSweep until the server closes, the

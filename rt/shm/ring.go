@@ -37,6 +37,7 @@ const (
 	offResumedEpoch   = 536
 	offResumedFrom    = 540
 	offResumedRest    = 544
+	offEpochs         = 548
 	offJobBytes       = 1024
 	offJob            = 1028
 	// jobMax is the most bytes of the job's JSON the header holds.
@@ -334,10 +335,11 @@ func (r *Ring) waitRoom(n uint64, alive func() bool) error {
 
 // setJob publishes what a client saves with its position to resume from:
 // the job's ranks and seed, and where the rank stands with resuming (a
-// Resume* value).
-func (r *Ring) setJob(ranks uint32, seed uint64, job []byte, resume uint32) {
+// Resume* value); and the job's last epoch.
+func (r *Ring) setJob(ranks uint32, seed uint64, epochs uint32, job []byte, resume uint32) {
 	le := binary.LittleEndian
 	le.PutUint32(r.mem[offRanks:], ranks)
+	le.PutUint32(r.mem[offEpochs:], epochs)
 	le.PutUint64(r.mem[offSeed:], seed)
 	copy(r.mem[offJob:offJob+jobMax], job)
 	le.PutUint32(r.mem[offJobBytes:], uint32(min(len(job), jobMax)))

@@ -97,10 +97,11 @@ type Server struct {
 	// a client's parent (see hand.go).
 	Shared, Copied, Handed atomic.Int64
 	// handed holds the files handed on, by token; handBytes their bytes
-	// by owner; token the last token given. See hand.go.
+	// by owner, handTotal in all; token the last token given. See hand.go.
 	handMu    sync.Mutex
 	handed    map[uint32]*handedFile
 	handBytes map[int]uint64
+	handTotal uint64
 	token     uint32
 }
 
@@ -122,6 +123,9 @@ type Options struct {
 	// Job is what the clients put in the states they save (rt.Place, as
 	// JSON), published in every ring: at most 3068 bytes.
 	Job []byte
+	// Epochs is the job's last epoch (rt.Config.Epochs), which clients
+	// learn from their ring: one asking for a later epoch fails at once.
+	Epochs uint32
 	// MaxTrace is the most file ids a client's trace may hold, and the
 	// furthest position a start may name: the dataset's number of files
 	// (a trace names each file at most once). A larger claim is refused
@@ -130,8 +134,9 @@ type Options struct {
 	// Arena, when set, is shared with every client (read-only): files
 	// whose bytes live in it are handed over by place instead of copied.
 	Arena *Arena
-	// HandCap bounds the bytes of the files handed on to one process and
-	// not yet released (see hand.go); 0 hands none on.
+	// HandCap bounds the bytes of the files handed on to the clients'
+	// processes and not yet released, all of them together (see hand.go);
+	// 0 hands none on.
 	HandCap uint64
 	// Log takes a line for each client refused or dropped; nil is
 	// os.Stderr.
@@ -356,7 +361,7 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	}
 	s.clients[id] = c
 	ring.setResumed(s.resumed.epoch, s.resumed.from, s.resumed.rest)
-	ring.setJob(uint32(s.opt.Ranks), s.opt.Seed, s.opt.Job, s.resumeState())
+	ring.setJob(uint32(s.opt.Ranks), s.opt.Seed, s.opt.Epochs, s.opt.Job, s.resumeState())
 	ring.setEpoch(s.epoch, s.traceLen)
 	s.mu.Unlock()
 	err = sendWelcome(conn, id, s.rank, len(ring.mem), fd, s.opt.Arena)

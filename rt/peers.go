@@ -1,0 +1,103 @@
+package rt
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// peerWatch watches a rank's waits on peers that send nothing: a peer
+// whose node hangs, whose process was stopped, whose file system client
+// is stuck. A wait is quiet (the rank naps, see loop.serve and
+// quietBarrier); after Config.PeerWarn of silence the rank says whom it
+// waits for and since when, and again every PeerWarn while it lasts;
+// after Config.PeerTimeout, when set, it ends the job naming them.
+type peerWatch struct {
+	n *Node
+	// heard holds when each rank last sent something (or the wait began)
+	heard []time.Time
+	// warned is when the rank last said that it waits
+	warned  time.Time
+	checked time.Time
+}
+
+// peerCheckEvery spaces a wait's looks at its peers.
+const peerCheckEvery = 250 * time.Millisecond
+
+func newPeerWatch(n *Node) *peerWatch {
+	w := &peerWatch{n: n, heard: make([]time.Time, n.size)}
+	w.reset()
+	return w
+}
+
+// reset starts a wait: every peer counts as heard from now.
+func (w *peerWatch) reset() {
+	now := time.Now()
+	for r := range w.heard {
+		w.heard[r] = now
+	}
+	w.warned, w.checked = time.Time{}, time.Time{}
+}
+
+// heardFrom notes that rank r sent something.
+func (w *peerWatch) heardFrom(r int) { w.heard[r] = time.Now() }
+
+// check looks at the peers the rank waits for (waits reports whether it
+// waits for rank r) for what: it says which have sent nothing for
+// PeerWarn, and returns the error that ends the job when one has for
+// PeerTimeout. It looks at most every peerCheckEvery.
+func (w *peerWatch) check(waits func(r int) bool, what string) error {
+	now := time.Now()
+	if now.Sub(w.checked) < peerCheckEvery {
+		return nil
+	}
+	w.checked = now
+	cfg := w.n.cfg
+	var silent []int
+	quiet := time.Duration(0)
+	for r, t := range w.heard {
+		if r != w.n.me && now.Sub(t) >= cfg.PeerWarn && waits(r) {
+			silent = append(silent, r)
+			quiet = max(quiet, now.Sub(t))
+		}
+	}
+	if len(silent) == 0 {
+		return nil
+	}
+	if cfg.PeerTimeout > 0 && quiet >= cfg.PeerTimeout {
+		return fmt.Errorf("rt: rank %s: %s sent nothing for %v while this rank waited %s (--peer-timeout %v); the job stops: look at that node (hung, out of memory, a stuck file system)",
+			w.node(w.n.me), w.ranks(silent), quiet.Round(time.Second), what, cfg.PeerTimeout)
+	}
+	if now.Sub(w.warned) < cfg.PeerWarn {
+		return nil
+	}
+	w.warned = now
+	ends := "the rank waits as long as it lasts (--peer-timeout ends the job)"
+	if cfg.PeerTimeout > 0 {
+		ends = fmt.Sprintf("the job ends if it lasts %v (--peer-timeout)", cfg.PeerTimeout)
+	}
+	fmt.Fprintf(cfg.Log, "brandrt: rank %s waits %s: %s sent nothing since %s (%v); %s\n",
+		w.node(w.n.me), what, w.ranks(silent), w.heard[silent[0]].Format("15:04:05"), quiet.Round(time.Second), ends)
+	return nil
+}
+
+// node names rank r and its node: "1 (node a12)".
+func (w *peerWatch) node(r int) string {
+	if r < len(w.n.cfg.Nodes) {
+		return fmt.Sprintf("%d (node %s)", r, w.n.cfg.Nodes[r])
+	}
+	return fmt.Sprint(r)
+}
+
+// ranks names ranks and their nodes, the first few of them.
+func (w *peerWatch) ranks(rs []int) string {
+	const most = 4
+	s := make([]string, 0, most+1)
+	for _, r := range rs[:min(len(rs), most)] {
+		s = append(s, "rank "+w.node(r))
+	}
+	if len(rs) > most {
+		s = append(s, fmt.Sprintf("%d more ranks", len(rs)-most))
+	}
+	return strings.Join(s, ", ")
+}

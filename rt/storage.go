@@ -1,0 +1,100 @@
+package rt
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/brandrt/brandrt/chunk"
+)
+
+// storageWatch is what the I/O workers share about storage that cannot
+// be reached (a chunk file that cannot be opened or read: chunk.Unreachable).
+// Such a read is made again, after waits that double from
+// storageFirstWait to storageLastWait, for up to Config.StorageWait from its first failure: a
+// network file system's server failing over or a mount coming back costs
+// the wait, not the job. The rank says once that it waits, for what and
+// for how long at most, and once that storage answers again; a read still
+// failing after the wait ends the job, naming the file and the error.
+type storageWatch struct {
+	me    int
+	limit time.Duration
+	log   io.Writer
+	stop  chan struct{} // closed when the pool closes: waits end
+	mu    sync.Mutex
+	// waiting counts the reads that wait; since is when the first of them
+	// began to, said whether the rank said so.
+	waiting int
+	since   time.Time
+	said    bool
+}
+
+// The waits between tries of an unreachable chunk file: doubling from
+// the first, at most the last.
+const (
+	storageFirstWait = 250 * time.Millisecond
+	storageLastWait  = 5 * time.Second
+)
+
+// read reads with try, and again while storage is unreachable
+// and the wait allows. What the last try returned stands; an unreachable
+// one's error then says how long the rank waited.
+func (w *storageWatch) read(try func() readResult) readResult {
+	res := try()
+	if !chunk.Unreachable(res.err) {
+		return res
+	}
+	start := time.Now()
+	w.begin(res.err)
+	defer w.end()
+	for wait := storageFirstWait; ; wait = min(2*wait, storageLastWait) {
+		left := w.limit - time.Since(start)
+		if left <= 0 {
+			res.err = fmt.Errorf("%w, still after waiting %v for it (--storage-wait); the job stops: check that the file system is mounted and the file readable by this user on this node", res.err, w.limit)
+			return res
+		}
+		select {
+		case <-time.After(min(wait, left)):
+		case <-w.stop:
+			return res
+		}
+		if res = try(); !chunk.Unreachable(res.err) {
+			w.back()
+			return res
+		}
+	}
+}
+
+// begin notes a read that waits for storage and says so, once per
+// stretch in which reads wait.
+func (w *storageWatch) begin(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waiting++; w.waiting == 1 {
+		w.since = time.Now()
+	}
+	if !w.said && w.limit > 0 {
+		w.said = true
+		fmt.Fprintf(w.log, "brandrt: rank %d: %v; waiting up to %v for it to come back (--storage-wait)\n", w.me, err, w.limit)
+	}
+}
+
+// back says that storage answers again, once per stretch.
+func (w *storageWatch) back() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.said {
+		fmt.Fprintf(w.log, "brandrt: rank %d: storage answers again after %v; serving on\n", w.me, time.Since(w.since).Round(time.Millisecond))
+		w.said = false
+	}
+}
+
+// end notes that a read no longer waits.
+func (w *storageWatch) end() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waiting--; w.waiting == 0 {
+		w.said = false
+	}
+}
