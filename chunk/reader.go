@@ -355,13 +355,11 @@ type bufPool struct {
 	free [][]byte
 }
 
-// poolKeep bounds the buffers kept, and poolKeepBytes their bytes: they
-// are memory beyond what the caller counts (rt.MemAllowance holds them).
-// One buffer is kept whatever its size.
-const (
-	poolKeep      = 8
-	poolKeepBytes = 16 << 20
-)
+// poolKeep bounds the buffers kept. A buffer is only made when none is
+// free, so those kept were all in use at one time: they cost no more than
+// the reads once in flight together (a caller with W workers reading
+// chunks keeps at most W: rt counts them, Node.Footprint).
+const poolKeep = 8
 
 // Alloc returns a buffer of at least n bytes.
 func (p *bufPool) Alloc(n int64) ([]byte, error) {
@@ -386,11 +384,7 @@ func (p *bufPool) Alloc(n int64) ([]byte, error) {
 func (p *bufPool) Free(b []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	kept := len(b)
-	for _, f := range p.free {
-		kept += len(f)
-	}
-	if len(p.free) == 0 || len(p.free) < poolKeep && kept <= poolKeepBytes {
+	if len(p.free) < poolKeep {
 		p.free = append(p.free, b)
 		return
 	}

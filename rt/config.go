@@ -28,7 +28,7 @@ type Config struct {
 	MemFraction float64
 	// MemCgroupFraction, when positive, is the budget as a share of what
 	// the rank's memory cgroup leaves beside the allowance and
-	// --remote-mem (CgroupBudget): the job sets MemBytes from it.
+	// --remote-mem (Node.cgroupBudget): Open sets MemBytes from it.
 	MemCgroupFraction float64
 	// RemoteMemBytes bounds the bytes of files other ranks push ahead of
 	// time into this rank's memory (its buffer VCs); −1 means a tenth of

@@ -162,7 +162,8 @@ func (p *recvPool) drain() {
 }
 
 // MemAllowance is the memory a rank with budget (its --mem) takes beyond
-// its files (the budget, and --remote-mem with other ranks), in bytes:
+// its files (the budget, and --remote-mem with other ranks) and its chunk
+// reads in flight (--io-workers chunks), in bytes:
 // what the kernel counts against the rank's memory cgroup is at most
 // Footprint. It is HandCap(budget), the files DataLoader workers handed on
 // to their training processes that those still hold (beyond it they get
@@ -174,11 +175,10 @@ func (p *recvPool) drain() {
 // them (a DataLoader's prefetched batches).
 func MemAllowance(budget int64) int64 { return HandCap(budget) + processAllowance }
 
-// processAllowance is what the rank's process takes beside its files: Go's
-// runtime and heap, the chunk buffers waiting for their next read (at
-// most 16 MiB), the binary and MPI's libraries, mpirun's share, and the
-// arena's slack (its free places between files). Measured at 30–60 MiB
-// with 110 KB files.
+// processAllowance is what the rank's process takes beside its files and
+// its chunk reads in flight: Go's runtime and heap, the binary and MPI's
+// libraries, mpirun's share, and the arena's slack (its free places
+// between files). Measured at 30–60 MiB with 110 KB files.
 const processAllowance = 64 << 20
 
 // HandCap bounds the bytes of the files handed on by DataLoader workers
@@ -189,63 +189,75 @@ const processAllowance = 64 << 20
 func HandCap(budget int64) int64 { return min(max(budget/8, 32<<20), 256<<20) }
 
 // Footprint is the most memory a rank with budget own (as far as its
-// shard fills it; the allowance is reckoned on the whole budget) and
-// remote for other ranks' files costs: what its memory cgroup must allow.
-func Footprint(budget, own, remote int64) int64 { return own + remote + MemAllowance(budget) }
+// shard fills it; the allowance is reckoned on the whole budget), remote
+// for other ranks' files and reads bytes of chunk reads in flight costs:
+// what its memory cgroup must allow.
+func Footprint(budget, own, remote, reads int64) int64 {
+	return own + remote + reads + MemAllowance(budget)
+}
 
 // Footprint is the most memory this rank costs (see MemAllowance).
 func (n *Node) Footprint() int64 { return Footprint(n.footprint()) }
 
 // footprint returns the rank's budget, its own files' memory (as far as
-// its shard fills the budget) and other ranks' (none without them).
-func (n *Node) footprint() (budget, own, remote int64) {
+// its shard fills the budget), other ranks' (none without them), and the
+// chunk reads in flight: an I/O worker's buffer each, as large as the
+// shard's largest chunk (see chunk's buffer pool; in the arena they are
+// part of the budget instead, when it holds the shard).
+func (n *Node) footprint() (budget, own, remote, reads int64) {
 	budget = n.m.MemBytes(n.me)
 	own, remote = min(budget, n.m.ShardBytes(n.me)), n.remoteBytes()
 	if n.size == 1 {
 		remote = 0 // no other rank pushes it anything
 	}
-	return budget, own, remote
+	return budget, own, remote, n.readBytes()
+}
+
+// readBytes is what the chunk reads in flight take at most: IOWorkers
+// buffers of the largest chunk, each rounded up to a MiB.
+func (n *Node) readBytes() int64 {
+	return int64(n.cfg.IOWorkers) * ((n.maxChunk + 1<<20 - 1) >> 20 << 20)
 }
 
 // fitsCgroup refuses a rank whose memory (Footprint) exceeds its memory
 // cgroup's limit (Config.MemLimitBytes): the kernel would kill it later.
 func (n *Node) fitsCgroup() error {
 	limit := n.cfg.MemLimitBytes
-	budget, own, remote := n.footprint()
-	allow := MemAllowance(budget)
-	need := Footprint(budget, own, remote)
+	budget, own, remote, reads := n.footprint()
+	need := Footprint(budget, own, remote, reads)
 	if limit <= 0 || need <= limit {
 		return nil
 	}
-	do := fmt.Sprintf("give it --mem %s or less (--mem 100%%cgroup takes what the cgroup leaves), or run it with more memory", mib(fitBudget(limit-remote)))
-	if limit <= remote+MemAllowance(0) {
-		do = fmt.Sprintf("that leaves nothing for its files: run it with more memory than %s", mib(remote+MemAllowance(0)))
+	do := fmt.Sprintf("give it --mem %s or less (--mem 100%%cgroup takes what the cgroup leaves), or run it with more memory", mib(fitBudget(limit-remote-reads)))
+	if least := remote + reads + MemAllowance(0); limit <= least {
+		do = fmt.Sprintf("that leaves nothing for its files: run it with more memory than %s", mib(least))
 	}
-	return fmt.Errorf("rt: the rank needs %s of memory: %s of its own files (--mem %s), %s of other ranks' (--remote-mem) and %s beside them (brandrt's allowance: the runtime, its buffers, files handed on to training processes); "+
+	return fmt.Errorf("rt: the rank needs %s of memory: %s of its own files (--mem %s), %s of other ranks' (--remote-mem), %s for its chunk reads in flight (--io-workers %d of chunks up to %s) and %s beside them (brandrt's allowance: the runtime and files handed on to training processes); "+
 		"its memory cgroup allows %s (%s): %s",
-		mib(need), mib(own), mib(budget), mib(remote), mib(allow), mib(limit), n.cfg.MemLimitFrom, do)
+		mib(need), mib(own), mib(budget), mib(remote), mib(reads), n.cfg.IOWorkers, mib(n.maxChunk), mib(MemAllowance(budget)), mib(limit), n.cfg.MemLimitFrom, do)
 }
 
-// CgroupBudget is the budget that frac (Config.MemCgroupFraction) gives
-// a rank of a job of ranks whose memory cgroup allows limit bytes: that
-// share of what the cgroup leaves beside MemAllowance and the files of
-// other ranks (remote bytes, or a tenth of the budget when remote is
-// −1), so that 100 % just fits (fitsCgroup).
-func CgroupBudget(frac float64, limit int64, ranks int, remote int64) (int64, error) {
+// cgroupBudget is the budget that Config.MemCgroupFraction gives the rank
+// in its memory cgroup (Config.MemLimitBytes): that share of what the
+// cgroup leaves beside MemAllowance, the chunk reads in flight and the
+// files of other ranks (RemoteMemBytes, or a tenth of the budget when it
+// is −1), so that 100 % just fits (fitsCgroup).
+func (n *Node) cgroupBudget() (int64, error) {
+	frac, limit := n.cfg.MemCgroupFraction, n.cfg.MemLimitBytes
 	if limit <= 0 {
 		return 0, fmt.Errorf("rt: --mem %g%%cgroup: the rank's memory cgroup sets no limit: give --mem in bytes or as a share of its shard", 100*frac)
 	}
-	avail := limit
-	switch {
-	case ranks > 1 && remote >= 0:
+	avail := limit - n.readBytes()
+	switch remote := n.cfg.RemoteMemBytes; {
+	case n.size > 1 && remote >= 0:
 		avail -= remote
-	case ranks > 1:
+	case n.size > 1:
 		avail = avail * 10 / 11
 	}
 	b := int64(frac * float64(fitBudget(avail)))
 	if b <= 0 {
-		return 0, fmt.Errorf("rt: --mem %g%%cgroup: the rank's memory cgroup allows %s, which leaves nothing beside the allowance (%s) and --remote-mem",
-			100*frac, mib(limit), mib(MemAllowance(0)))
+		return 0, fmt.Errorf("rt: --mem %g%%cgroup: the rank's memory cgroup allows %s, which leaves nothing beside the allowance (%s), its chunk reads in flight (%s) and --remote-mem",
+			100*frac, mib(limit), mib(MemAllowance(0)), mib(n.readBytes()))
 	}
 	return b, nil
 }

@@ -34,6 +34,7 @@ type Node struct {
 	// sums of the shard's index, to check what the consumers received
 	crcSum, labelSum int64
 	maxSize          int64
+	maxChunk         int64 // the bytes of the shard's largest chunk file
 	// reqs carries clients' requests to the loop; held are those for an
 	// epoch that has not started yet.
 	reqs chan Request
@@ -206,8 +207,14 @@ func (n *Node) open() error {
 		e := n.shard.Record(i)
 		sizes[i] = int64(e.Size)
 		n.maxSize = max(n.maxSize, sizes[i])
+		n.maxChunk = max(n.maxChunk, e.Offset+int64(e.Size))
 		n.crcSum += int64(e.CRC)
 		n.labelSum += int64(e.Label)
+	}
+	if n.cfg.MemCgroupFraction > 0 {
+		if n.cfg.MemBytes, err = n.cgroupBudget(); err != nil {
+			return err
+		}
 	}
 	if err := n.newRank(sizes); err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/internal/testkit"
 	"github.com/brandrt/brandrt/launch"
 	"github.com/brandrt/brandrt/rt"
@@ -60,6 +61,24 @@ func memCgroup(t *testing.T, limit int64) string {
 	return dir
 }
 
+// readsInFlight is what workers chunk reads of the one-shard dataset dir
+// take at most (rt.Node.Footprint): each a buffer of its largest chunk,
+// rounded up to a MiB.
+func readsInFlight(t *testing.T, dir string, workers int) int64 {
+	t.Helper()
+	ix, err := chunk.OpenIndex(chunk.OS, filepath.Join(dir, chunk.RankDir(0)), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	largest := int64(0)
+	for i := range ix.Len() {
+		e := ix.Entry(i)
+		largest = max(largest, e.Offset+int64(e.Size))
+	}
+	return int64(workers) * ((largest + 1<<20 - 1) >> 20 << 20)
+}
+
 // oomKills returns the OOM kills in the cgroup dir.
 func oomKills(t *testing.T, dir string) int64 {
 	t.Helper()
@@ -84,8 +103,9 @@ func inCgroup(dir string, args ...string) []string {
 // files of up to 100 KB (150 MiB), a third of the dataset.
 const memTestMiB = 50
 
-// TestServeMemInCgroup: serve --mem X in a memory cgroup of X and the
-// allowance (rt.MemAllowance) serves 3 epochs with no OOM kill, with
+// TestServeMemInCgroup: serve --mem X in a memory cgroup of X, its chunk
+// reads in flight (4 I/O workers' buffers) and the allowance
+// (rt.MemAllowance) serves 3 epochs with no OOM kill, with
 // in-process readers and with DataLoader clients (outside the cgroup:
 // what counts is the rank, with the shared memory it lends them); in a
 // cgroup of X/2 it is refused at start-up, with the numbers.
@@ -97,7 +117,7 @@ func TestServeMemInCgroup(t *testing.T) {
 	const files = 3000
 	input, dir := packPaths(t, files, 5, 16, 1)
 	mem := fmt.Sprintf("%dMiB", memTestMiB)
-	limit := int64(memTestMiB<<20) + rt.MemAllowance(memTestMiB<<20)
+	limit := int64(memTestMiB<<20) + readsInFlight(t, dir, 4) + rt.MemAllowance(memTestMiB<<20)
 	t.Run("consume", func(t *testing.T) {
 		cg := memCgroup(t, limit)
 		out, err := testkit.Run(2*time.Minute, nil, "sh", inCgroup(cg, "-np", "1", binary(t), "serve", "--chunks", dir, "--mem", mem, "--consume", "4", "--epochs", "3")...)
@@ -148,7 +168,7 @@ func TestServeMemInCgroup(t *testing.T) {
 		}
 	})
 	t.Run("share", func(t *testing.T) {
-		cg := memCgroup(t, int64(memTestMiB<<20)+rt.MemAllowance(memTestMiB<<20))
+		cg := memCgroup(t, limit)
 		out, err := testkit.Run(time.Minute, nil, "sh", inCgroup(cg, "-np", "1", binary(t), "serve", "--chunks", dir, "--mem", "100%cgroup", "--consume", "2", "--epochs", "2")...)
 		if err != nil || strings.Count(string(out), "every file delivered exactly once") != 2 {
 			t.Errorf("serve --mem 100%%cgroup: %v\n%s", err, out)
@@ -158,7 +178,7 @@ func TestServeMemInCgroup(t *testing.T) {
 		}
 	})
 	t.Run("oom", func(t *testing.T) {
-		cg := memCgroup(t, int64(memTestMiB<<20)+rt.MemAllowance(memTestMiB<<20))
+		cg := memCgroup(t, limit)
 		out, err := testkit.Run(time.Minute, []string{"BRANDRT_TEST_HOG=0"}, "sh", inCgroup(cg, "-np", "1", "-x", "BRANDRT_TEST_HOG", binary(t), "serve", "--chunks", dir, "--mem", mem, "--consume", "2")...)
 		if err == nil || !strings.Contains(string(out), "rank 0 (pid ") || !strings.Contains(string(out), "was killed by the kernel's OOM killer: its memory cgroup "+cg) {
 			t.Errorf("want the OOM kill named: %v\n%s", err, out)

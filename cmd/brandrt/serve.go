@@ -59,7 +59,7 @@ func serveCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "dataset directory ({rank} is replaced by the rank, for node-local copies)"},
 			&cli.GenericFlag{Name: "mem", Value: &mem, Usage: "memory for this rank's own files: bytes (12GiB), a percentage of its shard (25%), or a percentage of what its memory cgroup (Slurm's, a container's) leaves beside --remote-mem and brandrt's allowance (90%cgroup); the default is half this node's RAM. " +
-				"The rank takes at most --mem, --remote-mem (with other ranks) and an allowance of 64 MiB for the runtime and its buffers plus an eighth of --mem (at least 32 MiB, at most 256 MiB) for files handed to training processes: 96 to 320 MiB; one whose memory cgroup allows less is refused at start-up"},
+				"The rank takes at most --mem, --remote-mem (with other ranks), its chunk reads in flight (--io-workers buffers of its largest chunk) and an allowance of 64 MiB for the runtime plus an eighth of --mem (at least 32 MiB, at most 256 MiB) for files handed to training processes: 96 to 320 MiB; one whose memory cgroup allows less is refused at start-up, with the numbers"},
 			&cli.GenericFlag{Name: "remote-mem", Value: &memBudget{bytes: -1}, Usage: "memory for files other ranks push ahead of time, in bytes"},
 			&cli.StringFlag{Name: "policy", Value: d.Policy, Usage: "window (read each chunk once, every epoch planned ahead, as brandrt simulate does) or paper (the Brand/Redox protocol)"},
 			&cli.StringFlag{Name: "variant", Value: d.Variant.String(), Usage: "the paper policy's variant: full, random-selection, no-prefetching or no-optimization"},
@@ -99,7 +99,7 @@ type memBudget struct {
 	fraction float64
 	positive bool
 	// cgroup is a share of what the memory cgroup leaves (P%cgroup;
-	// rt.CgroupBudget), when allowed.
+	// rt.Config.MemCgroupFraction), when allowed.
 	cgroup, allowCgroup bool
 }
 

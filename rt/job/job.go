@@ -149,7 +149,7 @@ func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) er
 		return err
 	}
 	rc.NodeMemBytes = node
-	cg, err := memCgroup(&rc, comm.Size())
+	cg, err := memCgroup(&rc)
 	if err != nil {
 		return err
 	}
@@ -174,7 +174,7 @@ func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) er
 		return err
 	}
 	defer n.Close()
-	goodbye, err := startWatch(n, cg, comm.Rank(), comm.Size())
+	goodbye, err := startWatch(n, cg, comm.Rank())
 	if err != nil {
 		return err
 	}
@@ -302,6 +302,20 @@ func recoverPanic(err *error) {
 	}
 }
 
+// ringBytes is the data ring of each client, for files of at most
+// largest bytes: room for a request in every slot (64) answered with a
+// copy of such a file, at least 4 MiB and at most 64 MiB, and always
+// twice the largest file (a record may take half the ring). Most records
+// are small (a file's place in the arena), but the ring's pages are the
+// rank's memory once written, and a ring in use long enough writes them
+// all: it is no larger than what it may have to hold.
+func ringBytes(largest int64) uint64 {
+	const grain = 4096
+	b := min(max(64*(largest+64), 4<<20), 64<<20)
+	b = max(b, 2*largest+128)
+	return uint64((b + grain - 1) / grain * grain)
+}
+
 // panicForTests panics when $BRANDRT_TEST_PANIC names this rank: how the
 // tests check that a panic ends the job.
 func panicForTests(rank int) {
@@ -310,11 +324,11 @@ func panicForTests(rank int) {
 	}
 }
 
-// listen opens the rank's attach point for training processes; its ring
-// holds at least 64 MiB and twice the rank's largest file. Files read into
-// arena reach them without a copy.
+// listen opens the rank's attach point for training processes (see
+// ringBytes for their rings). Files read into the arena reach them
+// without a copy.
 func listen(n *rt.Node, env launch.Env, rank int, arena *shm.Arena, log io.Writer) (*shm.Server, error) {
-	o := shm.Options{Slots: 64, Data: max(uint64(64<<20), (2*uint64(n.MaxFileSize())+128+4095)&^4095), Requests: n.Requests(), Arena: arena,
+	o := shm.Options{Slots: 64, Data: ringBytes(n.MaxFileSize()), Requests: n.Requests(), Arena: arena,
 		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed, Epochs: uint32(n.Config().Epochs), MaxTrace: n.Mapping().Files()}
 	// What DataLoader workers have handed to their training processes and
 	// those still hold (a few batches, unless they keep files) may take

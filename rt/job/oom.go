@@ -139,11 +139,10 @@ func parseWatch(args []string) (oomWatch, error) {
 	return w, nil
 }
 
-// memCgroup reads the rank's memory cgroup into rc: its limit, which Open
-// checks the rank's memory against, and the budget --mem P%cgroup gives
-// (ranks in the job). A cgroup that cannot be read is said and not
-// checked.
-func memCgroup(rc *rt.Config, ranks int) (launch.MemCgroup, error) {
+// memCgroup reads the rank's memory cgroup's limit into rc: Open checks
+// the rank's memory against it, and takes --mem P%cgroup from it. A
+// cgroup that cannot be read is said and not checked.
+func memCgroup(rc *rt.Config) (launch.MemCgroup, error) {
 	cg, err := launch.ReadMemCgroup("/")
 	if err != nil {
 		fmt.Fprintf(rc.Log, "brandrt: the memory cgroup: %v (the rank's memory is not checked against it)\n", err)
@@ -152,17 +151,12 @@ func memCgroup(rc *rt.Config, ranks int) (launch.MemCgroup, error) {
 	if cg.Limit > 0 {
 		rc.MemLimitBytes, rc.MemLimitFrom = cg.Limit, cg.LimitFile()
 	}
-	if rc.MemCgroupFraction > 0 {
-		if rc.MemBytes, err = rt.CgroupBudget(rc.MemCgroupFraction, cg.Limit, ranks, rc.RemoteMemBytes); err != nil {
-			return cg, err
-		}
-	}
 	return cg, nil
 }
 
 // startWatch starts the rank's OOM watcher (watchOOM). The function
 // returned says goodbye to it.
-func startWatch(n *rt.Node, cg launch.MemCgroup, rank, ranks int) (func(), error) {
+func startWatch(n *rt.Node, cg launch.MemCgroup, rank int) (func(), error) {
 	return watchOOM(oomWatch{rank: rank, pid: os.Getpid(), cg: cg, mem: n.Mapping().MemBytes(rank), footprint: n.Footprint()})
 }
 
