@@ -120,6 +120,9 @@ func (l *loop) send(m proto.Message) error {
 	if err := l.isend(b, nil, int(m.To), tagMsg); err != nil {
 		return err
 	}
+	if m.Type == proto.MsgRequest {
+		l.n.peers.askedOf(int(m.To))
+	}
 	for _, f := range files {
 		if f.damaged != "" { // the frame says so; no bytes follow
 			continue

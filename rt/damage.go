@@ -41,7 +41,7 @@ func (n *Node) damaged(res *readResult) error {
 		return nil
 	}
 	most := n.skipLimit()
-	fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v%s; left out of every epoch (--on-damage skip; %d of at most %d files left out: --max-skipped)\n",
+	fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v%s; left out of every epoch (--on-damage skip; this rank has left out %d files, the job may leave out %d: --max-skipped)\n",
 		n.me, &news[0], moreSlots(news[1:]), len(n.lost), most)
 	if int64(len(n.lost)) > most {
 		return n.tooManySkipped(int64(len(n.lost)), "on this rank")

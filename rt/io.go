@@ -53,7 +53,10 @@ type ioPool struct {
 // newIOPool starts workers reading chunks of shard; w says what they do
 // while storage cannot be reached.
 func newIOPool(shard *chunk.Home, firstPC, workers int, w *storageWatch) *ioPool {
-	p := &ioPool{queue: make(chan proto.Read, workers), done: make(chan readResult, 2*workers+1), watch: w}
+	// done has no room: a finished read's buffer waits in its worker, so
+	// that no more than workers chunk buffers are ever held by reads
+	// (Node.Footprint counts them); the loop takes results at once.
+	p := &ioPool{queue: make(chan proto.Read, workers), done: make(chan readResult), watch: w}
 	w.stop = make(chan struct{})
 	for range workers {
 		p.wg.Add(1)

@@ -104,9 +104,11 @@ type loop struct {
 	done     bool   // local clients finished; tagDone sent
 	doneIn   int    // peers whose tagDone arrived
 	doneFrom []bool // per rank, whether its tagDone arrived
-	// moved is when the loop last made progress
-	moved time.Time
-	stats loopStats
+	// moved is when the loop last made progress; waitsWhat says what the
+	// loop waits for, in peerWatch's messages
+	moved     time.Time
+	waitsWhat string
+	stats     loopStats
 	// start, cpu0: when the epoch began and the process's CPU time then;
 	// first: when the first client request came; idleCPU: the CPU time
 	// the process used in between.
@@ -157,7 +159,7 @@ type pendingSend struct {
 func (l *loop) serve(ctx context.Context) error {
 	idle := 0
 	nap := minNap
-	l.moved = time.Now()
+	l.moved, l.waitsWhat = time.Now(), fmt.Sprintf("in epoch %d", l.epoch)
 	l.n.peers.reset()
 	for {
 		progress, err := l.step()
@@ -176,7 +178,7 @@ func (l *loop) serve(ctx context.Context) error {
 		}
 		busy := l.busy()
 		if l.polls() {
-			if err := l.n.peers.check(l.waitsFor, fmt.Sprintf("in epoch %d", l.epoch)); err != nil {
+			if err := l.n.peers.check(l.waitsFor, l.waitsWhat); err != nil {
 				return err
 			}
 			if idle++; idle < spinRounds || busy && time.Since(l.moved) < busySpin {
@@ -209,10 +211,15 @@ const (
 	maxNap     = 16 * time.Millisecond
 )
 
-// waitsFor reports whether the loop waits for rank r: for replies while
-// its clients wait, for r's word that it is done, for a send to r.
+// waitsFor reports whether the loop waits for rank r: for a reply to a
+// request while its clients wait, for r's word that it is done, for a
+// send to r. While its own storage does not answer (storageWatch) it
+// blames no peer.
 func (l *loop) waitsFor(r int) bool {
-	if len(l.waiting) > 0 || l.done && !l.doneFrom[r] {
+	if l.io.watch.stuck() {
+		return false
+	}
+	if len(l.waiting) > 0 && l.n.peers.owes(r) || l.done && !l.doneFrom[r] {
 		return true
 	}
 	for _, s := range l.sends {

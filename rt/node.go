@@ -1,6 +1,7 @@
 package rt
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -249,9 +250,8 @@ func (n *Node) open() error {
 func (n *Node) checkSizes() error {
 	w := &storageWatch{me: n.me, limit: n.cfg.StorageWait, log: n.cfg.Log, stop: make(chan struct{})}
 	var probs []error
-	var bad int
 	res := w.read(func() readResult {
-		probs, bad = n.shard.CheckSizes(10)
+		probs, _ = n.shard.CheckSizes(n.shard.Chunks()) // all of them: an unreachable one among many cut short waits
 		for _, p := range probs {
 			if chunk.Unreachable(p) {
 				return readResult{err: p}
@@ -262,10 +262,11 @@ func (n *Node) checkSizes() error {
 	if res.err != nil {
 		return fmt.Errorf("rt: rank %d: %w", n.me, res.err)
 	}
+	bad := len(probs)
 	if bad == 0 {
 		return nil
 	}
-	err := chunk.SizesError(probs, bad)
+	err := chunk.SizesError(probs[:min(bad, 10)], bad)
 	if n.cfg.OnDamage != "skip" {
 		return fmt.Errorf("rt: chunk files of rank %d cut short: %d (brandrt serve --on-damage skip leaves their files out; brandrt verify checks every byte):\n%w", n.me, bad, err)
 	}
@@ -364,6 +365,11 @@ func (n *Node) agree(err error) error {
 	v := make([]int64, n.size)
 	if err != nil {
 		v[n.me] = 1
+	}
+	// A rank may take long to open (its storage waits: see checkSizes);
+	// the others wait for it without spinning in MPI's collective.
+	if berr := n.quietBarrier(context.Background(), ""); berr != nil {
+		return errors.Join(err, berr)
 	}
 	all, cerr := n.comm.AllreduceSum(v)
 	if cerr != nil {

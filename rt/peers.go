@@ -9,13 +9,16 @@ import (
 // peerWatch watches a rank's waits on peers that send nothing: a peer
 // whose node hangs, whose process was stopped, whose file system client
 // is stuck. A wait is quiet (the rank naps, see loop.serve and
-// quietBarrier); after Config.PeerWarn of silence the rank says whom it
-// waits for and since when, and again every PeerWarn while it lasts;
-// after Config.PeerTimeout, when set, it ends the job naming them.
+// quietBarrier); once a peer the rank waits for has sent nothing for
+// Config.PeerWarn since the wait began, the rank says whom it waits for
+// and since when, and again every PeerWarn while it lasts; after
+// Config.PeerTimeout, when set, it ends the job naming them.
 type peerWatch struct {
 	n *Node
-	// heard holds when each rank last sent something (or the wait began)
-	heard []time.Time
+	// heard holds when each rank last sent something; asked when this
+	// rank last sent it a request; since when the present wait on it
+	// began (zero while the rank does not wait on it).
+	heard, asked, since []time.Time
 	// warned is when the rank last said that it waits
 	warned  time.Time
 	checked time.Time
@@ -25,27 +28,30 @@ type peerWatch struct {
 const peerCheckEvery = 250 * time.Millisecond
 
 func newPeerWatch(n *Node) *peerWatch {
-	w := &peerWatch{n: n, heard: make([]time.Time, n.size)}
-	w.reset()
-	return w
+	return &peerWatch{n: n, heard: make([]time.Time, n.size), asked: make([]time.Time, n.size), since: make([]time.Time, n.size)}
 }
 
-// reset starts a wait: every peer counts as heard from now.
+// reset starts a new stretch (an epoch, a barrier): no wait yet.
 func (w *peerWatch) reset() {
-	now := time.Now()
-	for r := range w.heard {
-		w.heard[r] = now
-	}
+	clear(w.since)
 	w.warned, w.checked = time.Time{}, time.Time{}
 }
 
 // heardFrom notes that rank r sent something.
 func (w *peerWatch) heardFrom(r int) { w.heard[r] = time.Now() }
 
+// askedOf notes that this rank sent rank r a request: a reply is due.
+func (w *peerWatch) askedOf(r int) { w.asked[r] = time.Now() }
+
+// owes reports whether rank r was sent a request it has not answered:
+// nothing came from it since.
+func (w *peerWatch) owes(r int) bool { return w.asked[r].After(w.heard[r]) }
+
 // check looks at the peers the rank waits for (waits reports whether it
 // waits for rank r) for what: it says which have sent nothing for
-// PeerWarn, and returns the error that ends the job when one has for
-// PeerTimeout. It looks at most every peerCheckEvery.
+// PeerWarn since the rank began to wait for them, and returns the error
+// that ends the job when one has for PeerTimeout. It looks at most every
+// peerCheckEvery.
 func (w *peerWatch) check(waits func(r int) bool, what string) error {
 	now := time.Now()
 	if now.Sub(w.checked) < peerCheckEvery {
@@ -54,11 +60,24 @@ func (w *peerWatch) check(waits func(r int) bool, what string) error {
 	w.checked = now
 	cfg := w.n.cfg
 	var silent []int
-	quiet := time.Duration(0)
-	for r, t := range w.heard {
-		if r != w.n.me && now.Sub(t) >= cfg.PeerWarn && waits(r) {
+	quiet, from := time.Duration(0), now
+	for r := range w.heard {
+		if r == w.n.me || !waits(r) {
+			w.since[r] = time.Time{}
+			continue
+		}
+		if w.since[r].IsZero() {
+			w.since[r] = now
+		}
+		last := w.since[r]
+		if w.heard[r].After(last) {
+			last = w.heard[r]
+		}
+		if q := now.Sub(last); q >= cfg.PeerWarn {
 			silent = append(silent, r)
-			quiet = max(quiet, now.Sub(t))
+			if q > quiet {
+				quiet, from = q, last
+			}
 		}
 	}
 	if len(silent) == 0 {
@@ -77,7 +96,7 @@ func (w *peerWatch) check(waits func(r int) bool, what string) error {
 		ends = fmt.Sprintf("the job ends if it lasts %v (--peer-timeout)", cfg.PeerTimeout)
 	}
 	fmt.Fprintf(cfg.Log, "brandrt: rank %s waits %s: %s sent nothing since %s (%v); %s\n",
-		w.node(w.n.me), what, w.ranks(silent), w.heard[silent[0]].Format("15:04:05"), quiet.Round(time.Second), ends)
+		w.node(w.n.me), what, w.ranks(silent), from.Format("15:04:05"), quiet.Round(time.Second), ends)
 	return nil
 }
 

@@ -87,7 +87,7 @@ func (n *Node) resumePoint(ctx context.Context) (uint32, resumption, StartOffer,
 			o.answer(err)
 			continue
 		}
-		if err := n.quietBarrier(ctx, "for every rank's resume point"); err != nil {
+		if err := n.quietBarrier(ctx, ""); err != nil { // each rank waits for its clients' start: no peer to blame
 			return 0, resumption{}, o, err
 		}
 		p := o.Place

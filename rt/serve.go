@@ -141,7 +141,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	for _, f := range l.files {
 		f.release()
 	}
-	if err := n.quietBarrier(ctx, fmt.Sprintf("for every rank to end epoch %d", e)); err != nil { // MPI's would spin while a rank is late
+	if err := n.quietBarrier(ctx, fmt.Sprintf("for every rank to end epoch %d (rank 0 gathers them)", e)); err != nil { // MPI's would spin while a rank is late
 		return EpochStats{}, err
 	}
 	if l.order != nil {

@@ -80,14 +80,22 @@ func (w *storageWatch) begin(err error) {
 	}
 }
 
-// back says that storage answers again, once per stretch.
+// back says that storage answers again, once per stretch, when the last
+// read that waited got through.
 func (w *storageWatch) back() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.said {
+	if w.said && w.waiting == 1 {
 		fmt.Fprintf(w.log, "brandrt: rank %d: storage answers again after %v; serving on\n", w.me, time.Since(w.since).Round(time.Millisecond))
 		w.said = false
 	}
+}
+
+// stuck reports whether a read waits for storage now.
+func (w *storageWatch) stuck() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.waiting > 0
 }
 
 // end notes that a read no longer waits.

@@ -60,13 +60,12 @@ func (n *Node) epochTraces(ctx context.Context, e uint32) ([][]proto.FileID, []i
 		}
 		return traces, own, TraceOffer{}, nil
 	}
-	what := fmt.Sprintf("for every rank's clients' trace of epoch %d", e)
 	for {
 		offer, err := n.offered(ctx, e)
 		if err != nil {
 			return nil, nil, TraceOffer{}, err
 		}
-		if err := n.quietBarrier(ctx, what); err != nil {
+		if err := n.quietBarrier(ctx, ""); err != nil { // each rank waits for its clients' trace: no peer to blame
 			return nil, nil, TraceOffer{}, err
 		}
 		traces, err := gatherTraces(n.comm, offer.Files)
@@ -126,8 +125,10 @@ func (n *Node) offered(ctx context.Context, e uint32) (TraceOffer, error) {
 // quietBarrier is a barrier that sleeps while it waits, unlike MPI's,
 // which spins: ranks whose clients supplied their traces early, or whose
 // peer is stopped or hung, wait without taking CPU from the training
-// processes beside them, and say whom they wait for after a while
-// (peerWatch). Every rank tells rank 0, which then tells every rank. It
+// processes beside them. With what set (the barrier after an epoch, whose
+// ranks wait on each other, not on their training processes) they say
+// whom they wait for after a while, and may end the job (peerWatch).
+// Every rank tells rank 0, which then tells every rank. It
 // receives only its own tag; rank 0's loop takes the word of the ranks
 // whose epoch ended before its own (Node.synced).
 func (n *Node) quietBarrier(ctx context.Context, what string) error {
@@ -142,8 +143,10 @@ func (n *Node) quietBarrier(ctx context.Context, what string) error {
 			if err != nil || done {
 				return st, err
 			}
-			if err := n.peers.check(waits, what); err != nil {
-				return st, err
+			if what != "" {
+				if err := n.peers.check(waits, what); err != nil {
+					return st, err
+				}
 			}
 			time.Sleep(nap)
 			nap = min(2*nap, maxNap)

@@ -303,16 +303,18 @@ func recoverPanic(err *error) {
 }
 
 // ringBytes is the data ring of each client, for files of at most
-// largest bytes: room for a request in every slot (64) answered with a
-// copy of such a file, at least 4 MiB and at most 64 MiB, and always
-// twice the largest file (a record may take half the ring). Most records
-// are small (a file's place in the arena), but the ring's pages are the
-// rank's memory once written, and a ring in use long enough writes them
-// all: it is no larger than what it may have to hold.
+// largest bytes: room for a request in every slot (64) and one more
+// answered with a copy of such a file (a record: a 32-byte header, the
+// bytes, rounded up to 64), at least 4 MiB and at most 64 MiB, and
+// always twice the largest record (one may take half the ring). Most
+// records are small (a file's place in the arena), but the ring's pages
+// are the rank's memory once written, and a ring in use long enough
+// writes them all: it is no larger than what it may have to hold.
 func ringBytes(largest int64) uint64 {
 	const grain = 4096
-	b := min(max(64*(largest+64), 4<<20), 64<<20)
-	b = max(b, 2*largest+128)
+	record := (32 + largest + 63) &^ 63
+	b := min(max(65*record, 4<<20), 64<<20)
+	b = max(b, 2*record)
 	return uint64((b + grain - 1) / grain * grain)
 }
 

@@ -56,8 +56,9 @@ func watchOOM(w oomWatch) (goodbye func(), err error) {
 	if w.cg.Version == 0 {
 		return func() {}, nil
 	}
-	if w.kills, err = w.cg.OOMKills(); err != nil {
-		return nil, fmt.Errorf("the memory cgroup's OOM kills: %w", err)
+	if w.kills, err = w.cg.OOMKills(); err != nil { // nothing to watch with: say so, and serve
+		fmt.Fprintf(os.Stderr, "brandrt: rank %d: the memory cgroup's OOM kills cannot be read (%v): an OOM kill of the rank will not be named\n", w.rank, err)
+		return func() {}, nil
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -106,7 +107,9 @@ func Watch(args []string) int {
 	return 0
 }
 
-// killed is what the watcher says of a rank the OOM killer killed.
+// killed is what the watcher says of a rank that died while its cgroup
+// counted an OOM kill: the rank itself, most likely, but the kernel may
+// have killed another process of the cgroup.
 func (w oomWatch) killed() string {
 	limit := "sets no limit (the node's memory ran out)"
 	switch {
@@ -115,7 +118,8 @@ func (w oomWatch) killed() string {
 	case w.cg.Limit > 0:
 		limit = fmt.Sprintf("allows %s (the limit of %s)", humanize.IBytes(uint64(w.cg.Limit)), w.cg.LimitDir)
 	}
-	return fmt.Sprintf("brandrt: rank %d (pid %d) was killed by the kernel's OOM killer: its memory cgroup %s %s; "+
+	return fmt.Sprintf("brandrt: rank %d (pid %d) ended without a word while its memory cgroup %s counted an OOM kill: most likely the kernel's OOM killer killed it "+
+		"(or another process of the cgroup, and mpirun the rank after); the cgroup %s; "+
 		"the rank was to take at most %s (--mem %s and the rest: see brandrt serve --help on memory), "+
 		"and everything else in the cgroup (training processes, other programs) counts too",
 		w.rank, w.pid, w.cg.Dir, limit, humanize.IBytes(uint64(w.footprint)), humanize.IBytes(uint64(w.mem)))
