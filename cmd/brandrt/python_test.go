@@ -384,6 +384,20 @@ func TestDataLoaderOptions(t *testing.T) {
 	if n := strings.Count(out.String(), "every file delivered exactly once"); n != 10 {
 		t.Errorf("%d good epochs of 10:\n%s", n, out)
 	}
+
+	// A budget that holds the shard keeps its chunks whole in the arena:
+	// their files lie where the chunk has them, most not at a page, and
+	// go as shared records, in_place or not.
+	cmd, out = startServeEnv(t, env, 1, "--chunks", dir, "--mem", "100%", "--epochs", "2")
+	res := filepath.Join(t.TempDir(), "got.json")
+	trainers(t, env, [][]string{{"loader.py", "--input", input, "--out", res, "--epochs", "2", "--workers", "2", "--in-place"}})
+	ds := deliveries(t, res, "resident, in place")
+	for e := range 2 {
+		onceEach(t, ds, e, files)
+	}
+	if err := exitWithin(t, cmd, time.Minute); err != nil {
+		t.Fatalf("serve --mem 100%%: %v\n%s", err, out)
+	}
 }
 
 // TestSuppliedTraces: two ranks serve with --traces clients. Each

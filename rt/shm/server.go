@@ -798,7 +798,10 @@ func (c *client) put(d *rt.Delivery) (end uint64, k kept) {
 		lent = false
 	case lent:
 		rec.Kind = RecShared
-		if c.handing.Load() { // set only for a client with a parent
+		// Set only for a client with a parent; only a file that starts a
+		// page can be mapped where it lies (a file of a chunk kept whole in
+		// the arena, when the budget holds the shard, seldom does).
+		if c.handing.Load() && rec.Off%arenaGrain == 0 {
 			if token, ok := c.srv.hand(d, rec.Off, c.lineage[1]); ok {
 				rec.Kind, rec.Token = RecHanded, token
 			}

@@ -108,14 +108,22 @@ func serve(conn net.Conn, cmd *exec.Cmd, delay time.Duration) error {
 	return nil
 }
 
+// queued bounds the pieces (of up to 256 KiB) a relay holds: 16 MiB.
+const queued = 64
+
 type piece struct {
 	at  time.Time
 	buf []byte
 }
 
 // relay copies src to dst, each piece written delay after it was read.
+// The pieces in flight are bounded (queued): the link behind dst is
+// slower than src (the server reads from the page cache), and a reader
+// running ahead without bound grew the proxy to 250 MiB, where the NAS's
+// memory cgroup killed it (3 nodes reading at once). What the delay needs
+// in flight is small: 100 µs at 3 Gbit/s is 37 KB.
 func relay(dst io.Writer, src io.Reader, delay time.Duration) {
-	q := make(chan piece, 4096)
+	q := make(chan piece, queued)
 	spare := make(chan []byte, 64) // buffers written out, for reuse
 	go func() {
 		defer close(q)
