@@ -148,11 +148,14 @@ func (n *Node) quietBarrier(ctx context.Context, what string) error {
 					return st, err
 				}
 			}
-			time.Sleep(nap)
-			nap = min(2*nap, maxNap)
-			if err := ctx.Err(); err != nil {
-				return st, err
+			t := time.NewTimer(nap)
+			select { // a signal ends the wait at once, as it does the loop's
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return st, ctx.Err()
 			}
+			nap = min(2*nap, maxNap)
 		}
 	}
 	if n.me != 0 {
