@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -152,22 +153,16 @@ func cgroupPaths(name string) (map[int]string, error) {
 		case !ok:
 		case id == "0" && ctrls == "":
 			paths[2] = path
-		case containsField(ctrls, ","):
+		case hasMemory(ctrls):
 			paths[1] = path
 		}
 	}
 	return paths, nil
 }
 
-// containsField says whether the list holds "memory".
-func containsField(list, sep string) bool {
-	for _, f := range strings.Split(list, sep) {
-		if f == "memory" {
-			return true
-		}
-	}
-	return false
-}
+// hasMemory says whether a comma-separated list of controllers (or mount
+// options) names the memory controller.
+func hasMemory(list string) bool { return slices.Contains(strings.Split(list, ","), "memory") }
 
 // mount is where a cgroup hierarchy is mounted, and which of its
 // cgroups is the mount's root.
@@ -196,7 +191,7 @@ func cgroupMounts(name string) (map[int]mount, error) {
 		switch {
 		case g[0] == "cgroup2":
 			v = 2
-		case g[0] == "cgroup" && containsField(g[2], ","):
+		case g[0] == "cgroup" && hasMemory(g[2]):
 			v = 1
 		}
 		if _, seen := mounts[v]; v != 0 && !seen {

@@ -57,7 +57,6 @@ func newIOPool(shard *chunk.Home, firstPC, workers int, w *storageWatch) *ioPool
 	// that no more than workers chunk buffers are ever held by reads
 	// (Node.Footprint counts them); the loop takes results at once.
 	p := &ioPool{queue: make(chan proto.Read, workers), done: make(chan readResult), watch: w}
-	w.stop = make(chan struct{})
 	for range workers {
 		p.wg.Add(1)
 		go func() {
@@ -76,14 +75,16 @@ func newIOPool(shard *chunk.Home, firstPC, workers int, w *storageWatch) *ioPool
 // opened or read is tried again while storage may come back (see
 // storageWatch).
 func readChunk(shard *chunk.Home, r proto.Read, c int, w *storageWatch) readResult {
-	try := func() readResult { return readOnce(shard, r, c) }
-	res := w.read(try)
-	if len(res.damage) == 0 || res.err != nil {
+	var res readResult
+	read := func() {
+		res.err = w.retry(func() error { res = readOnce(shard, r, c); return res.err })
+	}
+	if read(); len(res.damage) == 0 || res.err != nil {
 		return res
 	}
 	first := res.damage[0]
 	res.buf.release()
-	res = w.read(try)
+	read()
 	res.retried = true
 	if len(res.damage) == 0 && res.err == nil {
 		res.transient = &first

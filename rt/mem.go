@@ -165,7 +165,7 @@ func (p *recvPool) drain() {
 // its files (the budget, and --remote-mem with other ranks) and its chunk
 // reads in flight (--io-workers chunks), in bytes:
 // what the kernel counts against the rank's memory cgroup is at most
-// Footprint. It is HandCap(budget), the files DataLoader workers handed on
+// Node.Footprint. It is HandCap(budget), the files DataLoader workers handed on
 // to their training processes that those still hold (beyond it they get
 // copies), and processAllowance: from 96 MiB to 320 MiB.
 //
@@ -188,16 +188,13 @@ const processAllowance = 64 << 20
 // at most 150 MiB).
 func HandCap(budget int64) int64 { return min(max(budget/8, 32<<20), 256<<20) }
 
-// Footprint is the most memory a rank with budget own (as far as its
-// shard fills it; the allowance is reckoned on the whole budget), remote
-// for other ranks' files and reads bytes of chunk reads in flight costs:
-// what its memory cgroup must allow.
-func Footprint(budget, own, remote, reads int64) int64 {
+// Footprint is the most memory this rank costs, what its memory cgroup
+// must allow: its own files, other ranks', its chunk reads in flight
+// (footprint) and MemAllowance, reckoned on the whole budget.
+func (n *Node) Footprint() int64 {
+	budget, own, remote, reads := n.footprint()
 	return own + remote + reads + MemAllowance(budget)
 }
-
-// Footprint is the most memory this rank costs (see MemAllowance).
-func (n *Node) Footprint() int64 { return Footprint(n.footprint()) }
 
 // footprint returns the rank's budget, its own files' memory (as far as
 // its shard fills the budget), other ranks' (none without them), and the
@@ -224,7 +221,7 @@ func (n *Node) readBytes() int64 {
 func (n *Node) fitsCgroup() error {
 	limit := n.cfg.MemLimitBytes
 	budget, own, remote, reads := n.footprint()
-	need := Footprint(budget, own, remote, reads)
+	need := n.Footprint()
 	if limit <= 0 || need <= limit {
 		return nil
 	}

@@ -227,6 +227,9 @@ func (n *Node) open() error {
 	if err := n.fitsNode(); err != nil {
 		return err
 	}
+	if err := n.fitsCgroup(); err != nil {
+		return err
+	}
 	// Chunks are read into the memory shared with the clients only when
 	// they stay there whole (the budget holds the shard: see ioPool's
 	// resident). Otherwise the files kept from a chunk are copied out of
@@ -248,25 +251,24 @@ func (n *Node) open() error {
 // at again for up to Config.StorageWait, as reads are, and then stops the
 // job, whatever OnDamage says.
 func (n *Node) checkSizes() error {
-	w := &storageWatch{me: n.me, limit: n.cfg.StorageWait, log: n.cfg.Log, stop: make(chan struct{})}
 	var probs []error
-	res := w.read(func() readResult {
+	err := n.newStorageWatch().retry(func() error {
 		probs, _ = n.shard.CheckSizes(n.shard.Chunks()) // all of them: an unreachable one among many cut short waits
 		for _, p := range probs {
 			if chunk.Unreachable(p) {
-				return readResult{err: p}
+				return p
 			}
 		}
-		return readResult{}
+		return nil
 	})
-	if res.err != nil {
-		return fmt.Errorf("rt: rank %d: %w", n.me, res.err)
+	if err != nil {
+		return fmt.Errorf("rt: rank %d: %w", n.me, err)
 	}
 	bad := len(probs)
 	if bad == 0 {
 		return nil
 	}
-	err := chunk.SizesError(probs[:min(bad, 10)], bad)
+	err = chunk.SizesError(probs[:min(bad, 10)], bad)
 	if n.cfg.OnDamage != "skip" {
 		return fmt.Errorf("rt: chunk files of rank %d cut short: %d (brandrt serve --on-damage skip leaves their files out; brandrt verify checks every byte):\n%w", n.me, bad, err)
 	}
@@ -341,7 +343,7 @@ func (n *Node) fitsNode() error {
 	own, shard, remote := n.m.MemBytes(n.me), n.m.ShardBytes(n.me), n.remoteBytes()
 	held := min(own, shard)
 	if node <= 0 || held+remote <= node {
-		return n.fitsCgroup()
+		return nil
 	}
 	return fmt.Errorf("rt: the rank's memory would hold %s of its own files (--mem %s, its shard has %s) and up to %s of other ranks' (--remote-mem), %s in all, "+
 		"but its node has %s of memory: lower --mem or --remote-mem", mib(held), mib(own), mib(shard), mib(remote), mib(held+remote), mib(node))

@@ -16,7 +16,7 @@ import (
 // thread costs a handoff between OS threads every time.
 func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 	firstPC, _ := n.m.RankPCs(n.me)
-	io := newIOPool(n.shard, firstPC, n.cfg.IOWorkers, &storageWatch{me: n.me, limit: n.cfg.StorageWait, log: n.cfg.Log})
+	io := newIOPool(n.shard, firstPC, n.cfg.IOWorkers, n.newStorageWatch())
 	defer io.close()
 	if mem, shard := n.m.MemBytes(n.me), n.m.ShardBytes(n.me); mem >= shard {
 		io.resident = make(map[int]*chunkBuf)

@@ -37,31 +37,36 @@ const (
 	storageLastWait  = 5 * time.Second
 )
 
-// read reads with try, and again while storage is unreachable
-// and the wait allows. What the last try returned stands; an unreachable
-// one's error then says how long the rank waited.
-func (w *storageWatch) read(try func() readResult) readResult {
-	res := try()
-	if !chunk.Unreachable(res.err) {
-		return res
+// newStorageWatch returns the rank's watch for one set of readers; closing
+// its stop ends their waits.
+func (n *Node) newStorageWatch() *storageWatch {
+	return &storageWatch{me: n.me, limit: n.cfg.StorageWait, log: n.cfg.Log, stop: make(chan struct{})}
+}
+
+// retry runs try, and again while it fails for unreachable storage and
+// the wait allows, and returns the last error; an unreachable one then
+// says how long the rank waited.
+func (w *storageWatch) retry(try func() error) error {
+	err := try()
+	if !chunk.Unreachable(err) {
+		return err
 	}
 	start := time.Now()
-	w.begin(res.err)
+	w.begin(err)
 	defer w.end()
 	for wait := storageFirstWait; ; wait = min(2*wait, storageLastWait) {
 		left := w.limit - time.Since(start)
 		if left <= 0 {
-			res.err = fmt.Errorf("%w, still after waiting %v for it (--storage-wait); the job stops: check that the file system is mounted and the file readable by this user on this node", res.err, w.limit)
-			return res
+			return fmt.Errorf("%w, still after waiting %v for it (--storage-wait); the job stops: check that the file system is mounted and the file readable by this user on this node", err, w.limit)
 		}
 		select {
 		case <-time.After(min(wait, left)):
 		case <-w.stop:
-			return res
+			return err
 		}
-		if res = try(); !chunk.Unreachable(res.err) {
+		if err = try(); !chunk.Unreachable(err) {
 			w.back()
-			return res
+			return err
 		}
 	}
 }

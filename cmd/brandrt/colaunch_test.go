@@ -18,7 +18,7 @@ import (
 func coLaunch(t *testing.T, np int, args []string, train ...string) (*exec.Cmd, *testkit.Log, string) {
 	t.Helper()
 	base := t.TempDir()
-	all := append(append([]string{}, testkit.MpirunArgs...), append([]string{"-np", fmt.Sprint(np), binary(t), "serve"}, args...)...)
+	all := mpirunArgv(t, np, append([]string{"serve"}, args...)...)
 	cmd := exec.Command("mpirun", append(append(all, "--"), train...)...)
 	cmd.Env = append(os.Environ(), "BRANDRT_ATTACH="+base)
 	out := new(testkit.Log) // read while mpirun writes it

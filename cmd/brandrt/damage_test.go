@@ -160,7 +160,7 @@ func copyTree(t *testing.T, src, dst string) {
 // error, whatever it is.
 func mpirunStatus(t *testing.T, np int, args ...string) (string, error) {
 	t.Helper()
-	all := append(append([]string{}, testkit.MpirunArgs...), append([]string{"-np", fmt.Sprint(np), binary(t)}, args...)...)
+	all := mpirunArgv(t, np, args...)
 	out, err := testkit.Run(time.Minute, nil, "mpirun", all...)
 	return string(out), err
 }

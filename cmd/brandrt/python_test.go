@@ -56,7 +56,7 @@ func pathInput(t *testing.T, classes, files int) string {
 // startServeEnv is startServe with extra environment variables.
 func startServeEnv(t *testing.T, env []string, np int, args ...string) (*exec.Cmd, *strings.Builder) {
 	t.Helper()
-	all := append(append([]string{}, testkit.MpirunArgs...), append([]string{"-np", fmt.Sprint(np), binary(t), "serve"}, args...)...)
+	all := mpirunArgv(t, np, append([]string{"serve"}, args...)...)
 	cmd := exec.Command("mpirun", all...)
 	cmd.Env = append(os.Environ(), env...)
 	out := new(strings.Builder)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,7 +15,7 @@ import (
 // of output as it comes, and returns the whole output and exit error.
 func mpirunWatch(t *testing.T, timeout time.Duration, np int, on func(line string, pgid int), args ...string) (string, error) {
 	t.Helper()
-	all := append(append([]string{}, testkit.MpirunArgs...), append([]string{"-np", fmt.Sprint(np), binary(t)}, args...)...)
+	all := mpirunArgv(t, np, args...)
 	out, err := testkit.Watch(timeout, nil, on, "mpirun", all...)
 	return string(out), err
 }

@@ -248,9 +248,16 @@ func binary(t *testing.T) string {
 	return binPath
 }
 
+// mpirunArgv is mpirun's arguments for np ranks of the brandrt under
+// test with args.
+func mpirunArgv(t *testing.T, np int, args ...string) []string {
+	t.Helper()
+	return append(append([]string{}, testkit.MpirunArgs...), append([]string{"-np", fmt.Sprint(np), binary(t)}, args...)...)
+}
+
 func mpirun(t *testing.T, np int, args ...string) string {
 	t.Helper()
-	all := append(append([]string{}, testkit.MpirunArgs...), append([]string{"-np", fmt.Sprint(np), binary(t)}, args...)...)
+	all := mpirunArgv(t, np, args...)
 	out, err := testkit.Run(2*time.Minute, nil, "mpirun", all...)
 	if err != nil {
 		t.Fatalf("mpirun -np %d brandrt %v: %v\n%s", np, args, err, out)
