@@ -183,25 +183,7 @@ type Result struct {
 	ReadsAhead int64 `json:"reads_ahead"`
 	PlanBytes  int64 `json:"plan_bytes"`
 
-	DistinctChunksPerBatch        float64 `json:"distinct_chunks_per_batch"`
-	DistinctChunksPerBatchShuffle float64 `json:"distinct_chunks_per_batch_shuffle"`
-	ChunkSpan                     float64 `json:"chunk_span"`
-	ChunkSpanShuffle              float64 `json:"chunk_span_shuffle"`
-	// DistinctFirst and DistinctLast are distinct chunks per batch over
-	// the first and the last 1 % of each rank's epoch.
-	DistinctFirst        float64 `json:"distinct_first_1pct"`
-	DistinctFirstShuffle float64 `json:"distinct_first_1pct_shuffle"`
-	DistinctLast         float64 `json:"distinct_last_1pct"`
-	DistinctLastShuffle  float64 `json:"distinct_last_1pct_shuffle"`
-	// PairsAgain is the fraction of the pairs of files that shared a
-	// batch in the previous epoch and share one again in this one; absent
-	// in the first epoch.
-	PairsAgain        *float64 `json:"pairs_again,omitempty"`
-	PairsAgainShuffle *float64 `json:"pairs_again_shuffle,omitempty"`
-	// LabelEntropy is the mean Shannon entropy, in bits, of the labels of
-	// a batch; absent where files have no labels.
-	LabelEntropy        *float64 `json:"label_entropy,omitempty"`
-	LabelEntropyShuffle *float64 `json:"label_entropy_shuffle,omitempty"`
+	proto.Mix
 
 	// Seconds is the wall time the simulation of this epoch took.
 	Seconds float64 `json:"seconds"`
@@ -232,7 +214,7 @@ func runPolicy(cfg Config, sizes [][]int64, m *proto.Mapping, name string, emit 
 	if err != nil {
 		return err
 	}
-	var prev orders
+	var prev proto.Orders
 	first := 1
 	if cfg.Resume != nil {
 		first = int(cfg.Resume.Epoch)
@@ -260,7 +242,7 @@ func runPolicy(cfg Config, sizes [][]int64, m *proto.Mapping, name string, emit 
 		}
 		res.Seconds = time.Since(start).Seconds()
 		describe(&res, cfg, m, def, e)
-		cur := orders{served(files), served(traces)}
+		cur := proto.Orders{Files: served(files), Traces: served(traces)}
 		mix(&res, m, cfg, cur, prev)
 		prev = cur
 		emit(res)

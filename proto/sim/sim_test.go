@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -50,37 +49,6 @@ func TestWindowPolicyReadsEachChunkOnce(t *testing.T) {
 	}
 }
 
-func TestPairsAgainAndEdges(t *testing.T) {
-	m, err := proto.NewMapping(proto.Dataset{K: 16, Shards: []proto.Shard{{Files: 20000, Bytes: 20000}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := proto.Traces(20000, 1, 1, 1)
-	b := proto.Traces(20000, 1, 1, 2)
-	const batch = 100
-	if got := *pairsAgain(20000, a, a, batch); got != 1 {
-		t.Fatalf("the same order twice: %.3f of pairs again, want 1", got)
-	}
-	want := float64(batch-1) / float64(20000-1)
-	if got := *pairsAgain(20000, a, b, batch); got < 0.7*want || got > 1.3*want {
-		t.Fatalf("two shuffles: %.5f of pairs again, want about %.5f", got, want)
-	}
-	if pairsAgain(20000, [][]proto.FileID{{}}, a, batch) != nil {
-		t.Fatal("no pairs must give no figure")
-	}
-	sorted := make([]proto.FileID, 20000)
-	for i := range sorted {
-		sorted[i] = proto.FileID(i)
-	}
-	first, last := edges(m, [][]proto.FileID{sorted}, batch)
-	if first > 7 || last > 7 { // 100 files in order span 7 chunks of 16
-		t.Fatalf("files in chunk order: %.1f and %.1f distinct chunks per batch at the edges", first, last)
-	}
-	if first, _ := edges(m, a, batch); first < 90 {
-		t.Fatalf("a shuffle: %.1f distinct chunks per batch at the start", first)
-	}
-}
-
 func TestPoliciesAreRegistered(t *testing.T) {
 	want := []string{"full", "random-selection", "no-prefetching", "no-optimization", "window"}
 	if got := Names(); !slices.Equal(got, want) {
@@ -95,22 +63,6 @@ func TestPoliciesAreRegistered(t *testing.T) {
 	cfg.Policies = []string{"nosuch"}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `no policy "nosuch"`) {
 		t.Fatalf("an unknown policy: %v", err)
-	}
-}
-
-func TestLabelEntropy(t *testing.T) {
-	labels := []int32{0, 0, 1, 1, 2, 3, -1, -1}
-	seqs := [][]proto.FileID{{0, 1, 2, 3}, {4, 5, 6, 7}}
-	// batches of 2: {0,0}=0 bits, {1,1}=0, {2,3}=1, {-1,-1} has none
-	if got := *labelEntropy(labels, seqs, 2); math.Abs(got-1.0/3) > 1e-12 {
-		t.Fatalf("entropy %.4f, want 1/3", got)
-	}
-	// batches of 4: {0,0,1,1}=1 bit, {2,3}=1 bit
-	if got := *labelEntropy(labels, seqs, 4); math.Abs(got-1) > 1e-12 {
-		t.Fatalf("entropy %.4f, want 1", got)
-	}
-	if labelEntropy(labels, [][]proto.FileID{{6, 7}}, 2) != nil {
-		t.Fatal("no labelled file must give no figure")
 	}
 }
 
