@@ -61,6 +61,10 @@ type Config struct {
 	// ClientTraces makes every epoch wait for its trace from the clients
 	// (Node.Traces) instead of generating it from Seed.
 	ClientTraces bool
+	// MixBatch is the batch size in which rank 0 measures how random each
+	// epoch's order is beside a shuffle (EpochStats.Order): the window
+	// policy with the seed's traces. 0 measures nothing.
+	MixBatch int
 	// Epochs is the number of epochs to serve.
 	Epochs int
 	// Resume makes the rank wait, before its first epoch, for a client to
@@ -163,6 +167,7 @@ func (c Config) Validate() error {
 	add(int(c.Variant) < len(proto.Variants), "unknown variant %d", c.Variant)
 	add(c.Window >= 0, "window %d, want ≥ 0", c.Window)
 	add(c.Ramp >= 0, "ramp %d chunks, want ≥ 0", c.Ramp)
+	add(c.MixBatch >= 0, "batch %d, want ≥ 0 (0 measures no order)", c.MixBatch)
 	add(c.Epochs >= 1, "%d epochs, want ≥ 1", c.Epochs)
 	add(c.IOWorkers >= 1, "%d I/O workers, want ≥ 1", c.IOWorkers)
 	add(c.Consume >= 0 && c.Consume <= 1024, "%d consumers, want 0 to 1024", c.Consume)

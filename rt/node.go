@@ -53,6 +53,8 @@ type Node struct {
 	// counts holds this epoch's deliveries on this rank per file id
 	// (files left out as damaged count too).
 	counts []int32
+	// mix is what rank 0 keeps of the last epoch's order (Config.MixBatch).
+	mix mixer
 	// named holds the damage (shard, chunk, slot; slot −1 the header) already
 	// named in this job, lost what a client hears for each damaged file
 	// of this rank (Config.OnDamage "skip").

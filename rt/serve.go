@@ -89,6 +89,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		resumed.answer(err)
 		return EpochStats{}, err
 	}
+	mix := n.startMix(e, traces, res.Delivered != nil)
 	n.counts = make([]int32, files)
 	from := int(res.from(n.me))
 	if n.cfg.OnResume != nil && resumed.began != nil {
@@ -151,9 +152,13 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		}
 		n.cfg.Order(e, order)
 	}
-	return n.reduce(e, epochCounts{proto: n.p.Stats(), loop: l.stats, cons: cons.total, left: left, seconds: secs,
+	st, err := n.reduce(e, epochCounts{proto: n.p.Stats(), loop: l.stats, cons: cons.total, left: left, seconds: secs,
 		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, firstWait: firstWait(l), expected: positions(traces) - startSum(res.Start), before: res.before(),
 		verified: n.cfg.Consume > 0, ended: l.endedEarly || l.ended && l.unaskedAll() > 0, over: overCount(n.trainingOver())})
+	if mix != nil && err == nil {
+		st.Order = <-mix
+	}
+	return st, err
 }
 
 func overCount(over bool) int64 {

@@ -110,6 +110,10 @@ type EpochStats struct {
 	// RanksTrainingOver counts the ranks whose training had ended
 	// (Node.TrainingOver) when the epoch ended.
 	RanksTrainingOver int `json:"ranks_training_over"`
+	// Order is how random the epoch's order was beside a shuffle of the
+	// same files, measured by rank 0 from the window policy's plan
+	// (Config.MixBatch); nil on other ranks and where nothing is measured.
+	Order *proto.Mix `json:"order,omitempty"`
 }
 
 // epochCounts is one rank's raw counts of an epoch.

@@ -188,6 +188,7 @@ func TestDataLoaderUnderMpirun(t *testing.T) {
 	input, dir := packPaths(t, files, 5, 16, 2)
 	env := []string{"BRANDRT_ATTACH=" + t.TempDir()}
 	orders := []string{filepath.Join(t.TempDir(), "loader.txt"), filepath.Join(t.TempDir(), "consume.txt"), filepath.Join(t.TempDir(), "simulate.txt")}
+	stats := filepath.Join(t.TempDir(), "stats.json")
 	cmd, out := startServeEnv(t, env, 2, "--chunks", dir, "--mem", "30%", "--consume", "0", "--epochs", "2", "--ramp", "2", "--order-out", orders[0])
 	results := []string{filepath.Join(t.TempDir(), "0.json"), filepath.Join(t.TempDir(), "1.json")}
 	var args [][]string
@@ -208,12 +209,18 @@ func TestDataLoaderUnderMpirun(t *testing.T) {
 		t.Errorf("serve reported %d good epochs:\n%s", c, out)
 	}
 	if o, err := testkit.Run(time.Minute, nil, "mpirun", append(append([]string{}, testkit.MpirunArgs...), "-np", "2", binary(t), "serve",
-		"--chunks", dir, "--mem", "30%", "--consume", "3", "--depth", "5", "--epochs", "2", "--ramp", "2", "--order-out", orders[1])...); err != nil {
+		"--chunks", dir, "--mem", "30%", "--consume", "3", "--depth", "5", "--epochs", "2", "--ramp", "2", "--order-out", orders[1],
+		"--batch", "16", "--stats-json", stats)...); err != nil {
 		t.Fatalf("serve --consume 3: %v\n%s", err, o)
+	} else if !strings.Contains(string(o), "  order    ") {
+		t.Errorf("serve printed no order line:\n%s", o)
 	}
-	if _, errs, status := runCLI(t, "simulate", "--chunks", dir, "--epochs", "2", "--mem-fraction", "0.3", "--ramp", "2", "--order-out", orders[2]); status != 0 {
+	sim, errs, status := runCLI(t, "simulate", "--chunks", dir, "--epochs", "2", "--mem-fraction", "0.3", "--ramp", "2", "--order-out", orders[2],
+		"--batch", "16", "--json")
+	if status != 0 {
 		t.Fatal(errs)
 	}
+	sameMix(t, stats, sim)
 	var bodies []string
 	for _, name := range orders {
 		b, err := os.ReadFile(name)
@@ -238,6 +245,47 @@ func TestDataLoaderUnderMpirun(t *testing.T) {
 			if r[1] == "0" || r[2] == "0" {
 				t.Errorf("%s: want both kinds", r[0])
 			}
+		}
+	}
+}
+
+// sameMix checks that serve's statistics (--stats-json) give each epoch
+// the order's figures that simulate's JSON lines give it.
+func sameMix(t *testing.T, statsPath, simJSON string) {
+	t.Helper()
+	b, err := os.ReadFile(statsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served, simulated []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var st struct {
+			Order map[string]any `json:"order"`
+		}
+		if err := json.Unmarshal([]byte(l), &st); err != nil || st.Order == nil {
+			t.Fatalf("serve's statistics %q: %v, no order", l, err)
+		}
+		served = append(served, st.Order)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(simJSON), "\n") {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		simulated = append(simulated, r)
+	}
+	if len(served) != len(simulated) {
+		t.Fatalf("serve measured %d epochs' orders, simulate %d", len(served), len(simulated))
+	}
+	for e := range served {
+		for _, k := range []string{"distinct_chunks_per_batch", "distinct_chunks_per_batch_shuffle", "chunk_span", "chunk_span_shuffle",
+			"distinct_first_1pct", "distinct_first_1pct_shuffle", "distinct_last_1pct", "distinct_last_1pct_shuffle", "pairs_again", "pairs_again_shuffle"} {
+			if served[e][k] != simulated[e][k] {
+				t.Errorf("epoch %d: serve measured %s %v, simulate %v", e+1, k, served[e][k], simulated[e][k])
+			}
+		}
+		if e > 0 && served[e]["pairs_again"] == nil {
+			t.Errorf("epoch %d: no pairs again", e+1)
 		}
 	}
 }

@@ -64,6 +64,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "policy", Value: d.Policy, Usage: "window (read each chunk once, every epoch planned ahead, as brandrt simulate does) or paper (the Brand/Redox protocol)"},
 			&cli.StringFlag{Name: "variant", Value: d.Variant.String(), Usage: "the paper policy's variant: full, random-selection, no-prefetching or no-optimization"},
 			&cli.IntFlag{Name: "ramp", Value: d.Ramp, Usage: "window: chunks each rank reads before the first epoch's first answer (as brandrt simulate --ramp: the same value gives the same order)"},
+			&cli.IntFlag{Name: "batch", Value: 256, Usage: "window: a training process's batch size, in which rank 0 measures how random each epoch's order is beside a shuffle of the same files (the \"order\" line; as brandrt simulate --batch); 0 measures nothing"},
 			&cli.IntFlag{Name: "window", Value: d.Window, Usage: "P, upcoming trace positions an owner considers for prefetch (0: none)"},
 			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the traces and refill choices"},
 			&cli.StringFlag{Name: "traces", Value: "seed", Usage: "where each epoch's traces come from: seed (drawn from --seed) or clients (supplied by the training processes)"},
@@ -174,6 +175,7 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 		return cfg, err
 	}
 	cfg.Window, cfg.Ramp, cfg.Seed, cfg.Epochs = c.Int("window"), c.Int("ramp"), c.Uint64("seed"), c.Int("epochs")
+	cfg.MixBatch = c.Int("batch")
 	switch t := c.String("traces"); t {
 	case "seed":
 	case "clients":
@@ -358,6 +360,15 @@ func printEpoch(w io.Writer, s rt.EpochStats, epochs int) {
 	fmt.Fprintf(w, "  memory   %s local hits, %s requests waited for their chunk's read; at most %s held by one rank\n",
 		comma(s.LocalHits), comma(s.Waits), ibytes(s.PeakMemBytes))
 	fmt.Fprintf(w, "  first    the epoch's first request waited %s for its file (the slowest rank)\n", seconds(s.FirstWaitSeconds))
+	if x := s.Order; x != nil {
+		again := ""
+		if x.PairsAgain != nil {
+			again = fmt.Sprintf("; %s of the pairs in a batch meet again (%s)", percent(x.PairsAgain), percent(x.PairsAgainShuffle))
+		}
+		fmt.Fprintf(w, "  order    %.1f distinct chunks per batch of %d (a shuffle: %.1f), %.1f (%.1f) in the first 1%%; chunk span %.2f (%.2f)%s\n",
+			x.DistinctChunksPerBatch, x.Batch, x.DistinctChunksPerBatchShuffle, x.DistinctFirst, x.DistinctFirstShuffle,
+			x.ChunkSpan, x.ChunkSpanShuffle, again)
+	}
 	fmt.Fprintf(w, "  network  %s remote requests, %s files pushed ahead, %s prefetch hits; %s files (%s) from other ranks, %s sent\n",
 		comma(s.RemoteRequests), comma(s.PrefetchPushes), comma(s.PrefetchHits), comma(s.RemoteFiles), ibytes(s.RemoteBytes), ibytes(s.NetworkBytes))
 	if s.Verified {
