@@ -27,6 +27,7 @@ mean over the seeds.
 """
 
 import argparse
+import functools
 import itertools
 import json
 import os
@@ -114,6 +115,19 @@ def within(policy, baseline):
     return not why, "; ".join(why)
 
 
+@functools.lru_cache(maxsize=None)
+def chance(n, n_base, epochs, trials=10000):
+    """How often two systems whose accuracies after each epoch come from the
+    same normal distribution meet the bound in every epoch, with n and
+    n_base seeds: what the bound can tell with this many seeds."""
+    import random
+
+    rng, passed = random.Random(1), 0
+    for _ in range(trials):
+        passed += all(within([rng.gauss(0, 1) for _ in range(n)], [rng.gauss(0, 1) for _ in range(n_base)])[0] for _ in range(epochs))
+    return passed / trials
+
+
 def settings(records):
     """The (K, mem) settings the policies' records cover, in order."""
     return sorted({(r["chunk_files"], r["mem"]) for r in records if r["system"] != "baseline"}, key=lambda s: (s[0], float(s[1].rstrip("%"))))
@@ -139,6 +153,7 @@ def report(records, systems, a):
                 print("| %s | %d | %s |" % (system, len(rs), " | ".join(cells)))
         base = runs(records, "baseline", setting)
         print()
+        odds = set()
         for policy in (s for s in systems if s in POLICIES):
             rs = runs(records, policy, setting)
             if not rs or len(base) < 2:
@@ -150,6 +165,10 @@ def report(records, systems, a):
                     misses.append("epoch %d: %s" % (e + 1, why))
             ok = ok and (policy != "window" or not misses)
             print("%s against the baseline: %s" % (policy, "within the bound after every epoch" if not misses else "; ".join(misses)))
+            odds.add((len(rs), len(base)))
+        for n, n_base in sorted(odds):
+            print("(with %d and %d seeds, a system whose accuracies come from the baseline's own distribution is within the bound after "
+                  "all %d epochs in %.0f %% of sweeps)" % (n, n_base, epochs, 100 * chance(n, n_base, epochs)))
         figures = randomness(a, setting, sorted({r["seed"] for r in records if r["system"] != "baseline"}), epochs, records)
         if figures:
             print()
