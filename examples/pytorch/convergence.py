@@ -111,7 +111,7 @@ def within(policy, baseline):
     if abs(m - bm) > MEAN_SDS * max(sd, bsd):
         why.append("mean %+.2f off, more than the larger sd %.2f" % (m - bm, max(sd, bsd)))
     if sd > SPREAD * bsd:
-        why.append("sd %.2f is %.1f× the baseline's %.2f" % (sd, sd / bsd if bsd else float("inf"), bsd))
+        why.append("sd %.2f is %.2f× the baseline's %.2f" % (sd, sd / bsd if bsd else float("inf"), bsd))
     return not why, "; ".join(why)
 
 
