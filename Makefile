@@ -60,6 +60,7 @@ fuzz: deps
 	$(GO) test -run '^$$' -fuzz FuzzSchedule -fuzztime $(FUZZTIME) ./proto/prototest
 	$(GO) test -run '^$$' -fuzz FuzzHostilePeer -fuzztime $(FUZZTIME) ./proto/prototest
 	$(GO) test -run '^$$' -fuzz FuzzAttach -fuzztime $(FUZZTIME) ./rt/shm
+	$(GO) test -run '^$$' -fuzz FuzzDecodeFrame -fuzztime $(FUZZTIME) ./rt
 
 bench: bench-proto bench-storage bench-serve
 

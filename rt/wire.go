@@ -100,8 +100,12 @@ func decodeFrame(b []byte) (proto.Message, []*file, error) {
 			return m, nil, fmt.Errorf("rt: %s from rank %d: file %d of %d bytes", m.Type, m.From, id, size)
 		}
 		at := meta[metaBytes*i:]
+		flags := binary.LittleEndian.Uint32(at[8:])
+		if flags&^flagDamaged != 0 {
+			return m, nil, fmt.Errorf("rt: %s from rank %d: file %d with unknown flags %#x", m.Type, m.From, id, flags)
+		}
 		files[i] = &file{id: id, label: int32(binary.LittleEndian.Uint32(at)), crc: binary.LittleEndian.Uint32(at[4:])}
-		if binary.LittleEndian.Uint32(at[8:])&flagDamaged != 0 {
+		if flags&flagDamaged != 0 {
 			files[i].damaged = fmt.Sprintf("file %d is damaged on the storage of rank %d, which names it in its log, and left out (--on-damage skip)", id, m.From)
 		}
 	}
