@@ -17,6 +17,7 @@ import (
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/collectives"
 	"github.com/brandrt/brandrt/proto"
+	orderfile "github.com/brandrt/brandrt/proto/order"
 	"github.com/brandrt/brandrt/rt"
 	"github.com/brandrt/brandrt/rt/job"
 )
@@ -255,15 +256,14 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 			}
 		}
 		if name != "" {
-			order = new(bytes.Buffer)
 			label := rc.Policy
 			if label == "paper" {
 				label = policyLabel(rc.Variant.String())
 			}
-			fmt.Fprintf(order, "# brandrt delivered order, policy %s, seed %d: epoch rank sn file\n", label, rc.Seed)
+			order = bytes.NewBuffer(orderfile.Header{Policy: label, Seed: rc.Seed}.Append(nil))
 			rc.Order = func(e uint32, files [][]proto.FileID) {
 				if comm.Rank() == 0 {
-					writeOrder(order, int(e), files)
+					order.Write(orderfile.Epoch{Epoch: int(e), Files: files}.Append(nil))
 				}
 			}
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/proto"
+	orderfile "github.com/brandrt/brandrt/proto/order"
 	"github.com/brandrt/brandrt/proto/sim"
 	"github.com/brandrt/brandrt/rt"
 )
@@ -181,10 +182,10 @@ func runSimulate(c *cli.Context) (err error) {
 		if err := refuseOverwrite(c, name); err != nil { // before the run, not after it
 			return err
 		}
-		order = new(bytes.Buffer)
-		fmt.Fprintf(order, "# brandrt delivered order, policy %s, seed %d: epoch rank sn file\n",
-			policyLabel(cfg.Policies[0]), cfg.Seed)
-		cfg.Order = func(_ string, e int, files [][]proto.FileID) { writeOrder(order, e, files) }
+		order = bytes.NewBuffer(orderfile.Header{Policy: policyLabel(cfg.Policies[0]), Seed: cfg.Seed}.Append(nil))
+		cfg.Order = func(_ string, e int, files [][]proto.FileID) {
+			order.Write(orderfile.Epoch{Epoch: e, Files: files}.Append(nil))
+		}
 	}
 	start := time.Now()
 	var results []sim.Result
@@ -204,16 +205,6 @@ func runSimulate(c *cli.Context) (err error) {
 		return writeOut(c, c.String("order-out"), order.Bytes())
 	}
 	return nil
-}
-
-// writeOrder appends an epoch's delivered order, rank by rank in position
-// order; a position left unanswered is written as file -1.
-func writeOrder(b *bytes.Buffer, e int, files [][]proto.FileID) {
-	for r, fs := range files {
-		for sn, f := range fs {
-			fmt.Fprintf(b, "%d %d %d %d\n", e, r, sn, f)
-		}
-	}
 }
 
 func writeJSON(w io.Writer, r sim.Result) {
