@@ -49,10 +49,11 @@ type Orders struct{ Files, Traces [][]FileID }
 // id, -1 for none), the label entropy.
 func MeasureMix(m *Mapping, batch int, labels []int32, cur, prev Orders) Mix {
 	var x Mix
-	x.DistinctChunksPerBatch, x.ChunkSpan = randomness(m, cur.Files, batch)
-	x.DistinctChunksPerBatchShuffle, x.ChunkSpanShuffle = randomness(m, cur.Traces, batch)
-	x.DistinctFirst, x.DistinctLast = edges(m, cur.Files, batch)
-	x.DistinctFirstShuffle, x.DistinctLastShuffle = edges(m, cur.Traces, batch)
+	files, traces := chunkSeqs(m, cur.Files), chunkSeqs(m, cur.Traces)
+	x.DistinctChunksPerBatch, x.ChunkSpan = randomness(m.PCs(), files, batch)
+	x.DistinctChunksPerBatchShuffle, x.ChunkSpanShuffle = randomness(m.PCs(), traces, batch)
+	x.DistinctFirst, x.DistinctLast = edges(m.PCs(), files, batch)
+	x.DistinctFirstShuffle, x.DistinctLastShuffle = edges(m.PCs(), traces, batch)
 	if prev.Files != nil {
 		x.PairsAgain = pairsAgain(m.Files(), prev.Files, cur.Files, batch)
 		x.PairsAgainShuffle = pairsAgain(m.Files(), prev.Traces, cur.Traces, batch)
@@ -64,19 +65,19 @@ func MeasureMix(m *Mapping, batch int, labels []int32, cur, prev Orders) Mix {
 	return x
 }
 
-// randomness measures, per rank, how clustered by chunk an ordered file
-// sequence is, and averages over ranks: the mean number of distinct PCs in
-// consecutive batches of batch files, and the mean over PCs of the span
-// between the first and last of its files, as a fraction of the sequence's
-// length. A uniform shuffle gives nearly batch distinct chunks and spans
-// near 1; chunk-at-a-time delivery gives few chunks and spans near 0.
-// Positions holding NoFile are skipped.
-func randomness(m *Mapping, seqs [][]FileID, batch int) (distinct, span float64) {
-	stamp := make([]int32, m.PCs())
-	first := make([]int32, m.PCs())
-	last := make([]int32, m.PCs())
+// randomness measures, per rank, how clustered by chunk an ordered
+// sequence of files is (as chunkSeqs gives it, among pcs chunks), and
+// averages over ranks: the mean number of distinct PCs in consecutive
+// batches of batch files, and the mean over PCs of the span between the
+// first and last of its files, as a fraction of the sequence's length. A
+// uniform shuffle gives nearly batch distinct chunks and spans near 1;
+// chunk-at-a-time delivery gives few chunks and spans near 0.
+func randomness(pcs int, seqs [][]int32, batch int) (distinct, span float64) {
+	stamp := make([]int32, pcs)
+	first := make([]int32, pcs)
+	last := make([]int32, pcs)
 	ranks := 0
-	for _, pcs := range chunkSeqs(m, seqs) {
+	for _, pcs := range seqs {
 		ranks++
 		distinct += batchDistinct(pcs, batch, stamp)
 		span += meanSpan(pcs, first, last)
@@ -146,13 +147,13 @@ func meanSpan(pcs []int32, first, last []int32) float64 {
 }
 
 // edges is the mean distinct PCs per batch over the first and over the
-// last 1 % of each rank's sequence (at least a batch), averaged over
+// last 1 % of each rank's sequence of PCs (chunkSeqs) (at least a batch), averaged over
 // ranks: how mixed the start of an epoch is, when memory is still filling,
 // and its end, when it drains.
-func edges(m *Mapping, seqs [][]FileID, batch int) (first, last float64) {
-	stamp := make([]int32, m.PCs())
+func edges(pcs int, seqs [][]int32, batch int) (first, last float64) {
+	stamp := make([]int32, pcs)
 	ranks := 0
-	for _, pcs := range chunkSeqs(m, seqs) {
+	for _, pcs := range seqs {
 		ranks++
 		n := min(len(pcs), max(batch, len(pcs)/100))
 		first += batchDistinct(pcs[:n], batch, stamp)

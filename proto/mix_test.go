@@ -27,11 +27,11 @@ func TestPairsAgainAndEdges(t *testing.T) {
 	for i := range sorted {
 		sorted[i] = FileID(i)
 	}
-	first, last := edges(m, [][]FileID{sorted}, batch)
+	first, last := edges(m.PCs(), chunkSeqs(m, [][]FileID{sorted}), batch)
 	if first > 7 || last > 7 { // 100 files in order span 7 chunks of 16
 		t.Fatalf("files in chunk order: %.1f and %.1f distinct chunks per batch at the edges", first, last)
 	}
-	if first, _ := edges(m, a, batch); first < 90 {
+	if first, _ := edges(m.PCs(), chunkSeqs(m, a), batch); first < 90 {
 		t.Fatalf("a shuffle: %.1f distinct chunks per batch at the start", first)
 	}
 }

@@ -263,7 +263,7 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 			order = bytes.NewBuffer(orderfile.Header{Policy: label, Seed: rc.Seed}.Append(nil))
 			rc.Order = func(e uint32, files [][]proto.FileID) {
 				if comm.Rank() == 0 {
-					order.Write(orderfile.Epoch{Epoch: int(e), Files: files}.Append(nil))
+					order.Write(orderfile.Epoch{Epoch: int(e), Files: files}.Append(order.AvailableBuffer()))
 				}
 			}
 		}

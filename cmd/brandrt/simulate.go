@@ -184,7 +184,7 @@ func runSimulate(c *cli.Context) (err error) {
 		}
 		order = bytes.NewBuffer(orderfile.Header{Policy: policyLabel(cfg.Policies[0]), Seed: cfg.Seed}.Append(nil))
 		cfg.Order = func(_ string, e int, files [][]proto.FileID) {
-			order.Write(orderfile.Epoch{Epoch: e, Files: files}.Append(nil))
+			order.Write(orderfile.Epoch{Epoch: e, Files: files}.Append(order.AvailableBuffer()))
 		}
 	}
 	start := time.Now()
