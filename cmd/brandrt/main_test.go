@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -242,5 +243,20 @@ func TestInfo(t *testing.T) {
 	}
 	if env, err := launch.FromEnv(); err != nil || env.Node == "" || !strings.Contains(out, "node      "+env.Node+"\n") {
 		t.Fatalf("no line for node %q (%v):\n%s", env.Node, err, out)
+	}
+}
+
+// TestBinaryLinksNoTesting asks the go tool for the binary's packages:
+// none is the testing package (brought in by test helpers, which would
+// also add their flags to the binary's).
+func TestBinaryLinksNoTesting(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if p == "testing" || strings.HasPrefix(p, "testing/") || strings.HasSuffix(p, "/scripttest") || strings.HasSuffix(p, "/testkit") {
+			t.Errorf("brandrt links %s", p)
+		}
 	}
 }

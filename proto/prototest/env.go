@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/brandrt/brandrt/internal/script"
 	"github.com/brandrt/brandrt/proto"
 )
 
@@ -40,7 +41,7 @@ type Env struct {
 }
 
 // Handle runs one command and returns its output.
-func (e *Env) Handle(cmd *Cmd) (out string) {
+func (e *Env) Handle(cmd *script.Cmd) (out string) {
 	e.out.Reset()
 	defer func() {
 		switch p := recover().(type) {
@@ -70,7 +71,7 @@ var knownArgs = map[string]string{
 	"state": "rank", "stats": "rank",
 }
 
-func checkArgs(cmd *Cmd) error {
+func checkArgs(cmd *script.Cmd) error {
 	known := strings.Fields(knownArgs[cmd.Name])
 	for _, k := range cmd.Order {
 		if !slices.Contains(known, k) {
@@ -82,7 +83,7 @@ func checkArgs(cmd *Cmd) error {
 
 func (e *Env) line(s string) { e.out.WriteString(s + "\n") }
 
-func (e *Env) handle(cmd *Cmd) error {
+func (e *Env) handle(cmd *script.Cmd) error {
 	if cmd.Name != "init" && e.C == nil {
 		return fmt.Errorf("%s before init", cmd.Name)
 	}
@@ -126,7 +127,7 @@ func (e *Env) report(err error) error {
 	return err
 }
 
-func (e *Env) init(cmd *Cmd) error {
+func (e *Env) init(cmd *script.Cmd) error {
 	files, err := ints(cmd.Args["files"])
 	if err != nil {
 		return fmt.Errorf("files: %w", err)
@@ -184,7 +185,7 @@ func randomSizes(files []int, seed uint64) [][]int64 {
 	return s
 }
 
-func (e *Env) epoch(cmd *Cmd) error {
+func (e *Env) epoch(cmd *script.Cmd) error {
 	ep := uint32(argInt(cmd, "e", int(e.C.Epoch)+1))
 	traces := GenTraces(e.C.Mapping, uint64(argInt(cmd, "trace-seed", 1)), ep)
 	if cmd.Input != "" {
@@ -225,7 +226,7 @@ func parseTraces(input string, ranks int) ([][]proto.FileID, error) {
 	return traces, nil
 }
 
-func (e *Env) request(cmd *Cmd) error {
+func (e *Env) request(cmd *script.Cmd) error {
 	sns, err := ints(cmd.Args["sn"])
 	if err != nil {
 		return fmt.Errorf("sn: %w", err)
@@ -238,7 +239,7 @@ func (e *Env) request(cmd *Cmd) error {
 	return nil
 }
 
-func (e *Env) deliver(cmd *Cmd) error {
+func (e *Env) deliver(cmd *script.Cmd) error {
 	n := argInt(cmd, "n", -1)
 	// Only messages in flight when the command starts; new ones go after.
 	for i, old := 0, len(e.C.Net); i < old && n != 0; {
@@ -257,7 +258,7 @@ func (e *Env) deliver(cmd *Cmd) error {
 	return nil
 }
 
-func (e *Env) complete(cmd *Cmd) error {
+func (e *Env) complete(cmd *script.Cmd) error {
 	n := argInt(cmd, "n", -1)
 	for r := range e.C.Reads {
 		if !matches(cmd, "rank", r) {
@@ -290,7 +291,7 @@ func (e *Env) net() {
 	}
 }
 
-func (e *Env) eachRank(cmd *Cmd, f func(r int)) {
+func (e *Env) eachRank(cmd *script.Cmd, f func(r int)) {
 	for r := range e.C.Ranks {
 		if matches(cmd, "rank", r) {
 			f(r)
@@ -303,18 +304,18 @@ func statsLine(s proto.Stats) string {
 		s.Requests, s.LocalHits, s.BufferHits, s.Misses, s.ChunkReads, s.FilesLoaded, s.RemoteRequests, s.Redirects, s.Pushed, s.Stale)
 }
 
-func matches(cmd *Cmd, key string, v int) bool {
+func matches(cmd *script.Cmd, key string, v int) bool {
 	return !cmd.Has(key) || argInt(cmd, key, -1) == v
 }
 
-func arg(cmd *Cmd, key, def string) string {
+func arg(cmd *script.Cmd, key, def string) string {
 	if v, ok := cmd.Args[key]; ok {
 		return v
 	}
 	return def
 }
 
-func argInt(cmd *Cmd, key string, def int) int {
+func argInt(cmd *script.Cmd, key string, def int) int {
 	v, err := strconv.Atoi(arg(cmd, key, strconv.Itoa(def)))
 	if err != nil {
 		panic(badArg(fmt.Sprintf("%s: %s=%q is not a number", cmd.Name, key, cmd.Args[key])))
@@ -335,7 +336,7 @@ func ints(s string) ([]int, error) {
 }
 
 // int64s parses the comma-separated integers of argument key.
-func int64s(cmd *Cmd, key string) ([]int64, error) {
+func int64s(cmd *script.Cmd, key string) ([]int64, error) {
 	vs, err := ints(cmd.Args[key])
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", key, err)

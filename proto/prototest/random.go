@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strings"
 
+	"github.com/brandrt/brandrt/internal/script"
 	"github.com/brandrt/brandrt/proto"
 )
 
@@ -97,7 +98,7 @@ func (b *byteChooser) Perm(n int) []int {
 
 // do runs one command line (with optional input) and checks the cluster.
 func (s *Schedule) do(line, input string) error {
-	cmd := parseCmdLine("random", line)
+	cmd := script.ParseLine("random", line)
 	cmd.Input = input
 	out := s.env.Handle(cmd)
 	s.script.WriteString(cmd.String() + "\n")

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/brandrt/brandrt/internal/script"
 	"github.com/brandrt/brandrt/proto"
 )
 
@@ -31,7 +32,7 @@ var windowArgs = map[string]string{
 }
 
 // Handle runs one command and returns its output.
-func (w *WindowEnv) Handle(cmd *Cmd) (out string) {
+func (w *WindowEnv) Handle(cmd *script.Cmd) (out string) {
 	defer func() {
 		switch p := recover().(type) {
 		case nil:
@@ -53,7 +54,7 @@ func (w *WindowEnv) Handle(cmd *Cmd) (out string) {
 	return out
 }
 
-func (w *WindowEnv) handle(cmd *Cmd) (string, error) {
+func (w *WindowEnv) handle(cmd *script.Cmd) (string, error) {
 	if cmd.Name != "plan" && w.plan == nil {
 		return "", fmt.Errorf("%s before a plan", cmd.Name)
 	}
@@ -76,7 +77,7 @@ func (w *WindowEnv) handle(cmd *Cmd) (string, error) {
 	return "", fmt.Errorf("unknown command %q", cmd.Name)
 }
 
-func (w *WindowEnv) setup(cmd *Cmd) error {
+func (w *WindowEnv) setup(cmd *script.Cmd) error {
 	files, err := ints(cmd.Args["files"])
 	if err != nil {
 		return fmt.Errorf("files: %w", err)
@@ -102,7 +103,7 @@ func (w *WindowEnv) setup(cmd *Cmd) error {
 }
 
 // run plans w.in's epoch on the command's traces, or drawn ones.
-func (w *WindowEnv) run(cmd *Cmd) (string, error) {
+func (w *WindowEnv) run(cmd *script.Cmd) (string, error) {
 	m := w.in.Mapping
 	w.in.Traces = proto.Traces(m.Files(), m.Ranks(), w.in.Seed, w.in.Epoch)
 	if cmd.Input != "" {

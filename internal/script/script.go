@@ -1,14 +1,13 @@
-package prototest
+// Package script parses datadriven scripts: commands with arguments,
+// optional input lines, and the output each is expected to print. Tests
+// run them with scripttest.RunFile; package prototest's environments
+// interpret them.
+package script
 
 import (
-	"flag"
 	"fmt"
-	"os"
 	"strings"
-	"testing"
 )
-
-var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of datadriven test files")
 
 // Cmd is one command of a datadriven script:
 //
@@ -32,8 +31,8 @@ type Cmd struct {
 // Has reports whether the command has argument key.
 func (c *Cmd) Has(key string) bool { _, ok := c.Args[key]; return ok }
 
-// ParseScript parses the text of a datadriven file.
-func ParseScript(name, text string) ([]*Cmd, error) {
+// Parse parses the text of a datadriven file.
+func Parse(name, text string) ([]*Cmd, error) {
 	var cmds []*Cmd
 	var comments []string
 	lines := strings.Split(text, "\n")
@@ -45,7 +44,7 @@ func ParseScript(name, text string) ([]*Cmd, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		cmd := parseCmdLine(fmt.Sprintf("%s:%d", name, i+1), line)
+		cmd := ParseLine(fmt.Sprintf("%s:%d", name, i+1), line)
 		cmd.Comments, comments = comments, nil
 		var in []string
 		for i++; i < len(lines) && lines[i] != "----"; i++ {
@@ -64,7 +63,8 @@ func ParseScript(name, text string) ([]*Cmd, error) {
 	return cmds, nil
 }
 
-func parseCmdLine(pos, line string) *Cmd {
+// ParseLine parses one command line; pos names where it comes from.
+func ParseLine(pos, line string) *Cmd {
 	fields := strings.Fields(line)
 	c := &Cmd{Pos: pos, Name: fields[0], Args: map[string]string{}}
 	for _, f := range fields[1:] {
@@ -90,37 +90,8 @@ func (c *Cmd) String() string {
 	return b.String()
 }
 
-// RunFile runs the script at path through handle, comparing each command's
-// output with the expected one, or rewriting the file with -rewrite.
-func RunFile(t *testing.T, path string, handle func(*Cmd) string) {
-	t.Helper()
-	text, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds, err := ParseScript(path, string(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	for i, cmd := range cmds {
-		got := strings.TrimRight(handle(cmd), "\n")
-		if !*rewrite && got != cmd.Want {
-			t.Errorf("%s: %s\ngot:\n%s\nwant:\n%s", cmd.Pos, cmd, got, cmd.Want)
-		}
-		if i > 0 {
-			out.WriteByte('\n')
-		}
-		writeCmd(&out, cmd, got)
-	}
-	if *rewrite {
-		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func writeCmd(out *strings.Builder, cmd *Cmd, got string) {
+// Write writes cmd as a script holds it, with got as its output.
+func Write(out *strings.Builder, cmd *Cmd, got string) {
 	for _, l := range cmd.Comments {
 		fmt.Fprintln(out, l)
 	}
