@@ -17,6 +17,13 @@ type Machine interface {
 	Stats() Stats
 	// CheckTraces reports whether an epoch could start with traces.
 	CheckTraces(traces [][]FileID) error
+	// Epoch returns the epoch the rank is in, and whether it started one.
+	Epoch() (uint32, bool)
+	// CheckInvariants returns the first broken internal invariant, or
+	// nil; with the invariants tag, Step checks them itself and panics.
+	CheckInvariants() error
+	// String dumps the rank's state, for golden tests.
+	String() string
 }
 
 var (
@@ -171,8 +178,18 @@ func (w *WindowRank) CheckTraces(traces [][]FileID) error {
 	return w.input(w.epoch, traces).validate()
 }
 
-// Step applies one event.
+// Step applies one event. Bad input (an unknown position, a malformed
+// peer message) is returned as an error; with the invariants tag, a
+// broken internal invariant panics.
 func (w *WindowRank) Step(ev Event) error {
+	err := w.step(ev)
+	if invariantsEnabled {
+		w.checkInvariants()
+	}
+	return err
+}
+
+func (w *WindowRank) step(ev Event) error {
 	switch e := ev.(type) {
 	case EpochStart:
 		return w.startEpoch(e)

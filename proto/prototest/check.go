@@ -12,6 +12,15 @@ func (c *Cluster) record(b *book, r int, d proto.Delivery) {
 	if c.out != nil {
 		c.printf("rank %d: deliver %v", r, d)
 	}
+	if d.Sn < 0 || int(d.Sn) >= len(b.asked[r]) || !b.asked[r][d.Sn] {
+		c.violate("rank %d: sn %d answered, which its client did not ask for in epoch %d", r, d.Sn, b.epoch)
+		return
+	}
+	if b.answered[r][d.Sn] {
+		c.violate("rank %d: sn %d answered twice in epoch %d", r, d.Sn, b.epoch)
+		return
+	}
+	b.answered[r][d.Sn] = true
 	b.outstanding[r]--
 	if d.Status != proto.StatusOK {
 		return
@@ -25,7 +34,11 @@ func (c *Cluster) record(b *book, r int, d proto.Delivery) {
 	if !b.loaded[d.File] {
 		c.violate("file %d delivered to rank %d but never loaded in epoch %d", d.File, r, b.epoch)
 	}
-	if c.Mapping.GlobalSlot(b.traces[r][d.Sn]) != c.Mapping.GlobalSlot(d.File) {
+	if w, ok := c.Ranks[r].(*proto.WindowRank); ok {
+		if want := w.Plan().Files[r][d.Sn]; d.File != want {
+			c.violate("rank %d: sn %d got file %d, planned %d", r, d.Sn, d.File, want)
+		}
+	} else if c.Mapping.GlobalSlot(b.traces[r][d.Sn]) != c.Mapping.GlobalSlot(d.File) {
 		c.violate("rank %d: sn %d got file %d, which does not share file %d's slot", r, d.Sn, d.File, b.traces[r][d.Sn])
 	}
 	b.byFile[d.File] = int32(r) + 1
@@ -73,7 +86,7 @@ func (c *Cluster) CheckComplete() error {
 	var errs []error
 	for r, d := range c.Delivered {
 		for sn, f := range d {
-			if f == proto.NoFile {
+			if f == proto.NoFile && (c.Start == nil || int32(sn) >= c.Start[r]) {
 				errs = append(errs, fmt.Errorf("rank %d: sn %d never delivered", r, sn))
 			}
 		}

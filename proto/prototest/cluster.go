@@ -31,15 +31,40 @@ type Options struct {
 	// Light skips the per-step O(memory) consistency check of every rank;
 	// the O(1) cluster checks still run. For large simulations.
 	Light bool
+
+	// Policy is the ranks' policy: "" or "paper", proto.Rank (Window and
+	// Variant as above); or "window", proto.WindowRank, which fetches
+	// the files of other ranks planned for its next Window positions
+	// within RemoteMemBytes, on plans shaped by Lead and Ramp.
+	Policy     string
+	Lead, Ramp int
+	// Traces, with the window policy, gives any epoch's traces: a rank
+	// resumed past epoch 1 plans the epochs before again from them, and
+	// with Epochs (the job's last), ranks read the next epoch's first
+	// chunks while one drains (proto.WindowConfig).
+	Traces func(epoch uint32) [][]proto.FileID
+	Epochs uint32
 }
+
+// Policies a cluster runs (Options.Policy).
+const (
+	Paper  = "paper"
+	Window = "window"
+)
 
 // Cluster is N ranks, the network between them and their storage.
 type Cluster struct {
 	Opts    Options
 	Mapping *proto.Mapping
-	Ranks   []*proto.Rank
+	Ranks   []proto.Machine
 	Traces  [][]proto.FileID
 	Epoch   uint32
+	// Start holds where each rank's clients resume the current epoch (nil:
+	// at its start); positions before it count as delivered before.
+	Start []int32
+	// resumed holds the files delivered before the current epoch was
+	// resumed on the traces of the rest (nil: not resumed so).
+	resumed []bool
 
 	// Net holds messages in flight in the order they were sent.
 	Net []proto.Message
@@ -53,9 +78,18 @@ type Cluster struct {
 	// requested and not answered.
 	Outstanding []int
 
+	// Issued counts the reads issued, per epoch and PC.
+	Issued map[[2]int]int
+
 	// cur and prev record the current and the previous epoch: a rank that
 	// has not joined the current epoch yet still works in the previous one.
-	cur, prev  *book
+	cur, prev *book
+	// early holds, per epoch, the files read ahead for it before its book
+	// opened (the window policy's overlap).
+	early map[uint32][]proto.FileID
+	// doneBefore holds, per rank not yet in the current epoch, the ranks
+	// whose clients said they were done in it.
+	doneBefore map[int][]int
 	violations []string
 	out        func(string)
 	msgBuf     []byte
@@ -75,16 +109,30 @@ func New(opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Opts: opts, Mapping: m, Ranks: make([]*proto.Rank, n), Reads: make([][]proto.Read, n)}
+	c := &Cluster{Opts: opts, Mapping: m, Ranks: make([]proto.Machine, n), Reads: make([][]proto.Read, n),
+		Issued: map[[2]int]int{}, early: map[uint32][]proto.FileID{}}
 	var errs []error
 	for r := range c.Ranks {
-		cfg := proto.DefaultConfig()
-		cfg.Rank, cfg.Mapping, cfg.Sizes = r, m, opts.Sizes[r]
-		cfg.Variant, cfg.Window, cfg.Seed, cfg.RemoteMemBytes = opts.Variant, opts.Window, opts.Seed, opts.RemoteMemBytes
-		c.Ranks[r], err = proto.NewRank(cfg)
+		c.Ranks[r], err = newMachine(opts, m, r)
 		errs = append(errs, err)
 	}
 	return c, errors.Join(errs...)
+}
+
+// newMachine builds rank r of opts' policy.
+func newMachine(opts Options, m *proto.Mapping, r int) (proto.Machine, error) {
+	switch opts.Policy {
+	case "", Paper:
+		cfg := proto.DefaultConfig()
+		cfg.Rank, cfg.Mapping, cfg.Sizes = r, m, opts.Sizes[r]
+		cfg.Variant, cfg.Window, cfg.Seed, cfg.RemoteMemBytes = opts.Variant, opts.Window, opts.Seed, opts.RemoteMemBytes
+		return proto.NewRank(cfg)
+	case Window:
+		return proto.NewWindowRank(proto.WindowConfig{Rank: r, Mapping: m, Sizes: opts.Sizes, Seed: opts.Seed,
+			Lead: opts.Lead, Ramp: opts.Ramp, Window: opts.Window, RemoteMemBytes: opts.RemoteMemBytes,
+			Traces: opts.Traces, Epochs: opts.Epochs})
+	}
+	return nil, fmt.Errorf("prototest: unknown policy %q", opts.Policy)
 }
 
 // Mapping builds the mapping of opts' dataset: K, and per rank (one per
@@ -158,15 +206,27 @@ func (c *Cluster) apply(r int, rd proto.Ready) error {
 		c.printf("rank %d: loaded %v", r, rd.Loaded)
 	}
 	b := c.bookOf(r)
-	if b == nil && len(rd.Loaded)+len(rd.Deliveries) > 0 {
-		c.violate("rank %d loads or delivers outside the epochs on record", r)
+	if b == nil && len(rd.Loaded)+len(rd.Deliveries)+len(rd.Early)+len(rd.Forget) > 0 {
+		c.violate("rank %d loads, delivers or forgets outside the epochs on record", r)
 		return nil
 	}
 	for _, f := range rd.Loaded {
-		if b.loaded[f] {
-			c.violate("file %d loaded twice in epoch %d (rank %d)", f, b.epoch, r)
+		c.load(b, r, f)
+	}
+	if len(rd.Early) > 0 {
+		if c.out != nil {
+			c.printf("rank %d: loaded %v for epoch %d", r, rd.Early, b.epoch+1)
 		}
-		b.loaded[f] = true
+		if c.cur != nil && c.cur.epoch == b.epoch+1 {
+			for _, f := range rd.Early {
+				c.load(c.cur, r, f)
+			}
+		} else {
+			c.early[b.epoch+1] = append(c.early[b.epoch+1], rd.Early...)
+		}
+	}
+	if len(rd.Forget) > 0 && c.out != nil {
+		c.printf("rank %d: forget %v", r, rd.Forget)
 	}
 	for _, d := range rd.Deliveries {
 		c.record(b, r, d)
@@ -185,11 +245,24 @@ func (c *Cluster) apply(r int, rd proto.Ready) error {
 	}
 	for _, read := range rd.Reads {
 		if c.out != nil {
-			c.printf("rank %d: read pc %d (vc %d)", r, read.PC, read.VC)
+			if read.VC < 0 { // the window policy reads chunks, with no VC
+				c.printf("rank %d: read pc %d for epoch %d", r, read.PC, read.Epoch)
+			} else {
+				c.printf("rank %d: read pc %d (vc %d)", r, read.PC, read.VC)
+			}
 		}
+		c.Issued[[2]int{int(read.Epoch), read.PC}]++
 		c.Reads[r] = append(c.Reads[r], read)
 	}
 	return nil
+}
+
+// load notes that file f, of rank r, entered memory for epoch b.
+func (c *Cluster) load(b *book, r int, f proto.FileID) {
+	if b.loaded[f] {
+		c.violate("file %d loaded twice in epoch %d (rank %d)", f, b.epoch, r)
+	}
+	b.loaded[f] = true
 }
 
 func (c *Cluster) roundTrip(msg proto.Message) (proto.Message, error) {

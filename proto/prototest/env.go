@@ -1,6 +1,7 @@
 package prototest
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -15,12 +16,22 @@ import (
 //
 //	init files=12,12 k=4 [mem=0.25] [mem-bytes=4,4] [remote=16] [window=4]
 //	     [variant=full] [seed=1] [size=1 | size-seed=5] [codec]
-//	                                size-seed draws sizes of 1-8 bytes
+//	     [policy=paper|window] [lead=0] [ramp=0] [epochs=0]
+//	                                size-seed draws sizes of 1-8 bytes;
+//	                                the window policy reads ahead into
+//	                                the next epoch up to epochs, on the
+//	                                traces epoch draws by default
 //	epoch [e=1] [trace-seed=7] [ranks=0,1]
 //	                                traces drawn at random, or given as
 //	                                input lines "rank: file file …";
 //	                                only the listed ranks start now
+//	epoch e=2 start=3,0             every rank resumes epoch 2 (the window
+//	                                policy), rank 0's clients at position 3
 //	join rank=1                     rank 1 starts the current epoch
+//	done rank=0                     rank 0's clients ask for nothing more
+//	                                this epoch (ClientsDone; PeerDone to
+//	                                the others)
+//	plan [rank=0]                   the window plan's files and reads
 //	request rank=0 sn=3[,4,…]       client requests
 //	deliver [from=1] [to=0] [type=push] [idx=2] [n=1]
 //	                                deliver messages in flight, oldest first
@@ -65,8 +76,8 @@ func (e *Env) Handle(cmd *script.Cmd) (out string) {
 type badArg string
 
 var knownArgs = map[string]string{
-	"init":  "files k mem mem-bytes remote window variant seed size size-seed codec",
-	"epoch": "e trace-seed ranks", "join": "rank",
+	"init":  "files k mem mem-bytes remote window variant seed size size-seed codec policy lead ramp epochs",
+	"epoch": "e trace-seed ranks start", "join": "rank", "done": "rank", "plan": "rank",
 	"request": "rank sn", "deliver": "from to type idx n", "complete": "rank pc n fail",
 	"state": "rank", "stats": "rank",
 }
@@ -94,6 +105,10 @@ func (e *Env) handle(cmd *script.Cmd) error {
 		return e.epoch(cmd)
 	case "join":
 		return e.C.JoinEpoch(argInt(cmd, "rank", 0))
+	case "done":
+		return e.C.Done(argInt(cmd, "rank", 0))
+	case "plan":
+		return e.plan(cmd)
 	case "request":
 		return e.request(cmd)
 	case "deliver":
@@ -134,7 +149,12 @@ func (e *Env) init(cmd *script.Cmd) error {
 	}
 	opts := Options{Files: files, K: argInt(cmd, "k", 4), Window: argInt(cmd, "window", 4),
 		RemoteMemBytes: int64(argInt(cmd, "remote", 1<<20)), Seed: uint64(argInt(cmd, "seed", 1)),
-		Codec: cmd.Has("codec")}
+		Codec: cmd.Has("codec"), Policy: arg(cmd, "policy", Paper), Lead: argInt(cmd, "lead", 0),
+		Ramp: argInt(cmd, "ramp", 0), Epochs: uint32(argInt(cmd, "epochs", 0))}
+	if opts.Policy == Window {
+		// the traces the epoch command draws by default
+		opts.Traces = func(ep uint32) [][]proto.FileID { return GenTraces(e.C.Mapping, 1, ep) }
+	}
 	if opts.MemFraction, err = strconv.ParseFloat(arg(cmd, "mem", "0.25"), 64); err != nil {
 		return fmt.Errorf("mem: %w", err)
 	}
@@ -159,8 +179,38 @@ func (e *Env) init(cmd *script.Cmd) error {
 	for r := range files {
 		firstVC, vcs := m.RankVCs(r)
 		firstPC, pcs := m.RankPCs(r)
+		if opts.Policy == Window {
+			first, n := m.RankFiles(r)
+			e.line(fmt.Sprintf("rank %d: pcs %d-%d, files %d-%d, budget %d bytes", r, firstPC, firstPC+pcs-1,
+				first, int(first)+n-1, m.MemBytes(r)))
+			continue
+		}
 		e.line(fmt.Sprintf("rank %d: pcs %d-%d, vcs %d-%d", r, firstPC, firstPC+pcs-1, firstVC, firstVC+vcs-1))
 	}
+	return nil
+}
+
+// plan prints the window policy's plan of the current epoch for each
+// rank: the file planned for each position, and its chunk reads in order.
+func (e *Env) plan(cmd *script.Cmd) error {
+	var p *proto.WindowPlan
+	for _, m := range e.C.Ranks {
+		if w, ok := m.(*proto.WindowRank); ok && w.Plan() != nil {
+			p = w.Plan()
+			break
+		}
+	}
+	if p == nil {
+		return errors.New("plan: no window rank has a plan")
+	}
+	e.eachRank(cmd, func(r int) {
+		e.line(fmt.Sprintf("rank %d files: %v", r, p.Files[r]))
+		pcs := make([]int, len(p.Reads[r]))
+		for i, rd := range p.Reads[r] {
+			pcs[i] = rd.PC
+		}
+		e.line(fmt.Sprintf("rank %d reads pcs: %v", r, pcs))
+	})
 	return nil
 }
 
@@ -203,6 +253,17 @@ func (e *Env) epoch(cmd *script.Cmd) error {
 		if which, err = ints(cmd.Args["ranks"]); err != nil {
 			return fmt.Errorf("ranks: %w", err)
 		}
+	}
+	if cmd.Has("start") {
+		start, err := ints(cmd.Args["start"])
+		if err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+		sns := make([]int32, len(start))
+		for r, sn := range start {
+			sns[r] = int32(sn)
+		}
+		return e.C.ResumeEpoch(ep, traces, sns, nil)
 	}
 	return e.C.StartEpoch(ep, traces, which)
 }

@@ -19,16 +19,20 @@ type book struct {
 	epoch       uint32
 	traces      [][]proto.FileID
 	delivered   [][]proto.FileID
+	asked       [][]bool // per rank and position: asked
+	answered    [][]bool // per rank and position: answered, with a file or a failure
 	outstanding []int
 	byFile      []int32 // per file: 1 + the rank it was delivered to, 0 if none
 	loaded      []bool  // per file: entered memory in this epoch
 }
 
 func newBook(e uint32, traces [][]proto.FileID, files int) *book {
-	b := &book{epoch: e, traces: traces, delivered: make([][]proto.FileID, len(traces)),
-		outstanding: make([]int, len(traces)), byFile: make([]int32, files), loaded: make([]bool, files)}
+	b := &book{epoch: e, traces: traces, delivered: make([][]proto.FileID, len(traces)), asked: make([][]bool, len(traces)),
+		answered: make([][]bool, len(traces)), outstanding: make([]int, len(traces)), byFile: make([]int32, files),
+		loaded: make([]bool, files)}
 	for r, t := range traces {
 		b.delivered[r] = slices.Repeat([]proto.FileID{proto.NoFile}, len(t))
+		b.asked[r], b.answered[r] = make([]bool, len(t)), make([]bool, len(t))
 	}
 	return b
 }
@@ -49,9 +53,7 @@ func (c *Cluster) bookOf(r int) *book {
 // the epoch after. Reads and messages still in flight stay; their
 // receivers drop them as stale.
 func (c *Cluster) StartEpoch(e uint32, traces [][]proto.FileID, which []int) error {
-	c.Epoch, c.Traces = e, traces
-	c.prev, c.cur = c.cur, newBook(e, traces, c.Mapping.Files())
-	c.Delivered, c.Outstanding = c.cur.delivered, c.cur.outstanding
+	c.open(e, traces, nil, nil)
 	var errs []error
 	for r := range c.Ranks {
 		if which == nil || slices.Contains(which, r) {
@@ -61,22 +63,92 @@ func (c *Cluster) StartEpoch(e uint32, traces [][]proto.FileID, which []int) err
 	return errors.Join(errs...)
 }
 
-// JoinEpoch starts the current epoch on rank r.
+// ResumeEpoch begins epoch e on every rank, resumed as a restarted job
+// resumes it (the window policy): at positions start of traces, the
+// positions before each counting as delivered before (their planned
+// files); or on traces of the files left after those delivered.
+func (c *Cluster) ResumeEpoch(e uint32, traces [][]proto.FileID, start []int32, delivered []bool) error {
+	c.open(e, traces, start, delivered)
+	var errs []error
+	for r := range c.Ranks {
+		errs = append(errs, c.JoinEpoch(r))
+	}
+	if err := errors.Join(errs...); err != nil || start == nil {
+		return err
+	}
+	w, ok := c.Ranks[0].(*proto.WindowRank)
+	if !ok {
+		return errors.New("prototest: only the window policy resumes mid-epoch")
+	}
+	for r, n := range start {
+		for sn, f := range w.Plan().Files[r][:n] {
+			c.cur.delivered[r][sn], c.cur.byFile[f] = f, int32(r)+1
+		}
+	}
+	return nil
+}
+
+// open opens the book of epoch e.
+func (c *Cluster) open(e uint32, traces [][]proto.FileID, start []int32, delivered []bool) {
+	c.Epoch, c.Traces, c.Start, c.resumed = e, traces, start, delivered
+	c.prev, c.cur = c.cur, newBook(e, traces, c.Mapping.Files())
+	c.Delivered, c.Outstanding = c.cur.delivered, c.cur.outstanding
+	c.doneBefore = map[int][]int{}
+	for _, f := range c.early[e] {
+		c.cur.loaded[f] = true
+	}
+	delete(c.early, e)
+}
+
+// JoinEpoch starts the current epoch on rank r, then tells it of the
+// ranks whose clients said they were done before it joined.
 func (c *Cluster) JoinEpoch(r int) error {
-	return c.step(r, proto.EpochStart{Epoch: c.Epoch, Traces: c.Traces})
+	errs := []error{c.step(r, proto.EpochStart{Epoch: c.Epoch, Traces: c.Traces, Start: c.Start, Delivered: c.resumed})}
+	for _, h := range c.doneBefore[r] {
+		errs = append(errs, c.step(r, proto.PeerDone{Rank: h}))
+	}
+	delete(c.doneBefore, r)
+	return errors.Join(errs...)
 }
 
 // Request makes rank r's client ask for position sn of its epoch.
 func (c *Cluster) Request(r int, sn int32) error {
 	b := c.bookOf(r)
+	// noted before the step, which may answer it at once
+	mark := b != nil && sn >= 0 && int(sn) < len(b.asked[r]) && !b.asked[r][sn]
 	if b != nil {
 		b.outstanding[r]++
+	}
+	if mark {
+		b.asked[r][sn] = true
 	}
 	err := c.step(r, proto.ClientRequest{Sn: sn})
 	if err != nil && b != nil {
 		b.outstanding[r]-- // refused: nothing will answer it
+		if mark {
+			b.asked[r][sn] = false
+		}
 	}
 	return err
+}
+
+// Done tells the ranks that rank r's clients ask for nothing more in
+// this epoch, as the runtime does: ClientsDone to r, PeerDone to the
+// others, each as soon as it is in the epoch (the runtime receives
+// peers' messages only once it started the epoch).
+func (c *Cluster) Done(r int) error {
+	errs := []error{c.step(r, proto.ClientsDone{})}
+	for h := range c.Ranks {
+		if h == r {
+			continue
+		}
+		if e, started := c.Ranks[h].Epoch(); !started || e != c.Epoch {
+			c.doneBefore[h] = append(c.doneBefore[h], r)
+			continue
+		}
+		errs = append(errs, c.step(h, proto.PeerDone{Rank: r}))
+	}
+	return errors.Join(errs...)
 }
 
 // DeliverMsg hands message i of Net to its receiver.

@@ -26,6 +26,11 @@ type Schedule struct {
 	// ooo is how many of a rank's first open positions a request picks
 	// from (several workers asking out of order).
 	ooo int
+	// window runs the window policy's ranks: budgets that hold a chunk,
+	// clients that stop early say so (done), and every epoch ends with
+	// nothing in flight (the runtime waits for an epoch's reads).
+	window bool
+	done   []bool
 }
 
 // chooser makes a schedule's decisions: *rand.Rand, or fuzzer bytes.
@@ -46,11 +51,22 @@ func RunSchedule(seed uint64) error {
 	return nil
 }
 
+// RunWindowSchedule runs the schedule drawn from seed on ranks of the
+// window policy.
+func RunWindowSchedule(seed uint64) error {
+	s := &Schedule{rng: rand.New(rand.NewPCG(seed, 0x3d1a7)), window: true}
+	if err := s.run(); err != nil {
+		return fmt.Errorf("window schedule seed %d: %w\nscript:\n%s", seed, err, s.script.String())
+	}
+	return nil
+}
+
 // RunScheduleBytes runs the schedule whose every decision is read from
 // data, so that a coverage-guided fuzzer steers it; once data runs out,
-// every decision takes its first option.
-func RunScheduleBytes(data []byte) error {
-	s := &Schedule{rng: &byteChooser{data: data}}
+// every decision takes its first option. With window, its ranks run the
+// window policy.
+func RunScheduleBytes(data []byte, window bool) error {
+	s := &Schedule{rng: &byteChooser{data: data}, window: window}
 	if err := s.run(); err != nil {
 		return fmt.Errorf("schedule of %d bytes: %w\nscript:\n%s", len(data), err, s.script.String())
 	}
@@ -148,6 +164,17 @@ func (s *Schedule) initLine() string {
 	variant := proto.Variants[rng.IntN(len(proto.Variants))]
 	s.failures = rng.IntN(4) == 0
 	s.ooo = 1 + rng.IntN(16)
+	if s.window {
+		// sizes of 1-8 bytes (size-seed): a budget of 8K bytes holds any chunk
+		k := 1 + rng.IntN(maxK)
+		budgets := make([]string, n)
+		for r := range budgets {
+			budgets[r] = fmt.Sprint(8*k + rng.IntN(24*k))
+		}
+		return fmt.Sprintf("init policy=window files=%s k=%d mem-bytes=%s remote=%d window=%d lead=%d ramp=%d seed=%d size-seed=%d codec",
+			strings.Join(files, ","), k, strings.Join(budgets, ","), rng.IntN(maxRemote), rng.IntN(maxWindow),
+			rng.IntN(2*k), rng.IntN(4), rng.Uint64()%1000, rng.Uint64()%1000)
+	}
 	return fmt.Sprintf("init files=%s k=%d mem=%.2f remote=%d window=%d variant=%s seed=%d size-seed=%d codec",
 		strings.Join(files, ","), 1+rng.IntN(maxK), 0.05+rng.Float64(), rng.IntN(maxRemote),
 		rng.IntN(maxWindow), variant, rng.Uint64()%1000, rng.Uint64()%1000)
@@ -169,6 +196,7 @@ func (s *Schedule) epoch(e uint32) error {
 	}
 	s.requested = make([][]bool, len(c.Traces))
 	s.stop = make([]int, len(c.Traces))
+	s.done = make([]bool, len(c.Traces))
 	for r, t := range c.Traces {
 		s.requested[r] = make([]bool, len(t))
 		s.stop[r] = len(t)
@@ -259,12 +287,23 @@ func (s *Schedule) step(joined int) (line string, ok bool) {
 	for i := range c.Net {
 		acts = append(acts, fmt.Sprintf("deliver idx=%d n=1", i))
 	}
+	done := -1
+	for r := 0; r < joined && s.window && done < 0; r++ {
+		// a rank whose clients stopped early, with every answer in
+		if !s.done[r] && s.stop[r] < len(s.requested[r]) && s.nextRequest(r) < 0 && c.Outstanding[r] == 0 {
+			done = r
+			acts = append(acts, fmt.Sprintf("done rank=%d", r))
+		}
+	}
 	if len(acts) == 0 {
 		return "", false
 	}
 	i := s.rng.IntN(len(acts))
 	if i < len(reqs) {
 		s.requested[reqs[i].r][reqs[i].sn] = true
+	}
+	if done >= 0 && i == len(acts)-1 {
+		s.done[done] = true
 	}
 	return acts[i], true
 }
@@ -290,7 +329,7 @@ func (s *Schedule) nextRequest(r int) int {
 // for its whole trace and no read failed. Sometimes it leaves messages and
 // reads in flight for the next epoch to meet as stale.
 func (s *Schedule) finish() error {
-	if s.rng.IntN(4) == 0 {
+	if !s.window && s.rng.IntN(4) == 0 {
 		return nil
 	}
 	if err := s.do("stabilize", ""); err != nil {

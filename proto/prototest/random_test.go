@@ -19,13 +19,30 @@ func TestRandomSchedules(t *testing.T) {
 	}
 }
 
-// FuzzSchedule lets the fuzzer make every decision of a schedule.
+func TestRandomWindowSchedules(t *testing.T) {
+	n := *schedules
+	if testing.Short() {
+		n /= 10
+	}
+	for seed := uint64(0); seed < uint64(n); seed++ {
+		if err := RunWindowSchedule(seed); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// FuzzSchedule lets the fuzzer make every decision of a schedule, the
+// first byte choosing the policy.
 func FuzzSchedule(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{3, 20, 25, 17, 4, 2, 0, 1, 5, 200, 7, 9, 1, 0, 3})
 	f.Add([]byte("a longer seed steers more decisions of the schedule"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if err := RunScheduleBytes(data); err != nil {
+		window := len(data) > 0 && data[0]&1 == 1
+		if len(data) > 0 {
+			data = data[1:]
+		}
+		if err := RunScheduleBytes(data, window); err != nil {
 			t.Fatal(err)
 		}
 	})

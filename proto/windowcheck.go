@@ -1,0 +1,98 @@
+package proto
+
+import "fmt"
+
+// CheckInvariants returns the first broken internal invariant of the
+// window rank, or nil: the bytes of its own files being read or in memory
+// add up to the held total, which with the next epoch's reads ahead stays
+// within the budget; the bytes of positions fetched ahead and not yet
+// delivered add up to the buffered total, within RemoteMemBytes; a
+// position is reserved, arrived or failed only once fetched, and only
+// positions of files of other ranks are; only files not yet in have
+// waiters; and its reads follow the plan. It runs after every Step when
+// built with the invariants tag.
+func (w *WindowRank) CheckInvariants() error {
+	if !w.started {
+		return nil
+	}
+	var held int64
+	for i, s := range w.state {
+		if s == reading || s == inMemory {
+			held += w.size(w.first + FileID(i))
+		}
+	}
+	if held != w.held {
+		return fmt.Errorf("own files being read or in memory hold %d bytes, counted %d", held, w.held)
+	}
+	if x := w.early; x != nil {
+		var early int64
+		for i, s := range x.state {
+			if s == reading || s == inMemory {
+				early += w.size(w.first + FileID(i))
+			}
+		}
+		if early != x.held {
+			return fmt.Errorf("epoch %d's files read ahead hold %d bytes, counted %d", x.epoch, early, x.held)
+		}
+		held += x.held
+	}
+	if budget := w.cfg.Mapping.MemBytes(w.me); held > budget {
+		return fmt.Errorf("holds %d bytes of its own files, over its budget of %d", held, budget)
+	}
+	files := w.plan.Files[w.me]
+	var buffered int64
+	for sn, f := range files {
+		own := w.cfg.Mapping.Home(f) == w.me
+		if (w.fetched[sn] || w.reserved[sn] || w.arrived[sn] || w.failed[sn]) && own {
+			return fmt.Errorf("position %d: its own file %d was fetched", sn, f)
+		}
+		if (w.reserved[sn] || w.arrived[sn] || w.failed[sn]) && !w.fetched[sn] {
+			return fmt.Errorf("position %d (file %d) reserved, arrived or failed without being fetched", sn, f)
+		}
+		if w.reserved[sn] {
+			buffered += w.size(f)
+		}
+	}
+	if buffered != w.buffered {
+		return fmt.Errorf("positions fetched ahead hold %d bytes, counted %d", buffered, w.buffered)
+	}
+	if w.buffered > w.cfg.RemoteMemBytes {
+		return fmt.Errorf("holds %d bytes of other ranks' files, over its limit of %d", w.buffered, w.cfg.RemoteMemBytes)
+	}
+	for f, qs := range w.waiters {
+		if w.cfg.Mapping.Home(f) != w.me {
+			return fmt.Errorf("requests wait for file %d of rank %d", f, w.cfg.Mapping.Home(f))
+		}
+		if s := w.state[f-w.first]; s != notRead && s != reading && len(qs) > 0 {
+			return fmt.Errorf("%d requests wait for file %d, which is %s", len(qs), f, s)
+		}
+	}
+	if w.nextRd > len(w.plan.Reads[w.me]) {
+		return fmt.Errorf("read %d of %d planned", w.nextRd, len(w.plan.Reads[w.me]))
+	}
+	return nil
+}
+
+// checkInvariants panics when CheckInvariants finds a broken invariant.
+func (w *WindowRank) checkInvariants() {
+	if err := w.CheckInvariants(); err != nil {
+		panic(fmt.Sprintf("proto: invariant violated: rank %d: %v", w.me, err))
+	}
+}
+
+// String names a file's state, for dumps and errors.
+func (s fileState) String() string {
+	switch s {
+	case notRead:
+		return "not read"
+	case reading:
+		return "being read"
+	case inMemory:
+		return "in memory"
+	case gone:
+		return "gone"
+	case lost:
+		return "lost"
+	}
+	return fmt.Sprintf("fileState(%d)", s)
+}

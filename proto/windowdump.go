@@ -1,0 +1,90 @@
+package proto
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// Epoch returns the epoch the rank is in, and whether it started one.
+func (w *WindowRank) Epoch() (uint32, bool) { return w.epoch, w.started }
+
+// String returns a stable text dump of the rank's epoch state: its
+// budget's use, each own chunk's files (id in memory, "~id" being read,
+// "." not read, "-" gone: delivered, sent or dropped, "!id" lost to a
+// failed read), the requests waiting for a file, the positions fetched
+// from other ranks and not yet delivered, and the next epoch's reads
+// ahead. Golden tests compare it.
+func (w *WindowRank) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rank %d epoch %d held=%d buffered=%d reads=%d/%d frontier=%d ahead=%d\n", w.me, w.epoch, w.held,
+		w.buffered, w.nextRd, len(w.plan.Reads[w.me]), w.frontier, w.ahead)
+	w.dumpChunks(&b, w.state)
+	for _, f := range slices.Sorted(maps.Keys(w.waiters)) {
+		for _, q := range w.waiters[f] {
+			if q.from < 0 {
+				fmt.Fprintf(&b, "  file %d awaited by its client for sn %d\n", f, q.sn)
+			} else {
+				fmt.Fprintf(&b, "  file %d awaited by rank %d for sn %d\n", f, q.from, q.sn)
+			}
+		}
+	}
+	for sn, f := range w.plan.Files[w.me] {
+		if !w.fetched[sn] || (w.asked[sn] && !w.reserved[sn] && !w.arrived[sn] && !w.failed[sn]) {
+			continue // not fetched, or fetched and answered
+		}
+		var tags []string
+		for _, t := range []struct {
+			on   bool
+			name string
+		}{{w.asked[sn], "asked"}, {w.reserved[sn], "reserved"}, {w.arrived[sn], "arrived"}, {w.failed[sn], "failed"}} {
+			if t.on {
+				tags = append(tags, t.name)
+			}
+		}
+		if len(tags) == 0 {
+			tags = append(tags, "requested")
+		}
+		fmt.Fprintf(&b, "  sn %d: file %d of rank %d %s\n", sn, f, w.cfg.Mapping.Home(f), strings.Join(tags, ", "))
+	}
+	if w.clientsDone {
+		b.WriteString("  its clients are done\n")
+	}
+	for r, d := range w.done {
+		if d && r != w.me {
+			fmt.Fprintf(&b, "  rank %d is done\n", r)
+		}
+	}
+	if x := w.early; x != nil && x.plan != nil {
+		fmt.Fprintf(&b, "  epoch %d read ahead: held=%d reads=%d/%d\n", x.epoch, x.held, x.nextRd, len(x.plan.Reads[w.me]))
+		w.dumpChunks(&b, x.state)
+	}
+	return b.String()
+}
+
+// dumpChunks writes a line per own chunk with the state of each file.
+func (w *WindowRank) dumpChunks(b *strings.Builder, state []fileState) {
+	m := w.cfg.Mapping
+	lo, n := m.RankPCs(w.me)
+	for pc := lo; pc < lo+n; pc++ {
+		fmt.Fprintf(b, "  pc %d:", pc)
+		first, end := m.PCFiles(pc)
+		for f := first; f < end; f++ {
+			b.WriteByte(' ')
+			switch state[f-w.first] {
+			case inMemory:
+				fmt.Fprint(b, f)
+			case reading:
+				fmt.Fprintf(b, "~%d", f)
+			case notRead:
+				b.WriteByte('.')
+			case gone:
+				b.WriteByte('-')
+			case lost:
+				fmt.Fprintf(b, "!%d", f)
+			}
+		}
+		b.WriteByte('\n')
+	}
+}
