@@ -132,4 +132,28 @@
 // its chunks in plan order as its budget frees, answers each position
 // with its planned file, and fetches the files planned for its next
 // positions from their homes.
+//
+// # Files
+//
+// What both policies share: types.go (FileID, and the papers' Variant),
+// events.go (a step's inputs), message.go and codec.go (what ranks send
+// each other, the reads and deliveries asked of the caller; codec.go,
+// the bytes), mapping.go (files to PCs, VCs and ranks),
+// machine.go (Machine, and Ready, a step's effects), stats.go, trace.go
+// (seeded traces), resume.go (an epoch resumed after delivered files) and
+// mix.go (how random a delivered order is).
+//
+// The papers' policy, Rank: rank.go (its state and Step), rank_config.go,
+// rank_local.go (a request at its file's home), rank_refill.go (reading
+// a PC into a VC's empty slots), rank_redirect.go (which slot answers),
+// rank_remote.go (the requester's side of another rank's files),
+// rank_prefetch.go (the owner's pushes), rank_check.go and rank_dump.go.
+//
+// The window policy: windowplan.go (PlanWindow, the whole epoch's plan),
+// windowrank.go (WindowRank's state and Step), windowrank_epoch.go (each
+// epoch planned, or resumed), windowrank_own.go (its chunks read in plan
+// order, its files handed out), windowrank_positions.go (its clients'
+// positions, and the files fetched for them), windowrank_early.go (the
+// next epoch read during the drain), windowrank_check.go and
+// windowrank_dump.go.
 package proto

@@ -145,50 +145,14 @@ func (r *Rank) Step(ev Event) error {
 	return err
 }
 
-// Ready holds the effects of the events stepped since the last Advance.
-type Ready struct {
-	// Reads are PCs to read whole; each is answered by a ReadDone.
-	Reads []Read
-	// Loaded are the files of completed reads that entered memory; the
-	// caller keeps each one's bytes until it is delivered or sent.
-	Loaded []FileID
-	// Sends are messages for peers, in the order they must be sent.
-	Sends []Message
-	// Deliveries are files for local clients.
-	Deliveries []Delivery
-	// Dropped are peer messages held for this epoch before it started that
-	// proved malformed when it did; each was dropped.
-	Dropped []error
-	// Forget are files in memory the rank no longer keeps (the window
-	// policy's, planned for a rank that asks for nothing more): the
-	// caller frees their bytes.
-	Forget []FileID
-	// Early are the files of completed reads for the next epoch, made
-	// while this one drains (the window policy's overlap): the caller
-	// keeps them apart from this epoch's files until the next starts.
-	Early []FileID
-}
+// Ready returns the pending effects. They stay valid until Advance.
+func (r *Rank) Ready() Ready { return r.rd }
 
 // HasReady reports whether Ready has anything for the caller.
 func (r *Rank) HasReady() bool { return r.rd.pending() }
 
-// Ready returns the pending effects. They stay valid until Advance.
-func (r *Rank) Ready() Ready { return r.rd }
-
 // Advance acknowledges that rd was carried out.
 func (r *Rank) Advance(rd Ready) { r.rd.clear() }
-
-// pending reports whether rd holds anything.
-func (rd *Ready) pending() bool {
-	return len(rd.Reads)+len(rd.Loaded)+len(rd.Sends)+len(rd.Deliveries)+len(rd.Dropped)+len(rd.Forget)+len(rd.Early) > 0
-}
-
-// clear empties rd, keeping its slices' room.
-func (rd *Ready) clear() {
-	rd.Reads, rd.Loaded, rd.Sends = rd.Reads[:0], rd.Loaded[:0], rd.Sends[:0]
-	rd.Deliveries, rd.Dropped, rd.Forget = rd.Deliveries[:0], rd.Dropped[:0], rd.Forget[:0]
-	rd.Early = rd.Early[:0]
-}
 
 // Epoch returns the current epoch and whether one has started.
 func (r *Rank) Epoch() (uint32, bool) { return r.epoch, r.started }

@@ -1,0 +1,80 @@
+package proto
+
+import "fmt"
+
+// The next epoch read ahead while this one drains.
+
+// earlyEpoch is the next epoch while the current one drains: its plan,
+// and the reads of its first chunks, made within what the current
+// epoch's files leave of the budget.
+type earlyEpoch struct {
+	epoch  uint32
+	traces [][]FileID
+	plan   *WindowPlan // nil when planning it failed: nothing is read ahead
+	state  []fileState // per own file, as WindowRank.state
+	held   int64
+	nextRd int
+	stats  Stats // its reads, counted in its own epoch
+}
+
+// issueEarly, once every read of the epoch is issued, reads the next
+// epoch's chunks in its plan's order, while this epoch's files and those
+// read ahead leave the budget room.
+func (w *WindowRank) issueEarly() {
+	if w.cfg.Traces == nil || w.epoch >= w.cfg.Epochs {
+		return
+	}
+	if w.early == nil {
+		e := w.epoch + 1
+		in := w.input(e, w.cfg.Traces(e))
+		in.After = w.plan.Drains
+		w.early = &earlyEpoch{epoch: e, traces: in.Traces}
+		p, err := PlanWindow(in)
+		if err != nil {
+			return // nothing read ahead (tried once, not on every call); the epoch's start plans again and reports it
+		}
+		_, n := w.cfg.Mapping.RankFiles(w.me)
+		w.early.plan, w.early.state = p, make([]fileState, n)
+	}
+	x := w.early
+	if x.plan == nil {
+		return
+	}
+	for rds := x.plan.Reads[w.me]; x.nextRd < len(rds); x.nextRd++ {
+		pc := rds[x.nextRd].PC
+		b := w.in.ChunkBytes(pc)
+		if w.held+x.held+b > w.cfg.Mapping.MemBytes(w.me) {
+			return
+		}
+		x.held += b
+		w.stats.PeakHeld = max(w.stats.PeakHeld, w.held+x.held)
+		w.stats.PeakMem = max(w.stats.PeakMem, w.held+x.held+w.buffered)
+		w.startRead(pc, x.epoch, x.state, &x.stats)
+		x.stats.EarlyReads++
+	}
+}
+
+// earlyDone takes a read of the next epoch's, made while this one drains.
+func (w *WindowRank) earlyDone(e ReadDone) error {
+	x := w.early
+	lo, hi := w.cfg.Mapping.PCFiles(e.PC)
+	if w.cfg.Mapping.Home(lo) != w.me || x.state[lo-w.first] != reading {
+		return fmt.Errorf("proto: rank %d: read of chunk %d done for epoch %d, which it is not reading", w.me, e.PC, e.Epoch)
+	}
+	if e.Failed {
+		x.stats.FailedReads++
+	}
+	for f := lo; f < hi; f++ {
+		if e.Failed {
+			x.state[f-w.first] = lost
+			x.held -= w.size(f)
+			continue
+		}
+		x.state[f-w.first] = inMemory
+		x.stats.FilesLoaded++
+		x.stats.BytesLoaded += w.size(f)
+		w.rd.Early = append(w.rd.Early, f)
+	}
+	w.issue()
+	return nil
+}

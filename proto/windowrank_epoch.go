@@ -1,0 +1,148 @@
+package proto
+
+import (
+	"fmt"
+	"slices"
+)
+
+// A window rank's epochs: each planned at its start, from the previous
+// epoch's drains, or resumed mid-way.
+
+func (w *WindowRank) startEpoch(e EpochStart) error {
+	if w.started && e.Epoch <= w.epoch {
+		return fmt.Errorf("proto: epoch %d after epoch %d", e.Epoch, w.epoch)
+	}
+	if e.Start != nil && e.Delivered != nil {
+		return fmt.Errorf("proto: rank %d: epoch %d resumes both at start positions and after delivered files", w.me, e.Epoch)
+	}
+	if e.Start != nil && len(e.Start) != len(e.Traces) {
+		return fmt.Errorf("proto: rank %d: epoch %d starts with %d start positions for %d traces", w.me, e.Epoch, len(e.Start), len(e.Traces))
+	}
+	for r, sn := range e.Start {
+		if sn < 0 || int(sn) > len(e.Traces[r]) {
+			return fmt.Errorf("proto: rank %d: epoch %d starts at position %d of rank %d, whose trace has %d", w.me, e.Epoch, sn, r, len(e.Traces[r]))
+		}
+	}
+	x := w.early
+	if x != nil && x.plan == nil { // its planning failed: plan again, and report it
+		x = nil
+	}
+	if x != nil && (x.epoch != e.Epoch || e.Start != nil || e.Delivered != nil || !sameTraces(x.traces, e.Traces)) {
+		return fmt.Errorf("proto: rank %d: epoch %d starts (on other traces, or mid-way), but epoch %d was read ahead on its own",
+			w.me, e.Epoch, x.epoch)
+	}
+	var p *WindowPlan
+	_, n := w.cfg.Mapping.RankFiles(w.me)
+	if x != nil {
+		p = x.plan
+	} else {
+		var err error
+		if p, err = w.planEpoch(e); err != nil {
+			return err
+		}
+		x = &earlyEpoch{state: make([]fileState, n)}
+	}
+	steps := len(p.Files[w.me])
+	*w = WindowRank{cfg: w.cfg, in: w.in, me: w.me, first: w.first, rd: w.rd, epoch: e.Epoch, started: true, plan: p,
+		deferred: w.deferred, state: x.state, held: x.held, nextRd: x.nextRd, stats: x.stats, dropped: make([]bool, n),
+		done: make([]bool, w.cfg.Mapping.Ranks()), waiters: map[FileID][]waiter{},
+		asked: make([]bool, steps), fetched: make([]bool, steps), reserved: make([]bool, steps),
+		arrived: make([]bool, steps), failed: make([]bool, steps)}
+	w.stats.PeakHeld, w.stats.PeakMem = w.held, w.held
+	w.skip(e.Start)
+	for f := range e.Delivered {
+		if e.Delivered[f] && w.cfg.Mapping.Home(FileID(f)) == w.me {
+			w.dropped[FileID(f)-w.first] = true
+		}
+	}
+	w.issue()
+	held := w.deferred
+	w.deferred = nil
+	for _, m := range held {
+		if err := w.message(m); err != nil {
+			w.rd.Dropped = append(w.rd.Dropped, err)
+		}
+	}
+	return nil
+}
+
+// sameTraces reports whether a and b are the same traces.
+func sameTraces(a, b [][]FileID) bool {
+	return slices.EqualFunc(a, b, func(x, y []FileID) bool { return slices.Equal(x, y) })
+}
+
+// planEpoch plans the epoch e starts: from the previous epoch's drains,
+// or, resumed after delivered files, as RestPlan does.
+func (w *WindowRank) planEpoch(e EpochStart) (*WindowPlan, error) {
+	in := w.input(e.Epoch, e.Traces)
+	if e.Delivered == nil {
+		after, err := w.after(e.Epoch)
+		if err != nil {
+			return nil, err
+		}
+		in.After = after
+		return PlanWindow(in)
+	}
+	in.Delivered = e.Delivered
+	p, err := PlanWindow(in)
+	if err != nil || w.cfg.Traces == nil {
+		return p, err
+	}
+	// the epochs after it are planned as a job that was not interrupted
+	// plans them
+	if p.Drains, err = w.drainsOf(e.Epoch); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// after returns the drains epoch e's plan starts from: the previous
+// epoch's. A rank that did not just plan that epoch plans the epochs
+// before e again, from epoch 1, on cfg.Traces.
+func (w *WindowRank) after(e uint32) ([]Drain, error) {
+	switch {
+	case e <= 1:
+		return nil, nil
+	case w.plan != nil && w.epoch == e-1:
+		return w.plan.Drains, nil
+	}
+	return w.drainsOf(e - 1)
+}
+
+// drainsOf plans epochs 1 to e on cfg.Traces and returns epoch e's
+// drains.
+func (w *WindowRank) drainsOf(e uint32) ([]Drain, error) {
+	if w.cfg.Traces == nil {
+		return nil, fmt.Errorf("proto: rank %d: epoch %d plans from epoch %d's, whose traces it does not know", w.me, e+1, e)
+	}
+	p, err := planThrough(w.in, e, w.cfg.Traces)
+	if err != nil {
+		return nil, fmt.Errorf("proto: rank %d: planning the epochs before epoch %d again: %w", w.me, e+1, err)
+	}
+	if p == nil {
+		return nil, nil
+	}
+	return p.Drains, nil
+}
+
+// skip takes the positions before start (a resumed epoch) as delivered:
+// this rank's clients will not ask for them, and the own files planned
+// for any rank's are not kept. Chunks left with no file to keep are not
+// read (issue).
+func (w *WindowRank) skip(start []int32) {
+	if start == nil {
+		return
+	}
+	for r, n := range start {
+		for _, f := range w.plan.Files[r][:n] {
+			if w.cfg.Mapping.Home(f) == w.me {
+				w.dropped[f-w.first] = true
+			}
+		}
+	}
+	w.start = start[w.me]
+	for sn := range w.start {
+		w.asked[sn] = true
+	}
+	w.frontier, w.ahead = w.start, w.start
+}

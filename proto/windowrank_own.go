@@ -1,0 +1,185 @@
+package proto
+
+import "fmt"
+
+// A window rank's own files: read chunk by chunk in plan order within the
+// budget, and each handed, once in, to the position planned for it, of
+// this rank's clients or of another rank.
+
+// issue starts reads of the rank's next chunks, in plan order, while its
+// budget has room for them.
+func (w *WindowRank) issue() {
+	m := w.cfg.Mapping
+	for rds := w.plan.Reads[w.me]; w.nextRd < len(rds); w.nextRd++ {
+		pc := rds[w.nextRd].PC
+		lo, hi := m.PCFiles(pc)
+		if w.unwanted(lo, hi) {
+			for f := lo; f < hi; f++ {
+				w.state[f-w.first] = gone
+			}
+			continue
+		}
+		b := w.in.ChunkBytes(pc)
+		if w.held+b > m.MemBytes(w.me) {
+			return
+		}
+		w.held += b
+		w.stats.PeakHeld = max(w.stats.PeakHeld, w.held)
+		w.stats.PeakMem = max(w.stats.PeakMem, w.held+w.buffered)
+		w.startRead(pc, w.epoch, w.state, &w.stats)
+	}
+	w.issueEarly()
+}
+
+// startRead asks for chunk pc's read for epoch e: its files are being
+// read in state (the epoch's own files), and st counts the read.
+func (w *WindowRank) startRead(pc int, e uint32, state []fileState, st *Stats) {
+	lo, hi := w.cfg.Mapping.PCFiles(pc)
+	for f := lo; f < hi; f++ {
+		state[f-w.first] = reading
+	}
+	st.ChunkReads++
+	st.FilesRead += int64(hi - lo)
+	st.BytesRead += w.in.ChunkBytes(pc)
+	w.rd.Reads = append(w.rd.Reads, Read{PC: pc, VC: -1, Epoch: e})
+}
+
+// unwanted reports whether every own file in [lo, hi) was dropped: its
+// chunk need not be read.
+func (w *WindowRank) unwanted(lo, hi FileID) bool {
+	for f := lo; f < hi; f++ {
+		if !w.dropped[f-w.first] {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *WindowRank) readDone(e ReadDone) error {
+	if w.early != nil && w.early.plan != nil && e.Epoch == w.early.epoch {
+		return w.earlyDone(e)
+	}
+	if e.Epoch != w.epoch {
+		return fmt.Errorf("proto: rank %d: read of chunk %d done for epoch %d in epoch %d", w.me, e.PC, e.Epoch, w.epoch)
+	}
+	lo, hi := w.cfg.Mapping.PCFiles(e.PC)
+	if w.cfg.Mapping.Home(lo) != w.me || w.state[lo-w.first] != reading {
+		return fmt.Errorf("proto: rank %d: read of chunk %d done, which it is not reading", w.me, e.PC)
+	}
+	if e.Failed {
+		w.stats.FailedReads++
+	}
+	for f := lo; f < hi; f++ {
+		switch {
+		case w.dropped[f-w.first]:
+			w.state[f-w.first] = gone
+			w.held -= w.size(f)
+		case e.Failed:
+			w.state[f-w.first] = lost
+			w.held -= w.size(f)
+		default:
+			w.state[f-w.first] = inMemory
+			w.stats.FilesLoaded++
+			w.stats.BytesLoaded += w.size(f)
+			w.rd.Loaded = append(w.rd.Loaded, f)
+		}
+	}
+	for f := lo; f < hi; f++ {
+		qs := w.waiters[f]
+		delete(w.waiters, f)
+		for _, q := range qs {
+			w.local(f, q)
+		}
+	}
+	w.issue()
+	return nil
+}
+
+// local answers a request for own file f: at once when it is in memory,
+// once its chunk is in otherwise.
+func (w *WindowRank) local(f FileID, q waiter) {
+	switch w.state[f-w.first] {
+	case inMemory:
+		if q.from < 0 {
+			w.stats.LocalHits++
+		}
+		w.answer(f, q, FromMemory)
+	case lost:
+		w.fail(f, q)
+	case gone:
+		panic(fmt.Sprintf("proto: invariant violated: rank %d: file %d asked for twice in epoch %d", w.me, f, w.epoch))
+	default:
+		if q.from < 0 {
+			w.stats.Misses++
+		}
+		w.waiters[f] = append(w.waiters[f], q)
+	}
+}
+
+// answer hands own file f, in memory, to its asker: this rank's client,
+// or rank q.from in a reply. Either way it leaves the pool.
+func (w *WindowRank) answer(f FileID, q waiter, src Source) {
+	w.state[f-w.first] = gone
+	w.held -= w.size(f)
+	if q.from < 0 {
+		w.deliver(q.sn, f, src)
+	} else {
+		w.stats.RemoteServed++
+		w.rd.Sends = append(w.rd.Sends, Message{Type: MsgReply, From: int32(w.me), To: int32(q.from), Epoch: w.epoch,
+			Sn: q.sn, File: f, Size: w.size(f), Status: StatusOK})
+	}
+	w.issue()
+}
+
+func (w *WindowRank) fail(f FileID, q waiter) {
+	if q.from < 0 {
+		w.rd.Deliveries = append(w.rd.Deliveries, Delivery{Sn: q.sn, File: f, Status: StatusReadFailed})
+		return
+	}
+	w.rd.Sends = append(w.rd.Sends, Message{Type: MsgReply, From: int32(w.me), To: int32(q.from), Epoch: w.epoch,
+		Sn: q.sn, File: f, Status: StatusReadFailed})
+}
+
+func (w *WindowRank) deliver(sn int32, f FileID, src Source) {
+	w.stats.Delivered++
+	w.stats.BytesDelivered += w.size(f)
+	w.rd.Deliveries = append(w.rd.Deliveries, Delivery{Sn: sn, File: f, Size: w.size(f), Source: src, Status: StatusOK})
+}
+
+// drop lets go of the own files planned for rank r's positions that
+// were never answered, now that r asks for nothing more: those in memory
+// at once, the others when their chunks are in; requests r left waiting
+// are forgotten.
+func (w *WindowRank) drop(r int) {
+	for _, f := range w.plan.Files[r] {
+		if w.cfg.Mapping.Home(f) != w.me {
+			continue
+		}
+		i := f - w.first
+		delete(w.waiters, f)
+		switch w.state[i] {
+		case inMemory:
+			w.state[i] = gone
+			w.held -= w.size(f)
+			w.rd.Forget = append(w.rd.Forget, f)
+		case notRead, reading:
+			w.dropped[i] = true
+		}
+	}
+	w.issue()
+}
+
+// peerRequest answers rank m.From's request for the file planned for its
+// position m.Sn.
+func (w *WindowRank) peerRequest(m Message) error {
+	files := w.plan.Files[m.From]
+	if m.Sn < 0 || int(m.Sn) >= len(files) || files[m.Sn] != m.File || w.cfg.Mapping.Home(m.File) != w.me {
+		return fmt.Errorf("proto: rank %d: rank %d asks for file %d at its position %d, which the plan does not give it here",
+			w.me, m.From, m.File, m.Sn)
+	}
+	if w.state[m.File-w.first] == gone || len(w.waiters[m.File]) > 0 {
+		return fmt.Errorf("proto: rank %d: rank %d asks again for file %d", w.me, m.From, m.File)
+	}
+	w.local(m.File, waiter{from: int(m.From), sn: m.Sn})
+	return nil
+}
