@@ -136,10 +136,10 @@
 // # Files
 //
 // What both policies share: types.go (FileID, and the papers' Variant),
-// events.go (a step's inputs), message.go and codec.go (what ranks send
-// each other, the reads and deliveries asked of the caller; codec.go,
-// the bytes), mapping.go (files to PCs, VCs and ranks),
-// machine.go (Machine, and Ready, a step's effects), stats.go, trace.go
+// events.go (a step's inputs), message.go (what ranks send each other,
+// and the reads and deliveries asked of the caller), codec.go (a
+// message's bytes), mapping.go (files to PCs, VCs and ranks), machine.go
+// (Machine, and Ready, a step's effects), stats.go, trace.go
 // (seeded traces), resume.go (an epoch resumed after delivered files) and
 // mix.go (how random a delivered order is).
 //
