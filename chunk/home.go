@@ -60,6 +60,53 @@ func AssignDir(chunks string, m *Manifest, ranks int) ([]int, error) {
 	return lo, nil
 }
 
+// Sizes reads a packed dataset's manifest and, from its indexes,
+// the size of every file, one list per rank of a job of ranks ranks (0:
+// one per shard) with the shards split as serve splits them
+// (Assign), and its label by file id (nil when the dataset has
+// none).
+func Sizes(fsys FS, dir string, ranks int) (*Manifest, [][]int64, []int32, error) {
+	m, err := ReadManifest(fsys, dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if ranks == 0 {
+		ranks = m.Ranks
+	}
+	homes, err := AssignDir(dir, m, ranks)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	home := make([]int, m.Ranks) // the rank serving each shard
+	for r := range ranks {
+		for s := homes[r]; s < homes[r+1]; s++ {
+			home[s] = r
+		}
+	}
+	// grown as the indexes are read, not sized from the manifest's claim
+	sizes := make([][]int64, ranks)
+	var labels []int32
+	labelled := false
+	err = Each(fsys, dir, func(e Entry) error {
+		if e.ID != int64(len(labels)) || e.ID >= m.Files {
+			return fmt.Errorf("%s: file id %d where id %d of %d was due: the indexes and the manifest disagree", dir, e.ID, len(labels), m.Files)
+		}
+		if e.Rank < 0 || e.Rank >= len(home) {
+			return fmt.Errorf("%s: file id %d is in shard %d of %d", dir, e.ID, e.Rank, len(home))
+		}
+		sizes[home[e.Rank]] = append(sizes[home[e.Rank]], int64(e.Size))
+		labels, labelled = append(labels, e.Label), labelled || e.Label >= 0
+		return nil
+	})
+	if err == nil && int64(len(labels)) != m.Files {
+		err = fmt.Errorf("%s: the manifest says %d files, the indexes hold %d", dir, m.Files, len(labels))
+	}
+	if !labelled {
+		labels = nil
+	}
+	return m, sizes, labels, err
+}
+
 // Home reads the chunks of a run of consecutive shards as one shard: what
 // one rank serves. Its chunks and files are numbered from 0 over the run,
 // the shards' in order; every shard but the dataset's last holds whole

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -144,5 +145,58 @@ func TestAssignDirNodeLocal(t *testing.T) {
 	}
 	if lo, err := chunk.AssignDir("/shared/chunks", m, 2); err != nil || len(lo) != 3 {
 		t.Fatalf("2 ranks on shared storage: %v %v", lo, err)
+	}
+}
+
+// Sizes gives each file's size, by the rank that serves it for any rank
+// count, and each label, as the shards' indexes hold them.
+func TestSizes(t *testing.T) {
+	input, _ := gen(t, 300)
+	out := filepath.Join(t.TempDir(), "chunks")
+	m, err := pack(t, input, out, packOpts{k: 8, ranks: 4, workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []int64
+	var labels []int32
+	if err := chunk.Each(chunk.OS, out, func(e chunk.Entry) error {
+		want, labels = append(want, int64(e.Size)), append(labels, e.Label)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ranks := range []int{0, 1, 3, 4} {
+		got, sizes, gotLabels, err := chunk.Sizes(chunk.OS, out, ranks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := ranks
+		if n == 0 { // one per shard
+			n = m.Ranks
+		}
+		lo, err := chunk.Assign(m, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Files != m.Files || len(sizes) != len(lo)-1 {
+			t.Fatalf("%d ranks: %d files in %d lists", ranks, got.Files, len(sizes))
+		}
+		var all []int64
+		for r, s := range sizes {
+			first, end := m.Shards[lo[r]].FirstFile, m.Files
+			if lo[r+1] < len(m.Shards) {
+				end = m.Shards[lo[r+1]].FirstFile
+			}
+			if int64(len(s)) != end-first {
+				t.Fatalf("%d ranks: rank %d has %d sizes for files %d-%d", ranks, r, len(s), first, end)
+			}
+			all = append(all, s...)
+		}
+		if !slices.Equal(all, want) || (gotLabels != nil && !slices.Equal(gotLabels, labels)) {
+			t.Fatalf("%d ranks: sizes or labels differ from the indexes'", ranks)
+		}
+	}
+	if _, _, _, err := chunk.Sizes(chunk.OS, input, 1); err == nil {
+		t.Fatal("Sizes read a directory that holds no dataset")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/gob"
 	"errors"
 	"fmt"
+	"path/filepath"
 )
 
 // Listing is what a scan found: the files to pack, the class names and
@@ -13,6 +14,22 @@ type Listing struct {
 	Inputs  []Input
 	Classes []string
 	Layout  Layout
+}
+
+// Scan lists what pack packs: the files that manifest list names, under
+// input (or the list's directory when input is ""), when list is given;
+// else the files under input, laid out as layout says.
+func Scan(fsys FS, input, list string, layout Layout) (Listing, error) {
+	if list != "" {
+		root := input
+		if root == "" {
+			root = filepath.Dir(list)
+		}
+		inputs, err := ScanManifest(fsys, list, root)
+		return Listing{Inputs: inputs, Layout: "manifest"}, err
+	}
+	inputs, classes, layout, err := ScanDir(fsys, input, layout)
+	return Listing{Inputs: inputs, Classes: classes, Layout: layout}, err
 }
 
 // Broadcaster is a Group that can also send bytes from one member to all.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -16,6 +17,9 @@ import (
 )
 
 func main() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) }
+
+// MPI must be initialised and finalised on one OS thread: the main one.
+func init() { runtime.LockOSThread() }
 
 // rawArgs is the command line as run got it (serve reads the training
 // command after "--" from it).
@@ -42,7 +46,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := app.Run(args); err != nil {
 		usage := errors.As(err, new(usageError))
-		if !errors.As(err, new(reported)) && !job.Printed(err) && (!usage || firstRank()) {
+		if !job.Printed(err) && (!usage || firstRank()) {
 			fmt.Fprintln(stderr, "brandrt:", err)
 		}
 		if usage && !firstRank() {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/brandrt/brandrt/chunk"
+	"github.com/brandrt/brandrt/rt/job"
 )
 
 func packCommand() *cli.Command {
@@ -90,13 +90,15 @@ func runPack(c *cli.Context) (err error) {
 	if input == "" && list == "" {
 		return fmt.Errorf("pack needs --input DIR or --manifest FILE")
 	}
-	g, done, err := joinGroup()
+	g, done, err := job.Group()
 	if err != nil {
 		return err
 	}
-	defer finish(c.App.ErrWriter, done, &err)
+	defer job.Finish(c.App.ErrWriter, done, &err)
 	start := time.Now()
-	listing, err := chunk.Share(g, func() (chunk.Listing, error) { return scanInput(input, list, chunk.Layout(c.String("layout"))) })
+	listing, err := chunk.Share(g, func() (chunk.Listing, error) {
+		return chunk.Scan(chunk.OS, input, list, chunk.Layout(c.String("layout")))
+	})
 	if err != nil {
 		return err
 	}
@@ -145,17 +147,4 @@ func packUntilSignal(cfg chunk.PackConfig, plan *chunk.Plan, rank int) (*chunk.M
 		return nil, fmt.Errorf("pack: interrupted; removed what it wrote in %s", chunk.ForRank(cfg.Out, rank))
 	}
 	return m, err
-}
-
-func scanInput(input, list string, layout chunk.Layout) (chunk.Listing, error) {
-	if list != "" {
-		root := input
-		if root == "" {
-			root = filepath.Dir(list)
-		}
-		inputs, err := chunk.ScanManifest(chunk.OS, list, root)
-		return chunk.Listing{Inputs: inputs, Layout: "manifest"}, err
-	}
-	inputs, classes, layout, err := chunk.ScanDir(chunk.OS, input, layout)
-	return chunk.Listing{Inputs: inputs, Classes: classes, Layout: layout}, err
 }

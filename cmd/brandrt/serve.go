@@ -331,78 +331,15 @@ func reporter(c *cli.Context, rank, epochs int) (func(rt.EpochStats), func() err
 	}
 	w := c.App.Writer
 	return func(s rt.EpochStats) {
-		printEpoch(w, s, epochs)
+		of := epochs
+		if of == untilTrainingEnds {
+			of = 0
+		}
+		s.Report(w, of)
 		if js != nil && werr == nil {
 			if err := js.Encode(s); err != nil {
 				werr = fmt.Errorf("--stats-json: %w", err)
 			}
 		}
 	}, closeFn, nil
-}
-
-func printEpoch(w io.Writer, s rt.EpochStats, epochs int) {
-	of := ""
-	if epochs != untilTrainingEnds {
-		of = fmt.Sprintf("/%d", epochs)
-	}
-	fmt.Fprintf(w, "epoch %d%s: %s files, %s delivered by %d ranks in %.2fs: %s files/s, %s/s\n",
-		s.Epoch, of, comma(s.FilesDelivered), ibytes(s.BytesDelivered), s.Ranks, s.Seconds,
-		comma(int64(s.FilesPerSecond)), ibytes(int64(s.BytesPerSecond)))
-	early := ""
-	if s.EarlyReads > 0 {
-		early = fmt.Sprintf(", %s of them while the previous epoch drained", comma(s.EarlyReads))
-	}
-	fmt.Fprintf(w, "  chunks   %s read from storage, %s (%.2f× what was delivered)%s; %s loaded whole into memory (%s)\n",
-		comma(s.StorageReads), ibytes(s.BytesRead), s.ReadAmplification, early, comma(s.ChunkReads), ibytes(s.BytesLoaded))
-	if s.FilesSkipped > 0 {
-		fmt.Fprintf(w, "  damaged  %s left out: damaged on storage (--on-damage skip; each named in the log when first found)\n", plural(s.FilesSkipped, "file"))
-	}
-	fmt.Fprintf(w, "  memory   %s local hits, %s requests waited for their chunk's read; at most %s held by one rank\n",
-		comma(s.LocalHits), comma(s.Waits), ibytes(s.PeakMemBytes))
-	fmt.Fprintf(w, "  first    the epoch's first request waited %s for its file (the slowest rank)\n", seconds(s.FirstWaitSeconds))
-	if x := s.Order; x != nil {
-		again := ""
-		if x.PairsAgain != nil {
-			again = fmt.Sprintf("; %s of the pairs in a batch meet again (%s)", percent(x.PairsAgain), percent(x.PairsAgainShuffle))
-		}
-		fmt.Fprintf(w, "  order    %.1f distinct chunks per batch of %d (a shuffle: %.1f), %.1f (%.1f) in the first 1%%; chunk span %.2f (%.2f)%s\n",
-			x.DistinctChunksPerBatch, x.Batch, x.DistinctChunksPerBatchShuffle, x.DistinctFirst, x.DistinctFirstShuffle,
-			x.ChunkSpan, x.ChunkSpanShuffle, again)
-	}
-	fmt.Fprintf(w, "  network  %s remote requests, %s files pushed ahead, %s prefetch hits; %s files (%s) from other ranks, %s sent\n",
-		comma(s.RemoteRequests), comma(s.PrefetchPushes), comma(s.PrefetchHits), comma(s.RemoteFiles), ibytes(s.RemoteBytes), ibytes(s.NetworkBytes))
-	if s.Verified {
-		fmt.Fprintf(w, "  clients  waited %.2fs in all\n", s.StallSeconds)
-	}
-	if s.IdleSeconds >= 0.1 {
-		fmt.Fprintf(w, "  idle     %.2fs before the first request, using at most %.1f%% of a core on any rank\n",
-			s.IdleSeconds, 100*s.IdleCPUSeconds/s.IdleSeconds)
-	}
-	switch {
-	case s.OK() && s.FilesBefore > 0:
-		fmt.Fprintf(w, "  check    resumed: every position from the restart on answered, no file twice (%s delivered before the restart)\n",
-			comma(s.FilesBefore))
-		return
-	case s.OK() && s.FilesExpected != s.DatasetFiles:
-		fmt.Fprintf(w, "  check    every position of the clients' traces answered, no file twice (they cover %s of %s files; %s loaded and never asked for)\n",
-			comma(s.FilesExpected), comma(s.DatasetFiles), comma(s.FilesLeft))
-		return
-	case s.OK() && s.FilesSkipped > 0:
-		fmt.Fprintf(w, "  check    every file delivered exactly once but the %s left out as damaged\n", comma(s.FilesSkipped))
-		return
-	case s.OK() && s.Verified:
-		fmt.Fprintf(w, "  check    every file delivered exactly once; bytes and labels match the index\n")
-		return
-	case s.OK():
-		fmt.Fprintf(w, "  check    every file delivered exactly once (the clients check the bytes)\n")
-		return
-	}
-	if s.EndedEarly {
-		fmt.Fprintf(w, "  ended    early, by a client: %s of %s files delivered; %s loaded and never asked for\n",
-			comma(s.FilesDelivered), comma(s.FilesExpected), comma(s.FilesLeft))
-		return
-	}
-	fmt.Fprintf(w, "  CHECK FAILED: %s expected, %s delivered, %s duplicates, %s missing, %s failed, %s checksum errors, %s left in memory\n",
-		comma(s.FilesExpected), comma(s.FilesDelivered), comma(s.DuplicateDeliveries), comma(s.FilesMissing),
-		comma(s.FailedDeliveries), comma(s.ChecksumErrors), comma(s.FilesLeft))
 }

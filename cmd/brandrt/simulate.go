@@ -98,7 +98,7 @@ func simConfig(c *cli.Context) (sim.Config, error) {
 		if c.IsSet("ranks") {
 			ranks = cfg.Ranks
 		}
-		m, sizes, labels, err := datasetSizes(dir, ranks)
+		m, sizes, labels, err := chunk.Sizes(chunk.OS, dir, ranks)
 		if err != nil {
 			return cfg, err
 		}
@@ -297,60 +297,6 @@ func writePlanning(w io.Writer, rs []sim.Result) {
 }
 
 // percent prints a fraction as a percentage, "-" where there is none.
-func percent(x *float64) string {
-	if x == nil {
-		return "-"
-	}
-	return fmt.Sprintf("%.3f%%", 100**x)
-}
-
-// datasetSizes reads a packed dataset's manifest and, from its indexes,
-// the size of every file, one list per rank of a job of ranks ranks (0:
-// one per shard) with the shards split as serve splits them
-// (chunk.Assign), and its label by file id (nil when the dataset has
-// none).
-func datasetSizes(dir string, ranks int) (*chunk.Manifest, [][]int64, []int32, error) {
-	m, err := chunk.ReadManifest(chunk.OS, dir)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	if ranks == 0 {
-		ranks = m.Ranks
-	}
-	homes, err := chunk.AssignDir(dir, m, ranks)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	home := make([]int, m.Ranks) // the rank serving each shard
-	for r := range ranks {
-		for s := homes[r]; s < homes[r+1]; s++ {
-			home[s] = r
-		}
-	}
-	// grown as the indexes are read, not sized from the manifest's claim
-	sizes := make([][]int64, ranks)
-	var labels []int32
-	labelled := false
-	err = chunk.Each(chunk.OS, dir, func(e chunk.Entry) error {
-		if e.ID != int64(len(labels)) || e.ID >= m.Files {
-			return fmt.Errorf("%s: file id %d where id %d of %d was due: the indexes and the manifest disagree", dir, e.ID, len(labels), m.Files)
-		}
-		if e.Rank < 0 || e.Rank >= len(home) {
-			return fmt.Errorf("%s: file id %d is in shard %d of %d", dir, e.ID, e.Rank, len(home))
-		}
-		sizes[home[e.Rank]] = append(sizes[home[e.Rank]], int64(e.Size))
-		labels, labelled = append(labels, e.Label), labelled || e.Label >= 0
-		return nil
-	})
-	if err == nil && int64(len(labels)) != m.Files {
-		err = fmt.Errorf("%s: the manifest says %d files, the indexes hold %d", dir, m.Files, len(labels))
-	}
-	if !labelled {
-		labels = nil
-	}
-	return m, sizes, labels, err
-}
-
 // simResume reads the saved state in file name and returns where a job
 // of cfg on dataset m (its files' sizes per rank) takes up, as serve
 // --resume would.

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/dustin/go-humanize"
+
+	"github.com/brandrt/brandrt/internal/human"
 )
 
 // count is a flag value for a number of things, written plainly (1281167)
@@ -58,31 +60,13 @@ func (b *byteSize) String() string {
 	return humanize.Bytes(uint64(*b))
 }
 
-// ibytes formats n bytes in binary units.
-func ibytes(n int64) string { return humanize.IBytes(uint64(max(n, 0))) }
-
-// comma formats n with thousands separators.
-func comma(n int64) string { return humanize.Comma(n) }
-
-// seconds prints a duration in seconds in a unit that fits it: 850 µs,
-// 12 ms, 1.25 s.
-func seconds(s float64) string {
-	switch {
-	case s < 1e-3:
-		return fmt.Sprintf("%.0f µs", s*1e6)
-	case s < 1:
-		return fmt.Sprintf("%.0f ms", s*1e3)
-	}
-	return fmt.Sprintf("%.2f s", s)
-}
-
-// plural writes n with its noun, in the plural unless n is 1.
-func plural(n int64, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return comma(n) + " " + noun + "s"
-}
+// Short names for the formats of internal/human.
+var (
+	ibytes  = human.IBytes
+	comma   = human.Comma
+	seconds = human.Seconds
+	percent = human.Percent
+)
 
 // countOrShare is a flag value for a number of files (count's forms) or a
 // percentage of them (0.1%).
