@@ -81,7 +81,7 @@ type Config struct {
 	// Consume is the number of in-process consumers per rank, each reading
 	// its share of the rank's trace and verifying every file; Depth is
 	// the requests each keeps in flight. With none, other clients (shared
-	// memory) send requests to Node.Requests.
+	// memory) send their asks to Node.ClientEvents.
 	Consume, Depth int
 	// OnEpoch, when set, is called on every rank when an epoch starts,
 	// with this rank's trace length.

@@ -32,7 +32,7 @@ func (s *consumerStats) add(t consumerStats) {
 
 // startConsumers starts w consumers over positions [from, length); done
 // is closed when all have finished.
-func startConsumers(ctx context.Context, w, depth int, epoch uint32, from, length int, pause time.Duration, reqs chan<- Request) *consumers {
+func startConsumers(ctx context.Context, w, depth int, epoch uint32, from, length int, pause time.Duration, reqs chan<- ClientEvent) *consumers {
 	c := &consumers{done: make(chan struct{})}
 	for i := range w {
 		c.wg.Add(1)
@@ -52,14 +52,14 @@ func startConsumers(ctx context.Context, w, depth int, epoch uint32, from, lengt
 	return c
 }
 
-func (c *consumers) consume(ctx context.Context, epoch uint32, first, step int32, depth int, length int32, reqs chan<- Request) consumerStats {
+func (c *consumers) consume(ctx context.Context, epoch uint32, first, step int32, depth int, length int32, reqs chan<- ClientEvent) consumerStats {
 	var s consumerStats
 	reply := make(chan Delivery, depth)
 	next, inflight := first, 0
 	for {
 		for ; inflight < depth && next < length; next += step {
 			select {
-			case reqs <- Request{Epoch: epoch, Sn: next, Reply: reply}:
+			case reqs <- Ask{Epoch: epoch, Sn: next, Reply: reply}:
 				inflight++
 			case <-ctx.Done():
 				return s

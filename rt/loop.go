@@ -10,67 +10,6 @@ import (
 	"github.com/brandrt/brandrt/proto"
 )
 
-// Request asks the rank for the file at position Sn of its trace in epoch
-// Epoch; the delivery goes to Reply, which must have room for it (the
-// loop never waits on a client). A request for a later epoch waits for
-// it; one for an earlier epoch gets an error. With End set, it asks for
-// nothing but says that the clients will ask for nothing more this epoch:
-// the rank then ends it once the requests in flight are answered, even
-// if some positions were never asked for.
-//
-// Replica and Replicas, with End, say whose positions end: a training
-// process's share of the trace, the positions p with p mod Replicas ==
-// Replica (as BrandSampler splits it); Replicas 0 ends them all. Session
-// (+1 or −1, with Pid and the share) says instead that a training
-// process of that share began or went away (see sessions). Over (sent by
-// Node.TrainingOver) says that no client of this rank will ask for
-// anything again.
-type Request struct {
-	Epoch             uint32
-	Sn                int32
-	End, Over         bool
-	Replica, Replicas int32
-	Session           int
-	Pid               int
-	Reply             chan<- Delivery
-}
-
-// Delivery is a file handed to a client: the file that answers position
-// Sn (with redirection, not necessarily the one the trace names there).
-type Delivery struct {
-	Sn    int32
-	File  proto.FileID
-	Label int32
-	// Data is the file's bytes, valid until Release; CRC is the checksum
-	// the file's owner keeps for it in its index.
-	Data []byte
-	CRC  uint32
-	// Err is set when no file could be delivered (a failed chunk read).
-	Err error
-	// Damaged, when set, says that File is damaged on storage and left
-	// out of the epoch (Config.OnDamage "skip"), naming it: there are no
-	// bytes, and the position has no other answer.
-	Damaged string
-	// OnRelease, when set, is called by Release: how a delivery made
-	// outside the runtime (a test's stand-in for the loop) learns that its
-	// bytes are free again.
-	OnRelease func()
-	f         *file
-}
-
-// Release hands the delivered bytes back to the runtime.
-func (d *Delivery) Release() {
-	if d.f != nil {
-		d.f.release()
-		d.f = nil
-	}
-	if d.OnRelease != nil {
-		d.OnRelease()
-		d.OnRelease = nil
-	}
-	d.Data = nil
-}
-
 // loop is the event loop of one epoch. It alone calls into MPI and proto;
 // chunk reads run in I/O workers and clients talk to it through channels.
 type loop struct {
@@ -79,7 +18,7 @@ type loop struct {
 	comm    collectives.Comm
 	io      *ioPool
 	pool    *recvPool
-	reqs    <-chan Request
+	reqs    <-chan ClientEvent
 	waiting map[int32]chan<- Delivery
 	files   map[proto.FileID]*file
 	just    *readResult // the read whose ReadDone is being carried out
@@ -95,7 +34,7 @@ type loop struct {
 	// itself to end them (see end). endedEarly: a client ended the epoch,
 	// whole or a share. goneChecked: when checkGone last ran.
 	asked       []bool
-	endedShare  map[share]bool
+	endedShare  map[Share]bool
 	dropping    map[int32]bool
 	endedEarly  bool
 	goneChecked time.Time
@@ -250,7 +189,7 @@ func (l *loop) wait(ctx context.Context, nap time.Duration) error {
 	}
 	select {
 	case r := <-l.reqs:
-		return l.request(r)
+		return l.client(r)
 	case res := <-l.io.done:
 		return l.readDone(res)
 	case <-ctx.Done():
@@ -283,7 +222,7 @@ func (l *loop) step() (bool, error) {
 		select {
 		case r := <-l.reqs:
 			progress = true
-			if err := l.request(r); err != nil {
+			if err := l.client(r); err != nil {
 				return progress, err
 			}
 			continue
@@ -315,24 +254,47 @@ func (l *loop) step() (bool, error) {
 	return progress, nil
 }
 
-// request steps a client's request.
-func (l *loop) request(r Request) error {
-	if r.Session != 0 {
-		l.n.session(r)
+// client steps what a client said.
+func (l *loop) client(ev ClientEvent) error {
+	switch ev := ev.(type) {
+	case Session:
+		l.n.session(ev)
 		return nil
-	}
-	if r.Over {
+	case Over:
 		l.ended = true
 		return nil
+	case End:
+		return l.endEpoch(ev)
+	case Ask:
+		return l.ask(ev)
 	}
+	return fmt.Errorf("rt: rank %d: unknown client event %T", l.n.me, ev)
+}
+
+// endEpoch takes an End: held when it is for a later epoch, ignored when
+// for an epoch over or past the job's last.
+func (l *loop) endEpoch(r End) error {
+	if l.first.IsZero() {
+		l.markFirst()
+	}
+	switch {
+	case int64(r.Epoch) > int64(l.n.cfg.Epochs) || r.Epoch < l.epoch:
+		return nil
+	case r.Epoch > l.epoch:
+		l.n.held = append(l.n.held, r)
+		return nil
+	}
+	return l.end(r.Share)
+}
+
+// ask steps a client's ask for a position.
+func (l *loop) ask(r Ask) error {
 	if l.first.IsZero() {
 		l.markFirst()
 	}
 	switch {
 	case int64(r.Epoch) > int64(l.n.cfg.Epochs):
-		if !r.End {
-			r.Reply <- Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: epoch %d is past the job's last, epoch %d (brandrt serve --epochs %d)", l.n.me, r.Epoch, l.n.cfg.Epochs, l.n.cfg.Epochs)}
-		}
+		r.Reply <- Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: epoch %d is past the job's last, epoch %d (brandrt serve --epochs %d)", l.n.me, r.Epoch, l.n.cfg.Epochs, l.n.cfg.Epochs)}
 		return nil
 	case r.Epoch > l.epoch:
 		l.n.held = append(l.n.held, r)
@@ -340,8 +302,6 @@ func (l *loop) request(r Request) error {
 	case r.Epoch < l.epoch:
 		r.Reply <- Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: epoch %d is over (this is epoch %d)", l.n.me, r.Epoch, l.epoch)}
 		return nil
-	case r.End:
-		return l.end(r)
 	}
 	if _, dup := l.waiting[r.Sn]; dup {
 		r.Reply <- Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: position %d is already requested", l.n.me, r.Sn)}

@@ -38,8 +38,8 @@ type Node struct {
 	maxChunk         int64 // the bytes of the shard's largest chunk file
 	// reqs carries clients' requests to the loop; held are those for an
 	// epoch that has not started yet.
-	reqs chan Request
-	held []Request
+	reqs chan ClientEvent
+	held []ClientEvent
 	// offers carries clients' traces (Config.ClientTraces); early holds
 	// those offered for an epoch not yet begun.
 	offers chan TraceOffer
@@ -89,7 +89,7 @@ func Open(cfg Config, comm collectives.Comm) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, comm: comm, me: comm.Rank(), size: comm.Size(), dir: chunk.ForRank(cfg.Chunks, comm.Rank()),
-		reqs: make(chan Request, 1024), offers: make(chan TraceOffer, 16), early: make(map[uint32]TraceOffer),
+		reqs: make(chan ClientEvent, 1024), offers: make(chan TraceOffer, 16), early: make(map[uint32]TraceOffer),
 		starts: make(chan StartOffer, 16), over: make(chan struct{})}
 	n.peers = newPeerWatch(n)
 	err := n.agree(n.open())
@@ -127,7 +127,7 @@ func (n *Node) Close() {
 }
 
 // Requests returns where clients send their requests.
-func (n *Node) Requests() chan<- Request { return n.reqs }
+func (n *Node) ClientEvents() chan<- ClientEvent { return n.reqs }
 
 // WatchClients gives the rank a count of its clients attached now, and
 // the time the last one went away (zero while one is attached, or before
@@ -145,7 +145,7 @@ func (n *Node) WatchClients(count func() (attached int, alone time.Time)) { n.cl
 func (n *Node) TrainingOver() {
 	n.overOnce.Do(func() {
 		close(n.over)
-		go func() { n.reqs <- Request{Over: true} }() // wakes the loop
+		go func() { n.reqs <- Over{} }() // wakes the loop
 	})
 }
 

@@ -57,7 +57,7 @@ func TestTrainingOver(t *testing.T) {
 						positions := <-started
 						replies := make(chan Delivery, positions)
 						for sn := range positions {
-							n.Requests() <- Request{Epoch: uint32(e), Sn: int32(sn), Reply: replies}
+							n.ClientEvents() <- Ask{Epoch: uint32(e), Sn: int32(sn), Reply: replies}
 						}
 						for range positions {
 							d := <-replies
@@ -88,5 +88,65 @@ func TestTrainingOver(t *testing.T) {
 					two.FilesDelivered, files, two.EndedEarly, two.RanksTrainingOver, two)
 			}
 		})
+	}
+}
+
+// TestStaleEnd: an End for an epoch already over (a slow client's) is
+// ignored, and one for a later epoch waits for it: the job serves both
+// epochs whole. (The loop once answered a stale End as it answers a stale
+// Ask, on its nil reply channel, and waited there forever.)
+func TestStaleEnd(t *testing.T) {
+	const files = 200
+	dir := packed(t, files, 1, 8)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := DefaultConfig()
+	cfg.Chunks, cfg.MemFraction, cfg.Policy, cfg.Epochs = dir, 0.25, "window", 2
+	started := make(chan int, 4)
+	cfg.OnEpoch = func(_ uint32, n int) { started <- n }
+	n, err := Open(cfg, collectives.NewLocal(1)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	done := make(chan error, 1)
+	var stats []EpochStats
+	go func() {
+		var err error
+		stats, err = n.Serve(ctx)
+		done <- err
+	}()
+	for e := uint32(1); e <= 2; e++ {
+		positions := <-started
+		if e == 2 {
+			n.ClientEvents() <- End{Epoch: 1} // over already
+			n.ClientEvents() <- End{Epoch: 3} // past the job's last
+		}
+		replies := make(chan Delivery, positions)
+		for sn := range positions {
+			n.ClientEvents() <- Ask{Epoch: e, Sn: int32(sn), Reply: replies}
+		}
+		for range positions {
+			select {
+			case d := <-replies:
+				if d.Err != nil {
+					t.Fatalf("epoch %d, position %d: %v", e, d.Sn, d.Err)
+				}
+				d.Release()
+			case <-time.After(30 * time.Second):
+				t.Fatalf("epoch %d: no delivery for 30 s", e)
+			}
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve still running 30 s after the last delivery")
+	}
+	if len(stats) != 2 || !stats[0].OK() || !stats[1].OK() || stats[1].EndedEarly {
+		t.Fatalf("%d epochs: %+v", len(stats), stats)
 	}
 }

@@ -93,7 +93,7 @@ func TestLateStartsAnswered(t *testing.T) {
 				}
 				replies := make(chan Delivery, length)
 				for sn := from; sn < length; sn++ {
-					n.Requests() <- Request{Epoch: e, Sn: int32(sn), Reply: replies}
+					n.ClientEvents() <- Ask{Epoch: e, Sn: int32(sn), Reply: replies}
 				}
 				for range length - from {
 					d := <-replies

@@ -70,7 +70,7 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 // rank's clients are done, then the statistics are reduced. With res,
 // the epoch resumes there (Config.Resume), and resumed is told when it
 // starts.
-func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, reqs chan Request, res resumption, resumed StartOffer) (EpochStats, error) {
+func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, reqs chan ClientEvent, res resumption, resumed StartOffer) (EpochStats, error) {
 	files := n.m.Files()
 	var traces [][]proto.FileID
 	var own []int32
@@ -124,7 +124,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	held := n.held
 	n.held = nil
 	for _, r := range held {
-		if err := l.request(r); err != nil {
+		if err := l.client(r); err != nil {
 			return EpochStats{}, err
 		}
 	}

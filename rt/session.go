@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// A training process declares itself to its rank (a Request with
-// Session set): BrandSampler does, for the life of the process, saying
+// A training process declares itself to its rank (a Session event):
+// BrandSampler does, for the life of the process, saying
 // which share of the rank's trace it reads (positions p with p mod
 // Replicas == Replica). The rank then knows when a training process is
 // gone for good: when no process of a share is left for sessionGrace
@@ -25,24 +25,21 @@ const sessionGrace = 5 * time.Second
 // the trace): they need no finer time than the grace.
 const goneCheckEvery = 100 * time.Millisecond
 
-// share names a training process's share of the rank's trace.
-type share struct{ replica, replicas int32 }
-
 // sessions is what a rank knows of its training processes, across epochs.
 type sessions struct {
-	live map[share]int       // processes of each share attached now
-	gone map[share]time.Time // when a share's last process went
-	pid  map[share]int       // the last process seen of each share
+	live map[Share]int       // processes of each share attached now
+	gone map[Share]time.Time // when a share's last process went
+	pid  map[Share]int       // the last process seen of each share
 }
 
 // session notes a training process that began or went away.
-func (n *Node) session(r Request) {
+func (n *Node) session(r Session) {
 	s := &n.sess
 	if s.live == nil {
-		s.live, s.gone, s.pid = make(map[share]int), make(map[share]time.Time), make(map[share]int)
+		s.live, s.gone, s.pid = make(map[Share]int), make(map[Share]time.Time), make(map[Share]int)
 	}
-	k := share{r.Replica, r.Replicas}
-	s.live[k] += r.Session
+	k := r.Share
+	s.live[k] += r.Delta
 	s.pid[k] = r.Pid
 	if s.live[k] > 0 {
 		delete(s.gone, k)
@@ -94,7 +91,7 @@ func (l *loop) checkGone() error {
 		if left := l.unasked(k); left > 0 {
 			return fmt.Errorf("rt: rank %d: the training process %d (share %d of %d of the rank's trace) went away in epoch %d with %d of its positions never asked for; "+
 				"the job ends, since no other process can read them (take it up from a checkpoint with brandrt serve --resume)",
-				l.n.me, l.n.sess.pid[k], k.replica, k.replicas, l.epoch, left)
+				l.n.me, l.n.sess.pid[k], k.Replica, k.Replicas, l.epoch, left)
 		}
 	}
 	return nil
@@ -113,12 +110,12 @@ func (l *loop) unaskedAll() int {
 
 // unasked counts the positions of share k not asked for in this epoch,
 // unless its processes ended the epoch for it.
-func (l *loop) unasked(k share) int {
-	if k.replicas <= 0 || l.endedShare[k] {
+func (l *loop) unasked(k Share) int {
+	if k.Replicas <= 0 || l.endedShare[k] {
 		return 0
 	}
 	n := 0
-	for sn := int(k.replica); sn < l.traceLen; sn += int(k.replicas) {
+	for sn := int(k.Replica); sn < l.traceLen; sn += int(k.Replicas) {
 		if !l.asked[sn] {
 			n++
 		}
@@ -133,28 +130,27 @@ func (l *loop) unasked(k share) int {
 // yet asked for and drops what answers them (the window policy's plan
 // frees the memory of their files no other way), while the other shares
 // read on.
-func (l *loop) end(r Request) error {
-	if r.Replicas <= 0 {
+func (l *loop) end(k Share) error {
+	if k.Replicas <= 0 {
 		l.ended = true
 		return nil
 	}
-	k := share{r.Replica, r.Replicas}
 	if l.endedShare[k] {
 		return nil
 	}
 	if l.endedShare == nil {
-		l.endedShare, l.dropping = make(map[share]bool), make(map[int32]bool)
+		l.endedShare, l.dropping = make(map[Share]bool), make(map[int32]bool)
 	}
 	l.endedShare[k] = true
 	l.endedEarly = true
-	for sn := int(k.replica); sn < l.traceLen; sn += int(k.replicas) {
+	for sn := int(k.Replica); sn < l.traceLen; sn += int(k.Replicas) {
 		if l.asked[sn] {
 			continue
 		}
 		l.dropping[int32(sn)] = true
 		// no reply channel: the answer is dropped (deliver), and a position
 		// of the trace not yet asked for gets no error answer
-		if err := l.request(Request{Epoch: l.epoch, Sn: int32(sn)}); err != nil {
+		if err := l.ask(Ask{Epoch: l.epoch, Sn: int32(sn)}); err != nil {
 			return err
 		}
 	}

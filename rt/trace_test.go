@@ -114,7 +114,7 @@ func TestClientTraces(t *testing.T) {
 				}
 				replies := make(chan Delivery, len(want))
 				for sn := range want {
-					n.Requests() <- Request{Epoch: uint32(e), Sn: int32(sn), Reply: replies}
+					n.ClientEvents() <- Ask{Epoch: uint32(e), Sn: int32(sn), Reply: replies}
 				}
 				for range want {
 					d := <-replies

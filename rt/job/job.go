@@ -330,7 +330,7 @@ func panicForTests(rank int) {
 // ringBytes for their rings). Files read into the arena reach them
 // without a copy.
 func listen(n *rt.Node, env launch.Env, rank int, arena *shm.Arena, log io.Writer) (*shm.Server, error) {
-	o := shm.Options{Slots: 64, Data: ringBytes(n.MaxFileSize()), Requests: n.Requests(), Arena: arena,
+	o := shm.Options{Slots: 64, Data: ringBytes(n.MaxFileSize()), Events: n.ClientEvents(), Arena: arena,
 		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed, Epochs: uint32(n.Config().Epochs), MaxTrace: n.Mapping().Files()}
 	// What DataLoader workers have handed to their training processes and
 	// those still hold (a few batches, unless they keep files) may take

@@ -85,10 +85,14 @@ func TestSharedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	reqs := make(chan rt.Request, 8)
+	reqs := make(chan rt.ClientEvent, 8)
 	released := make(chan int32, 8)
 	go func() {
-		for r := range reqs {
+		for ev := range reqs {
+			r, ok := ev.(rt.Ask)
+			if !ok {
+				continue
+			}
 			data := content(r.Sn + 1)
 			b, err := a.Alloc(int64(len(data)))
 			if err != nil {
@@ -100,7 +104,7 @@ func TestSharedRecords(t *testing.T) {
 				OnRelease: func() { a.Free(b); released <- sn }}
 		}
 	}()
-	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Requests: reqs, Arena: a})
+	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Events: reqs, Arena: a})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -225,4 +225,18 @@
 //
 // ring_test.go and python/tests read testdata/layout.golden, which pins
 // these offsets on both sides.
+//
+// # Files
+//
+// The rank's side: server.go (Server: listening, epochs announced,
+// closing), attach.go (the hello and welcome of a process that
+// attaches), conn.go (an attached process, its goroutines and the
+// messages on its socket: traces, starts, verdicts), forward.go (its
+// ring's requests, taken to the loop as rt.Ask, rt.End and rt.Session),
+// deliver.go (the loop's deliveries, written into its ring or lent in
+// the arena), arena.go (the memory shared with every client), hand.go
+// (files handed on by DataLoader workers), lineage.go (which processes
+// may read), secure.go (the attach directory's and the peers' checks).
+// Both sides: ring.go (the ring layout, and a mapped ring pair) and
+// futex.go. client.go is the Go twin of the Python client, for tests.
 package shm

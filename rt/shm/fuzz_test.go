@@ -89,7 +89,7 @@ func attachSeeds() []attachSeed {
 
 // fuzzServer starts the rank the fuzzer talks to, for the whole run.
 func fuzzServer(f *testing.F) *Server {
-	reqs := make(chan rt.Request, 64)
+	reqs := make(chan rt.ClientEvent, 64)
 	traces, starts := make(chan rt.TraceOffer), make(chan rt.StartOffer)
 	go fakeLoop(reqs)
 	go func() {
@@ -106,7 +106,7 @@ func fuzzServer(f *testing.F) *Server {
 	if err != nil {
 		f.Fatal(err)
 	}
-	s, err := Listen(filepath.Join(f.TempDir(), "local-0"), 0, Options{Slots: 4, Data: 256 << 10, Requests: reqs,
+	s, err := Listen(filepath.Join(f.TempDir(), "local-0"), 0, Options{Slots: 4, Data: 256 << 10, Events: reqs,
 		Traces: traces, Starts: starts, Ranks: 1, MaxTrace: 1000, Arena: a, Log: io.Discard})
 	if err != nil {
 		f.Fatal(err)

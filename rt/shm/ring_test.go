@@ -62,8 +62,12 @@ func TestLayoutGolden(t *testing.T) {
 
 // fakeLoop answers every request with a file whose bytes derive from sn,
 // until reqs closes.
-func fakeLoop(reqs <-chan rt.Request) {
-	for r := range reqs {
+func fakeLoop(reqs <-chan rt.ClientEvent) {
+	for ev := range reqs {
+		r, ok := ev.(rt.Ask)
+		if !ok {
+			continue
+		}
 		data := content(r.Sn)
 		r.Reply <- rt.Delivery{Sn: r.Sn, File: proto.FileID(1000 + r.Sn), Label: r.Sn % 7, Data: data, CRC: chunk.Checksum(data)}
 	}
@@ -73,11 +77,11 @@ func content(sn int32) []byte {
 	return bytes.Repeat([]byte{byte(sn), byte(sn >> 8), 0xa5}, int(sn%97)*350)
 }
 
-func listen(t *testing.T, slots uint32, data uint64) (*Server, chan rt.Request) {
+func listen(t *testing.T, slots uint32, data uint64) (*Server, chan rt.ClientEvent) {
 	t.Helper()
-	reqs := make(chan rt.Request, 64)
+	reqs := make(chan rt.ClientEvent, 64)
 	go fakeLoop(reqs)
-	s, err := Listen(t.TempDir(), 0, Options{Slots: slots, Data: data, Requests: reqs})
+	s, err := Listen(t.TempDir(), 0, Options{Slots: slots, Data: data, Events: reqs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,8 +160,8 @@ func TestDeadClientIsFreed(t *testing.T) {
 // TestRankGoneIsAnError: when the rank stops, a waiting client gets an
 // error within a second instead of hanging.
 func TestRankGoneIsAnError(t *testing.T) {
-	reqs := make(chan rt.Request, 4) // nobody answers
-	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 256 << 10, Requests: reqs})
+	reqs := make(chan rt.ClientEvent, 4) // nobody answers
+	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 256 << 10, Events: reqs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +173,7 @@ func TestRankGoneIsAnError(t *testing.T) {
 	c.Request(1, 0)
 	go func() {
 		time.Sleep(100 * time.Millisecond)
-		(<-reqs).Reply <- rt.Delivery{Err: errors.New("x")}
+		(<-reqs).(rt.Ask).Reply <- rt.Delivery{Err: errors.New("x")}
 		s.Close()
 	}()
 	start := time.Now()
@@ -234,8 +238,8 @@ func TestRunawayHeadDropsTheClient(t *testing.T) {
 // TestEndEpochThenLeave: a client that ends the epoch and closes at once
 // still ends it.
 func TestEndEpochThenLeave(t *testing.T) {
-	reqs := make(chan rt.Request, 4)
-	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Requests: reqs})
+	reqs := make(chan rt.ClientEvent, 4)
+	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Events: reqs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,8 +252,8 @@ func TestEndEpochThenLeave(t *testing.T) {
 		c.push(7, 0, KindEndEpoch)
 		c.Close()
 		select {
-		case r := <-reqs:
-			if !r.End || r.Epoch != 7 {
+		case ev := <-reqs:
+			if r, ok := ev.(rt.End); !ok || r.Epoch != 7 {
 				t.Fatalf("round %d: got %+v", i, r)
 			}
 		case <-time.After(5 * time.Second):
@@ -261,8 +265,8 @@ func TestEndEpochThenLeave(t *testing.T) {
 // TestCloseLetsRingsTakeDeliveries: files the loop delivered just before
 // the rank stops still reach the client.
 func TestCloseLetsRingsTakeDeliveries(t *testing.T) {
-	reqs := make(chan rt.Request, 8)
-	s, err := Listen(t.TempDir(), 0, Options{Slots: 8, Data: 256 << 10, Requests: reqs})
+	reqs := make(chan rt.ClientEvent, 8)
+	s, err := Listen(t.TempDir(), 0, Options{Slots: 8, Data: 256 << 10, Events: reqs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +279,7 @@ func TestCloseLetsRingsTakeDeliveries(t *testing.T) {
 		c.Request(1, sn)
 	}
 	for range 8 { // the loop answers every request, then the rank stops at once
-		r := <-reqs
+		r := (<-reqs).(rt.Ask)
 		data := content(r.Sn)
 		r.Reply <- rt.Delivery{Sn: r.Sn, File: proto.FileID(1000 + r.Sn), Data: data, CRC: chunk.Checksum(data)}
 	}
@@ -346,8 +350,8 @@ func sendMessage(t *testing.T, c *Client, msg []byte, fd int) string {
 // one that takes them hands the file ids to the loop and returns its
 // verdict; a trace whose file is shorter than its count is refused.
 func TestTraceMessages(t *testing.T) {
-	reqs := make(chan rt.Request)
-	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Requests: reqs})
+	reqs := make(chan rt.ClientEvent)
+	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Events: reqs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +366,7 @@ func TestTraceMessages(t *testing.T) {
 	s.Close()
 
 	traces := make(chan rt.TraceOffer)
-	s, err = Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Requests: reqs, Traces: traces})
+	s, err = Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Events: reqs, Traces: traces})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +403,7 @@ func TestTraceMessages(t *testing.T) {
 // offered its start again, which was never answered).
 func TestRingShowsEpochAtWelcome(t *testing.T) {
 	starts := make(chan rt.StartOffer, 1)
-	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Requests: make(chan rt.Request), Starts: starts})
+	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Events: make(chan rt.ClientEvent), Starts: starts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -171,9 +171,9 @@ func TestRingResizeRefused(t *testing.T) {
 // its file is short or as large (and sparse) as the claim; so is a start
 // past any trace.
 func TestHugeTraceRefused(t *testing.T) {
-	reqs := make(chan rt.Request)
+	reqs := make(chan rt.ClientEvent)
 	traces, starts := make(chan rt.TraceOffer), make(chan rt.StartOffer)
-	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Requests: reqs, Traces: traces, Starts: starts, MaxTrace: 1000})
+	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Events: reqs, Traces: traces, Starts: starts, MaxTrace: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}

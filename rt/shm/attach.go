@@ -1,0 +1,167 @@
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/brandrt/brandrt/rt"
+)
+
+// Attaching: a process connects to the rank's socket, says hello, and
+// gets its rings and the arena (as file descriptors) in the welcome.
+
+// Hello and welcome messages of the attach protocol.
+const (
+	helloMagic   = "BRTHELLO"
+	welcomeMagic = "BRTWELCM"
+	version      = 5
+	helloBytes   = 16
+	welcomeBytes = 32
+	// A client's trace, and the rank's verdict on it.
+	traceMagic   = "BRTTRACE"
+	verdictMagic = "BRTVRDCT"
+	traceBytes   = 24
+	verdictBytes = 24
+	// A client's start, to resume a job (answered with a verdict).
+	startMagic = "BRTSTART"
+	startBytes = 36
+	// maxMessage bounds a client's message (a start carries its saved
+	// state): longer ones are cut, and then ignored.
+	maxMessage = 64 << 10
+	// SocketName is the attach socket's name in the attach directory.
+	SocketName = "attach.sock"
+	// EnvAttach names the environment variable that overrides the base
+	// directory of the attach points.
+	EnvAttach = "BRANDRT_ATTACH"
+	// EnvLocalRank names the environment variable that tells a client
+	// the local rank of the rank to attach to (brandrt serve -- COMMAND
+	// sets it for the training command).
+	EnvLocalRank = "BRANDRT_LOCAL_RANK"
+)
+
+func (s *Server) accept() {
+	defer s.wg.Done()
+	for {
+		conn, err := s.ln.AcceptUnix()
+		if err != nil {
+			return // closed
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.attach(conn); err != nil {
+				s.logf("brandrt: rank %d: %v\n", s.rank, err)
+			}
+		}()
+	}
+}
+
+// attach greets a client, hands it its rings, and serves it until it
+// goes away.
+func (s *Server) attach(conn *net.UnixConn) error {
+	defer conn.Close()
+	cred, err := peerCred(conn)
+	if err == nil {
+		err = checkPeer(cred, "a client")
+	}
+	if err != nil {
+		return fmt.Errorf("shm: refused: %w", err)
+	}
+	pid, err := readHello(conn)
+	if cred.Pid > 0 { // the kernel's word, not the client's
+		pid = uint32(cred.Pid)
+	}
+	if errors.Is(err, io.EOF) {
+		return nil // a probe (clearStale of another rank), not a client
+	}
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.next++
+	id := s.next
+	s.mu.Unlock()
+	ring, fd, err := newRing(s.opt.Slots, s.opt.Data, s.rank, id)
+	if err != nil {
+		return err
+	}
+	defer ring.Close()
+	c := &client{srv: s, id: id, pid: pid, lineage: lineage(int(pid)), conn: conn, ring: ring, replies: make(chan rt.Delivery, s.opt.Slots)}
+	// The ring holds the job, the epoch being served and whether the rank
+	// waits for a start before the client sees it: the client reads them
+	// as soon as it maps the ring (an epoch 0 read there once made a
+	// resumed job's training offer its start again). Registered first, the
+	// client misses no later StartEpoch.
+	s.mu.Lock()
+	if s.closing() { // Close has taken its list of clients to drop: this one missed it
+		s.mu.Unlock()
+		syscall.Close(fd)
+		return nil
+	}
+	s.clients[id] = c
+	ring.setResumed(s.resumed.epoch, s.resumed.from, s.resumed.rest)
+	ring.setJob(uint32(s.opt.Ranks), s.opt.Seed, s.opt.Epochs, s.opt.Job, s.resumeState())
+	ring.setEpoch(s.epoch, s.traceLen)
+	s.mu.Unlock()
+	err = sendWelcome(conn, id, s.rank, len(ring.mem), fd, s.opt.Arena)
+	syscall.Close(fd) // the client holds its own descriptor now
+	if err == nil {
+		c.serve(s.opt.Events)
+	}
+	s.mu.Lock()
+	delete(s.clients, id)
+	if len(s.clients) == 0 {
+		s.alone = time.Now()
+	}
+	s.mu.Unlock()
+	switch {
+	case err != nil && s.closing(): // Close dropped it before its welcome
+		return nil
+	case err != nil:
+		return fmt.Errorf("shm: client %d (pid %d): %w", id, pid, err)
+	}
+	s.Gone.Add(1)
+	return nil
+}
+
+func readHello(conn *net.UnixConn) (uint32, error) {
+	b := make([]byte, 64)
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := conn.Read(b)
+	conn.SetReadDeadline(time.Time{})
+	if err != nil {
+		return 0, fmt.Errorf("shm: attach: %w", err)
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	le := binary.LittleEndian
+	if n != helloBytes || string(b[:8]) != helloMagic || le.Uint32(b[8:]) != version {
+		return 0, fmt.Errorf("shm: attach: a client sent %d bytes that are not a version %d hello", n, version)
+	}
+	return le.Uint32(b[12:]), nil
+}
+
+// sendWelcome sends the welcome with the rings' descriptor, and the
+// arena's when there is one.
+func sendWelcome(conn *net.UnixConn, id, rank uint32, size, fd int, arena *Arena) error {
+	b := make([]byte, welcomeBytes)
+	le := binary.LittleEndian
+	copy(b, welcomeMagic)
+	le.PutUint32(b[8:], version)
+	le.PutUint32(b[12:], id)
+	le.PutUint32(b[16:], rank)
+	le.PutUint32(b[20:], uint32(size))
+	fds := []int{fd}
+	if arena != nil {
+		le.PutUint64(b[24:], arena.Size())
+		fds = append(fds, arena.roFD)
+	}
+	_, _, err := conn.WriteMsgUnix(b, syscall.UnixRights(fds...), nil)
+	return err
+}
