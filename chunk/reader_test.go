@@ -12,6 +12,7 @@ import (
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/chunk/chunktest"
+	"github.com/brandrt/brandrt/internal/testkit"
 )
 
 // packed returns a packed dataset of n generated files, 2 ranks, K=8.
@@ -23,14 +24,6 @@ func packed(t *testing.T, n int) (string, []chunktest.GenFile) {
 		t.Fatal(err)
 	}
 	return out, files
-}
-
-// flipByte damages one byte of a file on disk.
-func flipByte(t *testing.T, name string, off int64) {
-	t.Helper()
-	if err := chunktest.FlipByte(name, off); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestCorruptionIsNamed(t *testing.T) {
@@ -45,7 +38,7 @@ func TestCorruptionIsNamed(t *testing.T) {
 		t.Fatal("the chosen file is empty; pick another")
 	}
 	name := filepath.Join(out, "rank-00001", "chunk-00000002.brc")
-	flipByte(t, name, e.Offset+int64(e.Size)/2)
+	testkit.Flip(t, name, e.Offset+int64(e.Size)/2)
 	want := []string{"rank 1 chunk 2", name, "slot 3", e.Path, "checksum"}
 	_, err = s.ReadChunk(2)
 	mustContain(t, "whole read", err, want...)
@@ -65,7 +58,7 @@ func TestCorruptionIsNamed(t *testing.T) {
 	}
 	mustContain(t, "verify", rep.Problems[0], want...)
 	// A damaged header is caught too.
-	flipByte(t, filepath.Join(out, "rank-00000", "chunk-00000001.brc"), 13)
+	testkit.Flip(t, filepath.Join(out, "rank-00000", "chunk-00000001.brc"), 13)
 	_, rep, _ = chunk.Verify(chunk.VerifyConfig{FS: chunk.OS, Dir: out, Workers: 2})
 	if len(rep.Problems) != 2 {
 		t.Fatalf("verify after header damage: %v", rep.Problems)
@@ -74,7 +67,7 @@ func TestCorruptionIsNamed(t *testing.T) {
 
 func TestDamagedIndexAndMissingPieces(t *testing.T) {
 	out, _ := packed(t, 60)
-	flipByte(t, filepath.Join(out, "rank-00000", "index.bri"), 100)
+	testkit.Flip(t, filepath.Join(out, "rank-00000", "index.bri"), 100)
 	_, err := chunk.OpenShard(chunk.OS, out, 0)
 	mustContain(t, "damaged index", err, "index", "rank-00000", "checksum")
 	_, rep, err := chunk.Verify(chunk.VerifyConfig{FS: chunk.OS, Dir: out, Workers: 1})
@@ -237,8 +230,8 @@ func TestReadWholeKeepsWhatIsIntact(t *testing.T) {
 	name := func(c int) string { return filepath.Join(out, "rank-00000", fmt.Sprintf("chunk-%08d.brc", c)) }
 	entry := func(c, slot int) chunk.Entry { return s.Index().Entry(c*8 + slot) }
 	e := entry(1, 5)
-	flipByte(t, name(1), e.Offset+int64(e.Size)/2)
-	flipByte(t, name(2), 13) // the header's rank field
+	testkit.Flip(t, name(1), e.Offset+int64(e.Size)/2)
+	testkit.Flip(t, name(2), 13) // the header's rank field
 	cut := entry(3, 6)
 	if err := os.Truncate(name(3), cut.Offset+1); err != nil {
 		t.Fatal(err)

@@ -24,24 +24,8 @@ import (
 // with k files per chunk.
 func packed(t testing.TB, files, ranks, k int) string {
 	t.Helper()
-	dir := t.TempDir()
-	input := filepath.Join(dir, "input")
-	if _, err := chunktest.Generate(input, chunktest.GenConfig{Classes: 7, Files: files, MeanSize: 4000, Sigma: 0.9, MaxSize: 60000, Zero: 2, Seed: 3}); err != nil {
-		t.Fatal(err)
-	}
-	inputs, classes, layout, err := chunk.ScanDir(chunk.OS, input, chunk.LayoutAuto)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := chunk.NewPlan(inputs, classes, k, ranks, 5, chunk.PackParams{Input: input, Layout: string(layout)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "chunks")
-	if _, err := chunk.Pack(chunk.PackConfig{FS: chunk.OS, Out: out, Workers: 2}, plan); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return testkit.Dataset{Gen: chunktest.GenConfig{Classes: 7, Files: files, MeanSize: 4000, Sigma: 0.9, MaxSize: 60000, Zero: 2, Seed: 3},
+		K: k, Ranks: ranks, Seed: 5}.Packed(t)
 }
 
 // serveLocal runs every rank of cfg in-process and returns rank 0's

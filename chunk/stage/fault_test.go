@@ -11,6 +11,7 @@ import (
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/chunk/chunktest"
 	"github.com/brandrt/brandrt/chunk/stage"
+	"github.com/brandrt/brandrt/internal/testkit"
 )
 
 // TestStageReplacesADamagedCopy damages a verified copy in each way a
@@ -27,10 +28,10 @@ func TestStageReplacesADamagedCopy(t *testing.T) {
 		want   []string
 	}{
 		{"byte flipped in a file", func(t *testing.T, dir string) {
-			flip(t, filepath.Join(dir, "rank-00000", "chunk-00000002.brc"), fileOffset(t, dir, 2)+1)
+			testkit.Flip(t, filepath.Join(dir, "rank-00000", "chunk-00000002.brc"), fileOffset(t, dir, 2)+1)
 		}, []string{"rank 0 chunk 2", "chunk-00000002.brc", "checksum"}},
 		{"byte flipped in a chunk header", func(t *testing.T, dir string) {
-			flip(t, filepath.Join(dir, "rank-00000", "chunk-00000001.brc"), 13)
+			testkit.Flip(t, filepath.Join(dir, "rank-00000", "chunk-00000001.brc"), 13)
 		}, []string{"rank 0 chunk 1", "chunk-00000001.brc", "header"}},
 		{"chunk file cut", func(t *testing.T, dir string) {
 			name := filepath.Join(dir, "rank-00000", "chunk-00000003.brc")
@@ -51,7 +52,7 @@ func TestStageReplacesADamagedCopy(t *testing.T) {
 			remove(t, filepath.Join(dir, "rank-00000", "chunk-00000005.brc"))
 		}, []string{"rank 0 chunk 5", "chunk-00000005.brc", "no such file"}},
 		{"byte flipped in the index", func(t *testing.T, dir string) {
-			flip(t, filepath.Join(dir, "rank-00000", chunk.IndexName), 100)
+			testkit.Flip(t, filepath.Join(dir, "rank-00000", chunk.IndexName), 100)
 		}, []string{"index.bri", "checksum"}},
 		{"index of another pack", func(t *testing.T, dir string) {
 			data, err := os.ReadFile(filepath.Join(other, "rank-00000", chunk.IndexName))
@@ -63,7 +64,7 @@ func TestStageReplacesADamagedCopy(t *testing.T) {
 			}
 		}, []string{"index.bri", "not the manifest's index"}},
 		{"byte flipped in the manifest", func(t *testing.T, dir string) {
-			flip(t, filepath.Join(dir, chunk.ManifestName), 5)
+			testkit.Flip(t, filepath.Join(dir, chunk.ManifestName), 5)
 		}, []string{"manifest.json differs from the source's"}},
 		{"marker lost", func(t *testing.T, dir string) {
 			remove(t, filepath.Join(dir, stage.MarkerName))
@@ -108,13 +109,6 @@ func fileOffset(t *testing.T, dir string, c int) int64 {
 	}
 	t.Fatalf("chunk %d has only empty files", c)
 	return 0
-}
-
-func flip(t *testing.T, name string, off int64) {
-	t.Helper()
-	if err := chunktest.FlipByte(name, off); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func remove(t *testing.T, name string) {

@@ -14,37 +14,20 @@ import (
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/chunk/chunktest"
 	"github.com/brandrt/brandrt/chunk/stage"
+	"github.com/brandrt/brandrt/internal/testkit"
 )
 
-// packed packs a small labelled dataset of n files for ranks ranks (K=8)
-// into a directory named dir, with seed shuffling it, and returns that
-// directory.
-func packed(t *testing.T, n, ranks int, seed uint64) string {
-	t.Helper()
-	root := t.TempDir()
-	input := filepath.Join(root, "input")
-	if _, err := chunktest.Generate(input, chunktest.GenConfig{Classes: 3, Files: n, MeanSize: 3000, Sigma: 0.8, MaxSize: 40000, Zero: 2, Seed: 7}); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(root, "chunks")
-	repack(t, input, out, ranks, seed)
-	return out
+// dataset is a small labelled dataset of n files for ranks ranks (K=8),
+// shuffled with seed.
+func dataset(n, ranks int, seed uint64) testkit.Dataset {
+	return testkit.Dataset{Gen: chunktest.GenConfig{Classes: 3, Files: n, MeanSize: 3000, Sigma: 0.8, MaxSize: 40000, Zero: 2, Seed: 7},
+		K: 8, Ranks: ranks, Seed: seed}
 }
 
-// repack packs input into out (replacing what is there) with seed.
-func repack(t *testing.T, input, out string, ranks int, seed uint64) {
+// packed packs dataset(n, ranks, seed) and returns its directory.
+func packed(t *testing.T, n, ranks int, seed uint64) string {
 	t.Helper()
-	inputs, classes, layout, err := chunk.ScanDir(chunk.OS, input, chunk.LayoutAuto)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := chunk.NewPlan(inputs, classes, 8, ranks, seed, chunk.PackParams{Input: input, Layout: string(layout)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chunk.Pack(chunk.PackConfig{FS: chunk.OS, Out: out, Input: input, Force: true, Workers: 2}, plan); err != nil {
-		t.Fatal(err)
-	}
+	return dataset(n, ranks, seed).Packed(t)
 }
 
 // config stages rank of src into local through fsys.
@@ -266,7 +249,7 @@ func TestStageChangedSource(t *testing.T) {
 	local := t.TempDir()
 	cfg := config(chunk.OS, src, local, 1)
 	first := mustStage(t, cfg)
-	repack(t, filepath.Join(filepath.Dir(src), "input"), src, 2, 2)
+	dataset(300, 2, 2).Pack(t, filepath.Join(filepath.Dir(src), "input"), src)
 	res := mustStage(t, cfg)
 	if res.Reused || res.Dir != first.Dir || !strings.Contains(res.Replaced, "the source changed since the copy was made") {
 		t.Fatalf("after packing again: %+v", res)

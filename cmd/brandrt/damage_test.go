@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/brandrt/brandrt/chunk"
-	"github.com/brandrt/brandrt/chunk/chunktest"
 	"github.com/brandrt/brandrt/internal/testkit"
 )
 
@@ -23,7 +22,7 @@ type damageCase struct {
 var damageCases = []damageCase{
 	{"flipped byte", func(t *testing.T, file string, es []chunk.Entry) []chunk.Entry {
 		e := es[5]
-		flip(t, file, e.Offset+int64(e.Size)/2)
+		testkit.Flip(t, file, e.Offset+int64(e.Size)/2)
 		return es[5:6]
 	}},
 	{"truncated", func(t *testing.T, file string, es []chunk.Entry) []chunk.Entry {
@@ -126,14 +125,6 @@ func chunkEntries(t *testing.T, dir string, r, c int) []chunk.Entry {
 	return es
 }
 
-// flip inverts one byte of a file.
-func flip(t *testing.T, name string, off int64) {
-	t.Helper()
-	if err := chunktest.FlipByte(name, off); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // copyTree copies the regular files under src to dst.
 func copyTree(t *testing.T, src, dst string) {
 	t.Helper()
@@ -156,11 +147,10 @@ func copyTree(t *testing.T, src, dst string) {
 	}
 }
 
-// mpirunStatus runs brandrt under mpirun and returns its output and exit
-// error, whatever it is.
+// mpirunStatus runs brandrt under mpirun (for at most 2 minutes) and
+// returns its output and exit error, whatever it is.
 func mpirunStatus(t *testing.T, np int, args ...string) (string, error) {
 	t.Helper()
-	all := mpirunArgv(t, np, args...)
-	out, err := testkit.Run(time.Minute, nil, "mpirun", all...)
+	out, err := testkit.Run(2*time.Minute, nil, "mpirun", mpirunArgv(t, np, args...)...)
 	return string(out), err
 }

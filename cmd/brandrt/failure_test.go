@@ -4,13 +4,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/brandrt/brandrt/internal/testkit"
 )
 
 // vaderWatch notes the shared-memory segments of Open MPI's vader
@@ -155,7 +152,7 @@ func TestServeDiesWithMpirun(t *testing.T) {
 			args := []string{"--chunks", dir, "--mem", "25%"}
 			var cmd *exec.Cmd
 			if how == "timeout" {
-				all := append([]string{"3", "mpirun"}, mpirunLine(t, 1, "serve", args...)...)
+				all := append([]string{"3", "mpirun"}, mpirunArgv(t, 1, append([]string{"serve"}, args...)...)...)
 				cmd = exec.Command("timeout", all...)
 				cmd.Env = append(os.Environ(), "BRANDRT_ATTACH="+attach)
 				cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -182,12 +179,6 @@ func TestServeDiesWithMpirun(t *testing.T) {
 			}
 		})
 	}
-}
-
-// mpirunLine is mpirun's arguments to run brandrt with args on np ranks.
-func mpirunLine(t *testing.T, np int, cmd string, args ...string) []string {
-	all := append([]string{}, testkit.MpirunArgs...)
-	return append(append(all, "-np", strconv.Itoa(np), binary(t), cmd), args...)
 }
 
 // waitFile waits until name exists, or fails the test.

@@ -127,7 +127,7 @@ func TestServeMaxSkipped(t *testing.T) {
 	dir := servePack(t, files, 2, filepath.Join(t.TempDir(), "chunks"))
 	file := filepath.Join(dir, chunk.RankDir(1), chunk.ChunkName(2))
 	for _, e := range chunkEntries(t, dir, 1, 2)[3:6] {
-		flip(t, file, e.Offset+int64(e.Size)/2)
+		testkit.Flip(t, file, e.Offset+int64(e.Size)/2)
 	}
 	for _, most := range []string{"2", "0.1%"} {
 		t.Run(most, func(t *testing.T) {

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/chunk/chunktest"
@@ -255,14 +254,15 @@ func mpirunArgv(t *testing.T, np int, args ...string) []string {
 	return append(append([]string{}, testkit.MpirunArgs...), append([]string{"-np", fmt.Sprint(np), binary(t)}, args...)...)
 }
 
+// mpirun runs brandrt with args on np ranks and returns its output; the
+// test fails if it fails.
 func mpirun(t *testing.T, np int, args ...string) string {
 	t.Helper()
-	all := mpirunArgv(t, np, args...)
-	out, err := testkit.Run(2*time.Minute, nil, "mpirun", all...)
+	out, err := mpirunStatus(t, np, args...)
 	if err != nil {
 		t.Fatalf("mpirun -np %d brandrt %v: %v\n%s", np, args, err, out)
 	}
-	return string(out)
+	return out
 }
 
 // TestPackUnderMpirun packs the same input with one process and with three
