@@ -5,7 +5,7 @@ import (
 )
 
 // How much memory a rank uses beside its budget, and what fits its node
-// and its cgroup.
+// (fitsNode) and its cgroup (fitsCgroup).
 
 // MemAllowance is the memory a rank with budget (its --mem) takes beyond
 // its files (the budget, and --remote-mem with other ranks) and its chunk
@@ -117,4 +117,17 @@ func fitBudget(room int64) int64 {
 		b = room - MemAllowance(1<<62)
 	}
 	return b
+}
+
+// fitsNode refuses a budget larger than the node's memory
+// (Config.NodeMemBytes): the kernel would end the rank instead, later.
+func (n *Node) fitsNode() error {
+	node := n.cfg.NodeMemBytes
+	own, shard, remote := n.m.MemBytes(n.me), n.m.ShardBytes(n.me), n.remoteBytes()
+	held := min(own, shard)
+	if node <= 0 || held+remote <= node {
+		return nil
+	}
+	return fmt.Errorf("rt: the rank's memory would hold %s of its own files (--mem %s, its shard has %s) and up to %s of other ranks' (--remote-mem), %s in all, "+
+		"but its node has %s of memory: lower --mem or --remote-mem", mib(held), mib(own), mib(shard), mib(remote), mib(held+remote), mib(node))
 }

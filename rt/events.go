@@ -11,12 +11,19 @@ type ClientEvent interface{ clientEvent() }
 // Epoch; the delivery goes to Reply, which must have room for it (the
 // loop never waits on a client). An Ask for a later epoch waits for it;
 // one for an earlier epoch, or past the job's last, gets an error. A nil
-// Reply drops the answer (the rank's own asks for an ended share's
-// positions).
+// Reply drops the answer, file or error (the rank's own asks for an ended
+// share's positions).
 type Ask struct {
 	Epoch uint32
 	Sn    int32
 	Reply chan<- Delivery
+}
+
+// fail answers r with d, an error, unless its answer is dropped.
+func (r Ask) fail(d Delivery) {
+	if r.Reply != nil {
+		r.Reply <- d
+	}
 }
 
 // End says that the clients will ask for nothing more in epoch Epoch:
@@ -60,7 +67,9 @@ type Delivery struct {
 	// the file's owner keeps for it in its index.
 	Data []byte
 	CRC  uint32
-	// Err is set when no file could be delivered (a failed chunk read).
+	// Err is set when no file answers: a failed chunk read, or an Ask
+	// the rank refused (an epoch over or past the last, a position
+	// already asked for, one the machine refuses).
 	Err error
 	// Damaged, when set, says that File is damaged on storage and left
 	// out of the epoch (Config.OnDamage "skip"), naming it: there are no

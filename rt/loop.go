@@ -10,8 +10,10 @@ import (
 	"github.com/brandrt/brandrt/proto"
 )
 
-// loop is the event loop of one epoch. It alone calls into MPI and proto;
-// chunk reads run in I/O workers and clients talk to it through channels.
+// loop is the event loop of one epoch. It runs on the serving goroutine,
+// which alone calls into MPI and the machine (Node's collectives between
+// epochs run there too); chunk reads run in I/O workers and clients talk
+// to it through channels.
 type loop struct {
 	n       *Node
 	p       proto.Machine
@@ -294,21 +296,21 @@ func (l *loop) ask(r Ask) error {
 	}
 	switch {
 	case int64(r.Epoch) > int64(l.n.cfg.Epochs):
-		r.Reply <- Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: epoch %d is past the job's last, epoch %d (brandrt serve --epochs %d)", l.n.me, r.Epoch, l.n.cfg.Epochs, l.n.cfg.Epochs)}
+		r.fail(Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: epoch %d is past the job's last, epoch %d (brandrt serve --epochs %d)", l.n.me, r.Epoch, l.n.cfg.Epochs, l.n.cfg.Epochs)})
 		return nil
 	case r.Epoch > l.epoch:
 		l.n.held = append(l.n.held, r)
 		return nil
 	case r.Epoch < l.epoch:
-		r.Reply <- Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: epoch %d is over (this is epoch %d)", l.n.me, r.Epoch, l.epoch)}
+		r.fail(Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: epoch %d is over (this is epoch %d)", l.n.me, r.Epoch, l.epoch)})
 		return nil
 	}
 	if _, dup := l.waiting[r.Sn]; dup {
-		r.Reply <- Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: position %d is already requested", l.n.me, r.Sn)}
+		r.fail(Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: position %d is already requested", l.n.me, r.Sn)})
 		return nil
 	}
 	if err := l.p.Step(proto.ClientRequest{Sn: r.Sn}); err != nil {
-		r.Reply <- Delivery{Sn: r.Sn, Err: err}
+		r.fail(Delivery{Sn: r.Sn, Err: err})
 		return nil
 	}
 	l.waiting[r.Sn] = r.Reply

@@ -36,8 +36,8 @@ type Node struct {
 	crcSum, labelSum int64
 	maxSize          int64
 	maxChunk         int64 // the bytes of the shard's largest chunk file
-	// reqs carries clients' requests to the loop; held are those for an
-	// epoch that has not started yet.
+	// reqs carries client events to the loop; held are the Asks and Ends
+	// for an epoch that has not started yet.
 	reqs chan ClientEvent
 	held []ClientEvent
 	// offers carries clients' traces (Config.ClientTraces); early holds
@@ -107,14 +107,15 @@ func Open(cfg Config, comm collectives.Comm) (*Node, error) {
 }
 
 // everyRank marks an error that every rank of the job returned at the
-// same point: Open's checks agree across the ranks, so each can stop
-// normally without ending the job for the others.
+// same point: Open's checks agree across the ranks, as do Serve's verdict
+// on the files skipped by all ranks and its resumption's, so each can
+// stop normally without ending the job for the others.
 type everyRank struct{ error }
 
 func (e everyRank) Unwrap() error { return e.error }
 
 // EveryRank reports whether every rank of the job returned err together
-// (an error of Open); any other error of a rank leaves the others
+// (see everyRank); any other error of a rank leaves the others
 // waiting for it, and must end the job (collectives.Comm.Abort).
 func EveryRank(err error) bool { return errors.As(err, new(everyRank)) }
 
@@ -126,7 +127,7 @@ func (n *Node) Close() {
 	}
 }
 
-// Requests returns where clients send their requests.
+// ClientEvents returns where clients send what they ask and say.
 func (n *Node) ClientEvents() chan<- ClientEvent { return n.reqs }
 
 // WatchClients gives the rank a count of its clients attached now, and
@@ -145,7 +146,12 @@ func (n *Node) WatchClients(count func() (attached int, alone time.Time)) { n.cl
 func (n *Node) TrainingOver() {
 	n.overOnce.Do(func() {
 		close(n.over)
-		go func() { n.reqs <- Over{} }() // wakes the loop
+		go func() { // wakes the loop, if one is still serving
+			select {
+			case n.reqs <- Over{}:
+			case <-time.After(time.Minute):
+			}
+		}()
 	})
 }
 
@@ -336,19 +342,6 @@ func (n *Node) newWindowRank() error {
 			"give it more memory, pack with a smaller --chunk-files, or serve with --policy paper", n.me, err)
 	}
 	return nil
-}
-
-// fitsNode refuses a budget larger than the node's memory
-// (Config.NodeMemBytes): the kernel would end the rank instead, later.
-func (n *Node) fitsNode() error {
-	node := n.cfg.NodeMemBytes
-	own, shard, remote := n.m.MemBytes(n.me), n.m.ShardBytes(n.me), n.remoteBytes()
-	held := min(own, shard)
-	if node <= 0 || held+remote <= node {
-		return nil
-	}
-	return fmt.Errorf("rt: the rank's memory would hold %s of its own files (--mem %s, its shard has %s) and up to %s of other ranks' (--remote-mem), %s in all, "+
-		"but its node has %s of memory: lower --mem or --remote-mem", mib(held), mib(own), mib(shard), mib(remote), mib(held+remote), mib(node))
 }
 
 // mib prints n bytes in binary units.

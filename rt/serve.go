@@ -66,7 +66,8 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 	return all, nil
 }
 
-// epoch serves one epoch: traces are gathered, the loop runs until every
+// epoch serves one epoch: its traces are computed (or, offered by the
+// clients, gathered), the loop runs until every
 // rank's clients are done, then the statistics are reduced. With res,
 // the epoch resumes there (Config.Resume), and resumed is told when it
 // starts.

@@ -1,0 +1,232 @@
+// Package rt runs one rank of a brandrt job. A Node holds the rank's
+// shard of the dataset (chunk.Home), its protocol state machine
+// (proto.Machine: the papers' proto.Rank with Config.Policy "paper", the
+// window policy's proto.WindowRank by default) and its MPI communicator
+// (collectives.Comm). Each epoch a loop (the type loop) steps the machine
+// with what happened and carries out what it asks for: chunk reads,
+// messages to other ranks, files for the rank's clients. proto decides;
+// rt carries out.
+//
+// Open checks the Config, opens the shard, builds the mapping and the
+// machine, and checks with the other ranks that all of them opened the
+// same dataset. Serve runs Config.Epochs epochs and returns each one's
+// EpochStats, summed over the ranks. Every rank must call both: they run
+// collectives.
+//
+// Clients reach a rank through channels: Node.ClientEvents, Node.Traces
+// and Node.Starts. Package rt/shm serves the node's training processes
+// over shared memory (a ring pair per client process) and turns what
+// they write in their rings into ClientEvents; the in-process consumers
+// of Config.Consume (brandrt serve --consume) stand in for them. Package
+// rt/job is the process around a rank: it joins MPI, makes the memory
+// shared with the clients (Config.Memory), calls Open and Serve, starts
+// the training command, and ends the job on every rank when one fails.
+//
+// # Files
+//
+//   - node.go: Node, Open, EveryRank, and what a caller sets before Serve
+//     (WatchClients, TrainingOver, SuperviseTraining); the shard opened.
+//   - serve.go: Serve, and Node.epoch, one epoch from traces to statistics.
+//   - events.go: what clients tell the rank (ClientEvent: Ask, End,
+//     Session, Over) and what it hands them (Delivery).
+//   - loop.go: the loop: its rounds and naps, client events (loop.client,
+//     loop.ask), reads done, peers' messages, sends finished.
+//   - carry.go: loop.carry, which carries out a proto.Ready.
+//   - wire.go: the MPI tags and the frame of a message between ranks.
+//   - io.go: ioPool, the I/O workers that read chunks whole, and the
+//     chunks kept resident when the budget holds the shard.
+//   - file.go: the file type, and chunkBuf, the holds on a buffer.
+//   - recvpool.go: recvPool, the buffers files from other ranks land in.
+//   - budget.go: the memory a rank takes beside its budget (MemAllowance,
+//     HandCap, Node.Footprint), and what fits its node and its cgroup
+//     (fitsNode, fitsCgroup).
+//   - traces.go: each epoch's traces, seeded or offered (TraceOffer).
+//   - barrier.go: quietBarrier, a barrier that sleeps while it waits.
+//   - resume.go: StartOffer and Node.resumePoint, where a job resumes.
+//   - place.go: Place, the saved state a job resumes from, and Delivered.
+//   - clients.go: training processes' sessions, clients gone
+//     (loop.checkGone), and the end of a share (loop.end).
+//   - damage.go: damaged data (Node.damaged), files left out, their limit.
+//   - storage.go: storageWatch, for chunk files storage cannot reach.
+//   - peers.go: peerWatch, for peers that send nothing while awaited.
+//   - stats.go: EpochStats, Node.reduce across the ranks, EpochStats.OK.
+//   - report.go: EpochStats.Report and Verdict, the lines serve prints.
+//   - mix.go: rank 0's measure of how random an epoch's order is.
+//   - consume.go: the in-process consumers (Config.Consume), which read
+//     the rank's trace and check every file's checksum.
+//   - p2pbench.go: MeasureP2P, a point-to-point bandwidth benchmark for
+//     brandrt bench serve; Serve does not use it.
+//   - config.go: Config, DefaultConfig, Config.Validate.
+//
+// # A request's way
+//
+// A client asks for position Sn of the rank's trace with an Ask on
+// Node.ClientEvents, whose Reply channel has room for the answer (the
+// loop never waits on a client): rt/shm sends one per read in a client's
+// ring (forward.go), a consumer keeps Config.Depth in flight. The loop
+// takes events in loop.step and loop.wait, and loop.client passes each
+// on. loop.ask holds an Ask for a later epoch in Node.held, answers with
+// Delivery.Err one it cannot serve (an earlier epoch, one past the last,
+// a position already waiting, one the machine refuses), and else steps
+// proto.ClientRequest, keeps Reply in loop.waiting and calls loop.carry.
+//
+// carry takes Ready from the machine until it has none. Reads go to the
+// ioPool; a worker reads the chunk whole (readChunk), and loop.readDone
+// steps proto.ReadDone and keeps the Loaded files in loop.files
+// (loop.load). Sends go out with Isend: a frame under tagMsg, then a
+// tagData message per file it carries, from the file's bytes in place.
+// Deliveries go to the waiting clients (loop.deliver) with Data, Label
+// and CRC, or Err, or Damaged. Forget files are released. The client
+// calls Delivery.Release when done: rt/shm (deliver.go) once it copied
+// the bytes into the client's ring or, for a file in the shared arena,
+// once the client's data tail passed its record.
+//
+// A file of another rank goes further. The machine sends a
+// proto.MsgRequest to the file's home (peerWatch notes the reply owed)
+// when a client asks or, with the window policy, ahead of the asking,
+// for the files planned for the next Config.Window positions. The home's
+// loop.receive takes the frame (Iprobe, Recv); loop.message decodes it
+// (decodeFrame) and steps it; the home's machine answers, from memory or
+// after a read, with a proto.MsgReply carrying the file, and the papers'
+// policy may push files for the requester's next positions too
+// (proto.MsgPush). On the requester, loop.message takes a recvPool buffer
+// for each file the frame announces, receives its tagData message into
+// it (a blocking Recv: the home sent it right after the frame), adds the
+// files to loop.files and steps the message: a file is delivered then or
+// when its position is asked for. The home releases its file when the
+// Isend completes (loop.testSends).
+//
+// # Goroutines and what each owns
+//
+//   - The serving goroutine, the caller of Open and Serve, makes every
+//     MPI call (collectives, quietBarrier, the loop's Isend, Iprobe, Recv
+//     and Test) and every call on the machine, and alone touches the Node
+//     and the loop: held events and offers, Node.ahead, the per-file
+//     counts, damage named, sessions, peerWatch, the ioPool's backlog.
+//   - The I/O workers, Config.IOWorkers of them (newIOPool), take a
+//     proto.Read from ioPool.queue, read the chunk through
+//     storageWatch.retry and hand the readResult over on ioPool.done,
+//     which has no room: a worker keeps its buffer until the loop takes
+//     it. ioPool.close starts one more, to release late results.
+//   - The consumers (Config.Consume) of each epoch, and one that closes
+//     consumers.done after them, send Asks, check and release what
+//     comes back, and add their counts under consumers.mu.
+//   - startMix, on rank 0 with Config.MixBatch: one per epoch reads the
+//     plan and the traces, which stay put, and sends back a proto.Mix.
+//   - answerLateStarts: with Config.Resume, one for the life of Serve
+//     answers the StartOffers after the one Node.resumePoint took.
+//   - TrainingOver starts one that sends Over{}, to wake the loop.
+//
+// storage.go and peers.go start none: storageWatch is shared by the
+// workers and the loop under its mutex; peerWatch is the serving
+// goroutine's. All else crosses through channels (Node's reqs, offers,
+// starts, over; ioPool's queue and done; each Reply) or is guarded:
+// clients release files from their own goroutines, so chunkBuf.refs is
+// atomic, recvPool locks, and Config.Memory must allow it too. Between
+// epochs nothing reads Node.ClientEvents: events wait for the next loop.
+//
+// # Buffers: who holds them, who gives them back
+//
+// A chunk read's buffer is a chunkBuf around the chunk.Chunk, freed by
+// Chunk.Release after its last hold. It comes from the shard's own
+// buffers, or from Config.Memory when the budget holds the whole shard
+// (Node.open calls chunk.Home.SetMemory then); ioPool.resident then holds
+// every chunk until ioPool.close and answers later reads from memory.
+// loop.load gives each file kept from the chunk (Ready.Loaded or Early)
+// a hold; loop.keepOrCopy drops the read's own. Unless chunks stay
+// resident, keepOrCopy first copies the kept files out (copyOut) when
+// they fill less than 7/8 of the bytes read, and always with
+// Config.Memory: each into its own buffer from it, or into Go memory.
+//
+// A file (the type file) is in one place at a time: loop.files,
+// Node.ahead, a pendingSend or a Delivery. file.release drops its hold on
+// its chunkBuf, or puts its buffer back in the recvPool.
+//
+//   - Delivered: loop.deliver moves the file into the Delivery;
+//     Delivery.Release, from any goroutine, releases it.
+//   - Sent: loop.send moves it into a pendingSend, with the frame, until
+//     loop.testSends sees the Isend complete.
+//   - Received: recvPool.get hands out buffers by power-of-two size
+//     class, and keeps up to poolKeep of a class for reuse. Classes of
+//     recvLentMin (64 KiB) and more are lent by Config.Memory, so that
+//     files over 32 KiB from other ranks reach clients in place; smaller
+//     ones are Go memory. recvPool.drain, when Serve returns, gives the
+//     lent ones back, and those put back later.
+//   - Read ahead (Ready.Early): in Node.ahead until the next epoch's loop
+//     starts with them; Node.dropAhead releases them when Serve returns.
+//   - Left over at an epoch's end: released; EpochStats.FilesLeft.
+//
+// # Epochs
+//
+// Serve begins at epoch 1, or with Config.Resume where Node.resumePoint
+// says: once each rank has a StartOffer that fits (Node.fits), the ranks
+// meet in quietBarrier and gather every offer's epoch, position and
+// Place.key, refusing all when they differ. A Place saved on this job's
+// plan gives each rank its own start (resumption.Start); on another plan
+// the epoch goes on with the files not yet trained on (Delivered,
+// proto.RestTraces) from position 0.
+//
+// Traces: without Config.ClientTraces every rank computes every rank's
+// from the seed (proto.Traces), waiting for nobody. With it,
+// Node.offered waits for a TraceOffer (those up to earlyEpochs ahead wait
+// in Node.early; after TrainingOver the trace is empty), then come
+// quietBarrier, gatherTraces (Allgatherv) and Machine.CheckTraces: every
+// rank checks the same traces, so all accept or all refuse and wait for
+// new ones.
+//
+// Node.epoch steps proto.EpochStart, builds the loop on Node.ahead,
+// carries out a first Ready, calls OnResume and OnEpoch, answers the
+// offers, replays Node.held, starts the consumers and runs loop.serve. A
+// rank is done (loop.sayDone) once every position is answered, or an End
+// of the whole epoch came (loop.endEpoch) and no client waits: it steps
+// proto.ClientsDone and sends an empty tagDone message to each peer,
+// which steps proto.PeerDone (MPI does not overtake between two ranks,
+// so it comes after the sender's earlier messages). The loop serves
+// peers until it is finished: done, every tagDone in, nothing in flight.
+//
+// Then epoch waits for the consumers, releases the files left, and meets
+// the others in quietBarrier (each rank sends tagSync to rank 0, which
+// answers all; rank 0's loop keeps the tagSync of ranks done before it in
+// Node.synced). Node.reduce sums the ranks' counts (AllreduceSum), takes
+// peaks and times (AllreduceMax), and sums the deliveries per file
+// (Node.perFile) for duplicates and files missing. Serve hands the
+// EpochStats to Config.Report, and stops after the epoch in which every
+// rank's training is over. The window policy with seeded traces plans
+// the next epoch too, so while an epoch drains its machine reads the next
+// one's first chunks into the memory freed (EpochStats.EarlyReads).
+//
+// # Failures
+//
+//   - Damaged data: readChunk reads a chunk again when a read finds
+//     damage; the second read stands. Node.damaged, with Config.OnDamage
+//     "fail", returns the rank's error; with "skip" it names each damaged
+//     file once, and its position is answered with Delivery.Damaged and
+//     no bytes (flagDamaged in a frame). Past Node.skipLimit on one rank
+//     is that rank's error; the ranks' sum past it, at an epoch's end,
+//     every rank's. At Open, Node.checkSizes treats chunk files cut short
+//     the same way.
+//   - Storage: a read failing with chunk.Unreachable is tried again by
+//     storageWatch.retry, after waits doubling from 250 ms to 5 s, for up
+//     to Config.StorageWait, and then ends the job naming the file. While
+//     a read waits, the loop blames no peer (loop.waitsFor).
+//   - A peer that stops answering: the loop naps when nothing moves, and
+//     peerWatch names a peer it waits for (waitsFor) that sent nothing
+//     for Config.PeerWarn, again every PeerWarn; after PeerTimeout, when
+//     set, it ends the job. quietBarrier after an epoch does the same.
+//   - A training process gone: a share whose processes all left
+//     (Session events) for sessionGrace with positions still to ask for,
+//     or every client gone for Config.ClientWait mid-epoch (WatchClients),
+//     is the rank's error (loop.checkGone); SuperviseTraining turns both
+//     off, as rt/job then judges its processes by their exit.
+//     TrainingOver ends each epoch once the requests in flight are
+//     answered; Serve returns once every rank's training is over.
+//   - Every rank or one: Open's errors (after Config.Validate), skipped
+//     files summed past the limit, and a resumption every rank fails to
+//     compute are returned by all ranks together (EveryRank), and rt/job
+//     finalizes MPI as usual. Any other error is one rank's: the others
+//     would wait for it, so rt/job ends the job (collectives.Comm.Abort).
+//   - Cancellation: Serve's context ends loop.serve, quietBarrier, the
+//     waits for offers and the consumers; ctx.Err() is one rank's error.
+//     rt/job cancels it on a signal or a failed training process.
+//   - A broken invariant of the runtime panics (loop.load, loop.deliver).
+package rt
