@@ -85,10 +85,12 @@ func (s *stopper) onSignal() {
 	defer signal.Stop(sigs)
 	select {
 	case sig := <-sigs:
+		s.stop(interrupted{sig}, 1) // first: the cause is the signal, and the attach point goes
 		// Said at once: a rank blocked in a collective with a peer that
 		// stopped first cannot say "stopped" before that peer ends the job.
+		// Said after stop: with mpirun gone, writing to its pipe ends this
+		// process (SIGPIPE) before the attach point would go.
 		fmt.Fprintf(s.log, "brandrt: rank %d: received %s; stopping\n", s.comm.Rank(), signalName(sig))
-		s.stop(interrupted{sig}, 1) // first: the cause is the signal
 		if _, t := s.parts(); t != nil {
 			t.forward(sig)
 		}
