@@ -167,7 +167,7 @@ func (r *Rank) push(p *peer, q, y int32, f FileID, sz int64) Pushed {
 	p.busy[y] = id
 	p.reserved[q] = id
 	p.outBytes += sz
-	r.stats.Pushed++
-	r.stats.PushedBytes += sz
+	r.stats.Prefetched++
+	r.stats.PrefetchedBytes += sz
 	return Pushed{ID: id, Sn: q, File: f, Size: sz}
 }

@@ -79,7 +79,7 @@ func (r *Rank) issue(pc, v int, x int32, rq req) {
 	r.rd.Reads = append(r.rd.Reads, Read{PC: r.firstPC + pc, VC: r.firstVC + v, Epoch: r.epoch})
 	r.stats.ChunkReads++
 	r.stats.FilesRead += int64(hi - lo)
-	r.stats.BytesRead += r.pcBytes[pc]
+	r.stats.ChunkBytes += r.pcBytes[pc]
 }
 
 // fill makes slot x pending on rd with x's file of rd's PC.

@@ -72,7 +72,7 @@ func (r *Rank) clientRequest(sn int32) error {
 	}
 	h, x := r.m.Locate(f)
 	if r.takeBuffered(h, x, sn) {
-		r.stats.BufferHits++
+		r.stats.PrefetchHits++
 		return nil
 	}
 	r.requestRemote(h, sn, f)

@@ -7,14 +7,14 @@ type Stats struct {
 	// LocalHits counts client requests for local files answered from a
 	// valid slot, without a read.
 	LocalHits int64
-	// BufferHits counts client requests for remote files answered from the
-	// buffer, without a message.
-	BufferHits int64
+	// PrefetchHits counts client requests for remote files answered by a
+	// file prefetched into the buffer, without a message.
+	PrefetchHits int64
 	// Misses counts requests (of local clients or peers) that found no
 	// valid file for their slot and waited for a read.
 	Misses int64
-	// ChunkReads, FilesRead and BytesRead count whole-chunk reads.
-	ChunkReads, FilesRead, BytesRead int64
+	// ChunkReads, FilesRead and ChunkBytes count whole-chunk reads.
+	ChunkReads, FilesRead, ChunkBytes int64
 	// EarlyReads counts the chunk reads among them that were issued
 	// while the previous epoch drained (the window policy's overlap).
 	EarlyReads int64
@@ -30,8 +30,11 @@ type Stats struct {
 	RemoteServed int64
 	// Redirects counts replies that pointed to a pushed file.
 	Redirects int64
-	// Pushed and PushedBytes count files this rank pushed to peers.
-	Pushed, PushedBytes int64
+	// Prefetched and PrefetchedBytes count the files sent to a rank ahead
+	// of its client's request: by the rank that pushed them (the papers'
+	// policy), or by the rank that fetched them ahead (the window policy).
+	// Summed over the ranks, each such file counts once.
+	Prefetched, PrefetchedBytes int64
 	// PushesReceived counts pushed files placed in this rank's buffer.
 	PushesReceived int64
 	// PeakHeld and PeakBuffered are the most bytes held at once in local
@@ -48,14 +51,14 @@ type Stats struct {
 func (s Stats) Add(t Stats) Stats {
 	return Stats{
 		Requests: s.Requests + t.Requests, LocalHits: s.LocalHits + t.LocalHits,
-		BufferHits: s.BufferHits + t.BufferHits, Misses: s.Misses + t.Misses,
+		PrefetchHits: s.PrefetchHits + t.PrefetchHits, Misses: s.Misses + t.Misses,
 		ChunkReads: s.ChunkReads + t.ChunkReads, FilesRead: s.FilesRead + t.FilesRead,
-		BytesRead: s.BytesRead + t.BytesRead, EarlyReads: s.EarlyReads + t.EarlyReads, FailedReads: s.FailedReads + t.FailedReads,
+		ChunkBytes: s.ChunkBytes + t.ChunkBytes, EarlyReads: s.EarlyReads + t.EarlyReads, FailedReads: s.FailedReads + t.FailedReads,
 		FilesLoaded: s.FilesLoaded + t.FilesLoaded, BytesLoaded: s.BytesLoaded + t.BytesLoaded,
 		Delivered: s.Delivered + t.Delivered, BytesDelivered: s.BytesDelivered + t.BytesDelivered,
 		RemoteRequests: s.RemoteRequests + t.RemoteRequests, RemoteServed: s.RemoteServed + t.RemoteServed,
-		Redirects: s.Redirects + t.Redirects, Pushed: s.Pushed + t.Pushed,
-		PushedBytes: s.PushedBytes + t.PushedBytes, PushesReceived: s.PushesReceived + t.PushesReceived,
+		Redirects: s.Redirects + t.Redirects, Prefetched: s.Prefetched + t.Prefetched,
+		PrefetchedBytes: s.PrefetchedBytes + t.PrefetchedBytes, PushesReceived: s.PushesReceived + t.PushesReceived,
 		PeakHeld: max(s.PeakHeld, t.PeakHeld), PeakBuffered: max(s.PeakBuffered, t.PeakBuffered),
 		PeakMem: max(s.PeakMem, t.PeakMem),
 		Stale:   s.Stale + t.Stale,

@@ -102,11 +102,11 @@ type WindowPlan struct {
 	PushAt [][]int32
 	// Reads[h] are rank h's chunk reads in the order it issues them.
 	Reads [][]PlannedRead
-	// Waits[h] counts the logical steps by which draws from h's pool
+	// WaitSteps[h] counts the logical steps by which draws from h's pool
 	// moved a read's Due earlier than its lead allowed, because the pool
 	// was empty: what requests would wait for storage. A wait of d steps
 	// brings every later pending read d steps closer as well.
-	Waits []int64
+	WaitSteps []int64
 	// PeakBytes[h] is the most bytes h's pool held at any step.
 	PeakBytes []int64
 	// Drains[h] is what h's pool leaves the next epoch (its After).
@@ -174,7 +174,7 @@ func PlanWindow(in WindowInput) (*WindowPlan, error) {
 		// reads still pending serve no position (the traces left files of
 		// that rank out) but were planned, and read
 		p.Reads = append(p.Reads, append(pl.reads, pl.pending...))
-		p.Waits = append(p.Waits, pl.waits)
+		p.WaitSteps = append(p.WaitSteps, pl.waits)
 		p.PeakBytes = append(p.PeakBytes, pl.peak)
 		p.Drains = append(p.Drains, Drain{Held: pl.drain, LastDue: pl.lastDue - int32(p.Steps)})
 	}
@@ -446,7 +446,7 @@ func (in WindowInput) validateTraces() error {
 func (p *WindowPlan) String() string {
 	var b strings.Builder
 	for h, rds := range p.Reads {
-		fmt.Fprintf(&b, "rank %d reads (waits %d, peak %d B):", h, p.Waits[h], p.PeakBytes[h])
+		fmt.Fprintf(&b, "rank %d reads (waits %d, peak %d B):", h, p.WaitSteps[h], p.PeakBytes[h])
 		for _, rd := range rds {
 			fmt.Fprintf(&b, " %d@%d→%d", rd.PC, rd.Issue, rd.Due)
 		}

@@ -292,7 +292,7 @@ func TestWindowPlanMixesChunks(t *testing.T) {
 	}
 	got, shuffle := distinct(p.Files[0]), distinct(tr)
 	t.Logf("distinct chunks per batch of %d: window %.1f, shuffle %.1f (%.1f%%); waits %d", batch, got, shuffle,
-		100*got/shuffle, p.Waits[0])
+		100*got/shuffle, p.WaitSteps[0])
 	if got < 0.94*shuffle {
 		t.Fatalf("window %.1f distinct chunks per batch, below 94%% of a shuffle's %.1f", got, shuffle)
 	}

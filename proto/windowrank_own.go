@@ -40,7 +40,7 @@ func (w *WindowRank) startRead(pc int, e uint32, state []fileState, st *Stats) {
 	}
 	st.ChunkReads++
 	st.FilesRead += int64(hi - lo)
-	st.BytesRead += w.in.ChunkBytes(pc)
+	st.ChunkBytes += w.in.ChunkBytes(pc)
 	w.rd.Reads = append(w.rd.Reads, Read{PC: pc, VC: -1, Epoch: e})
 }
 

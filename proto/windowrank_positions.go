@@ -27,7 +27,7 @@ func (w *WindowRank) clientRequest(sn int32) error {
 	case w.cfg.Mapping.Home(f) == w.me:
 		w.local(f, waiter{from: -1, sn: sn})
 	case w.arrived[sn]:
-		w.stats.BufferHits++
+		w.stats.PrefetchHits++
 		w.unreserve(sn, f)
 		w.deliver(sn, f, FromBuffer)
 	case w.failed[sn]:
@@ -48,8 +48,8 @@ func (w *WindowRank) fetch(sn int32, f FileID, ahead bool) {
 		w.buffered += w.size(f)
 		w.stats.PeakBuffered = max(w.stats.PeakBuffered, w.buffered)
 		w.stats.PeakMem = max(w.stats.PeakMem, w.held+w.buffered)
-		w.stats.Pushed++
-		w.stats.PushedBytes += w.size(f)
+		w.stats.Prefetched++
+		w.stats.PrefetchedBytes += w.size(f)
 	}
 	w.rd.Sends = append(w.rd.Sends, Message{Type: MsgRequest, From: int32(w.me), To: int32(w.cfg.Mapping.Home(f)),
 		Epoch: w.epoch, Sn: sn, File: f, Frontier: w.frontier})

@@ -93,7 +93,7 @@ func testWindowRank(t *testing.T, early bool) {
 			for r := range in.Mapping.Ranks() {
 				total += in.Mapping.ShardBytes(r)
 			}
-			if read := c.Stats().BytesRead; read != total {
+			if read := c.Stats().ChunkBytes; read != total {
 				t.Fatalf("read %d bytes of a %d-byte dataset", read, total)
 			}
 		})
@@ -144,7 +144,7 @@ func TestWindowRankResumes(t *testing.T) {
 			for r := range m.Ranks() {
 				total += m.ShardBytes(r)
 			}
-			if read := c.Stats().BytesRead; read > total {
+			if read := c.Stats().ChunkBytes; read > total {
 				t.Fatalf("read %d bytes of a %d-byte dataset", read, total)
 			}
 		})

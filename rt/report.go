@@ -24,12 +24,12 @@ func (s EpochStats) Report(w io.Writer, epochs int) {
 		early = fmt.Sprintf(", %s of them while the previous epoch drained", human.Comma(s.EarlyReads))
 	}
 	fmt.Fprintf(w, "  chunks   %s read from storage, %s (%.2f× what was delivered)%s; %s loaded whole into memory (%s)\n",
-		human.Comma(s.StorageReads), human.IBytes(s.BytesRead), s.ReadAmplification, early, human.Comma(s.ChunkReads), human.IBytes(s.BytesLoaded))
+		human.Comma(s.StorageReads), human.IBytes(s.StorageBytes), s.ReadAmplification, early, human.Comma(s.ChunkReads), human.IBytes(s.ChunkBytes))
 	if s.FilesSkipped > 0 {
 		fmt.Fprintf(w, "  damaged  %s left out: damaged on storage (--on-damage skip; each named in the log when first found)\n", human.Plural(s.FilesSkipped, "file"))
 	}
 	fmt.Fprintf(w, "  memory   %s local hits, %s requests waited for their chunk's read; at most %s held by one rank\n",
-		human.Comma(s.LocalHits), human.Comma(s.Waits), human.IBytes(s.PeakMemBytes))
+		human.Comma(s.LocalHits), human.Comma(s.Misses), human.IBytes(s.PeakMemBytes))
 	fmt.Fprintf(w, "  first    the epoch's first request waited %s for its file (the slowest rank)\n", human.Seconds(s.FirstWaitSeconds))
 	if x := s.Order; x != nil {
 		again := ""
@@ -41,7 +41,7 @@ func (s EpochStats) Report(w io.Writer, epochs int) {
 			x.ChunkSpan, x.ChunkSpanShuffle, again)
 	}
 	fmt.Fprintf(w, "  network  %s remote requests, %s files pushed ahead, %s prefetch hits; %s files (%s) from other ranks, %s sent\n",
-		human.Comma(s.RemoteRequests), human.Comma(s.PrefetchPushes), human.Comma(s.PrefetchHits), human.Comma(s.RemoteFiles), human.IBytes(s.RemoteBytes), human.IBytes(s.NetworkBytes))
+		human.Comma(s.RemoteRequests), human.Comma(s.Prefetched), human.Comma(s.PrefetchHits), human.Comma(s.RemoteFiles), human.IBytes(s.RemoteBytes), human.IBytes(s.NetworkBytes))
 	if s.Verified {
 		fmt.Fprintf(w, "  clients  waited %.2fs in all\n", s.StallSeconds)
 	}

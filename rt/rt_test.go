@@ -226,12 +226,12 @@ func TestServeExactlyOnce(t *testing.T) {
 			cfg.Policy = "paper" // the window policy: TestServeWindowReadsEachChunkOnce
 			cfg.Variant, cfg.Window, cfg.Epochs, cfg.Consume, cfg.Depth = tc.variant, tc.window, 2, 3, 3
 			for _, st := range serveLocal(t, 3, cfg) {
-				t.Logf("epoch %d: %d files, %d local hits, %d chunk reads, %d remote requests, %d pushes, %d prefetch hits", st.Epoch, st.FilesDelivered, st.LocalHits, st.ChunkReads, st.RemoteRequests, st.PrefetchPushes, st.PrefetchHits)
+				t.Logf("epoch %d: %d files, %d local hits, %d chunk reads, %d remote requests, %d pushes, %d prefetch hits", st.Epoch, st.FilesDelivered, st.LocalHits, st.ChunkReads, st.RemoteRequests, st.Prefetched, st.PrefetchHits)
 				if !st.OK() || st.FilesExpected != 700 {
 					t.Fatalf("epoch %d: %+v", st.Epoch, st)
 				}
-				if tc.variant.Prefetch() != (st.PrefetchPushes > 0) {
-					t.Errorf("epoch %d: %d pushes with %s", st.Epoch, st.PrefetchPushes, tc.variant)
+				if tc.variant.Prefetch() != (st.Prefetched > 0) {
+					t.Errorf("epoch %d: %d pushes with %s", st.Epoch, st.Prefetched, tc.variant)
 				}
 				if st.RemoteFiles == 0 || st.ChunkReads == 0 {
 					t.Errorf("epoch %d: no remote files or no reads: %+v", st.Epoch, st)
@@ -256,20 +256,20 @@ func TestServeWindowReadsEachChunkOnce(t *testing.T) {
 			cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes = dir, tc.mem, 20_000
 			cfg.Window, cfg.Epochs, cfg.Consume, cfg.Depth = tc.window, 2, 3, 3
 			for _, st := range serveLocal(t, tc.ranks, cfg) {
-				if !st.OK() || st.FilesExpected != 700 || st.BytesLoaded != st.BytesDelivered {
+				if !st.OK() || st.FilesExpected != 700 || st.ChunkBytes != st.BytesDelivered {
 					t.Fatalf("epoch %d: %+v", st.Epoch, st)
 				}
 				// amplification is what storage paid per byte delivered:
 				// nothing once the whole shard stays in memory
-				if amp := float64(st.BytesRead) / float64(st.BytesDelivered); st.ReadAmplification != amp || tc.mem == 1 && st.Epoch > 1 && amp != 0 {
-					t.Fatalf("epoch %d: read amplification %.3f, %d bytes read from storage for %d delivered", st.Epoch, st.ReadAmplification, st.BytesRead, st.BytesDelivered)
+				if amp := float64(st.StorageBytes) / float64(st.BytesDelivered); st.ReadAmplification != amp || tc.mem == 1 && st.Epoch > 1 && amp != 0 {
+					t.Fatalf("epoch %d: read amplification %.3f, %d bytes read from storage for %d delivered", st.Epoch, st.ReadAmplification, st.StorageBytes, st.BytesDelivered)
 				}
 				// chunk files hold their index and padding besides the files
-				if tc.mem < 1 && (st.BytesRead < st.BytesDelivered || float64(st.BytesRead) > 1.02*float64(st.BytesDelivered)) {
-					t.Fatalf("epoch %d: %d bytes read from storage for %d delivered", st.Epoch, st.BytesRead, st.BytesDelivered)
+				if tc.mem < 1 && (st.StorageBytes < st.BytesDelivered || float64(st.StorageBytes) > 1.02*float64(st.BytesDelivered)) {
+					t.Fatalf("epoch %d: %d bytes read from storage for %d delivered", st.Epoch, st.StorageBytes, st.BytesDelivered)
 				}
-				if (tc.ranks > 1) != (st.RemoteFiles > 0) || (tc.window > 0 && tc.ranks > 1) != (st.PrefetchPushes > 0) {
-					t.Fatalf("epoch %d: %d files from other ranks, %d fetched ahead", st.Epoch, st.RemoteFiles, st.PrefetchPushes)
+				if (tc.ranks > 1) != (st.RemoteFiles > 0) || (tc.window > 0 && tc.ranks > 1) != (st.Prefetched > 0) {
+					t.Fatalf("epoch %d: %d files from other ranks, %d fetched ahead", st.Epoch, st.RemoteFiles, st.Prefetched)
 				}
 			}
 		})

@@ -41,24 +41,25 @@ type EpochStats struct {
 	// check their own).
 	ChecksumErrors int64 `json:"checksum_errors"`
 	BytesDelivered int64 `json:"bytes_delivered"`
-	// ChunkReads counts whole chunks loaded into memory and BytesLoaded
-	// their bytes. StorageReads and BytesRead count the loads that went
-	// to storage: when a rank's budget holds its whole shard, its chunks
-	// stay in memory after their first read. ReadAmplification is
-	// BytesRead / BytesDelivered: what storage paid per byte delivered.
+	// ChunkReads counts whole chunks loaded into memory and ChunkBytes
+	// their bytes (proto.Stats'). StorageReads and StorageBytes count the
+	// loads that went to storage: when a rank's budget holds its whole
+	// shard, its chunks stay in memory after their first read.
+	// ReadAmplification is StorageBytes / BytesDelivered: what storage
+	// paid per byte delivered.
 	ChunkReads        int64   `json:"chunk_reads"`
-	BytesLoaded       int64   `json:"bytes_loaded"`
+	ChunkBytes        int64   `json:"chunk_bytes"`
 	ReadAmplification float64 `json:"read_amplification"`
 	StorageReads      int64   `json:"storage_reads"`
-	BytesRead         int64   `json:"bytes_read"`
+	StorageBytes      int64   `json:"storage_bytes"`
 	// EarlyReads counts the chunk reads made while the previous epoch
 	// drained, into the memory its last files freed (the window policy
 	// with the seed's traces).
 	EarlyReads int64 `json:"early_reads"`
 	// LocalHits counts requests answered from memory without a read;
-	// Waits the requests that waited for their chunk's read.
+	// Misses the requests that waited for their chunk's read (proto.Stats').
 	LocalHits int64 `json:"local_hits"`
-	Waits     int64 `json:"waits"`
+	Misses    int64 `json:"misses"`
 	// RemoteRequests counts requests sent to other ranks; RemoteFiles and
 	// RemoteBytes the delivered files that came from other ranks (on
 	// request or pushed ahead); NetworkBytes all bytes sent between ranks.
@@ -66,10 +67,11 @@ type EpochStats struct {
 	RemoteFiles    int64 `json:"remote_files"`
 	RemoteBytes    int64 `json:"remote_bytes"`
 	NetworkBytes   int64 `json:"network_bytes"`
-	// PrefetchPushes counts files pushed ahead of a request; PrefetchHits
-	// the requests a pushed file answered.
-	PrefetchPushes int64 `json:"prefetch_pushes"`
-	PrefetchHits   int64 `json:"prefetch_hits"`
+	// Prefetched counts the files sent to a rank ahead of its client's
+	// request, and PrefetchHits the requests such a file answered
+	// (proto.Stats').
+	Prefetched   int64 `json:"prefetched"`
+	PrefetchHits int64 `json:"prefetch_hits"`
 	// PeakMemBytes is the most any rank held at once, as proto accounts.
 	PeakMemBytes int64 `json:"peak_mem_bytes"`
 	// StallSeconds is the time clients spent waiting for deliveries,
@@ -137,8 +139,8 @@ type epochCounts struct {
 // reduce sums the ranks' counts and checks the per-file delivery counts.
 func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 	ps, ls, cs := c.proto, c.loop, c.cons
-	sums := []int64{ls.delivered, ls.failed, cs.checksumErrors, ls.deliveredBytes, ps.ChunkReads, ps.BytesRead,
-		ps.LocalHits, ps.RemoteRequests, ls.remoteFiles, ls.remoteBytes, ls.bytesOut, ps.Pushed, ps.BufferHits,
+	sums := []int64{ls.delivered, ls.failed, cs.checksumErrors, ls.deliveredBytes, ps.ChunkReads, ps.ChunkBytes,
+		ps.LocalHits, ps.RemoteRequests, ls.remoteFiles, ls.remoteBytes, ls.bytesOut, ps.Prefetched, ps.PrefetchHits,
 		int64(cs.stall), ls.crcSum, n.crcSum, ls.labelSum, n.labelSum, c.left, ls.storageReads, ls.storageBytes, ps.Misses, ps.EarlyReads,
 		ls.skipped, ls.skippedCRC, ls.skippedLabel, c.over}
 	s, err := n.comm.AllreduceSum(sums)
@@ -159,14 +161,14 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 	}
 	st := EpochStats{Epoch: int(e), Ranks: n.size, DatasetFiles: int64(len(n.counts)), FilesExpected: c.expected, FilesBefore: c.before,
 		FilesDelivered: s[0], FailedDeliveries: s[1], ChecksumErrors: s[2], BytesDelivered: s[3],
-		ChunkReads: s[4], BytesLoaded: s[5], StorageReads: s[19], BytesRead: s[20], EarlyReads: s[22], LocalHits: s[6], Waits: s[21], RemoteRequests: s[7], RemoteFiles: s[8],
-		RemoteBytes: s[9], NetworkBytes: s[10], PrefetchPushes: s[11], PrefetchHits: s[12],
+		ChunkReads: s[4], ChunkBytes: s[5], StorageReads: s[19], StorageBytes: s[20], EarlyReads: s[22], LocalHits: s[6], Misses: s[21], RemoteRequests: s[7], RemoteFiles: s[8],
+		RemoteBytes: s[9], NetworkBytes: s[10], Prefetched: s[11], PrefetchHits: s[12],
 		StallSeconds: float64(s[13]) / 1e9, DeliveredCRCSum: s[14], IndexCRCSum: s[15],
 		DeliveredLabelSum: s[16], IndexLabelSum: s[17], FilesLeft: s[18], FilesSkipped: s[23], SkippedCRCSum: s[24], SkippedLabelSum: s[25], RanksTrainingOver: int(s[26]),
 		DuplicateDeliveries: dup, FilesMissing: max(0, c.expected-distinct), PeakMemBytes: mx[0], Seconds: float64(mx[1]) / 1e9,
 		IdleSeconds: float64(mx[2]) / 1e9, IdleCPUSeconds: float64(mx[3]) / 1e9, FirstWaitSeconds: float64(mx[5]) / 1e9, Verified: c.verified, EndedEarly: mx[4] != 0}
 	if st.BytesDelivered > 0 {
-		st.ReadAmplification = float64(st.BytesRead) / float64(st.BytesDelivered)
+		st.ReadAmplification = float64(st.StorageBytes) / float64(st.BytesDelivered)
 	}
 	if st.Seconds > 0 {
 		st.FilesPerSecond = float64(st.FilesDelivered) / st.Seconds

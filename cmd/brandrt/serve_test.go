@@ -102,13 +102,13 @@ func TestServeUnderMpirun(t *testing.T) {
 				if bad {
 					t.Errorf("epoch %d: %+v; the index sums to crc %d, labels %d", s.Epoch, s, crc, label)
 				}
-				if prefetch := tc.name != "no-prefetch"; prefetch != (s.PrefetchPushes > 0) {
-					t.Errorf("epoch %d: %d pushes", s.Epoch, s.PrefetchPushes)
+				if prefetch := tc.name != "no-prefetch"; prefetch != (s.Prefetched > 0) {
+					t.Errorf("epoch %d: %d pushes", s.Epoch, s.Prefetched)
 				}
 				// the default policy reads each chunk once: storage bytes are the
 				// delivered bytes and the chunk files' own index and padding
-				if tc.name == "quarter" && float64(s.BytesRead) > 1.02*float64(s.BytesDelivered) {
-					t.Errorf("epoch %d: %d bytes read from storage for %d delivered", s.Epoch, s.BytesRead, s.BytesDelivered)
+				if tc.name == "quarter" && float64(s.StorageBytes) > 1.02*float64(s.BytesDelivered) {
+					t.Errorf("epoch %d: %d bytes read from storage for %d delivered", s.Epoch, s.StorageBytes, s.BytesDelivered)
 				}
 				// the window policy reads the second epoch's first chunks
 				// while the first drains

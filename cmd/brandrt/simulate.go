@@ -244,7 +244,7 @@ func writeTable(w io.Writer, cfg sim.Config, rs []sim.Result, took time.Duration
 	for _, r := range rs {
 		name, waits := policyLabel(r.Variant), "-"
 		if r.Policy == "window" {
-			waits = comma(r.Waits)
+			waits = comma(r.WaitSteps)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%.0f%%\t%.2f×\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.3f\t%.3f\t%.1fs\t\n",
 			name, r.Epoch, comma(r.LocalHits), comma(r.Misses), comma(r.ChunkReads), 100*r.FillRate,

@@ -361,8 +361,8 @@ func (e *Env) eachRank(cmd *script.Cmd, f func(r int)) {
 }
 
 func statsLine(s proto.Stats) string {
-	return fmt.Sprintf("requests=%d local-hits=%d buffer-hits=%d misses=%d reads=%d loaded=%d remote=%d redirects=%d pushed=%d stale=%d",
-		s.Requests, s.LocalHits, s.BufferHits, s.Misses, s.ChunkReads, s.FilesLoaded, s.RemoteRequests, s.Redirects, s.Pushed, s.Stale)
+	return fmt.Sprintf("requests=%d local-hits=%d prefetch-hits=%d misses=%d reads=%d loaded=%d remote=%d redirects=%d prefetched=%d stale=%d",
+		s.Requests, s.LocalHits, s.PrefetchHits, s.Misses, s.ChunkReads, s.FilesLoaded, s.RemoteRequests, s.Redirects, s.Prefetched, s.Stale)
 }
 
 func matches(cmd *script.Cmd, key string, v int) bool {

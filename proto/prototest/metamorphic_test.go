@@ -68,7 +68,7 @@ func playSplit(t *testing.T, sizes []int64, order []int, ranks, k, window int, v
 	if s.Delivered != int64(len(sizes)) {
 		t.Fatalf("%s: %d deliveries for %d files", name, s.Delivered, len(sizes))
 	}
-	return fmt.Sprintf("reads=%d remote=%d pushed=%d", s.ChunkReads, s.RemoteRequests, s.Pushed)
+	return fmt.Sprintf("reads=%d remote=%d prefetched=%d", s.ChunkReads, s.RemoteRequests, s.Prefetched)
 }
 
 // TestCodecIsTransparent: a run whose messages go through Encode/Decode

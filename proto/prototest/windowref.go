@@ -41,7 +41,7 @@ func ReferencePlan(in proto.WindowInput, files [][]proto.FileID, order [][]int) 
 		for i := range rk.next {
 			p.Reads[h] = append(p.Reads[h], proto.PlannedRead{PC: rk.order[i], Issue: rk.issue[i], Due: rk.due[i]})
 		}
-		p.Waits = append(p.Waits, rk.waits)
+		p.WaitSteps = append(p.WaitSteps, rk.waits)
 		p.PeakBytes = append(p.PeakBytes, rk.peak)
 		p.Drains = append(p.Drains, proto.Drain{Held: rk.drain, LastDue: rk.lastDue - int32(p.Steps)})
 	}

@@ -48,8 +48,8 @@ func (p *paper) Epoch(e int, traces [][]proto.FileID, progress func(done, total 
 	s := p.c.Stats()
 	return p.c.Delivered, Result{
 		Requests: s.Requests, Delivered: s.Delivered, LocalHits: s.LocalHits,
-		Misses: s.Misses, ChunkReads: s.ChunkReads, BytesRead: s.BytesRead, BytesDelivered: s.BytesDelivered,
+		Misses: s.Misses, ChunkReads: s.ChunkReads, ChunkBytes: s.ChunkBytes, BytesDelivered: s.BytesDelivered,
 		FillRate: ratio(s.FilesLoaded, s.FilesRead), RemoteRequests: s.RemoteRequests, Redirects: s.Redirects,
-		Prefetched: s.Pushed, PrefetchHits: s.BufferHits, PeakMemBytes: s.PeakMem,
+		Prefetched: s.Prefetched, PrefetchHits: s.PrefetchHits, PeakMemBytes: s.PeakMem,
 	}, nil
 }

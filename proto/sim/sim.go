@@ -165,7 +165,7 @@ type Result struct {
 	LocalHits         int64   `json:"local_hits"`
 	Misses            int64   `json:"misses"`
 	ChunkReads        int64   `json:"chunk_reads"`
-	BytesRead         int64   `json:"bytes_read"`
+	ChunkBytes        int64   `json:"chunk_bytes"`
 	BytesDelivered    int64   `json:"bytes_delivered"`
 	ReadAmplification float64 `json:"read_amplification"`
 	FillRate          float64 `json:"fill_rate"`
@@ -174,9 +174,10 @@ type Result struct {
 	Prefetched        int64   `json:"prefetched"`
 	PrefetchHits      int64   `json:"prefetch_hits"`
 	PeakMemBytes      int64   `json:"peak_mem_bytes"`
-	// Waits is, for the window policy, the logical steps by which reads
-	// had to be done earlier than their lead allowed (an empty pool).
-	Waits int64 `json:"waits"`
+	// WaitSteps is, for the window policy, the logical steps by which
+	// reads had to be done earlier than their lead allowed (an empty
+	// pool; proto.WindowPlan.WaitSteps).
+	WaitSteps int64 `json:"wait_steps"`
 	// ReadsAhead counts, for the window policy, the chunk reads done
 	// before the epoch started, in the room the previous one's drain
 	// freed; PlanBytes is the memory its planner allocated.
@@ -258,7 +259,7 @@ func describe(res *Result, cfg Config, m *proto.Mapping, def policyDef, e int) {
 	for r := range m.Ranks() {
 		res.Bytes += m.ShardBytes(r)
 	}
-	res.ReadAmplification = ratio(res.BytesRead, res.BytesDelivered)
+	res.ReadAmplification = ratio(res.ChunkBytes, res.BytesDelivered)
 }
 
 // Sizes returns the file sizes of cfg's dataset, one list per rank: its

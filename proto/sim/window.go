@@ -52,10 +52,10 @@ func (w *window) result(p *proto.WindowPlan) Result {
 			if rd.Issue < 0 {
 				res.ReadsAhead++
 			}
-			res.BytesRead += in.ChunkBytes(rd.PC)
+			res.ChunkBytes += in.ChunkBytes(rd.PC)
 		}
 		res.PeakMemBytes = max(res.PeakMemBytes, p.PeakBytes[r])
-		res.Waits += p.Waits[r]
+		res.WaitSteps += p.WaitSteps[r]
 		for sn, f := range p.Files[r] {
 			res.Requests++
 			res.Delivered++
