@@ -83,7 +83,7 @@ type WindowRank struct {
 	dropped     []bool
 	done        []bool // per rank, said it asks for nothing more
 	frontier    int32  // one past the highest position a client asked for
-	ahead       int32  // the next position to consider fetching ahead
+	fetchNext   int32  // the next position to consider fetching ahead
 }
 
 type fileState uint8

@@ -18,8 +18,8 @@ func (w *WindowRank) Epoch() (uint32, bool) { return w.epoch, w.started }
 // ahead. Golden tests compare it.
 func (w *WindowRank) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "rank %d epoch %d held=%d buffered=%d reads=%d/%d frontier=%d ahead=%d\n", w.me, w.epoch, w.held,
-		w.buffered, w.nextRd, len(w.plan.Reads[w.me]), w.frontier, w.ahead)
+	fmt.Fprintf(&b, "rank %d epoch %d held=%d buffered=%d reads=%d/%d frontier=%d fetch-next=%d\n", w.me, w.epoch, w.held,
+		w.buffered, w.nextRd, len(w.plan.Reads[w.me]), w.frontier, w.fetchNext)
 	w.dumpChunks(&b, w.state)
 	for _, f := range slices.Sorted(maps.Keys(w.waiters)) {
 		for _, q := range w.waiters[f] {

@@ -144,5 +144,5 @@ func (w *WindowRank) skip(start []int32) {
 	for sn := range w.start {
 		w.asked[sn] = true
 	}
-	w.frontier, w.ahead = w.start, w.start
+	w.frontier, w.fetchNext = w.start, w.start
 }

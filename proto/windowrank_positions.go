@@ -63,9 +63,9 @@ func (w *WindowRank) fetchAhead() {
 		return
 	}
 	files := w.plan.Files[w.me]
-	w.ahead = max(w.ahead, w.frontier)
-	for ; w.ahead < min(w.frontier+int32(w.cfg.Window), int32(len(files))); w.ahead++ {
-		sn, f := w.ahead, files[w.ahead]
+	w.fetchNext = max(w.fetchNext, w.frontier)
+	for ; w.fetchNext < min(w.frontier+int32(w.cfg.Window), int32(len(files))); w.fetchNext++ {
+		sn, f := w.fetchNext, files[w.fetchNext]
 		if w.cfg.Mapping.Home(f) == w.me || w.fetched[sn] {
 			continue
 		}

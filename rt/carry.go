@@ -23,10 +23,10 @@ func (l *loop) carry() error {
 			l.load(f, l.files)
 		}
 		for _, f := range rd.Early {
-			if l.n.ahead == nil {
-				l.n.ahead = make(map[proto.FileID]*file)
+			if l.n.nextEpoch == nil {
+				l.n.nextEpoch = make(map[proto.FileID]*file)
 			}
-			l.load(f, l.n.ahead)
+			l.load(f, l.n.nextEpoch)
 		}
 		l.keepOrCopy() // before any of the files leaves the loop
 		for _, m := range rd.Sends {

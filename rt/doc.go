@@ -101,7 +101,7 @@
 //   - The serving goroutine, the caller of Open and Serve, makes every
 //     MPI call (collectives, quietBarrier, the loop's Isend, Iprobe, Recv
 //     and Test) and every call on the machine, and alone touches the Node
-//     and the loop: held events and offers, Node.ahead, the per-file
+//     and the loop: held events and offers, Node.nextEpoch, the per-file
 //     counts, damage named, sessions, peerWatch, the ioPool's backlog.
 //   - The I/O workers, Config.IOWorkers of them (newIOPool), take a
 //     proto.Read from ioPool.queue, read the chunk through
@@ -139,7 +139,7 @@
 // Config.Memory: each into its own buffer from it, or into Go memory.
 //
 // A file (the type file) is in one place at a time: loop.files,
-// Node.ahead, a pendingSend or a Delivery. file.release drops its hold on
+// Node.nextEpoch, a pendingSend or a Delivery. file.release drops its hold on
 // its chunkBuf, or puts its buffer back in the recvPool.
 //
 //   - Delivered: loop.deliver moves the file into the Delivery;
@@ -152,7 +152,7 @@
 //     files over 32 KiB from other ranks reach clients in place; smaller
 //     ones are Go memory. recvPool.drain, when Serve returns, gives the
 //     lent ones back, and those put back later.
-//   - Read ahead (Ready.Early): in Node.ahead until the next epoch's loop
+//   - Read ahead (Ready.Early): in Node.nextEpoch until the next epoch's loop
 //     starts with them; Node.dropAhead releases them when Serve returns.
 //   - Left over at an epoch's end: released; EpochStats.FilesLeft.
 //
@@ -174,7 +174,7 @@
 // rank checks the same traces, so all accept or all refuse and wait for
 // new ones.
 //
-// Node.epoch steps proto.EpochStart, builds the loop on Node.ahead,
+// Node.epoch steps proto.EpochStart, builds the loop on Node.nextEpoch,
 // carries out a first Ready, calls OnResume and OnEpoch, answers the
 // offers, replays Node.held, starts the consumers and runs loop.serve. A
 // rank is done (loop.sayDone) once every position is answered, or an End

@@ -323,7 +323,7 @@ func (l *loop) readDone(res readResult) error {
 	l.io.inflight--
 	st := &l.stats
 	if res.read.Epoch > l.epoch { // read ahead while this epoch drains
-		st = &l.n.aheadStats
+		st = &l.n.nextEpochStats
 	}
 	if !res.resident && res.ch != nil {
 		st.storageReads++

@@ -46,10 +46,10 @@ type Node struct {
 	early  map[uint32]TraceOffer
 	// starts carries clients' start offers (Config.Resume).
 	starts chan StartOffer
-	// ahead holds the files read for the next epoch while this one
-	// drains (proto.Ready.Early), aheadStats what those reads cost.
-	ahead      map[proto.FileID]*file
-	aheadStats loopStats
+	// nextEpoch holds the files read for the next epoch while this one
+	// drains (proto.Ready.Early), nextEpochStats what those reads cost.
+	nextEpoch      map[proto.FileID]*file
+	nextEpochStats loopStats
 	// counts holds this epoch's deliveries on this rank per file id
 	// (files left out as damaged count too).
 	counts []int32

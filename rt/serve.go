@@ -97,8 +97,8 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		n.cfg.OnResume(e, from, res.Delivered != nil)
 	}
 	l := &loop{n: n, p: n.p, comm: n.comm, io: io, pool: pool, reqs: reqs, epoch: e, traceLen: len(own), answered: from,
-		waiting: make(map[int32]chan<- Delivery), files: n.ahead, stats: n.aheadStats, doneFrom: make([]bool, n.size)}
-	n.ahead, n.aheadStats = nil, loopStats{}
+		waiting: make(map[int32]chan<- Delivery), files: n.nextEpoch, stats: n.nextEpochStats, doneFrom: make([]bool, n.size)}
+	n.nextEpoch, n.nextEpochStats = nil, loopStats{}
 	l.asked = make([]bool, len(own))
 	l.ended = n.trainingOver()
 	for sn := range from {
@@ -171,10 +171,10 @@ func overCount(over bool) int64 {
 
 // dropAhead lets go of the files read for an epoch that will not come.
 func (n *Node) dropAhead() {
-	for _, f := range n.ahead {
+	for _, f := range n.nextEpoch {
 		f.release()
 	}
-	n.ahead = nil
+	n.nextEpoch = nil
 }
 
 // firstWait is how long the epoch's first request waited for an answer
