@@ -130,8 +130,10 @@
 // start, so only the first epoch starts empty. WindowRank carries the
 // plan out for one rank, with Rank's API (both are a Machine): it reads
 // its chunks in plan order as its budget frees, answers each position
-// with its planned file, and fetches the files planned for its next
-// positions from their homes.
+// with its planned file, grants the homes of the files the plan pushes to
+// it as far as its Remote bytes allow (MsgGrant), and they push those
+// files (MsgPush) as their chunks come in; the plan's other files of
+// other ranks it requests on demand.
 //
 // # Files
 //

@@ -17,9 +17,12 @@ const (
 	MsgReply
 	// MsgPush carries prefetched files for upcoming positions.
 	MsgPush
+	// MsgGrant (the window policy) tells a home that it may push the
+	// files planned for the sender's positions up to Sn.
+	MsgGrant
 )
 
-var msgNames = [...]string{"", "request", "reply", "push"}
+var msgNames = [...]string{"", "request", "reply", "push", "grant"}
 
 func (t MsgType) String() string { return enumName(t, msgNames[:], "msg") }
 
@@ -102,6 +105,8 @@ func (m Message) String() string {
 		case StatusRedirect:
 			fmt.Fprintf(&b, " push=%d", m.PushID)
 		}
+	case MsgGrant:
+		fmt.Fprintf(&b, " up to sn=%d", m.Sn)
 	case MsgPush:
 		for i, p := range m.Pushes {
 			if i > 0 {

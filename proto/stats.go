@@ -37,6 +37,8 @@ type Stats struct {
 	Prefetched, PrefetchedBytes int64
 	// PushesReceived counts pushed files placed in this rank's buffer.
 	PushesReceived int64
+	// Grants counts the window policy's grants sent to homes (MsgGrant).
+	Grants int64
 	// PeakHeld and PeakBuffered are the most bytes held at once in local
 	// VCs and in buffer VCs.
 	PeakHeld, PeakBuffered int64
@@ -58,7 +60,7 @@ func (s Stats) Add(t Stats) Stats {
 		Delivered: s.Delivered + t.Delivered, BytesDelivered: s.BytesDelivered + t.BytesDelivered,
 		RemoteRequests: s.RemoteRequests + t.RemoteRequests, RemoteServed: s.RemoteServed + t.RemoteServed,
 		Redirects: s.Redirects + t.Redirects, Prefetched: s.Prefetched + t.Prefetched,
-		PrefetchedBytes: s.PrefetchedBytes + t.PrefetchedBytes, PushesReceived: s.PushesReceived + t.PushesReceived,
+		PrefetchedBytes: s.PrefetchedBytes + t.PrefetchedBytes, PushesReceived: s.PushesReceived + t.PushesReceived, Grants: s.Grants + t.Grants,
 		PeakHeld: max(s.PeakHeld, t.PeakHeld), PeakBuffered: max(s.PeakBuffered, t.PeakBuffered),
 		PeakMem: max(s.PeakMem, t.PeakMem),
 		Stale:   s.Stale + t.Stale,

@@ -19,11 +19,13 @@ type WindowConfig struct {
 	// Lead and Ramp shape the plan (WindowInput); they change which file
 	// answers a position, not what the rank reads.
 	Lead, Ramp int
-	// Window is how many positions ahead of its clients' highest request
-	// the rank asks other ranks for the files planned for it, within
-	// RemoteMemBytes of files received and not yet delivered.
-	Window         int
-	RemoteMemBytes int64
+	// Window and Remote shape the plan's pushes (WindowInput): the files
+	// of other ranks planned for a rank's next Window positions are
+	// pushed to it ahead of its clients' requests, within Remote[r] bytes
+	// of files received and not yet delivered (every rank's limit, since
+	// every rank plans every rank's pushes).
+	Window int
+	Remote []int64
 	// Traces, when set, gives the traces of any epoch: each epoch's plan
 	// starts from the previous one's (WindowInput.After), so a rank that
 	// starts at a later epoch than 1 (a resumed job) plans the epochs
@@ -39,14 +41,16 @@ type WindowConfig struct {
 
 // WindowRank carries out window plans for one rank. At the start of an
 // epoch it plans the whole epoch (PlanWindow); then it reads its own
-// chunks in plan order whenever its budget has room for the next, answers
-// each position with its planned file, asks the home rank of a file
-// planned for one of its positions ahead of its clients (up to Window
-// positions, within RemoteMemBytes), and answers other ranks' requests for
-// its files as soon as their chunks are in. Positions may be asked in any
-// order. The plan's logical steps are not a schedule here: the rank reads
-// as far ahead as memory allows, and a request waits only when its file's
-// chunk is not yet in.
+// chunks in plan order whenever its budget has room for the next, and
+// answers each position with its planned file. The files of other ranks
+// that the plan pushes ahead (PushAt) come unasked: the rank grants their
+// homes (MsgGrant) the positions whose files fit its Remote bytes, and a
+// home pushes (MsgPush) each granted file once its chunk is in; the rest
+// it asks for on demand (MsgRequest), and a home answers as soon as the
+// chunk is in (windowrank_positions.go says more). Positions may be asked
+// in any order. The plan's logical steps are not a schedule here: the
+// rank reads as far ahead as memory allows, and a request waits only when
+// its file's chunk is not yet in.
 type WindowRank struct {
 	cfg   WindowConfig
 	in    WindowInput // what every epoch is planned from, less its traces
@@ -70,12 +74,34 @@ type WindowRank struct {
 	waiters map[FileID][]waiter // requests for own files not yet in
 
 	// this rank's positions
-	asked    []bool // a client asked for the position
-	fetched  []bool // the file was asked of its home (ahead or on demand)
-	reserved []bool // fetched ahead: its bytes count in buffered
-	arrived  []bool // the file came from its home, not yet delivered
-	failed   []bool // its home could not read it
-	buffered int64  // bytes fetched ahead and not yet delivered
+	asked   []bool // a client asked for the position
+	planned []bool // the plan pushes its file (of another rank) ahead
+	fetched []bool // the file was asked of its home, on demand
+	arrived []bool // the file came from its home, not yet delivered
+	failed  []bool // its home could not read it
+	// buffered counts the bytes of files arrived and not yet delivered.
+	// low is the lowest position not yet asked for; granted the last
+	// position whose planned push fits Remote, with the positions from
+	// low on not yet asked for (grantBytes their bytes); told the last
+	// granted position the homes were told of (grant).
+	buffered     int64
+	low, granted int32
+	told         int32
+	grantBytes   int64
+
+	// own files pushed to other ranks: pushTo[r] lists the positions of
+	// rank r whose planned push is of this rank's file, in order;
+	// pushNext[r] is the first of them maybe not yet sent; grantOf[r] the
+	// last position r granted; pushing the pushes of this step, per rank;
+	// per own file, the position it is pushed to (pushAt) and whether it
+	// was, or its read's failure told to the rank it is planned for
+	// (pushedOut)
+	pushTo    [][]int32
+	pushNext  []int
+	grantOf   []int32
+	pushing   [][]Pushed
+	pushAt    []pushTarget
+	pushedOut []bool
 	// clientsDone: this rank's clients ask for nothing more this epoch;
 	// dropped: own files planned for a rank that asks nothing more,
 	// dropped from memory as soon as they are in
@@ -83,7 +109,6 @@ type WindowRank struct {
 	dropped     []bool
 	done        []bool // per rank, said it asks for nothing more
 	frontier    int32  // one past the highest position a client asked for
-	fetchNext   int32  // the next position to consider fetching ahead
 }
 
 type fileState uint8
@@ -95,6 +120,10 @@ const (
 	gone // delivered or sent
 	lost // its chunk's read failed
 )
+
+// pushTarget is the position of rank rank that a file is pushed to; rank
+// −1 for a file not pushed ahead.
+type pushTarget struct{ rank, sn int32 }
 
 // waiter is a request for a file not yet in: of this rank's client
 // (from = -1) or of rank from, for its position sn.
@@ -112,11 +141,16 @@ func NewWindowRank(cfg WindowConfig) (*WindowRank, error) {
 	if cfg.Rank < 0 || cfg.Rank >= m.Ranks() || len(cfg.Sizes) != m.Ranks() {
 		return nil, fmt.Errorf("proto: window rank %d of %d ranks given %d size lists", cfg.Rank, m.Ranks(), len(cfg.Sizes))
 	}
-	if cfg.Window < 0 || cfg.RemoteMemBytes < 0 {
-		return nil, fmt.Errorf("proto: window %d and remote memory %d bytes, want ≥ 0", cfg.Window, cfg.RemoteMemBytes)
+	if cfg.Window < 0 || (cfg.Remote != nil && len(cfg.Remote) != m.Ranks()) {
+		return nil, fmt.Errorf("proto: window %d and %d remote limits for %d ranks", cfg.Window, len(cfg.Remote), m.Ranks())
+	}
+	for r, b := range cfg.Remote {
+		if b < 0 {
+			return nil, fmt.Errorf("proto: rank %d's remote limit is %d bytes, want ≥ 0", r, b)
+		}
 	}
 	w := &WindowRank{cfg: cfg, me: cfg.Rank, in: WindowInput{Mapping: m, Sizes: cfg.Sizes, Seed: cfg.Seed,
-		Lead: cfg.Lead, Ramp: cfg.Ramp, Traces: make([][]FileID, m.Ranks())}}
+		Lead: cfg.Lead, Ramp: cfg.Ramp, Window: cfg.Window, Remote: cfg.Remote, Traces: make([][]FileID, m.Ranks())}}
 	for h := range m.Ranks() {
 		w.in.Budget = append(w.in.Budget, m.MemBytes(h))
 	}
@@ -144,6 +178,9 @@ func (w *WindowRank) CheckTraces(traces [][]FileID) error {
 // broken internal invariant panics.
 func (w *WindowRank) Step(ev Event) error {
 	err := w.step(ev)
+	if w.started {
+		w.flush()
+	}
 	if invariantsEnabled {
 		w.checkInvariants()
 	}
@@ -175,7 +212,11 @@ func (w *WindowRank) step(ev Event) error {
 		}
 		w.clientsDone = true
 		for sn, f := range w.plan.Files[w.me] {
-			w.unreserve(int32(sn), f)
+			if w.arrived[sn] { // never to be asked for
+				w.arrived[sn] = false
+				w.buffered -= w.size(f)
+				w.rd.Forget = append(w.rd.Forget, f)
+			}
 		}
 		w.drop(w.me)
 		return nil

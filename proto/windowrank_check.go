@@ -5,11 +5,13 @@ import "fmt"
 // CheckInvariants returns the first broken internal invariant of the
 // window rank, or nil: the bytes of its own files being read or in memory
 // add up to the held total, which with the next epoch's reads ahead stays
-// within the budget; the bytes of positions fetched ahead and not yet
-// delivered add up to the buffered total, within RemoteMemBytes; a
-// position is reserved, arrived or failed only once fetched, and only
-// positions of files of other ranks are; only files not yet in have
-// waiters; and its reads follow the plan. It runs after every Step when
+// within the budget; the bytes of files arrived ahead of their positions
+// add up to the buffered total, and those of the pushes granted and not
+// yet asked for to grantBytes, both within its Remote limit; only
+// positions of files of other ranks are fetched, planned as pushed,
+// arrived or failed, and a file arrives only for a position granted and
+// not asked for; only files not yet in have waiters; and its reads
+// follow the plan. It runs after every Step when
 // built with the invariants tag.
 func (w *WindowRank) CheckInvariants() error {
 	if !w.started {
@@ -40,24 +42,33 @@ func (w *WindowRank) CheckInvariants() error {
 		return fmt.Errorf("holds %d bytes of its own files, over its budget of %d", held, budget)
 	}
 	files := w.plan.Files[w.me]
-	var buffered int64
+	var buffered, granted int64
 	for sn, f := range files {
 		own := w.cfg.Mapping.Home(f) == w.me
-		if (w.fetched[sn] || w.reserved[sn] || w.arrived[sn] || w.failed[sn]) && own {
-			return fmt.Errorf("position %d: its own file %d was fetched", sn, f)
+		if (w.fetched[sn] || w.planned[sn] || w.arrived[sn] || w.failed[sn]) && own {
+			return fmt.Errorf("position %d: its own file %d was fetched, planned as pushed, arrived or failed", sn, f)
 		}
-		if (w.reserved[sn] || w.arrived[sn] || w.failed[sn]) && !w.fetched[sn] {
-			return fmt.Errorf("position %d (file %d) reserved, arrived or failed without being fetched", sn, f)
+		if w.arrived[sn] && (w.asked[sn] || !w.planned[sn] || int32(sn) > w.told) {
+			return fmt.Errorf("position %d (file %d) arrived, but asked for already, not pushed or not granted", sn, f)
 		}
-		if w.reserved[sn] {
+		if w.arrived[sn] {
 			buffered += w.size(f)
+		}
+		if w.planned[sn] && !w.asked[sn] && int32(sn) >= w.low && int32(sn) <= w.granted {
+			granted += w.size(f)
 		}
 	}
 	if buffered != w.buffered {
-		return fmt.Errorf("positions fetched ahead hold %d bytes, counted %d", buffered, w.buffered)
+		return fmt.Errorf("files arrived ahead hold %d bytes, counted %d", buffered, w.buffered)
 	}
-	if w.buffered > w.cfg.RemoteMemBytes {
-		return fmt.Errorf("holds %d bytes of other ranks' files, over its limit of %d", w.buffered, w.cfg.RemoteMemBytes)
+	if granted != w.grantBytes {
+		return fmt.Errorf("pushes granted and not yet asked for hold %d bytes, counted %d", granted, w.grantBytes)
+	}
+	if limit := w.remoteLimit(); w.buffered > limit || (!w.clientsDone && w.grantBytes > limit) {
+		return fmt.Errorf("holds %d bytes of other ranks' files and granted %d, over its limit of %d", w.buffered, w.grantBytes, limit)
+	}
+	if w.told > w.granted || (int(w.low) < len(w.asked) && w.asked[w.low]) {
+		return fmt.Errorf("told %d, granted %d, lowest position not asked %d", w.told, w.granted, w.low)
 	}
 	for f, qs := range w.waiters {
 		if w.cfg.Mapping.Home(f) != w.me {

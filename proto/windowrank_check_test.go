@@ -15,7 +15,7 @@ func TestWindowRankInvariants(t *testing.T) {
 	}
 	sizes := [][]int64{{1, 1, 1, 1}, {1, 1, 1, 1}}
 	fresh := func() *WindowRank {
-		w, err := NewWindowRank(WindowConfig{Rank: 0, Mapping: m, Sizes: sizes, Seed: 1, Window: 4, RemoteMemBytes: 2})
+		w, err := NewWindowRank(WindowConfig{Rank: 0, Mapping: m, Sizes: sizes, Seed: 1, Window: 4, Remote: []int64{2, 2}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,15 +51,26 @@ func TestWindowRankInvariants(t *testing.T) {
 			}
 			w.held = 4
 		}, "over its budget"},
-		{"buffered", func(w *WindowRank) { w.buffered++ }, "positions fetched ahead hold"},
+		{"buffered", func(w *WindowRank) { w.buffered++ }, "files arrived ahead hold"},
+		{"granted", func(w *WindowRank) { w.grantBytes++ }, "pushes granted and not yet asked for hold"},
 		{"limit", func(w *WindowRank) {
-			w.cfg.RemoteMemBytes = 0
-			if w.buffered == 0 {
-				sn := remote(w)
-				w.fetched[sn], w.reserved[sn], w.buffered = true, true, 1
+			sn := remote(w)
+			w.planned[sn], w.asked[sn], w.arrived[sn], w.fetched[sn] = true, false, true, false
+			w.told, w.granted = max(w.told, int32(sn)), max(w.granted, int32(sn))
+			w.low = min(w.low, int32(sn))
+			w.buffered, w.grantBytes = 1, 0
+			for s, f := range w.plan.Files[0] {
+				if w.planned[s] && !w.asked[s] && int32(s) >= w.low && int32(s) <= w.granted {
+					w.grantBytes += w.size(f)
+				}
 			}
+			w.cfg.Remote = []int64{0, 0}
 		}, "over its limit"},
-		{"unfetched", func(w *WindowRank) { sn := remote(w); w.fetched[sn], w.arrived[sn] = false, true }, "without being fetched"},
+		{"ungranted", func(w *WindowRank) {
+			sn := remote(w)
+			w.planned[sn], w.asked[sn], w.arrived[sn], w.fetched[sn], w.buffered = true, false, true, false, 1
+			w.told = int32(sn) - 1
+		}, "arrived, but asked for already, not pushed or not granted"},
 		{"own fetched", func(w *WindowRank) {
 			for sn, f := range w.plan.Files[0] {
 				if m.Home(f) == 0 {

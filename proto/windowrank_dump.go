@@ -13,13 +13,14 @@ func (w *WindowRank) Epoch() (uint32, bool) { return w.epoch, w.started }
 // String returns a stable text dump of the rank's epoch state: its
 // budget's use, each own chunk's files (id in memory, "~id" being read,
 // "." not read, "-" gone: delivered, sent or dropped, "!id" lost to a
-// failed read), the requests waiting for a file, the positions fetched
-// from other ranks and not yet delivered, and the next epoch's reads
+// failed read), the requests waiting for a file, its positions whose
+// file of another rank was requested, arrived or failed, the pushes other
+// ranks granted that wait for their chunk, and the next epoch's reads
 // ahead. Golden tests compare it.
 func (w *WindowRank) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "rank %d epoch %d held=%d buffered=%d reads=%d/%d frontier=%d fetch-next=%d\n", w.me, w.epoch, w.held,
-		w.buffered, w.nextRd, len(w.plan.Reads[w.me]), w.frontier, w.fetchNext)
+	fmt.Fprintf(&b, "rank %d epoch %d held=%d buffered=%d reads=%d/%d low=%d granted=%d told=%d\n", w.me, w.epoch, w.held,
+		w.buffered, w.nextRd, len(w.plan.Reads[w.me]), w.low, w.granted, w.told)
 	w.dumpChunks(&b, w.state)
 	for _, f := range slices.Sorted(maps.Keys(w.waiters)) {
 		for _, q := range w.waiters[f] {
@@ -31,22 +32,32 @@ func (w *WindowRank) String() string {
 		}
 	}
 	for sn, f := range w.plan.Files[w.me] {
-		if !w.fetched[sn] || (w.asked[sn] && !w.reserved[sn] && !w.arrived[sn] && !w.failed[sn]) {
-			continue // not fetched, or fetched and answered
-		}
 		var tags []string
 		for _, t := range []struct {
 			on   bool
 			name string
-		}{{w.asked[sn], "asked"}, {w.reserved[sn], "reserved"}, {w.arrived[sn], "arrived"}, {w.failed[sn], "failed"}} {
+		}{{w.fetched[sn], "requested"}, {w.arrived[sn], "arrived"}, {w.failed[sn], "failed"}} {
 			if t.on {
 				tags = append(tags, t.name)
 			}
 		}
-		if len(tags) == 0 {
-			tags = append(tags, "requested")
+		if len(tags) > 0 {
+			fmt.Fprintf(&b, "  sn %d: file %d of rank %d %s\n", sn, f, w.cfg.Mapping.Home(f), strings.Join(tags, ", "))
 		}
-		fmt.Fprintf(&b, "  sn %d: file %d of rank %d %s\n", sn, f, w.cfg.Mapping.Home(f), strings.Join(tags, ", "))
+	}
+	for r, list := range w.pushTo {
+		var out []string
+		for _, sn := range list[w.pushNext[r]:] {
+			if sn > w.grantOf[r] {
+				break
+			}
+			if f := w.plan.Files[r][sn]; !w.pushedOut[f-w.first] && w.state[f-w.first] != gone {
+				out = append(out, fmt.Sprintf("sn %d (file %d)", sn, f))
+			}
+		}
+		if len(out) > 0 {
+			fmt.Fprintf(&b, "  granted by rank %d, not yet pushed: %s\n", r, strings.Join(out, ", "))
+		}
 	}
 	if w.clientsDone {
 		b.WriteString("  its clients are done\n")

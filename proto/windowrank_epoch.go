@@ -46,8 +46,7 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 	*w = WindowRank{cfg: w.cfg, in: w.in, me: w.me, first: w.first, rd: w.rd, epoch: e.Epoch, started: true, plan: p,
 		deferred: w.deferred, state: x.state, held: x.held, nextRd: x.nextRd, stats: x.stats, dropped: make([]bool, n),
 		done: make([]bool, w.cfg.Mapping.Ranks()), waiters: map[FileID][]waiter{},
-		asked: make([]bool, steps), fetched: make([]bool, steps), reserved: make([]bool, steps),
-		arrived: make([]bool, steps), failed: make([]bool, steps)}
+		asked: make([]bool, steps), fetched: make([]bool, steps), arrived: make([]bool, steps), failed: make([]bool, steps)}
 	w.stats.PeakHeld, w.stats.PeakMem = w.held, w.held
 	w.skip(e.Start)
 	for f := range e.Delivered {
@@ -56,6 +55,7 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 		}
 	}
 	w.issue()
+	w.setPushes(e.Start)
 	held := w.deferred
 	w.deferred = nil
 	for _, m := range held {
@@ -144,5 +144,42 @@ func (w *WindowRank) skip(start []int32) {
 	for sn := range w.start {
 		w.asked[sn] = true
 	}
-	w.frontier, w.fetchNext = w.start, w.start
+	w.frontier = w.start
+}
+
+// setPushes lays out the epoch's planned pushes: those to this rank's
+// positions (planned), those of its own files to other ranks' (pushTo,
+// pushAt), none granted before the positions the epoch starts at; then
+// the rank grants its first ones.
+func (w *WindowRank) setPushes(start []int32) {
+	m := w.cfg.Mapping
+	ranks := m.Ranks()
+	_, n := m.RankFiles(w.me)
+	w.planned = make([]bool, len(w.asked))
+	w.pushTo, w.pushNext, w.grantOf, w.pushing = make([][]int32, ranks), make([]int, ranks), make([]int32, ranks), make([][]Pushed, ranks)
+	w.pushAt, w.pushedOut = make([]pushTarget, n), make([]bool, n)
+	for i := range w.pushAt {
+		w.pushAt[i].rank = -1
+	}
+	for r := range ranks {
+		w.grantOf[r] = -1
+		if start != nil {
+			w.grantOf[r] = start[r] - 1
+		}
+		for sn, at := range w.plan.PushAt[r] {
+			if at < 0 || int(at) >= sn { // its own file, or sent on demand
+				continue
+			}
+			f := w.plan.Files[r][sn]
+			switch {
+			case r == w.me:
+				w.planned[sn] = true
+			case m.Home(f) == w.me:
+				w.pushTo[r] = append(w.pushTo[r], int32(sn))
+				w.pushAt[f-w.first] = pushTarget{rank: int32(r), sn: int32(sn)}
+			}
+		}
+	}
+	w.low, w.granted, w.told = w.start, w.start-1, w.start-1
+	w.grant(-1)
 }

@@ -90,6 +90,9 @@ func (w *WindowRank) readDone(e ReadDone) error {
 		for _, q := range qs {
 			w.local(f, q)
 		}
+		if r, sn := w.pushFor(f); r >= 0 && sn <= w.grantOf[r] {
+			w.push(r, sn, f)
+		}
 	}
 	w.issue()
 	return nil
@@ -136,6 +139,7 @@ func (w *WindowRank) fail(f FileID, q waiter) {
 		w.rd.Deliveries = append(w.rd.Deliveries, Delivery{Sn: q.sn, File: f, Status: StatusReadFailed})
 		return
 	}
+	w.pushedOut[f-w.first] = true // its failure told: nothing to push
 	w.rd.Sends = append(w.rd.Sends, Message{Type: MsgReply, From: int32(w.me), To: int32(q.from), Epoch: w.epoch,
 		Sn: q.sn, File: f, Status: StatusReadFailed})
 }
@@ -177,9 +181,80 @@ func (w *WindowRank) peerRequest(m Message) error {
 		return fmt.Errorf("proto: rank %d: rank %d asks for file %d at its position %d, which the plan does not give it here",
 			w.me, m.From, m.File, m.Sn)
 	}
-	if w.state[m.File-w.first] == gone || len(w.waiters[m.File]) > 0 {
+	i := m.File - w.first
+	if w.pushedOut[i] { // asked on demand while its push (or failure) was on its way: that answers
+		w.stats.Stale++
+		return nil
+	}
+	if w.state[i] == gone || len(w.waiters[m.File]) > 0 {
 		return fmt.Errorf("proto: rank %d: rank %d asks again for file %d", w.me, m.From, m.File)
 	}
 	w.local(m.File, waiter{from: int(m.From), sn: m.Sn})
 	return nil
+}
+
+// granting takes rank m.From's grant: it may be pushed the files planned
+// for its positions up to m.Sn, and gets those in memory now.
+func (w *WindowRank) granting(m Message) error {
+	r := int(m.From)
+	if m.Sn < 0 || int(m.Sn) >= len(w.plan.Files[r]) {
+		return fmt.Errorf("proto: rank %d: rank %d grants pushes up to its position %d, outside its trace of %d", w.me, r, m.Sn, len(w.plan.Files[r]))
+	}
+	if m.Sn <= w.grantOf[r] { // overtaken by a larger grant
+		return nil
+	}
+	w.grantOf[r] = m.Sn
+	if w.done[r] {
+		return nil
+	}
+	list := w.pushTo[r]
+	for i := w.pushNext[r]; i < len(list) && list[i] <= m.Sn; i++ {
+		sn := list[i]
+		w.push(r, sn, w.plan.Files[r][sn])
+	}
+	for w.pushNext[r] < len(list) && list[w.pushNext[r]] <= m.Sn && w.state[w.plan.Files[r][list[w.pushNext[r]]]-w.first] == gone {
+		w.pushNext[r]++
+	}
+	return nil
+}
+
+// push sends own file f, planned for rank r's position sn and granted,
+// if it is in memory (else its read's end pushes it): in this step's push
+// to r, or, its chunk's read having failed, as a failed reply.
+func (w *WindowRank) push(r int, sn int32, f FileID) {
+	i := f - w.first
+	if w.done[r] || w.pushedOut[i] {
+		return
+	}
+	switch w.state[i] {
+	case inMemory:
+		w.pushedOut[i] = true
+		w.state[i] = gone
+		w.held -= w.size(f)
+		w.stats.Prefetched++
+		w.stats.PrefetchedBytes += w.size(f)
+		w.pushing[r] = append(w.pushing[r], Pushed{Sn: sn, File: f, Size: w.size(f)})
+		w.issue()
+	case lost:
+		w.fail(f, waiter{from: r, sn: sn})
+	}
+}
+
+// pushFor returns the rank and position own file f is pushed to, or −1.
+func (w *WindowRank) pushFor(f FileID) (int, int32) {
+	p := w.pushAt[f-w.first]
+	if p.rank < 0 {
+		return -1, -1
+	}
+	return int(p.rank), p.sn
+}
+
+// flush sends this step's pushes, one message per rank.
+func (w *WindowRank) flush() {
+	for r, ps := range w.pushing {
+		if len(ps) > 0 {
+			w.rd.Sends = append(w.rd.Sends, Message{Type: MsgPush, From: int32(w.me), To: int32(r), Epoch: w.epoch, Pushes: ps})
+			w.pushing[r] = nil
+		}
+	}
 }

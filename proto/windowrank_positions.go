@@ -3,8 +3,18 @@ package proto
 import "fmt"
 
 // A window rank's positions: what its clients ask for, and the files of
-// other ranks planned for them, fetched ahead within RemoteMemBytes or on
-// demand.
+// other ranks planned for them. The plan pushes some of those ahead
+// (PushAt before the position): their homes send them unasked, once the
+// rank grants them (MsgGrant) and their chunks are in. The rank grants in
+// position order, from the lowest position not yet asked for, as far as
+// Remote bytes allow, counting every planned push from there on not yet
+// asked for as if it had arrived: however early the pushes come, the
+// files arrived and not yet asked for stay within Remote. The homes are
+// told of a grant only once the clients come within Window positions of
+// what the homes know (or ask for a position granted but not told), so a
+// grant covers many pushes. The files the plan sends on demand, and a
+// planned push asked for before it was granted, are asked of their home
+// (MsgRequest): the fallback.
 
 func (w *WindowRank) clientRequest(sn int32) error {
 	if !w.started {
@@ -23,57 +33,93 @@ func (w *WindowRank) clientRequest(sn int32) error {
 	w.stats.Requests++
 	w.frontier = max(w.frontier, sn+1)
 	f := w.plan.Files[w.me][sn]
+	if w.planned[sn] && sn <= w.granted {
+		w.grantBytes -= w.size(f)
+	}
+	for int(w.low) < len(w.asked) && w.asked[w.low] {
+		w.low++
+	}
+	w.grant(sn)
 	switch {
 	case w.cfg.Mapping.Home(f) == w.me:
 		w.local(f, waiter{from: -1, sn: sn})
 	case w.arrived[sn]:
 		w.stats.PrefetchHits++
-		w.unreserve(sn, f)
+		w.arrived[sn] = false
+		w.buffered -= w.size(f)
 		w.deliver(sn, f, FromBuffer)
 	case w.failed[sn]:
 		w.fail(f, waiter{from: -1, sn: sn})
-	case !w.fetched[sn]:
+	case w.planned[sn] && sn <= w.told:
+		// granted: its home pushes it once its chunk is in
+	default:
 		w.stats.RemoteRequests++
-		w.fetch(sn, f, false)
+		w.fetch(sn, f)
 	}
-	w.fetchAhead()
 	return nil
 }
 
-// fetch asks the home of file f, planned for position sn, for it; ahead
-// reserves its bytes in the buffer until it is delivered.
-func (w *WindowRank) fetch(sn int32, f FileID, ahead bool) {
-	w.fetched[sn], w.reserved[sn] = true, ahead
-	if ahead {
-		w.buffered += w.size(f)
-		w.stats.PeakBuffered = max(w.stats.PeakBuffered, w.buffered)
-		w.stats.PeakMem = max(w.stats.PeakMem, w.held+w.buffered)
-		w.stats.Prefetched++
-		w.stats.PrefetchedBytes += w.size(f)
-	}
-	w.rd.Sends = append(w.rd.Sends, Message{Type: MsgRequest, From: int32(w.me), To: int32(w.cfg.Mapping.Home(f)),
-		Epoch: w.epoch, Sn: sn, File: f, Frontier: w.frontier})
-}
-
-// fetchAhead asks for the files of other ranks planned for the next
-// positions, in order, up to Window past the frontier and while the
-// buffer has room.
-func (w *WindowRank) fetchAhead() {
+// grant grows the grant as far as Remote allows, and tells the homes when
+// the clients came within Window positions of what they know, or when
+// position asked (−1: none) is granted but not yet told.
+func (w *WindowRank) grant(asked int32) {
 	if w.clientsDone {
 		return
 	}
 	files := w.plan.Files[w.me]
-	w.fetchNext = max(w.fetchNext, w.frontier)
-	for ; w.fetchNext < min(w.frontier+int32(w.cfg.Window), int32(len(files))); w.fetchNext++ {
-		sn, f := w.fetchNext, files[w.fetchNext]
-		if w.cfg.Mapping.Home(f) == w.me || w.fetched[sn] {
-			continue
+	limit := w.remoteLimit()
+	w.granted = max(w.granted, w.low-1)
+	for int(w.granted)+1 < len(files) {
+		sn := w.granted + 1
+		if w.planned[sn] && !w.asked[sn] {
+			b := w.size(files[sn])
+			if w.grantBytes+b > limit {
+				break
+			}
+			w.grantBytes += b
 		}
-		if w.buffered+w.size(f) > w.cfg.RemoteMemBytes {
-			return
-		}
-		w.fetch(sn, f, true)
+		w.granted = sn
 	}
+	near := w.told-w.low < int32(w.cfg.Window)
+	if w.granted > w.told && (near || (asked > w.told && asked <= w.granted && w.planned[asked])) {
+		w.tell()
+	}
+}
+
+// tell sends the grant to every home with a planned push among the
+// positions granted since the homes were last told.
+func (w *WindowRank) tell() {
+	files := w.plan.Files[w.me]
+	to := make([]bool, w.cfg.Mapping.Ranks())
+	for sn := w.told + 1; sn <= w.granted; sn++ {
+		if w.planned[sn] {
+			to[w.cfg.Mapping.Home(files[sn])] = true
+		}
+	}
+	for h, ok := range to {
+		if ok {
+			w.stats.Grants++
+			w.rd.Sends = append(w.rd.Sends, Message{Type: MsgGrant, From: int32(w.me), To: int32(h), Epoch: w.epoch, Sn: w.granted})
+		}
+	}
+	w.told = w.granted
+}
+
+// remoteLimit is this rank's limit on bytes of other ranks' files
+// received ahead of their positions.
+func (w *WindowRank) remoteLimit() int64 {
+	if w.cfg.Remote == nil {
+		return 0
+	}
+	return w.cfg.Remote[w.me]
+}
+
+// fetch asks the home of file f, planned for position sn, for it: a
+// position not pushed ahead, or asked for before its push was granted.
+func (w *WindowRank) fetch(sn int32, f FileID) {
+	w.fetched[sn] = true
+	w.rd.Sends = append(w.rd.Sends, Message{Type: MsgRequest, From: int32(w.me), To: int32(w.cfg.Mapping.Home(f)),
+		Epoch: w.epoch, Sn: sn, File: f, Frontier: w.frontier})
 }
 
 func (w *WindowRank) message(m Message) error {
@@ -94,41 +140,65 @@ func (w *WindowRank) message(m Message) error {
 			return nil
 		}
 		return w.peerRequest(m)
+	case MsgGrant:
+		return w.granting(m)
 	case MsgReply:
 		return w.reply(m)
+	case MsgPush:
+		return w.pushed(m)
 	}
 	return fmt.Errorf("proto: rank %d: unexpected %v", w.me, m)
 }
 
-// reply takes a file this rank asked for.
+// reply takes a file this rank asked for on demand.
 func (w *WindowRank) reply(m Message) error {
 	files := w.plan.Files[w.me]
-	if m.Sn < 0 || int(m.Sn) >= len(files) || files[m.Sn] != m.File || !w.fetched[m.Sn] || w.arrived[m.Sn] {
+	if m.Sn < 0 || int(m.Sn) >= len(files) || files[m.Sn] != m.File || int(m.From) != w.cfg.Mapping.Home(m.File) || w.arrived[m.Sn] || w.failed[m.Sn] {
 		return fmt.Errorf("proto: rank %d: unexpected reply of rank %d for position %d (file %d)", w.me, m.From, m.Sn, m.File)
 	}
-	if m.Status == StatusOK && !w.asked[m.Sn] {
-		w.stats.PushesReceived++
-		w.arrived[m.Sn] = true // its bytes stay reserved until its position is asked for
-		return nil
+	// an answer on demand, or, for a push granted, its read's failure
+	granted := w.planned[m.Sn] && m.Sn <= w.told && m.Status == StatusReadFailed
+	if !w.fetched[m.Sn] && !granted {
+		return fmt.Errorf("proto: rank %d: unexpected reply of rank %d for position %d (file %d)", w.me, m.From, m.Sn, m.File)
 	}
-	w.unreserve(m.Sn, m.File)
+	w.fetched[m.Sn] = false // answered
 	switch {
-	case m.Status != StatusOK && w.asked[m.Sn]:
-		w.rd.Deliveries = append(w.rd.Deliveries, Delivery{Sn: m.Sn, File: m.File, Status: m.Status})
-	case m.Status != StatusOK:
-		w.failed[m.Sn] = true
-	default:
-		w.stats.PushesReceived++
+	case m.Status == StatusOK:
 		w.deliver(m.Sn, m.File, FromRemote)
+	case w.asked[m.Sn]:
+		w.rd.Deliveries = append(w.rd.Deliveries, Delivery{Sn: m.Sn, File: m.File, Status: m.Status})
+	default:
+		w.failed[m.Sn] = true
 	}
-	w.fetchAhead()
 	return nil
 }
 
-// unreserve frees position sn's bytes in the buffer, if it had any.
-func (w *WindowRank) unreserve(sn int32, f FileID) {
-	if w.reserved[sn] {
-		w.reserved[sn] = false
-		w.buffered -= w.size(f)
+// pushed takes the files a home pushed for positions this rank granted:
+// delivered at once to a client that asked already, else kept until one
+// does.
+func (w *WindowRank) pushed(m Message) error {
+	files := w.plan.Files[w.me]
+	for _, p := range m.Pushes {
+		sn := p.Sn
+		if sn < 0 || int(sn) >= len(files) || files[sn] != p.File || !w.planned[sn] || sn > w.told ||
+			int(m.From) != w.cfg.Mapping.Home(p.File) || w.arrived[sn] || w.failed[sn] {
+			return fmt.Errorf("proto: rank %d: unexpected push of rank %d for position %d (file %d)", w.me, m.From, sn, p.File)
+		}
 	}
+	for _, p := range m.Pushes {
+		w.stats.PushesReceived++
+		w.fetched[p.Sn] = false // asked on demand too: the push answers
+		switch {
+		case w.clientsDone:
+			w.rd.Forget = append(w.rd.Forget, p.File)
+		case w.asked[p.Sn]:
+			w.deliver(p.Sn, p.File, FromRemote)
+		default:
+			w.arrived[p.Sn] = true
+			w.buffered += w.size(p.File)
+			w.stats.PeakBuffered = max(w.stats.PeakBuffered, w.buffered)
+			w.stats.PeakMem = max(w.stats.PeakMem, w.held+w.buffered)
+		}
+	}
+	return nil
 }

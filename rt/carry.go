@@ -120,7 +120,7 @@ func (l *loop) send(m proto.Message) error {
 	if err := l.isend(b, nil, int(m.To), tagMsg); err != nil {
 		return err
 	}
-	if m.Type == proto.MsgRequest {
+	if m.Type == proto.MsgRequest || m.Type == proto.MsgGrant { // a reply, or a push, is owed
 		l.n.peers.askedOf(int(m.To))
 	}
 	for _, f := range files {

@@ -81,15 +81,17 @@
 // the bytes into the client's ring or, for a file in the shared arena,
 // once the client's data tail passed its record.
 //
-// A file of another rank goes further. The machine sends a
-// proto.MsgRequest to the file's home (peerWatch notes the reply owed)
-// when a client asks or, with the window policy, ahead of the asking,
-// for the files planned for the next Config.Window positions. The home's
-// loop.receive takes the frame (Iprobe, Recv); loop.message decodes it
-// (decodeFrame) and steps it; the home's machine answers, from memory or
-// after a read, with a proto.MsgReply carrying the file, and the papers'
-// policy may push files for the requester's next positions too
-// (proto.MsgPush). On the requester, loop.message takes a recvPool buffer
+// A file of another rank goes further. Under the window policy most come
+// unasked: the machine sends the homes a proto.MsgGrant saying how far
+// they may push (peerWatch notes a push owed), and a home's machine
+// pushes each granted file in a proto.MsgPush as soon as its chunk is in.
+// The rest, and every one under the papers' policy, the machine asks for
+// with a proto.MsgRequest when a client asks (peerWatch notes the reply
+// owed); the home answers, from memory or after a read, with a
+// proto.MsgReply carrying the file, and the papers' policy may push files
+// for the requester's next positions too. A home's loop.receive takes the
+// frame (Iprobe, Recv); loop.message decodes it (decodeFrame) and steps
+// it. On the requester, loop.message takes a recvPool buffer
 // for each file the frame announces, receives its tagData message into
 // it (a blocking Recv: the home sent it right after the frame), adds the
 // files to loop.files and steps the message: a file is delivered then or

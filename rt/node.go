@@ -329,8 +329,12 @@ func (n *Node) newWindowRank() error {
 		}
 		every[r] = n.allSizes[off : off+c : off+c]
 	}
+	remote := make([]int64, n.size) // every rank's: every rank plans every rank's pushes
+	for r := range remote {
+		remote[r] = n.remoteBytesOf(r)
+	}
 	wc := proto.WindowConfig{Rank: n.me, Mapping: n.m, Sizes: every, Seed: n.cfg.Seed,
-		Lead: proto.DefaultLead, Ramp: n.cfg.Ramp, Window: n.cfg.Window, RemoteMemBytes: n.remoteBytes()}
+		Lead: proto.DefaultLead, Ramp: n.cfg.Ramp, Window: n.cfg.Window, Remote: remote}
 	if !n.cfg.ClientTraces { // a resumed job plans the epochs before it again
 		files, seed := n.m.Files(), n.cfg.Seed
 		wc.Traces = func(e uint32) [][]proto.FileID { return proto.Traces(files, n.size, seed, e) }
@@ -349,9 +353,12 @@ func mib(n int64) string { return humanize.IBytes(uint64(n)) }
 
 // remoteBytes is the rank's limit for files of other ranks held ahead of
 // their requests: Config.RemoteMemBytes, by default a tenth of the budget.
-func (n *Node) remoteBytes() int64 {
+func (n *Node) remoteBytes() int64 { return n.remoteBytesOf(n.me) }
+
+// remoteBytesOf is rank r's limit (remoteBytes).
+func (n *Node) remoteBytesOf(r int) int64 {
 	if n.cfg.RemoteMemBytes < 0 {
-		return n.m.MemBytes(n.me) / 10
+		return n.m.MemBytes(r) / 10
 	}
 	return n.cfg.RemoteMemBytes
 }

@@ -40,8 +40,12 @@ func (s EpochStats) Report(w io.Writer, epochs int) {
 			x.DistinctChunksPerBatch, x.Batch, x.DistinctChunksPerBatchShuffle, x.DistinctFirst, x.DistinctFirstShuffle,
 			x.ChunkSpan, x.ChunkSpanShuffle, again)
 	}
-	fmt.Fprintf(w, "  network  %s remote requests, %s files pushed ahead, %s prefetch hits; %s files (%s) from other ranks, %s sent\n",
-		human.Comma(s.RemoteRequests), human.Comma(s.Prefetched), human.Comma(s.PrefetchHits), human.Comma(s.RemoteFiles), human.IBytes(s.RemoteBytes), human.IBytes(s.NetworkBytes))
+	grants := ""
+	if s.Grants > 0 {
+		grants = fmt.Sprintf(" (%s grants)", human.Comma(s.Grants))
+	}
+	fmt.Fprintf(w, "  network  %s remote requests, %s files pushed ahead%s, %s prefetch hits; %s files (%s) from other ranks, %s sent\n",
+		human.Comma(s.RemoteRequests), human.Comma(s.Prefetched), grants, human.Comma(s.PrefetchHits), human.Comma(s.RemoteFiles), human.IBytes(s.RemoteBytes), human.IBytes(s.NetworkBytes))
 	if s.Verified {
 		fmt.Fprintf(w, "  clients  waited %.2fs in all\n", s.StallSeconds)
 	}

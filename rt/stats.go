@@ -60,6 +60,9 @@ type EpochStats struct {
 	// Misses the requests that waited for their chunk's read (proto.Stats').
 	LocalHits int64 `json:"local_hits"`
 	Misses    int64 `json:"misses"`
+	// Grants counts the window policy's grants: a rank telling the home
+	// of files the plan pushes to it how far it may push them.
+	Grants int64 `json:"grants"`
 	// RemoteRequests counts requests sent to other ranks; RemoteFiles and
 	// RemoteBytes the delivered files that came from other ranks (on
 	// request or pushed ahead); NetworkBytes all bytes sent between ranks.
@@ -142,7 +145,7 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 	sums := []int64{ls.delivered, ls.failed, cs.checksumErrors, ls.deliveredBytes, ps.ChunkReads, ps.ChunkBytes,
 		ps.LocalHits, ps.RemoteRequests, ls.remoteFiles, ls.remoteBytes, ls.bytesOut, ps.Prefetched, ps.PrefetchHits,
 		int64(cs.stall), ls.crcSum, n.crcSum, ls.labelSum, n.labelSum, c.left, ls.storageReads, ls.storageBytes, ps.Misses, ps.EarlyReads,
-		ls.skipped, ls.skippedCRC, ls.skippedLabel, c.over}
+		ls.skipped, ls.skippedCRC, ls.skippedLabel, c.over, ps.Grants}
 	s, err := n.comm.AllreduceSum(sums)
 	if err != nil {
 		return EpochStats{}, err
@@ -164,7 +167,7 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 		ChunkReads: s[4], ChunkBytes: s[5], StorageReads: s[19], StorageBytes: s[20], EarlyReads: s[22], LocalHits: s[6], Misses: s[21], RemoteRequests: s[7], RemoteFiles: s[8],
 		RemoteBytes: s[9], NetworkBytes: s[10], Prefetched: s[11], PrefetchHits: s[12],
 		StallSeconds: float64(s[13]) / 1e9, DeliveredCRCSum: s[14], IndexCRCSum: s[15],
-		DeliveredLabelSum: s[16], IndexLabelSum: s[17], FilesLeft: s[18], FilesSkipped: s[23], SkippedCRCSum: s[24], SkippedLabelSum: s[25], RanksTrainingOver: int(s[26]),
+		DeliveredLabelSum: s[16], IndexLabelSum: s[17], FilesLeft: s[18], FilesSkipped: s[23], SkippedCRCSum: s[24], SkippedLabelSum: s[25], RanksTrainingOver: int(s[26]), Grants: s[27],
 		DuplicateDeliveries: dup, FilesMissing: max(0, c.expected-distinct), PeakMemBytes: mx[0], Seconds: float64(mx[1]) / 1e9,
 		IdleSeconds: float64(mx[2]) / 1e9, IdleCPUSeconds: float64(mx[3]) / 1e9, FirstWaitSeconds: float64(mx[5]) / 1e9, Verified: c.verified, EndedEarly: mx[4] != 0}
 	if st.BytesDelivered > 0 {

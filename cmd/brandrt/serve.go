@@ -66,7 +66,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "variant", Value: d.Variant.String(), Usage: "the paper policy's variant: full, random-selection, no-prefetching or no-optimization"},
 			&cli.IntFlag{Name: "ramp", Value: d.Ramp, Usage: "window: chunks each rank reads before the first epoch's first answer (as brandrt simulate --ramp: the same value gives the same order)"},
 			&cli.IntFlag{Name: "batch", Value: 256, Usage: "window: a training process's batch size, in which rank 0 measures how random each epoch's order is beside a shuffle of the same files (the \"order\" line; as brandrt simulate --batch); 0 measures nothing"},
-			&cli.IntFlag{Name: "window", Value: d.Window, Usage: "P, upcoming trace positions an owner considers for prefetch (0: none)"},
+			&cli.IntFlag{Name: "window", Value: d.Window, Usage: "P, upcoming trace positions a file may be pushed ahead of (window policy: the plan's pushes, granted within --remote-mem; paper: what an owner considers) (0: none)"},
 			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the traces and refill choices"},
 			&cli.StringFlag{Name: "traces", Value: "seed", Usage: "where each epoch's traces come from: seed (drawn from --seed) or clients (supplied by the training processes)"},
 			&cli.IntFlag{Name: "epochs", Value: d.Epochs, Usage: "epochs to serve"},

@@ -128,9 +128,12 @@ func newMachine(opts Options, m *proto.Mapping, r int) (proto.Machine, error) {
 		cfg.Variant, cfg.Window, cfg.Seed, cfg.RemoteMemBytes = opts.Variant, opts.Window, opts.Seed, opts.RemoteMemBytes
 		return proto.NewRank(cfg)
 	case Window:
+		remote := make([]int64, m.Ranks())
+		for h := range remote {
+			remote[h] = opts.RemoteMemBytes
+		}
 		return proto.NewWindowRank(proto.WindowConfig{Rank: r, Mapping: m, Sizes: opts.Sizes, Seed: opts.Seed,
-			Lead: opts.Lead, Ramp: opts.Ramp, Window: opts.Window, RemoteMemBytes: opts.RemoteMemBytes,
-			Traces: opts.Traces, Epochs: opts.Epochs})
+			Lead: opts.Lead, Ramp: opts.Ramp, Window: opts.Window, Remote: remote, Traces: opts.Traces, Epochs: opts.Epochs})
 	}
 	return nil, fmt.Errorf("prototest: unknown policy %q", opts.Policy)
 }

@@ -284,8 +284,9 @@ func Sizes(cfg Config) [][]int64 {
 	return sizes
 }
 
-// remoteBytes is each rank's buffer limit for files pushed ahead, for
-// either policy: a fraction of the first rank's memory budget.
+// remoteBytes is each rank's buffer limit for files pushed ahead under
+// the papers' policy: a fraction of the first rank's memory budget (the
+// window policy's is each rank's own, as serve's).
 func remoteBytes(cfg Config, m *proto.Mapping) int64 {
 	return int64(cfg.RemoteFraction * float64(m.MemBytes(0)))
 }

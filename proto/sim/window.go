@@ -22,7 +22,7 @@ func init() {
 		in := proto.WindowInput{Mapping: m, Sizes: sizes, Seed: cfg.Seed, Lead: cfg.Lead, Ramp: cfg.Ramp, Window: cfg.Window}
 		for r := range sizes {
 			in.Budget = append(in.Budget, m.MemBytes(r))
-			in.Remote = append(in.Remote, remoteBytes(cfg, m))
+			in.Remote = append(in.Remote, int64(cfg.RemoteFraction*float64(m.MemBytes(r)))) // as serve's --remote-mem default
 		}
 		return &window{in: in}, nil
 	})
