@@ -12,7 +12,7 @@ import "fmt"
 // files arrived and not yet asked for stay within Remote. The homes are
 // told of a grant only once the clients come within Window positions of
 // what the homes know (or ask for a position granted but not told), so a
-// grant covers many pushes. The files the plan sends on demand, and a
+// grant covers many pushes (grant says when exactly). The files the plan sends on demand, and a
 // planned push asked for before it was granted, are asked of their home
 // (MsgRequest): the fallback.
 
@@ -60,8 +60,11 @@ func (w *WindowRank) clientRequest(sn int32) error {
 }
 
 // grant grows the grant as far as Remote allows, and tells the homes when
-// the clients came within Window positions of what they know, or when
-// position asked (−1: none) is granted but not yet told.
+// the clients came within Window positions of what they know and the
+// grant reaches at least half again as far as that (so that where Remote,
+// not the window, bounds the grant, the homes hear of it about twice per
+// grant's length, not at every position), or at once when position asked
+// (−1: none) is granted but not yet told.
 func (w *WindowRank) grant(asked int32) {
 	if w.clientsDone {
 		return
@@ -80,7 +83,7 @@ func (w *WindowRank) grant(asked int32) {
 		}
 		w.granted = sn
 	}
-	near := w.told-w.low < int32(w.cfg.Window)
+	near := w.told-w.low < int32(w.cfg.Window) && w.granted-w.told >= max(1, (w.granted-w.low)/2)
 	if w.granted > w.told && (near || (asked > w.told && asked <= w.granted && w.planned[asked])) {
 		w.tell()
 	}
