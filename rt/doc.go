@@ -92,11 +92,14 @@
 // for the requester's next positions too. A home's loop.receive takes the
 // frame (Iprobe, Recv); loop.message decodes it (decodeFrame) and steps
 // it. On the requester, loop.message takes a recvPool buffer
-// for each file the frame announces, receives its tagData message into
-// it (a blocking Recv: the home sent it right after the frame), adds the
-// files to loop.files and steps the message: a file is delivered then or
-// when its position is asked for. The home releases its file when the
-// Isend completes (loop.testSends).
+// for each file the frame announces and posts a receive (Irecv) of its
+// tagData message into it, then queues the message in the sender's inbox
+// (inbound); loop.drain steps it once every receive completed, adds the
+// files to loop.files, and steps what the sender sent after it only then,
+// so that each peer's messages are stepped in the order sent. A file is
+// delivered then or when its position is asked for. The loop never waits
+// for a peer: its one Recv takes the frame Iprobe just reported. The home
+// releases its file when the Isend completes (loop.testSends).
 //
 // # Goroutines and what each owns
 //

@@ -26,6 +26,11 @@ type loop struct {
 	just    *readResult // the read whose ReadDone is being carried out
 	sends   []pendingSend
 	stuck   []bool // per rank, scratch for testSends
+	// inbox holds, per peer, what it sent that is not yet stepped, in
+	// its order: messages whose files are still arriving, and what came
+	// after them (see inbound).
+	inbox   [][]inbound
+	inboxed int // how many, over every peer
 	epoch   uint32
 	// traceLen is this rank's trace length; answered counts the positions
 	// answered so far; ended is set when a client ended the epoch.
@@ -160,7 +165,7 @@ func (l *loop) waitsFor(r int) bool {
 	if l.io.watch.stuck() {
 		return false
 	}
-	if len(l.waiting) > 0 && l.n.peers.owes(r) || l.done && !l.doneFrom[r] {
+	if len(l.waiting) > 0 && l.n.peers.owes(r) || l.done && !l.doneFrom[r] || l.inbox != nil && len(l.inbox[r]) > 0 {
 		return true
 	}
 	for _, s := range l.sends {
@@ -203,11 +208,11 @@ func (l *loop) wait(ctx context.Context, nap time.Duration) error {
 // busy reports whether something is in flight that the loop must notice
 // quickly: clients waiting (perhaps for a peer's reply), reads, sends.
 func (l *loop) busy() bool {
-	return len(l.waiting) > 0 || !l.io.idle() || len(l.sends) > 0
+	return len(l.waiting) > 0 || !l.io.idle() || len(l.sends) > 0 || l.inboxed > 0
 }
 
 func (l *loop) finished() bool {
-	return l.done && l.doneIn == l.n.size-1 && len(l.sends) == 0 && l.io.idle() && len(l.waiting) == 0
+	return l.done && l.doneIn == l.n.size-1 && len(l.sends) == 0 && l.io.idle() && len(l.waiting) == 0 && l.inboxed == 0
 }
 
 // step does one round of everything and reports whether anything moved.
@@ -242,6 +247,11 @@ func (l *loop) step() (bool, error) {
 	if err != nil {
 		return progress, err
 	}
+	stepped, err := l.drainAll()
+	if err != nil {
+		return progress, err
+	}
+	got = got || stepped
 	sent, err := l.testSends()
 	if err != nil {
 		return progress, err
@@ -381,14 +391,13 @@ func (l *loop) receive() (bool, error) {
 	}
 	switch st.Tag {
 	case tagDone:
-		l.doneIn++
-		l.doneFrom[st.Source] = true
-		if err := l.p.Step(proto.PeerDone{Rank: st.Source}); err != nil {
-			return true, fmt.Errorf("rt: rank %d: %w", l.n.me, err)
-		}
-		return true, l.carry()
+		l.queue(st.Source, inbound{done: true})
+		return true, l.drain(st.Source)
 	case tagMsg:
-		return true, l.message(st.Source, b)
+		if err := l.message(st.Source, b); err != nil {
+			return true, err
+		}
+		return true, l.drain(st.Source)
 	case tagSync: // a rank whose epoch ended, at the barrier after it
 		if l.n.me == 0 {
 			l.n.synced = append(l.n.synced, st.Source)
@@ -398,19 +407,29 @@ func (l *loop) receive() (bool, error) {
 	return true, fmt.Errorf("rt: rank %d: message with unknown tag %d from rank %d", l.n.me, st.Tag, st.Source)
 }
 
-// message steps a peer's frame, after receiving the bytes of the files
-// it carries; they are held until delivered.
+// inbound is what a peer sent, waiting to be stepped: a message (m) whose
+// files' bytes are still arriving, one receive each (reqs, nil once
+// complete), or its word that it is done. The loop never waits for the
+// bytes: it posts the receives (MPI matches them in the order the peer
+// sent) and steps the message once they are in, and what the peer sent
+// after it, after it.
+type inbound struct {
+	m     proto.Message
+	files []*file
+	reqs  []collectives.Request
+	done  bool
+}
+
+// message takes a peer's frame: it posts a receive, into a recvPool
+// buffer, for each file whose bytes follow, and queues the message.
 func (l *loop) message(src int, b []byte) error {
 	m, files, err := decodeFrame(b)
 	if err == nil && int(m.From) != src {
 		err = fmt.Errorf("rt: message from rank %d claims to come from rank %d", src, m.From)
 	}
+	in := inbound{m: m, files: files, reqs: make([]collectives.Request, len(files))}
 	for i, f := range files {
 		if err != nil {
-			break
-		}
-		if l.files[f.id] != nil {
-			err = fmt.Errorf("rt: rank %d sent file %d, which this rank already holds", src, f.id)
 			break
 		}
 		if f.damaged != "" {
@@ -418,19 +437,86 @@ func (l *loop) message(src int, b []byte) error {
 		}
 		if f.data, err = l.pool.get(int(fileSize(&m, i))); err == nil {
 			f.pool = l.pool
-			err = l.comm.Recv(f.data, src, tagData)
+			in.reqs[i], err = l.comm.Irecv(f.data, src, tagData)
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("rt: rank %d: from rank %d: %w", l.n.me, src, err)
 	}
-	for _, f := range files {
+	l.queue(src, in)
+	return nil
+}
+
+// queue adds what src sent to its inbox.
+func (l *loop) queue(src int, in inbound) {
+	if l.inbox == nil {
+		l.inbox = make([][]inbound, l.n.size)
+	}
+	l.inbox[src] = append(l.inbox[src], in)
+	l.inboxed++
+}
+
+// drain steps what src sent, in order, as far as the files' bytes are in.
+func (l *loop) drain(src int) error {
+	for len(l.inbox[src]) > 0 {
+		in := &l.inbox[src][0]
+		for i, req := range in.reqs {
+			if req == nil {
+				continue
+			}
+			done, _, err := req.Test()
+			if err != nil {
+				return fmt.Errorf("rt: rank %d: a file from rank %d: %w", l.n.me, src, err)
+			}
+			if !done {
+				return nil
+			}
+			in.reqs[i] = nil
+		}
+		next := *in
+		l.inbox[src] = l.inbox[src][1:]
+		l.inboxed--
+		if err := l.stepInbound(src, next); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stepInbound steps a peer's message whose files are in, or its done.
+func (l *loop) stepInbound(src int, in inbound) error {
+	if in.done {
+		l.doneIn++
+		l.doneFrom[src] = true
+		if err := l.p.Step(proto.PeerDone{Rank: src}); err != nil {
+			return fmt.Errorf("rt: rank %d: %w", l.n.me, err)
+		}
+		return l.carry()
+	}
+	for _, f := range in.files {
+		if l.files[f.id] != nil {
+			return fmt.Errorf("rt: rank %d: from rank %d: rank %d sent file %d, which this rank already holds", l.n.me, src, src, f.id)
+		}
 		l.files[f.id] = f
 	}
-	if err := l.p.Step(m); err != nil {
+	if err := l.p.Step(in.m); err != nil {
 		return fmt.Errorf("rt: rank %d: from rank %d: %w", l.n.me, src, err)
 	}
 	return l.carry()
+}
+
+// drainAll steps what every peer sent whose files are in.
+func (l *loop) drainAll() (bool, error) {
+	if l.inboxed == 0 {
+		return false, nil
+	}
+	before := l.inboxed
+	for src := range l.inbox {
+		if err := l.drain(src); err != nil {
+			return true, err
+		}
+	}
+	return l.inboxed < before, nil
 }
 
 // testSends forgets the sends that completed. Sends to one rank complete
