@@ -232,9 +232,15 @@ def run_node(spec, cat, start):
     progress = [time.monotonic()]
     threading.Thread(target=watchdog, args=(progress, spec.get("stall_s", 300)), daemon=True).start()
     try:
+        c1 = None
         for e in range(spec["epochs"]):
             dist.barrier()
             c0, cpu0, t0 = made if e == 0 else (counters.read() if counters else None, own.counters()["cpu_ns"], time.monotonic())
+            if c1 is not None:
+                # the byte counters' windows touch: what moved between two
+                # epochs (a system that starts the next one early, as
+                # brandrt's ranks push its first files) counts in the next
+                c0 = dict(c0, net_bytes=c1["net_bytes"], into_nodes=c1["into_nodes"])
             got = read_epoch(system, e, progress, sizes_only)
             seen = got.pop("seen")
             mine = dict(got, seconds=time.monotonic() - t0, cpu_s=(own.counters()["cpu_ns"] - cpu0) / 1e9)

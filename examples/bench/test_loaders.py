@@ -173,10 +173,14 @@ class EndToEnd(unittest.TestCase):
         # Cold, epoch 1 came over the NAS's link.
         self.assertGreaterEqual(by["random"]["epochs"][0]["net_bytes"], meta["bytes"])
         # brandrt's ranks sent files to each other over the nodes' links: at
-        # least as many bytes crossed them as the ranks say they sent.
-        for e, st in zip(by["brandrt-window"]["epochs"], by["brandrt-window"]["own"]["stats"]):
+        # least as many bytes crossed them as the ranks say they sent, over
+        # the run (not per epoch: a rank pushes the next epoch's first files
+        # as soon as its epoch begins, which may be before the runner's).
+        brt = by["brandrt-window"]
+        for st in brt["own"]["stats"]:
             self.assertGreater(st["network_bytes"], 0)
-            self.assertGreaterEqual(e["between_nodes_bytes"], st["network_bytes"])
+        self.assertGreaterEqual(sum(e["between_nodes_bytes"] for e in brt["epochs"]),
+                                sum(st["network_bytes"] for st in brt["own"]["stats"]))
         # From epoch 2 coordl fetches what the other node keeps from it.
         self.assertGreater(by["coordl"]["epochs"][1]["between_nodes_bytes"], 0)
         self.assertIn("== 2 nodes, NAS, memory 50%", p.stdout)
