@@ -92,7 +92,7 @@ func Decode(b []byte) (Message, error) {
 	if b[53]|b[54]|b[55] != 0 {
 		return Message{}, fmt.Errorf("%w: reserved bytes set", ErrMalformed)
 	}
-	if m.Type < MsgRequest || m.Type > MsgGrant || int(m.Status) >= len(statusNames) {
+	if m.Type < MsgRequest || m.Type > MsgDone || int(m.Status) >= len(statusNames) {
 		return Message{}, fmt.Errorf("%w: type %d status %d", ErrMalformed, m.Type, m.Status)
 	}
 	n := uint64(le.Uint32(b[56:]))

@@ -37,17 +37,11 @@ type ReadDone struct {
 	Failed bool
 }
 
-// PeerDone says that rank Rank's clients will ask for nothing more this
-// epoch (all answered, or they ended it early). The window policy drops
-// the files it keeps for that rank's positions never asked for; the
-// papers' protocol has nothing to do.
-type PeerDone struct{ Rank int }
-
 // ClientsDone says that this rank's own clients will ask for nothing more
-// this epoch; as PeerDone, for this rank.
+// this epoch (all answered, or they ended it early). The rank tells the
+// others (MsgDone).
 type ClientsDone struct{}
 
-func (PeerDone) isEvent()    {}
 func (ClientsDone) isEvent() {}
 
 func (EpochStart) isEvent()    {}

@@ -28,6 +28,18 @@ var (
 	_ Machine = (*WindowRank)(nil)
 )
 
+// doneMessages are rank me's MsgDone to every other of ranks ranks, for
+// epoch e.
+func doneMessages(me, ranks int, e uint32) []Message {
+	out := make([]Message, 0, ranks-1)
+	for r := range ranks {
+		if r != me {
+			out = append(out, Message{Type: MsgDone, From: int32(me), To: int32(r), Epoch: e})
+		}
+	}
+	return out
+}
+
 // Ready holds the effects of the events stepped since the last Advance.
 type Ready struct {
 	// Reads are PCs to read whole; each is answered by a ReadDone.

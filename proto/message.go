@@ -20,9 +20,14 @@ const (
 	// MsgGrant (the window policy) tells a home that it may push the
 	// files planned for the sender's positions up to Sn.
 	MsgGrant
+	// MsgDone tells every other rank that the sender's clients will ask
+	// for nothing more in the epoch (all answered, or they ended it
+	// early): the window policy drops what it keeps for them; the
+	// papers' protocol has nothing to do. A rank sends it on ClientsDone.
+	MsgDone
 )
 
-var msgNames = [...]string{"", "request", "reply", "push", "grant"}
+var msgNames = [...]string{"", "request", "reply", "push", "grant", "done"}
 
 func (t MsgType) String() string { return enumName(t, msgNames[:], "msg") }
 

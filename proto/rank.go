@@ -54,8 +54,11 @@ type Rank struct {
 
 	epoch   uint32
 	started bool
-	rng     *rand.Rand
-	traces  [][]FileID
+	// clientsDone: this rank's clients ask for nothing more this epoch,
+	// and the others were told (MsgDone)
+	clientsDone bool
+	rng         *rand.Rand
+	traces      [][]FileID
 
 	// Local VCs: nVC×K slots, slot index = vc×K + o.
 	slotFile []FileID
@@ -131,8 +134,13 @@ func (r *Rank) Step(ev Event) error {
 		err = r.readDone(e)
 	case Message:
 		err = r.receive(e)
-	case PeerDone, ClientsDone:
-		// nothing is kept for a rank that asks nothing more
+	case ClientsDone:
+		// nothing is kept for a rank that asks nothing more; the others
+		// hear of it all the same
+		if r.started && !r.clientsDone {
+			r.clientsDone = true
+			r.rd.Sends = append(r.rd.Sends, doneMessages(r.me, r.m.Ranks(), r.epoch)...)
+		}
 	default:
 		err = fmt.Errorf("proto: rank %d: unknown event %T", r.me, ev)
 	}
@@ -178,7 +186,7 @@ func (r *Rank) startEpoch(e EpochStart) error {
 	if slices.ContainsFunc(e.Start, func(sn int32) bool { return sn != 0 }) {
 		return fmt.Errorf("proto: rank %d: epoch %d cannot start mid-way: the papers' protocol chooses files as requests come, so an interrupted epoch cannot be taken up where it stopped", r.me, e.Epoch)
 	}
-	r.epoch, r.started, r.traces = e.Epoch, true, e.Traces
+	r.epoch, r.started, r.traces, r.clientsDone = e.Epoch, true, e.Traces, false
 	r.rng = rand.New(rand.NewPCG(r.cfg.Seed, uint64(e.Epoch)<<32|uint64(r.me)))
 	r.resetLocal()
 	r.resetRemote()

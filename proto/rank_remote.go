@@ -125,7 +125,7 @@ func (r *Rank) receive(msg Message) error {
 	if int(msg.From) < 0 || int(msg.From) >= r.m.Ranks() || int(msg.From) == r.me || int(msg.To) != r.me {
 		return fmt.Errorf("proto: rank %d: message %v has a bad sender or receiver", r.me, msg)
 	}
-	if msg.Type < MsgRequest || msg.Type > MsgPush || int(msg.Status) >= len(statusNames) {
+	if msg.Type < MsgRequest || msg.Type > MsgDone || msg.Type == MsgGrant || int(msg.Status) >= len(statusNames) {
 		return fmt.Errorf("proto: rank %d: message from rank %d of unknown type %d or status %d", r.me, msg.From, msg.Type, msg.Status)
 	}
 	switch {
@@ -146,6 +146,8 @@ func (r *Rank) receive(msg Message) error {
 		return r.onRequest(msg)
 	case MsgReply:
 		return r.onReply(msg)
+	case MsgDone: // nothing is kept for a rank that asks nothing more
+		return nil
 	}
 	return r.onPush(msg)
 }

@@ -197,20 +197,12 @@ func (w *WindowRank) step(ev Event) error {
 		return w.readDone(e)
 	case Message:
 		return w.message(e)
-	case PeerDone:
-		if e.Rank < 0 || e.Rank >= w.cfg.Mapping.Ranks() || e.Rank == w.me {
-			return fmt.Errorf("proto: rank %d: rank %d said it is done", w.me, e.Rank)
-		}
-		if w.started {
-			w.done[e.Rank] = true
-			w.drop(e.Rank)
-		}
-		return nil
 	case ClientsDone:
-		if !w.started {
+		if !w.started || w.clientsDone {
 			return nil
 		}
 		w.clientsDone = true
+		w.rd.Sends = append(w.rd.Sends, doneMessages(w.me, w.cfg.Mapping.Ranks(), w.epoch)...)
 		for sn, f := range w.plan.Files[w.me] {
 			if w.arrived[sn] { // never to be asked for
 				w.arrived[sn] = false

@@ -145,6 +145,12 @@ func (w *WindowRank) message(m Message) error {
 		return w.peerRequest(m)
 	case MsgGrant:
 		return w.granting(m)
+	case MsgDone:
+		if !w.done[m.From] {
+			w.done[m.From] = true
+			w.drop(int(m.From))
+		}
+		return nil
 	case MsgReply:
 		return w.reply(m)
 	case MsgPush:

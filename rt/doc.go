@@ -184,10 +184,10 @@
 // offers, replays Node.held, starts the consumers and runs loop.serve. A
 // rank is done (loop.sayDone) once every position is answered, or an End
 // of the whole epoch came (loop.endEpoch) and no client waits: it steps
-// proto.ClientsDone and sends an empty tagDone message to each peer,
-// which steps proto.PeerDone (MPI does not overtake between two ranks,
-// so it comes after the sender's earlier messages). The loop serves
-// peers until it is finished: done, every tagDone in, nothing in flight.
+// proto.ClientsDone, and the machine tells each peer (proto.MsgDone, a
+// frame like any other, stepped after the sender's earlier messages). The
+// loop serves peers until it is finished: done, every peer's MsgDone of
+// the epoch in, nothing in flight or in an inbox.
 //
 // Then epoch waits for the consumers, releases the files left, and meets
 // the others in quietBarrier (each rank sends tagSync to rank 0, which

@@ -47,9 +47,9 @@ type loop struct {
 	goneChecked time.Time
 	// order holds the file delivered at each position (Config.Order).
 	order    []int32
-	done     bool   // local clients finished; tagDone sent
-	doneIn   int    // peers whose tagDone arrived
-	doneFrom []bool // per rank, whether its tagDone arrived
+	done     bool   // local clients finished; the machine told the peers (MsgDone)
+	doneIn   int    // peers whose MsgDone of this epoch arrived
+	doneFrom []bool // per rank, whether its MsgDone arrived
 	// moved is when the loop last made progress; waitsWhat says what the
 	// loop waits for, in peerWatch's messages
 	moved     time.Time
@@ -356,26 +356,14 @@ func (l *loop) readDone(res readResult) error {
 	return err
 }
 
-// sayDone tells every peer that this rank will request nothing more.
+// sayDone tells the machine that this rank's clients will request nothing
+// more; it tells every peer (proto.MsgDone, sent by carry).
 func (l *loop) sayDone() error {
 	l.done = true
 	if err := l.p.Step(proto.ClientsDone{}); err != nil {
 		return err
 	}
-	if err := l.carry(); err != nil {
-		return err
-	}
-	for r := range l.n.size {
-		if r == l.n.me {
-			continue
-		}
-		req, err := l.comm.Isend(nil, r, tagDone)
-		if err != nil {
-			return err
-		}
-		l.sends = append(l.sends, pendingSend{req: req, to: r})
-	}
-	return nil
+	return l.carry()
 }
 
 // receive takes one message from a peer, if one is waiting.
@@ -390,9 +378,6 @@ func (l *loop) receive() (bool, error) {
 		return true, err
 	}
 	switch st.Tag {
-	case tagDone:
-		l.queue(st.Source, inbound{done: true})
-		return true, l.drain(st.Source)
 	case tagMsg:
 		if err := l.message(st.Source, b); err != nil {
 			return true, err
@@ -409,7 +394,7 @@ func (l *loop) receive() (bool, error) {
 
 // inbound is what a peer sent, waiting to be stepped: a message (m) whose
 // files' bytes are still arriving, one receive each (reqs, nil once
-// complete), or its word that it is done. The loop never waits for the
+// complete), and the messages after it. The loop never waits for the
 // bytes: it posts the receives (MPI matches them in the order the peer
 // sent) and steps the message once they are in, and what the peer sent
 // after it, after it.
@@ -417,7 +402,6 @@ type inbound struct {
 	m     proto.Message
 	files []*file
 	reqs  []collectives.Request
-	done  bool
 }
 
 // message takes a peer's frame: it posts a receive, into a recvPool
@@ -483,15 +467,13 @@ func (l *loop) drain(src int) error {
 	return nil
 }
 
-// stepInbound steps a peer's message whose files are in, or its done.
+// stepInbound steps a peer's message whose files are in. A peer's done
+// (proto.MsgDone) of this epoch also counts here: the loop's epoch ends
+// once every peer's is in.
 func (l *loop) stepInbound(src int, in inbound) error {
-	if in.done {
+	if in.m.Type == proto.MsgDone && in.m.Epoch == l.epoch && !l.doneFrom[src] {
 		l.doneIn++
 		l.doneFrom[src] = true
-		if err := l.p.Step(proto.PeerDone{Rank: src}); err != nil {
-			return fmt.Errorf("rt: rank %d: %w", l.n.me, err)
-		}
-		return l.carry()
 	}
 	for _, f := range in.files {
 		if l.files[f.id] != nil {

@@ -12,11 +12,10 @@ import (
 const (
 	// tagMsg carries a framed proto message: the header of what it moves.
 	tagMsg = 1
-	// tagDone is an empty message: the sender's clients finished the
-	// epoch, so it will request nothing more. MPI does not overtake
-	// between a pair of ranks, so it arrives after all the sender's
-	// earlier messages.
-	tagDone = 2
+
+	// Tag 2 was an empty "done" message; proto.MsgDone, framed under
+	// tagMsg, says it now.
+
 	// tagData carries one file's bytes; a tagMsg frame is followed by one
 	// per file it moves, in order.
 	tagData = 4

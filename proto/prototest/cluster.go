@@ -86,10 +86,7 @@ type Cluster struct {
 	cur, prev *book
 	// early holds, per epoch, the files read ahead for it before its book
 	// opened (the window policy's overlap).
-	early map[uint32][]proto.FileID
-	// doneBefore holds, per rank not yet in the current epoch, the ranks
-	// whose clients said they were done in it.
-	doneBefore map[int][]int
+	early      map[uint32][]proto.FileID
 	violations []string
 	out        func(string)
 	msgBuf     []byte

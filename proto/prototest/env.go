@@ -29,8 +29,8 @@ import (
 //	                                policy), rank 0's clients at position 3
 //	join rank=1                     rank 1 starts the current epoch
 //	done rank=0                     rank 0's clients ask for nothing more
-//	                                this epoch (ClientsDone; PeerDone to
-//	                                the others)
+//	                                this epoch (ClientsDone; it tells the
+//	                                others, MsgDone)
 //	plan [rank=0]                   the window plan's files and reads
 //	request rank=0 sn=3[,4,…]       client requests
 //	deliver [from=1] [to=0] [type=push] [idx=2] [n=1]

@@ -93,22 +93,15 @@ func (c *Cluster) open(e uint32, traces [][]proto.FileID, start []int32, deliver
 	c.Epoch, c.Traces, c.Start, c.resumed = e, traces, start, delivered
 	c.prev, c.cur = c.cur, newBook(e, traces, c.Mapping.Files())
 	c.Delivered, c.Outstanding = c.cur.delivered, c.cur.outstanding
-	c.doneBefore = map[int][]int{}
 	for _, f := range c.early[e] {
 		c.cur.loaded[f] = true
 	}
 	delete(c.early, e)
 }
 
-// JoinEpoch starts the current epoch on rank r, then tells it of the
-// ranks whose clients said they were done before it joined.
+// JoinEpoch starts the current epoch on rank r.
 func (c *Cluster) JoinEpoch(r int) error {
-	errs := []error{c.step(r, proto.EpochStart{Epoch: c.Epoch, Traces: c.Traces, Start: c.Start, Delivered: c.resumed})}
-	for _, h := range c.doneBefore[r] {
-		errs = append(errs, c.step(r, proto.PeerDone{Rank: h}))
-	}
-	delete(c.doneBefore, r)
-	return errors.Join(errs...)
+	return c.step(r, proto.EpochStart{Epoch: c.Epoch, Traces: c.Traces, Start: c.Start, Delivered: c.resumed})
 }
 
 // Request makes rank r's client ask for position sn of its epoch.
@@ -132,23 +125,10 @@ func (c *Cluster) Request(r int, sn int32) error {
 	return err
 }
 
-// Done tells the ranks that rank r's clients ask for nothing more in
-// this epoch, as the runtime does: ClientsDone to r, PeerDone to the
-// others, each as soon as it is in the epoch (the runtime receives
-// peers' messages only once it started the epoch).
+// Done tells rank r that its clients ask for nothing more in this epoch
+// (ClientsDone), as the runtime does; r tells the others (MsgDone).
 func (c *Cluster) Done(r int) error {
-	errs := []error{c.step(r, proto.ClientsDone{})}
-	for h := range c.Ranks {
-		if h == r {
-			continue
-		}
-		if e, started := c.Ranks[h].Epoch(); !started || e != c.Epoch {
-			c.doneBefore[h] = append(c.doneBefore[h], r)
-			continue
-		}
-		errs = append(errs, c.step(h, proto.PeerDone{Rank: r}))
-	}
-	return errors.Join(errs...)
+	return c.step(r, proto.ClientsDone{})
 }
 
 // DeliverMsg hands message i of Net to its receiver.
