@@ -108,7 +108,6 @@ type WindowRank struct {
 	clientsDone bool
 	dropped     []bool
 	done        []bool // per rank, said it asks for nothing more
-	frontier    int32  // one past the highest position a client asked for
 }
 
 type fileState uint8

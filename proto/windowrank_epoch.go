@@ -144,7 +144,6 @@ func (w *WindowRank) skip(start []int32) {
 	for sn := range w.start {
 		w.asked[sn] = true
 	}
-	w.frontier = w.start
 }
 
 // setPushes lays out the epoch's planned pushes: those to this rank's

@@ -209,11 +209,11 @@ func (w *WindowRank) granting(m Message) error {
 	}
 	list := w.pushTo[r]
 	for i := w.pushNext[r]; i < len(list) && list[i] <= m.Sn; i++ {
-		sn := list[i]
-		w.push(r, sn, w.plan.Files[r][sn])
-	}
-	for w.pushNext[r] < len(list) && list[w.pushNext[r]] <= m.Sn && w.state[w.plan.Files[r][list[w.pushNext[r]]]-w.first] == gone {
-		w.pushNext[r]++
+		f := w.plan.Files[r][list[i]]
+		w.push(r, list[i], f)
+		if i == w.pushNext[r] && (w.pushedOut[f-w.first] || w.state[f-w.first] == gone) {
+			w.pushNext[r]++ // sent, answered or dropped: never looked at again
+		}
 	}
 	return nil
 }

@@ -31,7 +31,6 @@ func (w *WindowRank) clientRequest(sn int32) error {
 	}
 	w.asked[sn] = true
 	w.stats.Requests++
-	w.frontier = max(w.frontier, sn+1)
 	f := w.plan.Files[w.me][sn]
 	if w.planned[sn] && sn <= w.granted {
 		w.grantBytes -= w.size(f)
@@ -122,7 +121,7 @@ func (w *WindowRank) remoteLimit() int64 {
 func (w *WindowRank) fetch(sn int32, f FileID) {
 	w.fetched[sn] = true
 	w.rd.Sends = append(w.rd.Sends, Message{Type: MsgRequest, From: int32(w.me), To: int32(w.cfg.Mapping.Home(f)),
-		Epoch: w.epoch, Sn: sn, File: f, Frontier: w.frontier})
+		Epoch: w.epoch, Sn: sn, File: f})
 }
 
 func (w *WindowRank) message(m Message) error {

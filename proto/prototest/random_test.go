@@ -7,25 +7,17 @@ import (
 
 var schedules = flag.Int("schedules", 3000, "number of randomized schedules TestRandomSchedules runs")
 
-func TestRandomSchedules(t *testing.T) {
-	n := *schedules
-	if testing.Short() {
-		n /= 10
-	}
-	for seed := uint64(0); seed < uint64(n); seed++ {
-		if err := RunSchedule(seed); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
+func TestRandomSchedules(t *testing.T)       { runSchedules(t, RunSchedule) }
+func TestRandomWindowSchedules(t *testing.T) { runSchedules(t, RunWindowSchedule) }
 
-func TestRandomWindowSchedules(t *testing.T) {
+// runSchedules runs -schedules schedules (a tenth with -short) of run.
+func runSchedules(t *testing.T, run func(seed uint64) error) {
 	n := *schedules
 	if testing.Short() {
 		n /= 10
 	}
 	for seed := uint64(0); seed < uint64(n); seed++ {
-		if err := RunWindowSchedule(seed); err != nil {
+		if err := run(seed); err != nil {
 			t.Fatal(err)
 		}
 	}
