@@ -1,6 +1,7 @@
 package proto_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -61,6 +62,7 @@ func TestBadInputIsAnErrorAndChangesNothing(t *testing.T) {
 		{"push into another slot", fromRank0(proto.Message{Type: proto.MsgPush, Pushes: []proto.Pushed{{ID: 1, Sn: 3, File: 3}}}), "does not share the slot"},
 		{"two pushes into one slot", fromRank0(proto.Message{Type: proto.MsgPush, Pushes: []proto.Pushed{{ID: 1, Sn: 3, File: 2}, {ID: 2, Sn: 3, File: 0}}}), "occupied"},
 		{"push ID twice", fromRank0(proto.Message{Type: proto.MsgPush, Pushes: []proto.Pushed{{ID: 5, Sn: 3, File: 2}, {ID: 5, Sn: 4, File: 3}}}), "repeats"},
+		{"push of status redirect", fromRank0(proto.Message{Type: proto.MsgPush, Pushes: []proto.Pushed{{ID: 1, Sn: 3, File: 2, Status: proto.StatusRedirect}}}), "status redirect"},
 		{"push beyond the grant", fromRank0(proto.Message{Type: proto.MsgPush, Pushes: []proto.Pushed{{ID: 1, Sn: 3, File: 2, Size: 1 << 40}}}), "exceed the 8 bytes granted"},
 		{"message two epochs ahead", proto.Message{Type: proto.MsgReply, From: 0, To: 1, Epoch: 3}, "for epoch 3 while in epoch 1"},
 		{"message from itself", proto.Message{Type: proto.MsgReply, From: 1, To: 1, Epoch: 1}, "bad sender"},
@@ -79,6 +81,42 @@ func TestBadInputIsAnErrorAndChangesNothing(t *testing.T) {
 		}
 		if rank.HasReady() || rank.String() != before || rank.Stats() != stats {
 			t.Errorf("%s: the refused event changed the rank:\n%s\nbecame\n%s", tc.name, before, rank.String())
+		}
+	}
+}
+
+// TestReadNamingAnotherChunksFile: a read that says a file of another
+// chunk is damaged is refused, with either policy, and changes nothing.
+func TestReadNamingAnotherChunksFile(t *testing.T) {
+	for _, policy := range []string{prototest.Paper, prototest.Window} {
+		c, err := prototest.New(prototest.Options{Files: []int{4, 4}, K: 2, MemFraction: 0.5, RemoteMemBytes: 8, Window: 4, Policy: policy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.StartEpoch(1, [][]proto.FileID{{0, 1, 2, 3}, {4, 5, 6, 7}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Request(0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Reads[0]) == 0 {
+			t.Fatalf("%s: no read in flight", policy)
+		}
+		rd := c.Reads[0][0]
+		lo, hi := c.Mapping.PCFiles(rd.PC)
+		rank := c.Ranks[0]
+		before := rank.String()
+		for _, f := range []proto.FileID{lo - 1, hi, 5} {
+			if f < 0 {
+				continue
+			}
+			err := rank.Step(proto.ReadDone{PC: rd.PC, Epoch: rd.Epoch, Damaged: []proto.FileID{lo, f}})
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("finds file %d damaged, which is not in it", f)) {
+				t.Errorf("%s: read of pc %d naming file %d damaged: %v", policy, rd.PC, f, err)
+			}
+			if rank.String() != before {
+				t.Errorf("%s: the refused read changed the rank:\n%s\nbecame\n%s", policy, before, rank.String())
+			}
 		}
 	}
 }

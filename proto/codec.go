@@ -10,7 +10,7 @@ import (
 //
 //	off size field
 //	  0    2 magic "RX"
-//	  2    1 version (1)
+//	  2    1 version (2)
 //	  3    1 type
 //	  4    4 epoch
 //	  8    4 from
@@ -25,16 +25,19 @@ import (
 //	 53    3 zero
 //	 56    4 n: number of acks (request) or pushes (push), else 0
 //	 60      n acks of 12 bytes (id u64, by i32)
-//	         or n pushes of 24 bytes (id u64, sn i32, file i32, size i64)
+//	         or n pushes of 28 bytes (id u64, sn i32, file i32, size i64,
+//	         status u8 (ok or damaged), 3 zero)
 //
 // Decode accepts exactly what Encode produces: the length must match n, the
 // reserved bytes must be zero, and the entries must suit the type.
+// Version 2 added the push's status (version 1 had none: a damaged file
+// travelled as the runtime's own flag).
 const (
 	wireMagic   = "RX"
-	wireVersion = 1
+	wireVersion = 2
 	headerSize  = 60
 	ackSize     = 12
-	pushSize    = 24
+	pushSize    = 28
 )
 
 // ErrMalformed is wrapped by every Decode error.
@@ -65,6 +68,7 @@ func Encode(dst []byte, m Message) []byte {
 		dst = le.AppendUint32(dst, uint32(p.Sn))
 		dst = le.AppendUint32(dst, uint32(p.File))
 		dst = le.AppendUint64(dst, uint64(p.Size))
+		dst = append(dst, byte(p.Status), 0, 0, 0)
 	}
 	return dst
 }
@@ -121,10 +125,14 @@ func decodeEntries(m *Message, n uint64, body []byte) error {
 			m.Acks = append(m.Acks, Ack{ID: le.Uint64(e), By: int32(le.Uint32(e[8:]))})
 			continue
 		}
-		m.Pushes = append(m.Pushes, Pushed{
+		p := Pushed{
 			ID: le.Uint64(e), Sn: int32(le.Uint32(e[8:])),
-			File: FileID(le.Uint32(e[12:])), Size: int64(le.Uint64(e[16:])),
-		})
+			File: FileID(le.Uint32(e[12:])), Size: int64(le.Uint64(e[16:])), Status: Status(e[24]),
+		}
+		if !p.Status.HasFile() || e[25]|e[26]|e[27] != 0 {
+			return fmt.Errorf("%w: push %d of status %d (reserved %x)", ErrMalformed, i, e[24], e[25:28])
+		}
+		m.Pushes = append(m.Pushes, p)
 	}
 	return nil
 }

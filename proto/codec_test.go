@@ -10,16 +10,17 @@ import (
 
 func randomMessage(rng *rand.Rand) Message {
 	m := Message{
-		Type: MsgType(1 + rng.IntN(3)), From: rng.Int32(), To: rng.Int32(), Epoch: rng.Uint32(),
+		Type: MsgType(1 + rng.IntN(len(msgNames)-1)), From: rng.Int32(), To: rng.Int32(), Epoch: rng.Uint32(),
 		Sn: rng.Int32() - 1<<30, File: FileID(rng.Int32()), Size: rng.Int64(), BufLimit: rng.Int64(),
-		Frontier: rng.Int32(), Status: Status(rng.IntN(3)), PushID: rng.Uint64(),
+		Frontier: rng.Int32(), Status: Status(rng.IntN(len(statusNames))), PushID: rng.Uint64(),
 	}
 	for i := rng.IntN(5); i > 0; i-- {
 		switch m.Type {
 		case MsgRequest:
 			m.Acks = append(m.Acks, Ack{ID: rng.Uint64(), By: rng.Int32()})
 		case MsgPush:
-			m.Pushes = append(m.Pushes, Pushed{ID: rng.Uint64(), Sn: rng.Int32(), File: FileID(rng.Int32()), Size: rng.Int64()})
+			m.Pushes = append(m.Pushes, Pushed{ID: rng.Uint64(), Sn: rng.Int32(), File: FileID(rng.Int32()), Size: rng.Int64(),
+				Status: Status(rng.IntN(2)) * StatusDamaged})
 		}
 	}
 	return m
@@ -47,9 +48,12 @@ func TestCodecRejects(t *testing.T) {
 		"empty":              nil,
 		"short header":       good[:headerSize-1],
 		"bad magic":          mutate(func(b []byte) []byte { b[0] = 'x'; return b }),
-		"newer version":      mutate(func(b []byte) []byte { b[2] = 2; return b }),
+		"older version":      mutate(func(b []byte) []byte { b[2] = 1; return b }),
+		"newer version":      mutate(func(b []byte) []byte { b[2] = 3; return b }),
 		"unknown type":       mutate(func(b []byte) []byte { b[3] = 9; return b }),
 		"unknown status":     mutate(func(b []byte) []byte { b[52] = 7; return b }),
+		"push status":        pushWith(func(e []byte) { e[24] = byte(StatusRedirect) }),
+		"push reserved":      pushWith(func(e []byte) { e[26] = 1 }),
 		"reserved byte":      mutate(func(b []byte) []byte { b[54] = 1; return b }),
 		"truncated body":     good[:len(good)-1],
 		"trailing byte":      append(bytes.Clone(good), 0),
@@ -61,6 +65,13 @@ func TestCodecRejects(t *testing.T) {
 			t.Errorf("%s: Decode error %v, want ErrMalformed", name, err)
 		}
 	}
+}
+
+// pushWith encodes a push of one file and changes its entry.
+func pushWith(change func(e []byte)) []byte {
+	b := Encode(nil, Message{Type: MsgPush, Pushes: []Pushed{{ID: 1, Sn: 2, File: 3, Size: 4, Status: StatusDamaged}}})
+	change(b[headerSize:])
+	return b
 }
 
 // FuzzDecode: Decode never panics, and what it accepts it re-encodes to

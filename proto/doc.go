@@ -46,19 +46,27 @@
 // it waits as its waiter, a second request queues behind the first. A miss
 // that can be served by a PC already being read joins that read instead of
 // reading the PC again. A failed read returns its files to unloaded, fails
-// its waiters and retries the requests queued behind them.
+// its waiters and retries the requests queued behind them. A read may name
+// files of its chunk damaged on storage (ReadDone.Damaged): they are
+// loaded all the same and go where a file goes, to a client, in a reply
+// or in a push, with StatusDamaged and, at the runtime, without bytes.
 //
 // # Messages
 //
-// Ranks exchange three messages (Message; wire format in Encode):
+// Ranks exchange these messages (Message; wire format in Encode):
 //
 //   - request (requester R → owner H): position sn of R's trace and its
 //     file, R's frontier (one past its highest requested position), the
 //     buffer bytes R grants H, and acks of pushes R consumed.
 //   - reply (H → R): the file that answers sn (maybe another file of the
-//     same slot), or a redirect to a push already sent for sn, or a failure.
-//   - push (H → R): prefetched files, each tagged with a push ID and the
-//     position of R it is meant for.
+//     same slot; status ok, or damaged), or a redirect to a push already
+//     sent for sn, or a failure.
+//   - push (H → R): prefetched files, each tagged with a push ID, the
+//     position of R it is meant for and its status (ok or damaged).
+//   - done (any rank → every other): its clients ask for nothing more
+//     this epoch.
+//   - grant (window policy, R → H): H may push the files planned for R's
+//     positions up to sn (see WindowRank).
 //
 // R first looks in its buffer VC for H: a file pushed into the slot of the
 // requested file answers locally. Otherwise it sends a request; H serves it

@@ -30,11 +30,14 @@ type ClientRequest struct{ Sn int32 }
 
 // ReadDone reports that the read of physical chunk PC, issued in epoch
 // Epoch, finished; Failed when it could not be read. A read of an earlier
-// epoch is dropped.
+// epoch is dropped. Damaged lists the chunk's files whose bytes are
+// damaged on storage (the runtime read them twice) and are to be left
+// out: each still answers its position, with StatusDamaged.
 type ReadDone struct {
-	PC     int
-	Epoch  uint32
-	Failed bool
+	PC      int
+	Epoch   uint32
+	Failed  bool
+	Damaged []FileID
 }
 
 // ClientsDone says that this rank's own clients will ask for nothing more

@@ -44,11 +44,20 @@ const (
 	// StatusReadFailed: the chunk read that should have produced the file
 	// failed; no file is delivered.
 	StatusReadFailed
+	// StatusDamaged: the file's bytes are damaged on its home's storage
+	// (ReadDone.Damaged): it answers its position, and goes where a file
+	// goes (a reply, a push, a delivery), but without its bytes; the
+	// runtime tells the client it was left out.
+	StatusDamaged
 )
 
-var statusNames = [...]string{"ok", "redirect", "read-failed"}
+var statusNames = [...]string{"ok", "redirect", "read-failed", "damaged"}
 
 func (s Status) String() string { return enumName(s, statusNames[:], "status") }
+
+// HasFile reports whether a reply, push or delivery of status s moves its
+// file: with its bytes (ok) or without them (damaged).
+func (s Status) HasFile() bool { return s == StatusOK || s == StatusDamaged }
 
 // Ack tells an owner that its push ID was consumed at the requester by the
 // trace position By (which may differ from the position it was pushed for).
@@ -58,12 +67,14 @@ type Ack struct {
 }
 
 // Pushed is one prefetched file: push ID, the requester's trace position it
-// is meant for, and the file in the owner's slot for that position.
+// is meant for, and the file in the owner's slot for that position; its
+// Status is ok or damaged.
 type Pushed struct {
-	ID   uint64
-	Sn   int32
-	File FileID
-	Size int64
+	ID     uint64
+	Sn     int32
+	File   FileID
+	Size   int64
+	Status Status
 }
 
 // Message is what ranks send each other. Fields not used by a type are zero.
@@ -105,7 +116,7 @@ func (m Message) String() string {
 	case MsgReply:
 		fmt.Fprintf(&b, " sn=%d %s", m.Sn, m.Status)
 		switch m.Status {
-		case StatusOK:
+		case StatusOK, StatusDamaged:
 			fmt.Fprintf(&b, " file=%d", m.File)
 		case StatusRedirect:
 			fmt.Fprintf(&b, " push=%d", m.PushID)
@@ -118,6 +129,9 @@ func (m Message) String() string {
 				b.WriteByte(',')
 			}
 			fmt.Fprintf(&b, " #%d sn=%d file=%d", p.ID, p.Sn, p.File)
+			if p.Status != StatusOK {
+				fmt.Fprintf(&b, " %s", p.Status)
+			}
 		}
 	}
 	return b.String()
@@ -161,6 +175,9 @@ type Delivery struct {
 }
 
 func (d Delivery) String() string {
+	if d.Status == StatusDamaged {
+		return fmt.Sprintf("sn=%d file=%d damaged (%s)", d.Sn, d.File, d.Source)
+	}
 	if d.Status != StatusOK {
 		return fmt.Sprintf("sn=%d %s", d.Sn, d.Status)
 	}

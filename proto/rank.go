@@ -71,6 +71,10 @@ type Rank struct {
 	free     []uint64 // per local PC: files not yet loaded this epoch
 	reads    []*read  // per local PC: its read in flight
 	held     int64
+	// damaged are the own files loaded this epoch whose bytes are
+	// damaged on storage (ReadDone.Damaged): each leaves with
+	// StatusDamaged
+	damaged map[FileID]bool
 
 	peers     []peer  // owner side, per requester
 	owners    []owner // requester side, per owner
@@ -239,6 +243,7 @@ func (r *Rank) resetLocal() {
 	}
 	r.queue = make(map[int32][]req)
 	r.held = 0
+	r.damaged = nil
 }
 
 // replayDeferred handles the messages held for the epoch just started;

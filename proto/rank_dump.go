@@ -8,7 +8,8 @@ import (
 )
 
 // String returns a stable text dump of the rank's epoch state: each local
-// VC's slots (file id, "." empty, "~f" pending on a read of file f), the
+// VC's slots (file id, "f*" a file whose bytes are damaged on storage,
+// "." empty, "~f" pending on a read of file f), the
 // reads in flight, the buffer and the outstanding pushes. Golden tests
 // compare it.
 func (r *Rank) String() string {
@@ -38,6 +39,9 @@ func (r *Rank) String() string {
 func (r *Rank) slotString(x int32) string {
 	switch r.state[x] {
 	case slotValid:
+		if r.damaged[r.slotFile[x]] {
+			return fmt.Sprintf("%d*", r.slotFile[x])
+		}
 		return fmt.Sprint(r.slotFile[x])
 	case slotPending:
 		return fmt.Sprintf("~%d", r.slotFile[x])
@@ -49,7 +53,11 @@ func (r *Rank) dumpRemote(b *strings.Builder, h int) {
 	o := &r.owners[h]
 	for _, x := range slices.Sorted(maps.Keys(o.buf)) {
 		e := o.buf[x]
-		fmt.Fprintf(b, "  buffer from %d: file %d (push %d for sn %d)\n", h, e.file, e.id, e.sn)
+		fmt.Fprintf(b, "  buffer from %d: file %d (push %d for sn %d)", h, e.file, e.id, e.sn)
+		if e.status != StatusOK {
+			fmt.Fprintf(b, " %s", e.status)
+		}
+		b.WriteByte('\n')
 	}
 	p := &r.peers[h]
 	for _, id := range slices.Sorted(maps.Keys(p.out)) {

@@ -50,15 +50,15 @@ func (r *Rank) take(rq req, x int32, src Source) {
 // answer hands f, which left slot x, to rq: a delivery for a local client,
 // a reply (and prefetched pushes) for a peer.
 func (r *Rank) answer(rq req, f FileID, src Source, x int32) {
-	sz := r.size(f)
+	sz, st := r.size(f), r.status(f)
 	if int(rq.from) == r.me {
-		r.deliver(Delivery{Sn: rq.sn, File: f, Size: sz, Source: src})
+		r.deliver(Delivery{Sn: rq.sn, File: f, Size: sz, Source: src, Status: st})
 		if src == FromMemory {
 			r.stats.LocalHits++
 		}
 		return
 	}
-	r.send(Message{Type: MsgReply, To: rq.from, Sn: rq.sn, File: f, Size: sz})
+	r.send(Message{Type: MsgReply, To: rq.from, Sn: rq.sn, File: f, Size: sz, Status: st})
 	r.stats.RemoteServed++
 	r.prefetch(rq, x)
 }
@@ -72,9 +72,17 @@ func (r *Rank) fail(rq req) {
 	r.send(Message{Type: MsgReply, To: rq.from, Sn: rq.sn, File: NoFile, Status: StatusReadFailed})
 }
 
+// status is own file f's as it leaves: ok, or damaged on storage.
+func (r *Rank) status(f FileID) Status {
+	if r.damaged[f] {
+		return StatusDamaged
+	}
+	return StatusOK
+}
+
 func (r *Rank) deliver(d Delivery) {
 	r.rd.Deliveries = append(r.rd.Deliveries, d)
-	if d.Status == StatusOK {
+	if d.Status.HasFile() {
 		r.stats.Delivered++
 		r.stats.BytesDelivered += d.Size
 	}

@@ -169,5 +169,5 @@ func (r *Rank) push(p *peer, q, y int32, f FileID, sz int64) Pushed {
 	p.outBytes += sz
 	r.stats.Prefetched++
 	r.stats.PrefetchedBytes += sz
-	return Pushed{ID: id, Sn: q, File: f, Size: sz}
+	return Pushed{ID: id, Sn: q, File: f, Size: sz, Status: r.status(f)}
 }

@@ -1,6 +1,9 @@
 package proto
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // refill serves rq, whose slot x is empty, from a physical chunk of x's
 // physical chunk set (Redox Alg. 3): a chunk already being read if one can
@@ -118,6 +121,12 @@ func (r *Rank) readDone(e ReadDone) error {
 	if !r.started || e.Epoch != r.epoch || pc < 0 || pc >= r.nPC || r.reads[pc] == nil {
 		return fmt.Errorf("proto: rank %d: read of pc %d in epoch %d completed but none is in flight", r.me, e.PC, e.Epoch)
 	}
+	lo, hi := r.pcRange(pc)
+	for _, f := range e.Damaged {
+		if i := r.localIndex(f); i < lo || i >= hi {
+			return fmt.Errorf("proto: rank %d: read of pc %d finds file %d damaged, which is not in it", r.me, e.PC, f)
+		}
+	}
 	rd := r.reads[pc]
 	r.reads[pc] = nil
 	if e.Failed {
@@ -127,20 +136,19 @@ func (r *Rank) readDone(e ReadDone) error {
 	v := r.vcOfPC(pc)
 	for _, x := range rd.slots {
 		if r.waiter[x].from < 0 {
-			r.load(x)
+			r.load(x, e.Damaged)
 		}
 	}
 	r.topUp(rd, v, func(y int32) {
 		bitset(r.freeOf(pc)).clear(int(y) % r.k)
 		r.slotFile[y] = r.firstFile + FileID(pc*r.k+int(y)%r.k)
-		r.load(y)
+		r.load(y, e.Damaged)
 	})
 	for _, x := range rd.slots {
 		if w := r.waiter[x]; w.from >= 0 {
 			r.waiter[x] = noReq
 			f := r.slotFile[x]
-			r.rd.Loaded = append(r.rd.Loaded, f)
-			r.countLoad(f)
+			r.loaded(f, e.Damaged)
 			r.setEmpty(x)
 			r.answer(w, f, FromRead, x)
 			r.next(x)
@@ -150,15 +158,23 @@ func (r *Rank) readDone(e ReadDone) error {
 }
 
 // load makes slot x, whose file just arrived, valid.
-func (r *Rank) load(x int32) {
+func (r *Rank) load(x int32, damaged []FileID) {
 	r.setValid(x)
-	r.rd.Loaded = append(r.rd.Loaded, r.slotFile[x])
-	r.countLoad(r.slotFile[x])
+	r.loaded(r.slotFile[x], damaged)
 }
 
-func (r *Rank) countLoad(f FileID) {
+// loaded counts file f, just read, as loaded, and notes whether its read
+// found it damaged.
+func (r *Rank) loaded(f FileID, damaged []FileID) {
+	r.rd.Loaded = append(r.rd.Loaded, f)
 	r.stats.FilesLoaded++
 	r.stats.BytesLoaded += r.size(f)
+	if slices.Contains(damaged, f) {
+		if r.damaged == nil {
+			r.damaged = make(map[FileID]bool)
+		}
+		r.damaged[f] = true
+	}
 }
 
 // failRead undoes a failed read: its files count as unloaded again, its

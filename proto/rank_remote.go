@@ -22,10 +22,11 @@ type owner struct {
 }
 
 type bufEntry struct {
-	id   uint64
-	sn   int32
-	file FileID
-	size int64
+	id     uint64
+	sn     int32
+	file   FileID
+	size   int64
+	status Status // ok, or damaged at its home
 }
 
 func (r *Rank) resetRemote() {
@@ -90,7 +91,7 @@ func (r *Rank) takeBuffered(h int, x int32, sn int32) bool {
 	delete(o.buf, x)
 	o.bytes -= e.size
 	r.buffered -= e.size
-	r.deliver(Delivery{Sn: sn, File: e.file, Size: e.size, Source: FromBuffer})
+	r.deliver(Delivery{Sn: sn, File: e.file, Size: e.size, Source: FromBuffer, Status: e.status})
 	a := Ack{ID: e.id, By: sn}
 	o.acks = append(o.acks, a)
 	if e.sn != sn {
@@ -160,9 +161,9 @@ func (r *Rank) onReply(msg Message) error {
 	sn, h := msg.Sn, int(msg.From)
 	r.awaiting.clear(int(sn))
 	switch msg.Status {
-	case StatusOK:
+	case StatusOK, StatusDamaged:
 		r.got.set(int(msg.File))
-		r.deliver(Delivery{Sn: sn, File: msg.File, Size: msg.Size, Source: FromRemote})
+		r.deliver(Delivery{Sn: sn, File: msg.File, Size: msg.Size, Source: FromRemote, Status: msg.Status})
 	case StatusReadFailed:
 		r.deliver(Delivery{Sn: sn, File: NoFile, Status: StatusReadFailed})
 	case StatusRedirect:
@@ -181,7 +182,7 @@ func (r *Rank) checkReply(msg Message) error {
 		return fmt.Errorf("proto: rank %d: reply from rank %d for sn %d, which awaits none from it", r.me, h, sn)
 	}
 	switch msg.Status {
-	case StatusOK:
+	case StatusOK, StatusDamaged:
 		f := msg.File
 		if !r.ownedBy(f, h) || msg.Size < 0 {
 			return fmt.Errorf("proto: rank %d: rank %d replied with file %d (size %d), which it does not store", r.me, h, f, msg.Size)
@@ -231,12 +232,12 @@ func (r *Rank) onPush(msg Message) error {
 		r.got.set(int(p.File))
 		if sn, ok := o.waiting[p.ID]; ok {
 			delete(o.waiting, p.ID)
-			r.deliver(Delivery{Sn: sn, File: p.File, Size: p.Size, Source: FromBuffer})
+			r.deliver(Delivery{Sn: sn, File: p.File, Size: p.Size, Source: FromBuffer, Status: p.Status})
 			o.acks = append(o.acks, Ack{ID: p.ID, By: sn})
 			continue
 		}
 		_, x := r.m.Locate(p.File)
-		o.buf[x] = bufEntry{id: p.ID, sn: p.Sn, file: p.File, size: p.Size}
+		o.buf[x] = bufEntry{id: p.ID, sn: p.Sn, file: p.File, size: p.Size, status: p.Status}
 		o.bytes += p.Size
 		r.buffered += p.Size
 		r.stats.PushesReceived++
@@ -254,8 +255,8 @@ func (r *Rank) checkPushes(msg Message) error {
 	trace := r.traces[r.me]
 	bytes := o.bytes
 	for i, p := range msg.Pushes {
-		if p.Sn < 0 || int(p.Sn) >= len(trace) || !r.ownedBy(p.File, h) || p.Size < 0 {
-			return fmt.Errorf("proto: rank %d: bad push from rank %d: sn %d file %d size %d", r.me, h, p.Sn, p.File, p.Size)
+		if p.Sn < 0 || int(p.Sn) >= len(trace) || !r.ownedBy(p.File, h) || p.Size < 0 || !p.Status.HasFile() {
+			return fmt.Errorf("proto: rank %d: bad push from rank %d: sn %d file %d size %d status %s", r.me, h, p.Sn, p.File, p.Size, p.Status)
 		}
 		if !r.ownedBy(trace[p.Sn], h) || !r.sameSlot(p.File, trace[p.Sn]) {
 			return fmt.Errorf("proto: rank %d: push from rank %d: file %d does not share the slot of sn %d", r.me, h, p.File, p.Sn)

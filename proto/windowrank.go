@@ -67,10 +67,13 @@ type WindowRank struct {
 	// early is the next epoch, read ahead while this one drains
 	early *earlyEpoch
 
-	// own files: state per local index, bytes held, the next read
+	// own files: state per local index, bytes held, the next read;
+	// damaged, per local index, a file in memory whose bytes are damaged
+	// on storage (ReadDone.Damaged): it leaves with StatusDamaged
 	state   []fileState
 	held    int64
 	nextRd  int
+	damaged []bool
 	waiters map[FileID][]waiter // requests for own files not yet in
 
 	// this rank's positions
@@ -78,7 +81,9 @@ type WindowRank struct {
 	planned []bool // the plan pushes its file (of another rank) ahead
 	fetched []bool // the file was asked of its home, on demand
 	arrived []bool // the file came from its home, not yet delivered
-	failed  []bool // its home could not read it
+	// arrivedAs is an arrived file's status: ok, or damaged at its home
+	arrivedAs []Status
+	failed    []bool // its home could not read it
 	// buffered counts the bytes of files arrived and not yet delivered.
 	// low is the lowest position not yet asked for; granted the last
 	// position whose planned push fits Remote, with the positions from

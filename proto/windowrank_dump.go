@@ -11,7 +11,8 @@ import (
 func (w *WindowRank) Epoch() (uint32, bool) { return w.epoch, w.started }
 
 // String returns a stable text dump of the rank's epoch state: its
-// budget's use, each own chunk's files (id in memory, "~id" being read,
+// budget's use, each own chunk's files (id in memory, "id*" in memory
+// with its bytes damaged on storage, "~id" being read,
 // "." not read, "-" gone: delivered, sent or dropped, "!id" lost to a
 // failed read), the requests waiting for a file, its positions whose
 // file of another rank was requested, arrived or failed, the pushes other
@@ -21,7 +22,7 @@ func (w *WindowRank) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "rank %d epoch %d held=%d buffered=%d reads=%d/%d low=%d granted=%d told=%d\n", w.me, w.epoch, w.held,
 		w.buffered, w.nextRd, len(w.plan.Reads[w.me]), w.low, w.granted, w.told)
-	w.dumpChunks(&b, w.state)
+	w.dumpChunks(&b, w.state, w.damaged)
 	for _, f := range slices.Sorted(maps.Keys(w.waiters)) {
 		for _, q := range w.waiters[f] {
 			if q.from < 0 {
@@ -36,7 +37,8 @@ func (w *WindowRank) String() string {
 		for _, t := range []struct {
 			on   bool
 			name string
-		}{{w.fetched[sn], "requested"}, {w.arrived[sn], "arrived"}, {w.failed[sn], "failed"}} {
+		}{{w.fetched[sn], "requested"}, {w.arrived[sn], "arrived"}, {w.arrived[sn] && w.arrivedAs[sn] == StatusDamaged, "damaged"},
+			{w.failed[sn], "failed"}} {
 			if t.on {
 				tags = append(tags, t.name)
 			}
@@ -69,13 +71,13 @@ func (w *WindowRank) String() string {
 	}
 	if x := w.early; x != nil && x.plan != nil {
 		fmt.Fprintf(&b, "  epoch %d read ahead: held=%d reads=%d/%d\n", x.epoch, x.held, x.nextRd, len(x.plan.Reads[w.me]))
-		w.dumpChunks(&b, x.state)
+		w.dumpChunks(&b, x.state, x.damaged)
 	}
 	return b.String()
 }
 
 // dumpChunks writes a line per own chunk with the state of each file.
-func (w *WindowRank) dumpChunks(b *strings.Builder, state []fileState) {
+func (w *WindowRank) dumpChunks(b *strings.Builder, state []fileState, damaged []bool) {
 	m := w.cfg.Mapping
 	lo, n := m.RankPCs(w.me)
 	for pc := lo; pc < lo+n; pc++ {
@@ -86,6 +88,9 @@ func (w *WindowRank) dumpChunks(b *strings.Builder, state []fileState) {
 			switch state[f-w.first] {
 			case inMemory:
 				fmt.Fprint(b, f)
+				if damaged[f-w.first] {
+					b.WriteByte('*')
+				}
 			case reading:
 				fmt.Fprintf(b, "~%d", f)
 			case notRead:

@@ -1,6 +1,9 @@
 package proto
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // The next epoch read ahead while this one drains.
 
@@ -8,13 +11,14 @@ import "fmt"
 // and the reads of its first chunks, made within what the current
 // epoch's files leave of the budget.
 type earlyEpoch struct {
-	epoch  uint32
-	traces [][]FileID
-	plan   *WindowPlan // nil when planning it failed: nothing is read ahead
-	state  []fileState // per own file, as WindowRank.state
-	held   int64
-	nextRd int
-	stats  Stats // its reads, counted in its own epoch
+	epoch   uint32
+	traces  [][]FileID
+	plan    *WindowPlan // nil when planning it failed: nothing is read ahead
+	state   []fileState // per own file, as WindowRank.state
+	damaged []bool      // per own file, as WindowRank.damaged
+	held    int64
+	nextRd  int
+	stats   Stats // its reads, counted in its own epoch
 }
 
 // issueEarly, once every read of the epoch is issued, reads the next
@@ -34,7 +38,7 @@ func (w *WindowRank) issueEarly() {
 			return // nothing read ahead (tried once, not on every call); the epoch's start plans again and reports it
 		}
 		_, n := w.cfg.Mapping.RankFiles(w.me)
-		w.early.plan, w.early.state = p, make([]fileState, n)
+		w.early.plan, w.early.state, w.early.damaged = p, make([]fileState, n), make([]bool, n)
 	}
 	x := w.early
 	if x.plan == nil {
@@ -61,6 +65,9 @@ func (w *WindowRank) earlyDone(e ReadDone) error {
 	if w.cfg.Mapping.Home(lo) != w.me || x.state[lo-w.first] != reading {
 		return fmt.Errorf("proto: rank %d: read of chunk %d done for epoch %d, which it is not reading", w.me, e.PC, e.Epoch)
 	}
+	if err := w.checkDamaged(e, lo, hi); err != nil {
+		return err
+	}
 	if e.Failed {
 		x.stats.FailedReads++
 	}
@@ -71,6 +78,7 @@ func (w *WindowRank) earlyDone(e ReadDone) error {
 			continue
 		}
 		x.state[f-w.first] = inMemory
+		x.damaged[f-w.first] = slices.Contains(e.Damaged, f)
 		x.stats.FilesLoaded++
 		x.stats.BytesLoaded += w.size(f)
 		w.rd.Early = append(w.rd.Early, f)

@@ -40,13 +40,14 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 		if p, err = w.planEpoch(e); err != nil {
 			return err
 		}
-		x = &earlyEpoch{state: make([]fileState, n)}
+		x = &earlyEpoch{state: make([]fileState, n), damaged: make([]bool, n)}
 	}
 	steps := len(p.Files[w.me])
 	*w = WindowRank{cfg: w.cfg, in: w.in, me: w.me, first: w.first, rd: w.rd, epoch: e.Epoch, started: true, plan: p,
-		deferred: w.deferred, state: x.state, held: x.held, nextRd: x.nextRd, stats: x.stats, dropped: make([]bool, n),
+		deferred: w.deferred, state: x.state, held: x.held, nextRd: x.nextRd, damaged: x.damaged, stats: x.stats, dropped: make([]bool, n),
 		done: make([]bool, w.cfg.Mapping.Ranks()), waiters: map[FileID][]waiter{},
-		asked: make([]bool, steps), fetched: make([]bool, steps), arrived: make([]bool, steps), failed: make([]bool, steps)}
+		asked: make([]bool, steps), fetched: make([]bool, steps), arrived: make([]bool, steps), arrivedAs: make([]Status, steps),
+		failed: make([]bool, steps)}
 	w.stats.PeakHeld, w.stats.PeakMem = w.held, w.held
 	w.skip(e.Start)
 	for f := range e.Delivered {

@@ -1,6 +1,9 @@
 package proto
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // A window rank's own files: read chunk by chunk in plan order within the
 // budget, and each handed, once in, to the position planned for it, of
@@ -66,6 +69,9 @@ func (w *WindowRank) readDone(e ReadDone) error {
 	if w.cfg.Mapping.Home(lo) != w.me || w.state[lo-w.first] != reading {
 		return fmt.Errorf("proto: rank %d: read of chunk %d done, which it is not reading", w.me, e.PC)
 	}
+	if err := w.checkDamaged(e, lo, hi); err != nil {
+		return err
+	}
 	if e.Failed {
 		w.stats.FailedReads++
 	}
@@ -79,6 +85,7 @@ func (w *WindowRank) readDone(e ReadDone) error {
 			w.held -= w.size(f)
 		default:
 			w.state[f-w.first] = inMemory
+			w.damaged[f-w.first] = slices.Contains(e.Damaged, f)
 			w.stats.FilesLoaded++
 			w.stats.BytesLoaded += w.size(f)
 			w.rd.Loaded = append(w.rd.Loaded, f)
@@ -96,6 +103,26 @@ func (w *WindowRank) readDone(e ReadDone) error {
 	}
 	w.issue()
 	return nil
+}
+
+// checkDamaged reports a read of chunk [lo, hi) that names a file of
+// another chunk damaged.
+func (w *WindowRank) checkDamaged(e ReadDone, lo, hi FileID) error {
+	for _, f := range e.Damaged {
+		if f < lo || f >= hi {
+			return fmt.Errorf("proto: rank %d: read of chunk %d finds file %d damaged, which is not in it", w.me, e.PC, f)
+		}
+	}
+	return nil
+}
+
+// status is own file f's, in memory, as it leaves: ok, or damaged on
+// storage.
+func (w *WindowRank) status(f FileID) Status {
+	if w.damaged[f-w.first] {
+		return StatusDamaged
+	}
+	return StatusOK
 }
 
 // local answers a request for own file f: at once when it is in memory,
@@ -122,14 +149,15 @@ func (w *WindowRank) local(f FileID, q waiter) {
 // answer hands own file f, in memory, to its asker: this rank's client,
 // or rank q.from in a reply. Either way it leaves the pool.
 func (w *WindowRank) answer(f FileID, q waiter, src Source) {
+	st := w.status(f)
 	w.state[f-w.first] = gone
 	w.held -= w.size(f)
 	if q.from < 0 {
-		w.deliver(q.sn, f, src)
+		w.deliver(q.sn, f, src, st)
 	} else {
 		w.stats.RemoteServed++
 		w.rd.Sends = append(w.rd.Sends, Message{Type: MsgReply, From: int32(w.me), To: int32(q.from), Epoch: w.epoch,
-			Sn: q.sn, File: f, Size: w.size(f), Status: StatusOK})
+			Sn: q.sn, File: f, Size: w.size(f), Status: st})
 	}
 	w.issue()
 }
@@ -144,10 +172,12 @@ func (w *WindowRank) fail(f FileID, q waiter) {
 		Sn: q.sn, File: f, Status: StatusReadFailed})
 }
 
-func (w *WindowRank) deliver(sn int32, f FileID, src Source) {
+// deliver hands file f to this rank's client for position sn: with
+// status ok, or damaged (without its bytes).
+func (w *WindowRank) deliver(sn int32, f FileID, src Source, st Status) {
 	w.stats.Delivered++
 	w.stats.BytesDelivered += w.size(f)
-	w.rd.Deliveries = append(w.rd.Deliveries, Delivery{Sn: sn, File: f, Size: w.size(f), Source: src, Status: StatusOK})
+	w.rd.Deliveries = append(w.rd.Deliveries, Delivery{Sn: sn, File: f, Size: w.size(f), Source: src, Status: st})
 }
 
 // drop lets go of the own files planned for rank r's positions that
@@ -233,7 +263,7 @@ func (w *WindowRank) push(r int, sn int32, f FileID) {
 		w.held -= w.size(f)
 		w.stats.Prefetched++
 		w.stats.PrefetchedBytes += w.size(f)
-		w.pushing[r] = append(w.pushing[r], Pushed{Sn: sn, File: f, Size: w.size(f)})
+		w.pushing[r] = append(w.pushing[r], Pushed{Sn: sn, File: f, Size: w.size(f), Status: w.status(f)})
 		w.issue()
 	case lost:
 		w.fail(f, waiter{from: r, sn: sn})

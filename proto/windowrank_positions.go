@@ -46,7 +46,7 @@ func (w *WindowRank) clientRequest(sn int32) error {
 		w.stats.PrefetchHits++
 		w.arrived[sn] = false
 		w.buffered -= w.size(f)
-		w.deliver(sn, f, FromBuffer)
+		w.deliver(sn, f, FromBuffer, w.arrivedAs[sn])
 	case w.failed[sn]:
 		w.fail(f, waiter{from: -1, sn: sn})
 	case w.planned[sn] && sn <= w.told:
@@ -164,6 +164,9 @@ func (w *WindowRank) reply(m Message) error {
 	if m.Sn < 0 || int(m.Sn) >= len(files) || files[m.Sn] != m.File || int(m.From) != w.cfg.Mapping.Home(m.File) || w.arrived[m.Sn] || w.failed[m.Sn] {
 		return fmt.Errorf("proto: rank %d: unexpected reply of rank %d for position %d (file %d)", w.me, m.From, m.Sn, m.File)
 	}
+	if !m.Status.HasFile() && m.Status != StatusReadFailed {
+		return fmt.Errorf("proto: rank %d: reply of rank %d for position %d of status %s", w.me, m.From, m.Sn, m.Status)
+	}
 	// an answer on demand, or, for a push granted, its read's failure
 	granted := w.planned[m.Sn] && m.Sn <= w.told && m.Status == StatusReadFailed
 	if !w.fetched[m.Sn] && !granted {
@@ -171,8 +174,8 @@ func (w *WindowRank) reply(m Message) error {
 	}
 	w.fetched[m.Sn] = false // answered
 	switch {
-	case m.Status == StatusOK:
-		w.deliver(m.Sn, m.File, FromRemote)
+	case m.Status.HasFile():
+		w.deliver(m.Sn, m.File, FromRemote, m.Status)
 	case w.asked[m.Sn]:
 		w.rd.Deliveries = append(w.rd.Deliveries, Delivery{Sn: m.Sn, File: m.File, Status: m.Status})
 	default:
@@ -189,7 +192,7 @@ func (w *WindowRank) pushed(m Message) error {
 	for _, p := range m.Pushes {
 		sn := p.Sn
 		if sn < 0 || int(sn) >= len(files) || files[sn] != p.File || !w.planned[sn] || sn > w.told ||
-			int(m.From) != w.cfg.Mapping.Home(p.File) || w.arrived[sn] || w.failed[sn] {
+			int(m.From) != w.cfg.Mapping.Home(p.File) || w.arrived[sn] || w.failed[sn] || !p.Status.HasFile() {
 			return fmt.Errorf("proto: rank %d: unexpected push of rank %d for position %d (file %d)", w.me, m.From, sn, p.File)
 		}
 	}
@@ -200,9 +203,9 @@ func (w *WindowRank) pushed(m Message) error {
 		case w.clientsDone:
 			w.rd.Forget = append(w.rd.Forget, p.File)
 		case w.asked[p.Sn]:
-			w.deliver(p.Sn, p.File, FromRemote)
+			w.deliver(p.Sn, p.File, FromRemote, p.Status)
 		default:
-			w.arrived[p.Sn] = true
+			w.arrived[p.Sn], w.arrivedAs[p.Sn] = true, p.Status
 			w.buffered += w.size(p.File)
 			w.stats.PeakBuffered = max(w.stats.PeakBuffered, w.buffered)
 			w.stats.PeakMem = max(w.stats.PeakMem, w.held+w.buffered)

@@ -55,8 +55,8 @@ func (l *loop) load(f proto.FileID, files map[proto.FileID]*file) {
 	}
 	e := l.n.shard.Record(li)
 	data := res.ch.File(li % l.n.k)
-	if data == nil { // damaged on storage: read, named, left out (Node.damaged)
-		files[f] = &file{id: f, label: e.Label, crc: e.CRC, damaged: l.n.lostNote(f)}
+	if data == nil { // damaged on storage (Node.damaged): proto knows (ReadDone.Damaged); it has no bytes
+		files[f] = &file{id: f, label: e.Label, crc: e.CRC}
 		return
 	}
 	res.buf.hold()
@@ -105,16 +105,17 @@ func copyOut(data []byte, mem chunk.Memory) ([]byte, *chunkBuf) {
 	return append([]byte(nil), data...), nil
 }
 
-// send starts sending m's frame, then each file it carries straight from
-// memory. The files leave this rank's memory when their sends complete.
+// send starts sending m's frame, then the bytes of each file it moves
+// straight from memory (a damaged file has none). The files leave this
+// rank's memory when their sends complete.
 func (l *loop) send(m proto.Message) error {
-	ids := carried(&m)
-	files := make([]*file, len(ids))
-	for i, id := range ids {
-		if files[i] = l.files[id]; files[i] == nil {
-			panic(fmt.Sprintf("rt: rank %d: sending file %d, which it does not hold", l.n.me, id))
+	items := cargo(&m)
+	files := make([]*file, len(items))
+	for i, it := range items {
+		if files[i] = l.files[it.id]; files[i] == nil {
+			panic(fmt.Sprintf("rt: rank %d: sending file %d, which it does not hold", l.n.me, it.id))
 		}
-		delete(l.files, id)
+		delete(l.files, it.id)
 	}
 	b := encodeFrame(m, files)
 	if err := l.isend(b, nil, int(m.To), tagMsg); err != nil {
@@ -123,8 +124,8 @@ func (l *loop) send(m proto.Message) error {
 	if m.Type == proto.MsgRequest || m.Type == proto.MsgGrant { // a reply, or a push, is owed
 		l.n.peers.askedOf(int(m.To))
 	}
-	for _, f := range files {
-		if f.damaged != "" { // the frame says so; no bytes follow
+	for i, f := range files {
+		if !items[i].bytes {
 			continue
 		}
 		if err := l.isend(f.data, f, int(m.To), tagData); err != nil {
@@ -155,7 +156,7 @@ func (l *loop) deliver(d proto.Delivery) {
 	l.answered++
 	if l.dropping[d.Sn] { // asked by the rank to end a share's epoch: nobody reads it
 		delete(l.dropping, d.Sn)
-		if f := l.files[d.File]; d.Status == proto.StatusOK && f != nil {
+		if f := l.files[d.File]; d.Status.HasFile() && f != nil {
 			delete(l.files, d.File)
 			f.release()
 		}
@@ -164,7 +165,7 @@ func (l *loop) deliver(d proto.Delivery) {
 	if l.answered1.IsZero() {
 		l.answered1 = time.Now()
 	}
-	if d.Status != proto.StatusOK {
+	if !d.Status.HasFile() {
 		l.stats.failed++
 		reply <- Delivery{Sn: d.Sn, File: proto.NoFile, Err: fmt.Errorf("rt: rank %d: position %d: %s", l.n.me, d.Sn, d.Status)}
 		return
@@ -178,11 +179,12 @@ func (l *loop) deliver(d proto.Delivery) {
 		l.order[d.Sn] = int32(d.File)
 	}
 	l.n.counts[f.id]++
-	if f.damaged != "" {
+	if d.Status == proto.StatusDamaged {
 		l.stats.skipped++
 		l.stats.skippedCRC += int64(f.crc)
 		l.stats.skippedLabel += int64(f.label)
-		reply <- Delivery{Sn: d.Sn, File: d.File, Label: f.label, CRC: f.crc, Damaged: f.damaged}
+		f.release()
+		reply <- Delivery{Sn: d.Sn, File: d.File, Label: f.label, CRC: f.crc, Damaged: l.n.damageNote(d.File)}
 		return
 	}
 	l.count(f)

@@ -101,10 +101,31 @@ func (n *Node) once(d *chunk.Damage) bool {
 	return true
 }
 
-// lostNote is what a client hears for a damaged file of this rank.
-func (n *Node) lostNote(f proto.FileID) string {
+// damageNote is what a client hears for damaged file f (a delivery of
+// proto.StatusDamaged): where it is damaged, and, for a file of this
+// rank, what the read found.
+func (n *Node) damageNote(f proto.FileID) string {
 	if s, ok := n.lost[f]; ok {
 		return s
 	}
+	if h := n.m.Home(f); h != n.me {
+		return fmt.Sprintf("file %d is damaged on the storage of rank %d, which names it in its log, and left out (--on-damage skip)", f, h)
+	}
 	return fmt.Sprintf("file %d is damaged on the storage of rank %d and left out (--on-damage skip)", f, n.me)
+}
+
+// damagedIn lists the files of res's chunk that it holds without bytes,
+// damaged on storage (proto.ReadDone.Damaged): found so by this read, or
+// by the one that made the chunk resident.
+func (n *Node) damagedIn(res *readResult) []proto.FileID {
+	var fs []proto.FileID
+	if res.ch == nil {
+		return nil
+	}
+	for i := range res.ch.Slots() {
+		if res.ch.File(i) == nil {
+			fs = append(fs, n.first+proto.FileID(res.ch.Index*n.k+i))
+		}
+	}
+	return fs
 }

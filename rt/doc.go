@@ -205,8 +205,10 @@
 //   - Damaged data: readChunk reads a chunk again when a read finds
 //     damage; the second read stands. Node.damaged, with Config.OnDamage
 //     "fail", returns the rank's error; with "skip" it names each damaged
-//     file once, and its position is answered with Delivery.Damaged and
-//     no bytes (flagDamaged in a frame). Past Node.skipLimit on one rank
+//     file once, and tells the machine (proto.ReadDone.Damaged), which
+//     moves the file with proto.StatusDamaged: in a reply or a push
+//     without its bytes, and to its position, answered with
+//     Delivery.Damaged (Node.damageNote). Past Node.skipLimit on one rank
 //     is that rank's error; the ranks' sum past it, at an epoch's end,
 //     every rank's. At Open, Node.checkSizes treats chunk files cut short
 //     the same way.

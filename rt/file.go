@@ -13,14 +13,13 @@ import (
 // file is one file the runtime holds: in a local VC, in a buffer VC, on
 // its way to a peer, or delivered to a client that has not released it.
 type file struct {
+	// data is nil for a file damaged on its home's storage: proto moves
+	// it with proto.StatusDamaged, and its position is answered with
+	// that news (Config.OnDamage "skip").
 	id    proto.FileID
 	data  []byte
 	label int32
 	crc   uint32
-	// damaged, when set, says that the file's bytes are damaged on its
-	// home rank's storage and why: the file has no bytes, and its
-	// position is answered with that news (Config.OnDamage "skip").
-	damaged string
 	// buf is the chunk read whose buffer data lives in, pool the pool
 	// that lent data; both nil when data is ordinary Go memory (a copy).
 	buf  *chunkBuf

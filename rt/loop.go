@@ -347,7 +347,7 @@ func (l *loop) readDone(res readResult) error {
 		return err
 	}
 	l.just = &res
-	err := l.p.Step(proto.ReadDone{PC: res.read.PC, Epoch: res.read.Epoch})
+	err := l.p.Step(proto.ReadDone{PC: res.read.PC, Epoch: res.read.Epoch, Damaged: l.n.damagedIn(&res)})
 	if err == nil {
 		err = l.carry()
 	}
@@ -412,14 +412,15 @@ func (l *loop) message(src int, b []byte) error {
 		err = fmt.Errorf("rt: message from rank %d claims to come from rank %d", src, m.From)
 	}
 	in := inbound{m: m, files: files, reqs: make([]collectives.Request, len(files))}
+	items := cargo(&m)
 	for i, f := range files {
 		if err != nil {
 			break
 		}
-		if f.damaged != "" {
+		if !items[i].bytes { // damaged on its home's storage
 			continue
 		}
-		if f.data, err = l.pool.get(int(fileSize(&m, i))); err == nil {
+		if f.data, err = l.pool.get(int(items[i].size)); err == nil {
 			f.pool = l.pool
 			in.reqs[i], err = l.comm.Irecv(f.data, src, tagData)
 		}

@@ -27,32 +27,36 @@ const (
 //
 //	4 bytes   n, the length of the encoded proto message
 //	n bytes   proto.Encode(m)
-//	12 × f    per carried file: label int32, CRC32C uint32, flags uint32
-//	          (f is 1 for an OK reply, len(m.Pushes) for a push, else 0)
+//	8 × f     per file m moves (cargo): label int32, CRC32C uint32
 //
-// The f files' bytes follow as tagData messages, one per file, sent
-// straight from the owner's memory (no copy into the frame); sizes are in
-// m. A file whose flags have flagDamaged set has no bytes and no tagData
-// message: it is damaged on its owner's storage and left out
-// (Config.OnDamage "skip"). The consumer
-// checks every file's CRC32C against the one its owner sent, read from
-// its index.
+// The bytes of each file whose status is ok follow as tagData messages,
+// one per file, in order, sent straight from the owner's memory (no copy
+// into the frame); sizes are in m. A file of status damaged (damaged on
+// its owner's storage and left out, Config.OnDamage "skip") moves
+// without bytes. The consumer checks every file's CRC32C against the one
+// its owner sent, read from its index.
 
-// flagDamaged marks a carried file that is damaged on storage.
-const flagDamaged = 1
+// metaBytes is the size of a moved file's metadata in a frame.
+const metaBytes = 8
 
-// metaBytes is the size of a carried file's metadata in a frame.
-const metaBytes = 12
+// item is one file a message moves: its id, size and whether its bytes
+// follow (status ok) or not (damaged).
+type item struct {
+	id    proto.FileID
+	size  int64
+	bytes bool
+}
 
-// carried returns the files m moves, in frame order.
-func carried(m *proto.Message) []proto.FileID {
+// cargo returns the files m moves, in frame order: the file of a reply
+// that has one, the files of a push.
+func cargo(m *proto.Message) []item {
 	switch {
-	case m.Type == proto.MsgReply && m.Status == proto.StatusOK:
-		return []proto.FileID{m.File}
+	case m.Type == proto.MsgReply && m.Status.HasFile():
+		return []item{{m.File, m.Size, m.Status == proto.StatusOK}}
 	case m.Type == proto.MsgPush:
-		fs := make([]proto.FileID, len(m.Pushes))
+		fs := make([]item, len(m.Pushes))
 		for i, p := range m.Pushes {
-			fs[i] = p.File
+			fs[i] = item{p.File, p.Size, p.Status == proto.StatusOK}
 		}
 		return fs
 	}
@@ -60,25 +64,20 @@ func carried(m *proto.Message) []proto.FileID {
 }
 
 // encodeFrame frames m with the labels and checksums of the files it
-// carries.
+// moves.
 func encodeFrame(m proto.Message, files []*file) []byte {
-	b := make([]byte, 4, 4+64+24*len(m.Pushes)+12*len(m.Acks)+metaBytes*len(files))
+	b := make([]byte, 4, 4+64+28*len(m.Pushes)+12*len(m.Acks)+metaBytes*len(files))
 	b = proto.Encode(b, m)
 	binary.LittleEndian.PutUint32(b, uint32(len(b)-4))
 	for _, f := range files {
-		flags := uint32(0)
-		if f.damaged != "" {
-			flags |= flagDamaged
-		}
 		b = binary.LittleEndian.AppendUint32(b, uint32(f.label))
 		b = binary.LittleEndian.AppendUint32(b, f.crc)
-		b = binary.LittleEndian.AppendUint32(b, flags)
 	}
 	return b
 }
 
-// decodeFrame parses a frame; the files it announces have no bytes yet,
-// only their size in len(data) terms: see fileSize.
+// decodeFrame parses a frame: its message, and the files it moves, with
+// no bytes yet (cargo says which follow, and their sizes).
 func decodeFrame(b []byte) (proto.Message, []*file, error) {
 	if len(b) < 4 || uint64(binary.LittleEndian.Uint32(b)) > uint64(len(b)-4) {
 		return proto.Message{}, nil, fmt.Errorf("rt: frame of %d bytes is cut short", len(b))
@@ -88,32 +87,18 @@ func decodeFrame(b []byte) (proto.Message, []*file, error) {
 	if err != nil {
 		return m, nil, err
 	}
-	ids := carried(&m)
+	items := cargo(&m)
 	meta := b[n:]
-	if len(meta) != metaBytes*len(ids) {
-		return m, nil, fmt.Errorf("rt: %s from rank %d: %d bytes of file metadata for %d files", m.Type, m.From, len(meta), len(ids))
+	if len(meta) != metaBytes*len(items) {
+		return m, nil, fmt.Errorf("rt: %s from rank %d: %d bytes of file metadata for %d files", m.Type, m.From, len(meta), len(items))
 	}
-	files := make([]*file, len(ids))
-	for i, id := range ids {
-		if size := fileSize(&m, i); size < 0 || size > chunk.MaxFileSize {
-			return m, nil, fmt.Errorf("rt: %s from rank %d: file %d of %d bytes", m.Type, m.From, id, size)
+	files := make([]*file, len(items))
+	for i, it := range items {
+		if it.size < 0 || it.size > chunk.MaxFileSize {
+			return m, nil, fmt.Errorf("rt: %s from rank %d: file %d of %d bytes", m.Type, m.From, it.id, it.size)
 		}
 		at := meta[metaBytes*i:]
-		flags := binary.LittleEndian.Uint32(at[8:])
-		if flags&^flagDamaged != 0 {
-			return m, nil, fmt.Errorf("rt: %s from rank %d: file %d with unknown flags %#x", m.Type, m.From, id, flags)
-		}
-		files[i] = &file{id: id, label: int32(binary.LittleEndian.Uint32(at)), crc: binary.LittleEndian.Uint32(at[4:])}
-		if flags&flagDamaged != 0 {
-			files[i].damaged = fmt.Sprintf("file %d is damaged on the storage of rank %d, which names it in its log, and left out (--on-damage skip)", id, m.From)
-		}
+		files[i] = &file{id: it.id, label: int32(binary.LittleEndian.Uint32(at)), crc: binary.LittleEndian.Uint32(at[4:])}
 	}
 	return m, files, nil
-}
-
-func fileSize(m *proto.Message, i int) int64 {
-	if m.Type == proto.MsgPush {
-		return m.Pushes[i].Size
-	}
-	return m.Size
 }

@@ -22,8 +22,12 @@ func (c *Cluster) record(b *book, r int, d proto.Delivery) {
 	}
 	b.answered[r][d.Sn] = true
 	b.outstanding[r]--
-	if d.Status != proto.StatusOK {
+	if !d.Status.HasFile() {
 		return
+	}
+	if damaged := d.Status == proto.StatusDamaged; damaged != c.damaged[d.File] {
+		c.violate("rank %d: sn %d answered with file %d, status %s, whose bytes are %s on storage", r, d.Sn, d.File, d.Status,
+			map[bool]string{true: "damaged", false: "sound"}[c.damaged[d.File]])
 	}
 	if prev := b.delivered[r][d.Sn]; prev != proto.NoFile {
 		c.violate("rank %d: sn %d delivered twice (files %d and %d)", r, d.Sn, prev, d.File)

@@ -44,6 +44,11 @@ type Options struct {
 	// chunks while one drains (proto.WindowConfig).
 	Traces func(epoch uint32) [][]proto.FileID
 	Epochs uint32
+
+	// Damaged are files whose bytes are damaged on storage: every read
+	// of their chunk names them (proto.ReadDone.Damaged), and each must
+	// answer its position with proto.StatusDamaged, no other file so.
+	Damaged []proto.FileID
 }
 
 // Policies a cluster runs (Options.Policy).
@@ -86,7 +91,9 @@ type Cluster struct {
 	cur, prev *book
 	// early holds, per epoch, the files read ahead for it before its book
 	// opened (the window policy's overlap).
-	early      map[uint32][]proto.FileID
+	early map[uint32][]proto.FileID
+	// damaged holds Opts.Damaged
+	damaged    map[proto.FileID]bool
 	violations []string
 	out        func(string)
 	msgBuf     []byte
@@ -107,7 +114,13 @@ func New(opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{Opts: opts, Mapping: m, Ranks: make([]proto.Machine, n), Reads: make([][]proto.Read, n),
-		Issued: map[[2]int]int{}, early: map[uint32][]proto.FileID{}}
+		Issued: map[[2]int]int{}, early: map[uint32][]proto.FileID{}, damaged: map[proto.FileID]bool{}}
+	for _, f := range opts.Damaged {
+		if f < 0 || int(f) >= m.Files() {
+			return nil, fmt.Errorf("prototest: damaged file %d of %d", f, m.Files())
+		}
+		c.damaged[f] = true
+	}
 	var errs []error
 	for r := range c.Ranks {
 		c.Ranks[r], err = newMachine(opts, m, r)

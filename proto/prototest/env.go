@@ -16,11 +16,13 @@ import (
 //
 //	init files=12,12 k=4 [mem=0.25] [mem-bytes=4,4] [remote=16] [window=4]
 //	     [variant=full] [seed=1] [size=1 | size-seed=5] [codec]
-//	     [policy=paper|window] [lead=0] [ramp=0] [epochs=0]
+//	     [policy=paper|window] [lead=0] [ramp=0] [epochs=0] [damaged=3,9]
 //	                                size-seed draws sizes of 1-8 bytes;
 //	                                the window policy reads ahead into
 //	                                the next epoch up to epochs, on the
-//	                                traces epoch draws by default
+//	                                traces epoch draws by default; every
+//	                                read of a damaged file's chunk names
+//	                                it (Options.Damaged)
 //	epoch [e=1] [trace-seed=7] [ranks=0,1]
 //	                                traces drawn at random, or given as
 //	                                input lines "rank: file file …";
@@ -76,7 +78,7 @@ func (e *Env) Handle(cmd *script.Cmd) (out string) {
 type badArg string
 
 var knownArgs = map[string]string{
-	"init":  "files k mem mem-bytes remote window variant seed size size-seed codec policy lead ramp epochs",
+	"init":  "files k mem mem-bytes remote window variant seed size size-seed codec policy lead ramp epochs damaged",
 	"epoch": "e trace-seed ranks start", "join": "rank", "done": "rank", "plan": "rank",
 	"request": "rank sn", "deliver": "from to type idx n", "complete": "rank pc n fail",
 	"state": "rank", "stats": "rank",
@@ -165,6 +167,15 @@ func (e *Env) init(cmd *script.Cmd) error {
 	}
 	if opts.Variant, err = proto.ParseVariant(arg(cmd, "variant", "full")); err != nil {
 		return err
+	}
+	if cmd.Has("damaged") {
+		ds, err := ints(cmd.Args["damaged"])
+		if err != nil {
+			return fmt.Errorf("damaged: %w", err)
+		}
+		for _, f := range ds {
+			opts.Damaged = append(opts.Damaged, proto.FileID(f))
+		}
 	}
 	opts.Sizes = fixedSizes(files, int64(argInt(cmd, "size", 1)))
 	if cmd.Has("size-seed") {

@@ -142,7 +142,22 @@ func (c *Cluster) DeliverMsg(i int) error {
 func (c *Cluster) CompleteRead(r, i int, failed bool) error {
 	rd := c.Reads[r][i]
 	c.Reads[r] = slices.Delete(c.Reads[r], i, i+1)
-	return c.step(r, proto.ReadDone{PC: rd.PC, Epoch: rd.Epoch, Failed: failed})
+	return c.step(r, c.readDone(rd, failed))
+}
+
+// readDone is the end of read rd: failed, or naming its chunk's files
+// that are damaged (Options.Damaged).
+func (c *Cluster) readDone(rd proto.Read, failed bool) proto.ReadDone {
+	e := proto.ReadDone{PC: rd.PC, Epoch: rd.Epoch, Failed: failed}
+	if len(c.damaged) > 0 && !failed {
+		lo, hi := c.Mapping.PCFiles(rd.PC)
+		for f := lo; f < hi; f++ {
+			if c.damaged[f] {
+				e.Damaged = append(e.Damaged, f)
+			}
+		}
+	}
+	return e
 }
 
 // Stabilize completes reads and delivers messages, oldest first, until
@@ -178,7 +193,7 @@ func (c *Cluster) Round() error {
 		reads := c.Reads[r]
 		c.Reads[r] = nil
 		for i, rd := range reads {
-			if err := c.step(r, proto.ReadDone{PC: rd.PC, Epoch: rd.Epoch}); err != nil {
+			if err := c.step(r, c.readDone(rd, false)); err != nil {
 				c.Reads[r] = append(reads[i+1:], c.Reads[r]...)
 				return err
 			}

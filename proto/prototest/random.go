@@ -3,6 +3,7 @@ package prototest
 import (
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 
 	"github.com/brandrt/brandrt/internal/script"
@@ -164,6 +165,18 @@ func (s *Schedule) initLine() string {
 	variant := proto.Variants[rng.IntN(len(proto.Variants))]
 	s.failures = rng.IntN(4) == 0
 	s.ooo = 1 + rng.IntN(16)
+	damaged := ""
+	if rng.IntN(4) == 0 { // files damaged on storage: one in eight
+		var ds []string
+		for f := range total(files) {
+			if rng.IntN(8) == 0 {
+				ds = append(ds, fmt.Sprint(f))
+			}
+		}
+		if len(ds) > 0 {
+			damaged = " damaged=" + strings.Join(ds, ",")
+		}
+	}
 	if s.window {
 		// sizes of 1-8 bytes (size-seed): a budget of 8K bytes holds any chunk
 		k := 1 + rng.IntN(maxK)
@@ -171,13 +184,23 @@ func (s *Schedule) initLine() string {
 		for r := range budgets {
 			budgets[r] = fmt.Sprint(8*k + rng.IntN(24*k))
 		}
-		return fmt.Sprintf("init policy=window files=%s k=%d mem-bytes=%s remote=%d window=%d lead=%d ramp=%d seed=%d size-seed=%d codec",
+		return fmt.Sprintf("init policy=window files=%s k=%d mem-bytes=%s remote=%d window=%d lead=%d ramp=%d seed=%d size-seed=%d codec%s",
 			strings.Join(files, ","), k, strings.Join(budgets, ","), rng.IntN(maxRemote), rng.IntN(maxWindow),
-			rng.IntN(2*k), rng.IntN(4), rng.Uint64()%1000, rng.Uint64()%1000)
+			rng.IntN(2*k), rng.IntN(4), rng.Uint64()%1000, rng.Uint64()%1000, damaged)
 	}
-	return fmt.Sprintf("init files=%s k=%d mem=%.2f remote=%d window=%d variant=%s seed=%d size-seed=%d codec",
+	return fmt.Sprintf("init files=%s k=%d mem=%.2f remote=%d window=%d variant=%s seed=%d size-seed=%d codec%s",
 		strings.Join(files, ","), 1+rng.IntN(maxK), 0.05+rng.Float64(), rng.IntN(maxRemote),
-		rng.IntN(maxWindow), variant, rng.Uint64()%1000, rng.Uint64()%1000)
+		rng.IntN(maxWindow), variant, rng.Uint64()%1000, rng.Uint64()%1000, damaged)
+}
+
+// total is the sum of the file counts in files.
+func total(files []string) int {
+	n := 0
+	for _, f := range files {
+		k, _ := strconv.Atoi(f)
+		n += k
+	}
+	return n
 }
 
 // epoch plays one epoch: random traces of uneven lengths, some ranks
