@@ -15,7 +15,7 @@ import (
 // whom they wait for after a while, and may end the job (peerWatch).
 // Every rank tells rank 0, which then tells every rank. It
 // receives only its own tag; rank 0's loop takes the word of the ranks
-// whose epoch ended before its own (Node.synced).
+// whose epoch ended before its own (Node.peers.synced).
 func (n *Node) quietBarrier(ctx context.Context, what string) error {
 	if n.size == 1 {
 		return nil
@@ -61,11 +61,11 @@ func (n *Node) quietBarrier(ctx context.Context, what string) error {
 		return err
 	}
 	in := make([]bool, n.size)
-	for _, r := range n.synced { // told the loop, whose epoch ended after theirs
+	for _, r := range n.peers.synced { // told the loop, whose epoch ended after theirs
 		in[r] = true
 	}
-	early := len(n.synced)
-	n.synced = nil
+	early := len(n.peers.synced)
+	n.peers.synced = nil
 	for range n.size - 1 - early {
 		var got [1]byte
 		recv, err := n.comm.Irecv(got[:], collectives.AnySource, tagSync)

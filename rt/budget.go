@@ -48,8 +48,8 @@ func (n *Node) Footprint() int64 {
 // shard's largest chunk (see chunk's buffer pool; in the arena they are
 // part of the budget instead, when it holds the shard).
 func (n *Node) footprint() (budget, own, remote, reads int64) {
-	budget = n.m.MemBytes(n.me)
-	own, remote = min(budget, n.m.ShardBytes(n.me)), n.remoteBytes()
+	budget = n.data.m.MemBytes(n.me)
+	own, remote = min(budget, n.data.m.ShardBytes(n.me)), n.remoteBytes()
 	if n.size == 1 {
 		remote = 0 // no other rank pushes it anything
 	}
@@ -59,7 +59,7 @@ func (n *Node) footprint() (budget, own, remote, reads int64) {
 // readBytes is what the chunk reads in flight take at most: IOWorkers
 // buffers of the largest chunk, each rounded up to a MiB.
 func (n *Node) readBytes() int64 {
-	return int64(n.cfg.IOWorkers) * ((n.maxChunk + 1<<20 - 1) >> 20 << 20)
+	return int64(n.cfg.IOWorkers) * ((n.data.maxChunk + 1<<20 - 1) >> 20 << 20)
 }
 
 // fitsCgroup refuses a rank whose memory (Footprint) exceeds its memory
@@ -77,7 +77,7 @@ func (n *Node) fitsCgroup() error {
 	}
 	return fmt.Errorf("rt: the rank needs %s of memory: %s of its own files (--mem %s), %s of other ranks' (--remote-mem), %s for its chunk reads in flight (--io-workers %d of chunks up to %s) and %s beside them (brandrt's allowance: the runtime and files handed on to training processes); "+
 		"its memory cgroup allows %s (%s): %s",
-		mib(need), mib(own), mib(budget), mib(remote), mib(reads), n.cfg.IOWorkers, mib(n.maxChunk), mib(MemAllowance(budget)), mib(limit), n.cfg.MemLimitFrom, do)
+		mib(need), mib(own), mib(budget), mib(remote), mib(reads), n.cfg.IOWorkers, mib(n.data.maxChunk), mib(MemAllowance(budget)), mib(limit), n.cfg.MemLimitFrom, do)
 }
 
 // cgroupBudget is the budget that Config.MemCgroupFraction gives the rank
@@ -123,7 +123,7 @@ func fitBudget(room int64) int64 {
 // (Config.NodeMemBytes): the kernel would end the rank instead, later.
 func (n *Node) fitsNode() error {
 	node := n.cfg.NodeMemBytes
-	own, shard, remote := n.m.MemBytes(n.me), n.m.ShardBytes(n.me), n.remoteBytes()
+	own, shard, remote := n.data.m.MemBytes(n.me), n.data.m.ShardBytes(n.me), n.remoteBytes()
 	held := min(own, shard)
 	if node <= 0 || held+remote <= node {
 		return nil

@@ -23,10 +23,10 @@ func (l *loop) carry() error {
 			l.load(f, l.files)
 		}
 		for _, f := range rd.Early {
-			if l.n.nextEpoch == nil {
-				l.n.nextEpoch = make(map[proto.FileID]*file)
+			if l.n.next.files == nil {
+				l.n.next.files = make(map[proto.FileID]*file)
 			}
-			l.load(f, l.n.nextEpoch)
+			l.load(f, l.n.next.files)
 		}
 		l.keepOrCopy() // before any of the files leaves the loop
 		for _, m := range rd.Sends {
@@ -48,13 +48,13 @@ func (l *loop) carry() error {
 
 // load keeps file f of the chunk just read, in files.
 func (l *loop) load(f proto.FileID, files map[proto.FileID]*file) {
-	li := int(f - l.n.first)
+	li := int(f - l.n.data.first)
 	res := l.just
-	if res == nil || res.ch == nil || res.ch.Index != li/l.n.k {
+	if res == nil || res.ch == nil || res.ch.Index != li/l.n.data.k {
 		panic(fmt.Sprintf("rt: rank %d: file %d loaded without its chunk", l.n.me, f))
 	}
-	e := l.n.shard.Record(li)
-	data := res.ch.File(li % l.n.k)
+	e := l.n.data.shard.Record(li)
+	data := res.ch.File(li % l.n.data.k)
 	if data == nil { // damaged on storage (Node.damaged): proto knows (ReadDone.Damaged); it has no bytes
 		files[f] = &file{id: f, label: e.Label, crc: e.CRC}
 		return
@@ -178,7 +178,7 @@ func (l *loop) deliver(d proto.Delivery) {
 	if l.order != nil {
 		l.order[d.Sn] = int32(d.File)
 	}
-	l.n.counts[f.id]++
+	l.n.tally.counts[f.id]++
 	if d.Status == proto.StatusDamaged {
 		l.stats.skipped++
 		l.stats.skippedCRC += int64(f.crc)

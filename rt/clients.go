@@ -2,8 +2,29 @@ package rt
 
 import (
 	"fmt"
+	"sync"
 	"time"
 )
+
+// clientSide is what a rank hears from its clients, and knows of the
+// training beside them (Node.clients).
+type clientSide struct {
+	// events carries client events to the loop (Node.ClientEvents).
+	events chan ClientEvent
+	// offers carries clients' traces (Config.ClientTraces); starts their
+	// start offers (Config.Resume).
+	offers chan TraceOffer
+	starts chan StartOffer
+	// sess is what the rank knows of its training processes; count, when
+	// set, counts its clients (WatchClients).
+	sess  sessions
+	count func() (int, time.Time)
+	// over is closed by TrainingOver; supervised is set by
+	// SuperviseTraining.
+	over       chan struct{}
+	overOnce   sync.Once
+	supervised bool
+}
 
 // A training process declares itself to its rank (a Session event):
 // BrandSampler does, for the life of the process, saying
@@ -34,7 +55,7 @@ type sessions struct {
 
 // session notes a training process that began or went away.
 func (n *Node) session(r Session) {
-	s := &n.sess
+	s := &n.clients.sess
 	if s.live == nil {
 		s.live, s.gone, s.pid = make(map[Share]int), make(map[Share]time.Time), make(map[Share]int)
 	}
@@ -52,13 +73,13 @@ func (n *Node) session(r Session) {
 // clients gone (checkGone): a share's training processes went away, or
 // every client did in the middle of the epoch.
 func (l *loop) watching() bool {
-	return !l.n.supervised && (len(l.n.sess.gone) > 0 || l.alone().After(l.first))
+	return !l.n.clients.supervised && (len(l.n.clients.sess.gone) > 0 || l.alone().After(l.first))
 }
 
 // midEpoch reports whether the rank watches its clients and is in the
 // middle of an epoch, where all of them going away ends the job.
 func (l *loop) midEpoch() bool {
-	return !l.n.supervised && l.n.clients != nil && l.n.cfg.ClientWait > 0 && !l.first.IsZero() && !l.ended
+	return !l.n.clients.supervised && l.n.clients.count != nil && l.n.cfg.ClientWait > 0 && !l.first.IsZero() && !l.ended
 }
 
 // alone returns when the rank's last client went away, if none is
@@ -67,7 +88,7 @@ func (l *loop) alone() time.Time {
 	if !l.midEpoch() {
 		return time.Time{}
 	}
-	_, since := l.n.clients()
+	_, since := l.n.clients.count()
 	return since
 }
 
@@ -84,14 +105,14 @@ func (l *loop) checkGone() error {
 				l.n.me, time.Since(since).Round(time.Second), l.epoch, left, l.traceLen)
 		}
 	}
-	for k, at := range l.n.sess.gone {
+	for k, at := range l.n.clients.sess.gone {
 		if time.Since(at) < sessionGrace || l.ended {
 			continue
 		}
 		if left := l.unasked(k); left > 0 {
 			return fmt.Errorf("rt: rank %d: the training process %d (share %d of %d of the rank's trace) went away in epoch %d with %d of its positions never asked for; "+
 				"the job ends, since no other process can read them (take it up from a checkpoint with brandrt serve --resume)",
-				l.n.me, l.n.sess.pid[k], k.Replica, k.Replicas, l.epoch, left)
+				l.n.me, l.n.clients.sess.pid[k], k.Replica, k.Replicas, l.epoch, left)
 		}
 	}
 	return nil

@@ -9,6 +9,15 @@ import (
 	"github.com/brandrt/brandrt/proto"
 )
 
+// damageLog is the damage a rank found in this job (Node.damage): named
+// holds what was already named (shard, chunk, slot; slot −1 the header),
+// lost what a client hears for each damaged file of this rank
+// (Config.OnDamage "skip").
+type damageLog struct {
+	named map[[3]int]bool
+	lost  map[proto.FileID]string
+}
+
 // damaged deals with what a chunk read found damaged on storage (read
 // twice: see readChunk). With Config.OnDamage "fail" a damaged file is
 // the epoch's error, which ends the job; with "skip" each damaged file is
@@ -33,7 +42,7 @@ func (n *Node) damaged(res *readResult) error {
 	var news []chunk.Damage
 	for i := range res.damage {
 		if d := &res.damage[i]; n.once(d) {
-			n.lost[proto.FileID(d.ID)] = fmt.Sprintf("file %d is damaged on storage and left out (--on-damage skip): %v", d.ID, d)
+			n.damage.lost[proto.FileID(d.ID)] = fmt.Sprintf("file %d is damaged on storage and left out (--on-damage skip): %v", d.ID, d)
 			news = append(news, *d)
 		}
 	}
@@ -42,9 +51,9 @@ func (n *Node) damaged(res *readResult) error {
 	}
 	most := n.skipLimit()
 	fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v%s; left out of every epoch (--on-damage skip; this rank has left out %d files, the job may leave out %d: --max-skipped)\n",
-		n.me, &news[0], moreSlots(news[1:]), len(n.lost), most)
-	if int64(len(n.lost)) > most {
-		return n.tooManySkipped(int64(len(n.lost)), "on this rank")
+		n.me, &news[0], moreSlots(news[1:]), len(n.damage.lost), most)
+	if int64(len(n.damage.lost)) > most {
+		return n.tooManySkipped(int64(len(n.damage.lost)), "on this rank")
 	}
 	return nil
 }
@@ -78,26 +87,26 @@ func (n *Node) skipLimit() int64 {
 	if n.cfg.MaxSkipped > 0 {
 		return n.cfg.MaxSkipped
 	}
-	return int64(math.Ceil(n.cfg.MaxSkippedFraction * float64(n.man.Files)))
+	return int64(math.Ceil(n.cfg.MaxSkippedFraction * float64(n.data.man.Files)))
 }
 
 // tooManySkipped is the error that ends a job which left out skipped
 // files, where.
 func (n *Node) tooManySkipped(skipped int64, where string) error {
 	return fmt.Errorf("rt: rank %d: %d files damaged on storage and left out %s, more than the %d --max-skipped allows (of %d in the dataset); the job stops: brandrt verify --chunks %s names every damaged file",
-		n.me, skipped, where, n.skipLimit(), n.man.Files, n.cfg.Chunks)
+		n.me, skipped, where, n.skipLimit(), n.data.man.Files, n.cfg.Chunks)
 }
 
 // once reports whether d is news: not named before in this job.
 func (n *Node) once(d *chunk.Damage) bool {
 	key := [3]int{d.Rank, d.Chunk, d.Slot}
-	if n.named[key] {
+	if n.damage.named[key] {
 		return false
 	}
-	if n.named == nil {
-		n.named, n.lost = make(map[[3]int]bool), make(map[proto.FileID]string)
+	if n.damage.named == nil {
+		n.damage.named, n.damage.lost = make(map[[3]int]bool), make(map[proto.FileID]string)
 	}
-	n.named[key] = true
+	n.damage.named[key] = true
 	return true
 }
 
@@ -105,10 +114,10 @@ func (n *Node) once(d *chunk.Damage) bool {
 // proto.StatusDamaged): where it is damaged, and, for a file of this
 // rank, what the read found.
 func (n *Node) damageNote(f proto.FileID) string {
-	if s, ok := n.lost[f]; ok {
+	if s, ok := n.damage.lost[f]; ok {
 		return s
 	}
-	if h := n.m.Home(f); h != n.me {
+	if h := n.data.m.Home(f); h != n.me {
 		return fmt.Sprintf("file %d is damaged on the storage of rank %d, which names it in its log, and left out (--on-damage skip)", f, h)
 	}
 	return fmt.Sprintf("file %d is damaged on the storage of rank %d and left out (--on-damage skip)", f, n.me)
@@ -124,7 +133,7 @@ func (n *Node) damagedIn(res *readResult) []proto.FileID {
 	}
 	for i := range res.ch.Slots() {
 		if res.ch.File(i) == nil {
-			fs = append(fs, n.first+proto.FileID(res.ch.Index*n.k+i))
+			fs = append(fs, n.data.first+proto.FileID(res.ch.Index*n.data.k+i))
 		}
 	}
 	return fs

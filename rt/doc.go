@@ -24,9 +24,14 @@
 //
 // # Files
 //
-//   - node.go: Node, Open, EveryRank, and what a caller sets before Serve
-//     (WatchClients, TrainingOver, SuperviseTraining); the shard opened.
-//   - serve.go: Serve, and Node.epoch, one epoch from traces to statistics.
+//   - node.go: Node, its parts, Open, EveryRank, what a caller sets
+//     before Serve (WatchClients, TrainingOver, SuperviseTraining), and
+//     the machine built (newRank, newWindowRank).
+//   - dataset.go: the dataset and the shard a rank serves (Node.data),
+//     opened and checked.
+//   - serve.go: Serve, and Node.epoch, one epoch from traces to
+//     statistics; what came for the next epoch before it began
+//     (Node.next).
 //   - events.go: what clients tell the rank (ClientEvent: Ask, End,
 //     Session, Over) and what it hands them (Delivery).
 //   - loop.go: the loop: its rounds and naps, client events (loop.client,
@@ -44,12 +49,16 @@
 //   - barrier.go: quietBarrier, a barrier that sleeps while it waits.
 //   - resume.go: StartOffer and Node.resumePoint, where a job resumes.
 //   - place.go: Place, the saved state a job resumes from, and Delivered.
-//   - clients.go: training processes' sessions, clients gone
+//   - clients.go: what clients send and the training beside them
+//     (Node.clients), training processes' sessions, clients gone
 //     (loop.checkGone), and the end of a share (loop.end).
-//   - damage.go: damaged data (Node.damaged), files left out, their limit.
+//   - damage.go: damaged data (Node.damaged), files left out (Node.damage),
+//     their limit.
 //   - storage.go: storageWatch, for chunk files storage cannot reach.
-//   - peers.go: peerWatch, for peers that send nothing while awaited.
-//   - stats.go: EpochStats, Node.reduce across the ranks, EpochStats.OK.
+//   - peers.go: peerWatch, for peers that send nothing while awaited
+//     (Node.peers).
+//   - stats.go: EpochStats, Node.reduce across the ranks, EpochStats.OK;
+//     the deliveries per file (Node.tally).
 //   - report.go: EpochStats.Report and Verdict, the lines serve prints.
 //   - mix.go: rank 0's measure of how random an epoch's order is.
 //   - consume.go: the in-process consumers (Config.Consume), which read
@@ -65,7 +74,7 @@
 // loop never waits on a client): rt/shm sends one per read in a client's
 // ring (forward.go), a consumer keeps Config.Depth in flight. The loop
 // takes events in loop.step and loop.wait, and loop.client passes each
-// on. loop.ask holds an Ask for a later epoch in Node.held, answers with
+// on. loop.ask holds an Ask for a later epoch in Node.next.held, answers with
 // Delivery.Err one it cannot serve (an earlier epoch, one past the last,
 // a position already waiting, one the machine refuses), and else steps
 // proto.ClientRequest, keeps Reply in loop.waiting and calls loop.carry.
@@ -106,7 +115,7 @@
 //   - The serving goroutine, the caller of Open and Serve, makes every
 //     MPI call (collectives, quietBarrier, the loop's Isend, Iprobe, Recv
 //     and Test) and every call on the machine, and alone touches the Node
-//     and the loop: held events and offers, Node.nextEpoch, the per-file
+//     and the loop: held events and offers, Node.next.files, the per-file
 //     counts, damage named, sessions, peerWatch, the ioPool's backlog.
 //   - The I/O workers, Config.IOWorkers of them (newIOPool), take a
 //     proto.Read from ioPool.queue, read the chunk through
@@ -144,7 +153,7 @@
 // Config.Memory: each into its own buffer from it, or into Go memory.
 //
 // A file (the type file) is in one place at a time: loop.files,
-// Node.nextEpoch, a pendingSend or a Delivery. file.release drops its hold on
+// Node.next.files, a pendingSend or a Delivery. file.release drops its hold on
 // its chunkBuf, or puts its buffer back in the recvPool.
 //
 //   - Delivered: loop.deliver moves the file into the Delivery;
@@ -157,7 +166,7 @@
 //     files over 32 KiB from other ranks reach clients in place; smaller
 //     ones are Go memory. recvPool.drain, when Serve returns, gives the
 //     lent ones back, and those put back later.
-//   - Read ahead (Ready.Early): in Node.nextEpoch until the next epoch's loop
+//   - Read ahead (Ready.Early): in Node.next.files until the next epoch's loop
 //     starts with them; Node.dropAhead releases them when Serve returns.
 //   - Left over at an epoch's end: released; EpochStats.FilesLeft.
 //
@@ -174,14 +183,14 @@
 // Traces: without Config.ClientTraces every rank computes every rank's
 // from the seed (proto.Traces), waiting for nobody. With it,
 // Node.offered waits for a TraceOffer (those up to earlyEpochs ahead wait
-// in Node.early; after TrainingOver the trace is empty), then come
+// in Node.next.offers; after TrainingOver the trace is empty), then come
 // quietBarrier, gatherTraces (Allgatherv) and Machine.CheckTraces: every
 // rank checks the same traces, so all accept or all refuse and wait for
 // new ones.
 //
-// Node.epoch steps proto.EpochStart, builds the loop on Node.nextEpoch,
+// Node.epoch steps proto.EpochStart, builds the loop on Node.next.files,
 // carries out a first Ready, calls OnResume and OnEpoch, answers the
-// offers, replays Node.held, starts the consumers and runs loop.serve. A
+// offers, replays Node.next.held, starts the consumers and runs loop.serve. A
 // rank is done (loop.sayDone) once every position is answered, or an End
 // of the whole epoch came (loop.endEpoch) and no client waits: it steps
 // proto.ClientsDone, and the machine tells each peer (proto.MsgDone, a
@@ -192,7 +201,7 @@
 // Then epoch waits for the consumers, releases the files left, and meets
 // the others in quietBarrier (each rank sends tagSync to rank 0, which
 // answers all; rank 0's loop keeps the tagSync of ranks done before it in
-// Node.synced). Node.reduce sums the ranks' counts (AllreduceSum), takes
+// Node.peers.synced). Node.reduce sums the ranks' counts (AllreduceSum), takes
 // peaks and times (AllreduceMax), and sums the deliveries per file
 // (Node.perFile) for duplicates and files missing. Serve hands the
 // EpochStats to Config.Report, and stops after the epoch in which every

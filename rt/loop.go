@@ -293,7 +293,7 @@ func (l *loop) endEpoch(r End) error {
 	case int64(r.Epoch) > int64(l.n.cfg.Epochs) || r.Epoch < l.epoch:
 		return nil
 	case r.Epoch > l.epoch:
-		l.n.held = append(l.n.held, r)
+		l.n.next.held = append(l.n.next.held, r)
 		return nil
 	}
 	return l.end(r.Share)
@@ -309,7 +309,7 @@ func (l *loop) ask(r Ask) error {
 		r.fail(Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: epoch %d is past the job's last, epoch %d (brandrt serve --epochs %d)", l.n.me, r.Epoch, l.n.cfg.Epochs, l.n.cfg.Epochs)})
 		return nil
 	case r.Epoch > l.epoch:
-		l.n.held = append(l.n.held, r)
+		l.n.next.held = append(l.n.next.held, r)
 		return nil
 	case r.Epoch < l.epoch:
 		r.fail(Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: epoch %d is over (this is epoch %d)", l.n.me, r.Epoch, l.epoch)})
@@ -333,7 +333,7 @@ func (l *loop) readDone(res readResult) error {
 	l.io.inflight--
 	st := &l.stats
 	if res.read.Epoch > l.epoch { // read ahead while this epoch drains
-		st = &l.n.nextEpochStats
+		st = &l.n.next.stats
 	}
 	if !res.resident && res.ch != nil {
 		st.storageReads++
@@ -385,7 +385,7 @@ func (l *loop) receive() (bool, error) {
 		return true, l.drain(st.Source)
 	case tagSync: // a rank whose epoch ended, at the barrier after it
 		if l.n.me == 0 {
-			l.n.synced = append(l.n.synced, st.Source)
+			l.n.peers.synced = append(l.n.peers.synced, st.Source)
 			return true, nil
 		}
 	}

@@ -19,17 +19,17 @@ type mixer struct {
 func (n *Node) startMix(e uint32, traces [][]proto.FileID, resumedRest bool) <-chan *proto.Mix {
 	w, ok := n.p.(*proto.WindowRank)
 	if n.me != 0 || n.cfg.MixBatch <= 0 || !ok || n.cfg.ClientTraces || resumedRest || w.Plan() == nil {
-		n.mix = mixer{}
+		n.tally.mix = mixer{}
 		return nil
 	}
 	cur, prev := proto.Orders{Files: w.Plan().Files, Traces: traces}, proto.Orders{}
-	if n.mix.epoch == e-1 {
-		prev = n.mix.prev
+	if n.tally.mix.epoch == e-1 {
+		prev = n.tally.mix.prev
 	}
-	n.mix = mixer{prev: cur, epoch: e}
+	n.tally.mix = mixer{prev: cur, epoch: e}
 	out := make(chan *proto.Mix, 1)
 	go func() { // the plan and the traces are not changed once the epoch starts
-		x := proto.MeasureMix(n.m, n.cfg.MixBatch, nil, cur, prev)
+		x := proto.MeasureMix(n.data.m, n.cfg.MixBatch, nil, cur, prev)
 		x.Batch = n.cfg.MixBatch
 		out <- &x
 	}()

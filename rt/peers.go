@@ -22,6 +22,9 @@ type peerWatch struct {
 	// warned is when the rank last said that it waits
 	warned  time.Time
 	checked time.Time
+	// synced holds the ranks whose word for the next quietBarrier rank
+	// 0's loop received.
+	synced []int
 }
 
 // peerCheckEvery spaces a wait's looks at its peers.

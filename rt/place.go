@@ -64,7 +64,7 @@ func (n *Node) JobPlace() Place {
 	if n.cfg.ClientTraces {
 		traces = "clients"
 	}
-	return Place{Ranks: n.size, Seed: n.cfg.Seed, Dataset: DatasetID(n.man), Policy: n.cfg.Policy, Traces: traces, Plan: n.rule()}
+	return Place{Ranks: n.size, Seed: n.cfg.Seed, Dataset: DatasetID(n.data.man), Policy: n.cfg.Policy, Traces: traces, Plan: n.rule()}
 }
 
 // rule returns this job's plan rule.

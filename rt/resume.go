@@ -31,7 +31,7 @@ func (o StartOffer) answer(err error) {
 
 // Starts returns where clients say where the job resumes, with
 // Config.Resume.
-func (n *Node) Starts() chan<- StartOffer { return n.starts }
+func (n *Node) Starts() chan<- StartOffer { return n.clients.starts }
 
 // resumption is where a resumed job takes up its first epoch: at Start,
 // every rank's first position on the plan of the job that saved the
@@ -79,9 +79,9 @@ func (n *Node) resumePoint(ctx context.Context) (uint32, resumption, StartOffer,
 		select {
 		case <-ctx.Done():
 			return 0, resumption{}, o, ctx.Err()
-		case <-n.over:
+		case <-n.clients.over:
 			return 0, resumption{}, o, fmt.Errorf("rt: rank %d: the training ended before saying where the job resumes (--resume)", n.me)
-		case o = <-n.starts:
+		case o = <-n.clients.starts:
 		}
 		if err := n.fits(o.Place); err != nil {
 			o.answer(err)
@@ -137,10 +137,10 @@ func (r PlanRule) describe() string {
 // delivered returns the files of p's epoch trained on before the
 // restart, from the plans of the jobs that served it (proto.Delivered).
 func (n *Node) delivered(p Place) ([]bool, error) {
-	if n.allSizes == nil {
+	if n.data.allSizes == nil {
 		return nil, errors.New("the papers' policy resumes only on its own plan")
 	}
-	return Delivered(n.man, n.allSizes, p)
+	return Delivered(n.data.man, n.data.allSizes, p)
 }
 
 // fits reports why a start offer does not fit this job.
@@ -151,7 +151,7 @@ func (n *Node) fits(p Place) error {
 	if !n.samePlan(p) {
 		return nil // proto.Delivered takes positions past a trace as its end
 	}
-	length := proto.TraceLen(n.m.Files(), n.size, n.me)
+	length := proto.TraceLen(n.data.m.Files(), n.size, n.me)
 	if int(p.Position) > length {
 		return fmt.Errorf("resuming epoch %d at position %d, but this rank's trace has %d positions", p.Epoch, p.Position, length)
 	}
@@ -170,7 +170,7 @@ func (n *Node) answerLateStarts(taken StartOffer, done <-chan struct{}) {
 		select {
 		case <-done:
 			return
-		case o = <-n.starts:
+		case o = <-n.clients.starts:
 		}
 		p := o.Place
 		if p.Epoch != t.Epoch || p.Position != t.Position || p.key() != t.key() {

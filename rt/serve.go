@@ -9,16 +9,27 @@ import (
 	"github.com/brandrt/brandrt/proto"
 )
 
+// nextEpoch is what came for the next epoch before it began (Node.next):
+// the Asks and Ends of its clients, traces offered for it, and the files
+// read for it while this one drains (proto.Ready.Early), with what those
+// reads cost.
+type nextEpoch struct {
+	held   []ClientEvent
+	offers map[uint32]TraceOffer
+	files  map[proto.FileID]*file
+	stats  loopStats
+}
+
 // Serve runs the configured epochs and returns their statistics, summed
 // over the ranks. It must run on every rank, on the one goroutine that
 // makes MPI calls while it runs. With MPI_THREAD_MULTIPLE that need not
 // be the thread that initialised MPI, and better not: waiting on a locked
 // thread costs a handoff between OS threads every time.
 func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
-	firstPC, _ := n.m.RankPCs(n.me)
-	io := newIOPool(n.shard, firstPC, n.cfg.IOWorkers, n.newStorageWatch())
+	firstPC, _ := n.data.m.RankPCs(n.me)
+	io := newIOPool(n.data.shard, firstPC, n.cfg.IOWorkers, n.newStorageWatch())
 	defer io.close()
-	if mem, shard := n.m.MemBytes(n.me), n.m.ShardBytes(n.me); mem >= shard {
+	if mem, shard := n.data.m.MemBytes(n.me), n.data.m.ShardBytes(n.me); mem >= shard {
 		io.resident = make(map[int]*chunkBuf)
 	} else if mem*10 >= shard*9 {
 		// Memory for nearly the whole shard still reads all of it every
@@ -27,7 +38,7 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 			"with --mem %d (%s) it would keep the shard in memory and read nothing after epoch 1\n",
 			n.me, 100*float64(mem)/float64(shard), mib(mem), mib(shard), shard, mib(shard))
 	}
-	reqs := n.reqs
+	reqs := n.clients.events
 	pool := &recvPool{mem: n.cfg.Memory}
 	defer pool.drain()
 	defer n.dropAhead()
@@ -72,7 +83,7 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 // the epoch resumes there (Config.Resume), and resumed is told when it
 // starts.
 func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, reqs chan ClientEvent, res resumption, resumed StartOffer) (EpochStats, error) {
-	files := n.m.Files()
+	files := n.data.m.Files()
 	var traces [][]proto.FileID
 	var own []int32
 	var offer TraceOffer
@@ -91,14 +102,14 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		return EpochStats{}, err
 	}
 	mix := n.startMix(e, traces, res.Delivered != nil)
-	n.counts = make([]int32, files)
+	n.tally.counts = make([]int32, files)
 	from := int(res.from(n.me))
 	if n.cfg.OnResume != nil && resumed.began != nil {
 		n.cfg.OnResume(e, from, res.Delivered != nil)
 	}
 	l := &loop{n: n, p: n.p, comm: n.comm, io: io, pool: pool, reqs: reqs, epoch: e, traceLen: len(own), answered: from,
-		waiting: make(map[int32]chan<- Delivery), files: n.nextEpoch, stats: n.nextEpochStats, doneFrom: make([]bool, n.size)}
-	n.nextEpoch, n.nextEpochStats = nil, loopStats{}
+		waiting: make(map[int32]chan<- Delivery), files: n.next.files, stats: n.next.stats, doneFrom: make([]bool, n.size)}
+	n.next.files, n.next.stats = nil, loopStats{}
 	l.asked = make([]bool, len(own))
 	l.ended = n.trainingOver()
 	for sn := range from {
@@ -122,8 +133,8 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	}
 	offer.answer(nil)
 	resumed.answer(nil)
-	held := n.held
-	n.held = nil
+	held := n.next.held
+	n.next.held = nil
 	for _, r := range held {
 		if err := l.client(r); err != nil {
 			return EpochStats{}, err
@@ -171,10 +182,10 @@ func overCount(over bool) int64 {
 
 // dropAhead lets go of the files read for an epoch that will not come.
 func (n *Node) dropAhead() {
-	for _, f := range n.nextEpoch {
+	for _, f := range n.next.files {
 		f.release()
 	}
-	n.nextEpoch = nil
+	n.next.files = nil
 }
 
 // firstWait is how long the epoch's first request waited for an answer

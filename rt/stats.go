@@ -6,6 +6,16 @@ import (
 	"github.com/brandrt/brandrt/proto"
 )
 
+// tally is what a rank counts of an epoch beside its loop's statistics
+// (Node.tally): its deliveries per file id (files left out as damaged
+// count too), summed across the ranks for duplicates and files missing
+// (Node.perFile); and rank 0's record of the last epoch's order
+// (Config.MixBatch, mix.go).
+type tally struct {
+	counts []int32
+	mix    mixer
+}
+
 // EpochStats is one epoch's statistics, summed (or, for peaks and time,
 // maximised) over all ranks.
 type EpochStats struct {
@@ -144,7 +154,7 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 	ps, ls, cs := c.proto, c.loop, c.cons
 	sums := []int64{ls.delivered, ls.failed, cs.checksumErrors, ls.deliveredBytes, ps.ChunkReads, ps.ChunkBytes,
 		ps.LocalHits, ps.RemoteRequests, ls.remoteFiles, ls.remoteBytes, ls.bytesOut, ps.Prefetched, ps.PrefetchHits,
-		int64(cs.stall), ls.crcSum, n.crcSum, ls.labelSum, n.labelSum, c.left, ls.storageReads, ls.storageBytes, ps.Misses, ps.EarlyReads,
+		int64(cs.stall), ls.crcSum, n.data.crcSum, ls.labelSum, n.data.labelSum, c.left, ls.storageReads, ls.storageBytes, ps.Misses, ps.EarlyReads,
 		ls.skipped, ls.skippedCRC, ls.skippedLabel, c.over, ps.Grants}
 	s, err := n.comm.AllreduceSum(sums)
 	if err != nil {
@@ -162,7 +172,7 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 	if err != nil {
 		return EpochStats{}, err
 	}
-	st := EpochStats{Epoch: int(e), Ranks: n.size, DatasetFiles: int64(len(n.counts)), FilesExpected: c.expected, FilesBefore: c.before,
+	st := EpochStats{Epoch: int(e), Ranks: n.size, DatasetFiles: int64(len(n.tally.counts)), FilesExpected: c.expected, FilesBefore: c.before,
 		FilesDelivered: s[0], FailedDeliveries: s[1], ChecksumErrors: s[2], BytesDelivered: s[3],
 		ChunkReads: s[4], ChunkBytes: s[5], StorageReads: s[19], StorageBytes: s[20], EarlyReads: s[22], LocalHits: s[6], Misses: s[21], RemoteRequests: s[7], RemoteFiles: s[8],
 		RemoteBytes: s[9], NetworkBytes: s[10], Prefetched: s[11], PrefetchHits: s[12],
@@ -184,8 +194,8 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 // deliveries of files delivered more than once, and the distinct files
 // delivered.
 func (n *Node) perFile() (dup, distinct int64, err error) {
-	v := make([]int64, len(n.counts))
-	for i, c := range n.counts {
+	v := make([]int64, len(n.tally.counts))
+	for i, c := range n.tally.counts {
 		v[i] = int64(c)
 	}
 	all, err := n.comm.AllreduceSum(v)

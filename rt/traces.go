@@ -39,7 +39,7 @@ type TraceOffer struct {
 
 // Traces returns where clients offer their traces, with
 // Config.ClientTraces; without it every offer is refused.
-func (n *Node) Traces() chan<- TraceOffer { return n.offers }
+func (n *Node) Traces() chan<- TraceOffer { return n.clients.offers }
 
 func (o TraceOffer) answer(err error) {
 	if o.Reply != nil {
@@ -52,7 +52,7 @@ func (o TraceOffer) answer(err error) {
 // the offer, to be answered once the epoch starts).
 func (n *Node) epochTraces(ctx context.Context, e uint32) ([][]proto.FileID, []int32, TraceOffer, error) {
 	if !n.cfg.ClientTraces { // every rank draws every rank's: no rank waits for another here
-		traces := proto.Traces(n.m.Files(), n.size, n.cfg.Seed, e)
+		traces := proto.Traces(n.data.m.Files(), n.size, n.cfg.Seed, e)
 		own := make([]int32, len(traces[n.me]))
 		for i, f := range traces[n.me] {
 			own[i] = int32(f)
@@ -90,8 +90,8 @@ const earlyEpochs = 4
 // earlyEpochs epochs are kept for them; one for an epoch already served
 // or further ahead, or a second one for an epoch, is refused at once.
 func (n *Node) offered(ctx context.Context, e uint32) (TraceOffer, error) {
-	if o, ok := n.early[e]; ok {
-		delete(n.early, e)
+	if o, ok := n.next.offers[e]; ok {
+		delete(n.next.offers, e)
 		return o, nil
 	}
 	if n.me == 0 {
@@ -101,10 +101,10 @@ func (n *Node) offered(ctx context.Context, e uint32) (TraceOffer, error) {
 		select {
 		case <-ctx.Done():
 			return TraceOffer{}, ctx.Err()
-		case <-n.over: // no client will supply one: this rank reads nothing
+		case <-n.clients.over: // no client will supply one: this rank reads nothing
 			return TraceOffer{Epoch: e}, nil
-		case o := <-n.offers:
-			_, dup := n.early[o.Epoch]
+		case o := <-n.clients.offers:
+			_, dup := n.next.offers[o.Epoch]
 			switch {
 			case o.Epoch == e:
 				return o, nil
@@ -115,7 +115,7 @@ func (n *Node) offered(ctx context.Context, e uint32) (TraceOffer, error) {
 			case dup:
 				o.answer(fmt.Errorf("a second trace for epoch %d: this rank already has one", o.Epoch))
 			default:
-				n.early[o.Epoch] = o
+				n.next.offers[o.Epoch] = o
 			}
 		}
 	}

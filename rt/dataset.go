@@ -1,0 +1,135 @@
+package rt
+
+import (
+	"fmt"
+
+	"github.com/brandrt/brandrt/chunk"
+	"github.com/brandrt/brandrt/proto"
+)
+
+// dataset is what a rank knows of the dataset it serves (Node.data): the
+// manifest, the shards it serves, the mapping of every rank's files, and
+// the sums and sizes of its own.
+type dataset struct {
+	// dir is this rank's directory of the dataset, man its manifest.
+	dir string
+	man *chunk.Manifest
+	// homes[r] is the first shard rank r serves (chunk.Assign); shard
+	// reads this rank's.
+	homes []int
+	shard *chunk.Home
+	// m maps every rank's files; first is this rank's first file, k the
+	// files per chunk.
+	m     *proto.Mapping
+	first proto.FileID
+	k     int
+	// sums of the shard's index, to check what the consumers received
+	crcSum, labelSum int64
+	maxSize          int64
+	maxChunk         int64 // the bytes of the shard's largest chunk file
+	// sizes are this rank's file sizes, from its opening until the window
+	// policy's rank is built from every rank's; allSizes are then every
+	// file's, by file id (a job resumed on another plan replans the
+	// epoch's start on them).
+	sizes, allSizes []int64
+}
+
+// open reads the manifest, opens the shards this rank serves, and builds
+// the mapping and the protocol state within the rank's budget.
+func (n *Node) open() error {
+	man, err := chunk.ReadManifest(n.cfg.FS, n.data.dir)
+	if err != nil {
+		return err
+	}
+	if n.data.homes, err = chunk.AssignDir(n.cfg.Chunks, man, n.size); err != nil {
+		return fmt.Errorf("rt: %w", err)
+	}
+	lo, hi := n.data.homes[n.me], n.data.homes[n.me+1]
+	dirs := n.cfg.ShardDirs
+	if dirs == nil {
+		for range hi - lo {
+			dirs = append(dirs, n.data.dir)
+		}
+	}
+	if len(dirs) != hi-lo {
+		return fmt.Errorf("rt: rank %d serves shards %d–%d of %s, and was given %d directories for them", n.me, lo, hi-1, n.data.dir, len(dirs))
+	}
+	n.data.man, n.data.k = man, man.K
+	if n.data.shard, err = chunk.OpenHome(n.cfg.FS, dirs, man, lo); err != nil {
+		return err
+	}
+	if err := n.checkSizes(); err != nil {
+		return err
+	}
+	sizes := make([]int64, n.data.shard.Len())
+	for i := range sizes {
+		e := n.data.shard.Record(i)
+		sizes[i] = int64(e.Size)
+		n.data.maxSize = max(n.data.maxSize, sizes[i])
+		n.data.maxChunk = max(n.data.maxChunk, e.Offset+int64(e.Size))
+		n.data.crcSum += int64(e.CRC)
+		n.data.labelSum += int64(e.Label)
+	}
+	if n.cfg.MemCgroupFraction > 0 {
+		if n.cfg.MemBytes, err = n.cgroupBudget(); err != nil {
+			return err
+		}
+	}
+	if err := n.newRank(sizes); err != nil {
+		return err
+	}
+	if man.Ranks != n.size {
+		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d serves shards %d–%d of %d: %d files, %s\n",
+			n.me, lo, hi-1, man.Ranks, n.data.shard.Len(), mib(n.data.m.ShardBytes(n.me)))
+	}
+	if err := n.fitsNode(); err != nil {
+		return err
+	}
+	if err := n.fitsCgroup(); err != nil {
+		return err
+	}
+	// Chunks are read into the memory shared with the clients only when
+	// they stay there whole (the budget holds the shard: see ioPool's
+	// resident). Otherwise the files kept from a chunk are copied out of
+	// it into that memory one by one, and the chunk's buffer is reused
+	// for the next read: lent from the shared memory too, the chunk-sized
+	// buffers cut into the places freed files leave and the arena kept
+	// growing past its slack and giving pages back to the kernel (16 % of
+	// the rank's CPU in fallocate, measured, and page faults after).
+	if n.cfg.Memory != nil && n.data.m.MemBytes(n.me) >= n.data.m.ShardBytes(n.me) {
+		n.data.shard.SetMemory(n.cfg.Memory)
+	}
+	return nil
+}
+
+// checkSizes checks, before anything is read, that every chunk file of
+// the shard is there whole. One cut short is damage: it stops the job at
+// once (Config.OnDamage "fail"), or is named and its lost files left out
+// when read. One that cannot be reached (missing, unreadable) is looked
+// at again for up to Config.StorageWait, as reads are, and then stops the
+// job, whatever OnDamage says.
+func (n *Node) checkSizes() error {
+	var probs []error
+	err := n.newStorageWatch().retry(func() error {
+		probs, _ = n.data.shard.CheckSizes(n.data.shard.Chunks()) // all of them: an unreachable one among many cut short waits
+		for _, p := range probs {
+			if chunk.Unreachable(p) {
+				return p
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("rt: rank %d: %w", n.me, err)
+	}
+	bad := len(probs)
+	if bad == 0 {
+		return nil
+	}
+	err = chunk.SizesError(probs[:min(bad, 10)], bad)
+	if n.cfg.OnDamage != "skip" {
+		return fmt.Errorf("rt: chunk files of rank %d cut short: %d (brandrt serve --on-damage skip leaves their files out; brandrt verify checks every byte):\n%w", n.me, bad, err)
+	}
+	fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: chunk files cut short: %d; the files they lack are left out (--on-damage skip):\n%v\n", n.me, bad, err)
+	return nil
+}
