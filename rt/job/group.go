@@ -17,11 +17,26 @@ func Group() (g chunk.Broadcaster, done func(), err error) {
 	if err != nil || env.Alone() {
 		return chunk.Solo, func() {}, err
 	}
-	w, err := collectives.Init()
+	w, err := initWorld()
 	if err != nil {
 		return nil, nil, err
 	}
 	return w, w.Finalize, nil
+}
+
+// initWorld joins the MPI world. Every process has joined when it
+// returns, before any may abort: an abort while another is still inside
+// MPI_Init leaves its shared-memory segment in /dev/shm (seen in one run
+// of three).
+func initWorld() (*collectives.World, error) {
+	w, err := collectives.Init()
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Barrier(); err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // Finish ends a Group's command: it prints the command's error while this

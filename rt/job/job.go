@@ -371,14 +371,8 @@ func joinWorld(env launch.Env) (collectives.Comm, func(), error) {
 	if env.Alone() {
 		return collectives.NewLocal(1)[0], func() {}, nil
 	}
-	w, err := collectives.Init()
+	w, err := initWorld()
 	if err != nil {
-		return nil, nil, err
-	}
-	// Every rank has joined before any may abort: an abort while another
-	// is still inside MPI_Init leaves its shared-memory segment in
-	// /dev/shm (seen in one run of three).
-	if err := w.Barrier(); err != nil {
 		return nil, nil, err
 	}
 	return w, w.Finalize, nil
