@@ -11,13 +11,19 @@ import (
 // messages built from fuzzer bytes: plausible but possibly lying peers.
 // Whatever they say, a rank must not panic; a message it refuses must
 // leave it unchanged; one it accepts must leave it consistent, within its
-// memory limits, and delivering no file twice.
+// memory limits, and delivering no file twice. The first byte of the
+// prefix picks the policy.
 func FuzzHostilePeer(f *testing.F) {
 	f.Add([]byte{1, 2, 3}, []byte{0, 1, 0, 1, 2, 0, 3})
 	f.Add([]byte("honest prefix"), []byte{2, 1, 0, 2, 5, 1, 1, 0, 0, 0})
 	f.Add([]byte{}, []byte{3, 0, 1, 1, 2, 2, 1, 3, 4, 0, 1})
+	f.Add([]byte{0, 2, 1, 0, 1, 1, 2, 2, 0, 2, 1}, []byte{1, 4, 0, 2, 5, 3, 1, 0, 2, 2, 1, 3})
 	f.Fuzz(func(t *testing.T, prefix, lies []byte) {
-		c, err := New(Options{Files: []int{6, 5, 7}, K: 3, MemFraction: 0.5, RemoteMemBytes: 12, Window: 4, Seed: 3})
+		opts := Options{Files: []int{6, 5, 7}, K: 3, MemFraction: 0.5, RemoteMemBytes: 12, Window: 4, Seed: 3}
+		if len(prefix) > 0 && prefix[0]%2 == 0 {
+			opts.Policy, opts.MemBytes = Window, []int64{3, 3, 3} // a chunk each
+		}
+		c, err := New(opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,13 +87,14 @@ func lie(b *byteChooser, c *Cluster, to int) proto.Message {
 	from := b.IntN(3)
 	small := func() int32 { return int32(b.IntN(24)) - 2 }
 	m := proto.Message{
-		Type: proto.MsgType(b.IntN(4)), From: int32(from), To: int32(to), Epoch: uint32(b.IntN(3)),
+		Type: proto.MsgType(b.IntN(7)), From: int32(from), To: int32(to), Epoch: uint32(b.IntN(3)),
 		Sn: small(), File: proto.FileID(small()), Size: int64(small()), BufLimit: int64(small()),
-		Frontier: small(), Status: proto.Status(b.IntN(4)), PushID: uint64(b.IntN(8)),
+		Frontier: small(), Status: proto.Status(b.IntN(5)), PushID: uint64(b.IntN(8)),
 	}
 	for i := b.IntN(3); i > 0; i-- {
 		m.Acks = append(m.Acks, proto.Ack{ID: uint64(b.IntN(8)), By: small()})
-		m.Pushes = append(m.Pushes, proto.Pushed{ID: uint64(b.IntN(8)), Sn: small(), File: proto.FileID(small()), Size: int64(small())})
+		m.Pushes = append(m.Pushes, proto.Pushed{ID: uint64(b.IntN(8)), Sn: small(), File: proto.FileID(small()), Size: int64(small()),
+			Status: proto.Status(b.IntN(5))})
 	}
 	return m
 }
