@@ -1,5 +1,7 @@
 package proto
 
+import "fmt"
+
 // An Event is one input to Rank.Step: EpochStart, ClientRequest, ReadDone
 // or a Message from a peer.
 type Event interface{ isEvent() }
@@ -38,6 +40,17 @@ type ReadDone struct {
 	Epoch   uint32
 	Failed  bool
 	Damaged []FileID
+}
+
+// checkDamaged refuses a read of rank me's chunk, files [lo, hi), that
+// names a file of another chunk damaged.
+func (e ReadDone) checkDamaged(me int, lo, hi FileID) error {
+	for _, f := range e.Damaged {
+		if f < lo || f >= hi {
+			return fmt.Errorf("proto: rank %d: read of chunk %d finds file %d damaged, which is not in it", me, e.PC, f)
+		}
+	}
+	return nil
 }
 
 // ClientsDone says that this rank's own clients will ask for nothing more

@@ -122,10 +122,8 @@ func (r *Rank) readDone(e ReadDone) error {
 		return fmt.Errorf("proto: rank %d: read of pc %d in epoch %d completed but none is in flight", r.me, e.PC, e.Epoch)
 	}
 	lo, hi := r.pcRange(pc)
-	for _, f := range e.Damaged {
-		if i := r.localIndex(f); i < lo || i >= hi {
-			return fmt.Errorf("proto: rank %d: read of pc %d finds file %d damaged, which is not in it", r.me, e.PC, f)
-		}
+	if err := e.checkDamaged(r.me, r.firstFile+FileID(lo), r.firstFile+FileID(hi)); err != nil {
+		return err
 	}
 	rd := r.reads[pc]
 	r.reads[pc] = nil

@@ -65,7 +65,7 @@ func (w *WindowRank) earlyDone(e ReadDone) error {
 	if w.cfg.Mapping.Home(lo) != w.me || x.state[lo-w.first] != reading {
 		return fmt.Errorf("proto: rank %d: read of chunk %d done for epoch %d, which it is not reading", w.me, e.PC, e.Epoch)
 	}
-	if err := w.checkDamaged(e, lo, hi); err != nil {
+	if err := e.checkDamaged(w.me, lo, hi); err != nil {
 		return err
 	}
 	if e.Failed {

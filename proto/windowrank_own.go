@@ -69,7 +69,7 @@ func (w *WindowRank) readDone(e ReadDone) error {
 	if w.cfg.Mapping.Home(lo) != w.me || w.state[lo-w.first] != reading {
 		return fmt.Errorf("proto: rank %d: read of chunk %d done, which it is not reading", w.me, e.PC)
 	}
-	if err := w.checkDamaged(e, lo, hi); err != nil {
+	if err := e.checkDamaged(w.me, lo, hi); err != nil {
 		return err
 	}
 	if e.Failed {
@@ -102,17 +102,6 @@ func (w *WindowRank) readDone(e ReadDone) error {
 		}
 	}
 	w.issue()
-	return nil
-}
-
-// checkDamaged reports a read of chunk [lo, hi) that names a file of
-// another chunk damaged.
-func (w *WindowRank) checkDamaged(e ReadDone, lo, hi FileID) error {
-	for _, f := range e.Damaged {
-		if f < lo || f >= hi {
-			return fmt.Errorf("proto: rank %d: read of chunk %d finds file %d damaged, which is not in it", w.me, e.PC, f)
-		}
-	}
 	return nil
 }
 

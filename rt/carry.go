@@ -183,7 +183,6 @@ func (l *loop) deliver(d proto.Delivery) {
 		l.stats.skipped++
 		l.stats.skippedCRC += int64(f.crc)
 		l.stats.skippedLabel += int64(f.label)
-		f.release()
 		reply <- Delivery{Sn: d.Sn, File: d.File, Label: f.label, CRC: f.crc, Damaged: l.n.damageNote(d.File)}
 		return
 	}

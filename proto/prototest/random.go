@@ -3,7 +3,6 @@ package prototest
 import (
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 
 	"github.com/brandrt/brandrt/internal/script"
@@ -155,12 +154,13 @@ func (s *Schedule) initLine() string {
 		maxFiles, maxK, maxWindow, maxRemote = 150, 70, 40, 200
 	}
 	n := 1 + rng.IntN(4)
-	files := make([]string, n)
+	files, total := make([]string, n), 0
 	for r := range files {
-		files[r] = fmt.Sprint(rng.IntN(maxFiles))
-	}
-	if files[0] == "0" {
-		files[0] = "1"
+		k := rng.IntN(maxFiles)
+		if r == 0 {
+			k = max(k, 1)
+		}
+		files[r], total = fmt.Sprint(k), total+k
 	}
 	variant := proto.Variants[rng.IntN(len(proto.Variants))]
 	s.failures = rng.IntN(4) == 0
@@ -168,7 +168,7 @@ func (s *Schedule) initLine() string {
 	damaged := ""
 	if rng.IntN(4) == 0 { // files damaged on storage: one in eight
 		var ds []string
-		for f := range total(files) {
+		for f := range total {
 			if rng.IntN(8) == 0 {
 				ds = append(ds, fmt.Sprint(f))
 			}
@@ -191,16 +191,6 @@ func (s *Schedule) initLine() string {
 	return fmt.Sprintf("init files=%s k=%d mem=%.2f remote=%d window=%d variant=%s seed=%d size-seed=%d codec%s",
 		strings.Join(files, ","), 1+rng.IntN(maxK), 0.05+rng.Float64(), rng.IntN(maxRemote),
 		rng.IntN(maxWindow), variant, rng.Uint64()%1000, rng.Uint64()%1000, damaged)
-}
-
-// total is the sum of the file counts in files.
-func total(files []string) int {
-	n := 0
-	for _, f := range files {
-		k, _ := strconv.Atoi(f)
-		n += k
-	}
-	return n
 }
 
 // epoch plays one epoch: random traces of uneven lengths, some ranks
