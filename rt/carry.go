@@ -167,7 +167,7 @@ func (l *loop) deliver(d proto.Delivery) {
 	}
 	if !d.Status.HasFile() {
 		l.stats.failed++
-		reply <- Delivery{Sn: d.Sn, File: proto.NoFile, Err: fmt.Errorf("rt: rank %d: position %d: %s", l.n.me, d.Sn, d.Status)}
+		answer(reply, Delivery{Sn: d.Sn, File: proto.NoFile, Err: fmt.Errorf("rt: rank %d: position %d: %s", l.n.me, d.Sn, d.Status)})
 		return
 	}
 	f := l.files[d.File]
@@ -183,7 +183,7 @@ func (l *loop) deliver(d proto.Delivery) {
 		l.stats.skipped++
 		l.stats.skippedCRC += int64(f.crc)
 		l.stats.skippedLabel += int64(f.label)
-		reply <- Delivery{Sn: d.Sn, File: d.File, Label: f.label, CRC: f.crc, Damaged: l.n.damageNote(d.File)}
+		answer(reply, Delivery{Sn: d.Sn, File: d.File, Label: f.label, CRC: f.crc, Damaged: l.n.damageNote(d.File)})
 		return
 	}
 	l.count(f)
@@ -191,7 +191,7 @@ func (l *loop) deliver(d proto.Delivery) {
 		l.stats.remoteFiles++
 		l.stats.remoteBytes += int64(len(f.data))
 	}
-	reply <- Delivery{Sn: d.Sn, File: d.File, Label: f.label, Data: f.data, CRC: f.crc, f: f}
+	answer(reply, Delivery{Sn: d.Sn, File: d.File, Label: f.label, Data: f.data, CRC: f.crc, f: f})
 }
 
 // count adds a delivered file to the epoch's tallies.

@@ -15,10 +15,10 @@ type clientSide struct {
 	// start offers (Config.Resume).
 	offers chan TraceOffer
 	starts chan StartOffer
-	// sess is what the rank knows of its training processes; count, when
-	// set, counts its clients (WatchClients).
-	sess  sessions
-	count func() (int, time.Time)
+	// sess is what the rank knows of its training processes; look, when
+	// set, tells what its clients do (WatchClients).
+	sess sessions
+	look func() Clients
 	// over is closed by TrainingOver; supervised is set by
 	// SuperviseTraining.
 	over       chan struct{}
@@ -73,23 +73,28 @@ func (n *Node) session(r Session) {
 // clients gone (checkGone): a share's training processes went away, or
 // every client did in the middle of the epoch.
 func (l *loop) watching() bool {
-	return !l.n.clients.supervised && (len(l.n.clients.sess.gone) > 0 || l.alone().After(l.first))
+	if l.n.clients.supervised {
+		return false
+	}
+	since, _ := l.alone()
+	return len(l.n.clients.sess.gone) > 0 || since.After(l.first)
 }
 
 // midEpoch reports whether the rank watches its clients and is in the
 // middle of an epoch, where all of them going away ends the job.
 func (l *loop) midEpoch() bool {
-	return !l.n.clients.supervised && l.n.clients.count != nil && l.n.cfg.ClientWait > 0 && !l.first.IsZero() && !l.ended
+	return !l.n.clients.supervised && l.n.clients.look != nil && l.n.cfg.ClientWait > 0 && !l.first.IsZero() && !l.ended
 }
 
-// alone returns when the rank's last client went away, if none is
-// attached now and the rank watches them; else the zero time.
-func (l *loop) alone() time.Time {
+// alone returns when the rank's last client that read went away or
+// stopped reading, if none reads now and the rank watches them; else the
+// zero time. stalled names those attached that do not read.
+func (l *loop) alone() (since time.Time, stalled string) {
 	if !l.midEpoch() {
-		return time.Time{}
+		return time.Time{}, ""
 	}
-	_, since := l.n.clients.count()
-	return since
+	c := l.n.clients.look()
+	return c.Since, c.Stalled
 }
 
 // checkGone returns an error when a share's training processes went
@@ -97,12 +102,16 @@ func (l *loop) alone() time.Time {
 // be asked for in this epoch, or when every client went away
 // Config.ClientWait ago or more in the middle of the epoch.
 func (l *loop) checkGone() error {
-	if since := l.alone(); since.After(l.first) && time.Since(since) >= l.n.cfg.ClientWait {
+	if since, stalled := l.alone(); since.After(l.first) && time.Since(since) >= l.n.cfg.ClientWait {
 		if left := l.unaskedAll(); left > 0 {
-			return fmt.Errorf("rt: rank %d: every client went away %v ago in the middle of epoch %d, with %d of its %d positions never asked for; "+
+			what := "every client went away"
+			if stalled != "" {
+				what = "no client has read what it was answered (" + stalled + ") or every other went away"
+			}
+			return fmt.Errorf("rt: rank %d: %s %v ago in the middle of epoch %d, with %d of its %d positions never asked for; "+
 				"the job ends (a training process that stops reading an epoch early says so with BrandSampler.end_epoch(); "+
 				"brandrt serve --client-wait sets how long a rank waits, 0 for ever)",
-				l.n.me, time.Since(since).Round(time.Second), l.epoch, left, l.traceLen)
+				l.n.me, what, time.Since(since).Round(time.Second), l.epoch, left, l.traceLen)
 		}
 	}
 	for k, at := range l.n.clients.sess.gone {

@@ -1,6 +1,10 @@
 package rt
 
-import "github.com/brandrt/brandrt/proto"
+import (
+	"fmt"
+
+	"github.com/brandrt/brandrt/proto"
+)
 
 // A ClientEvent is what a client tells its rank, on Node.ClientEvents:
 // Ask for a file, End an epoch, a training process's Session begun or
@@ -22,7 +26,18 @@ type Ask struct {
 // fail answers r with d, an error, unless its answer is dropped.
 func (r Ask) fail(d Delivery) {
 	if r.Reply != nil {
-		r.Reply <- d
+		answer(r.Reply, d)
+	}
+}
+
+// answer hands d to reply, which has room for it (Ask): the loop never
+// waits on a client. A reply channel that is full is a client's broken
+// promise, which would stop the rank for every client and peer.
+func answer(reply chan<- Delivery, d Delivery) {
+	select {
+	case reply <- d:
+	default:
+		panic(fmt.Sprintf("rt: the reply channel of position %d is full: a client asked for more than it has room for", d.Sn))
 	}
 }
 

@@ -84,11 +84,24 @@ func (n *Node) Close() {
 // ClientEvents returns where clients send what they ask and say.
 func (n *Node) ClientEvents() chan<- ClientEvent { return n.clients.events }
 
-// WatchClients gives the rank a count of its clients attached now, and
-// the time the last one went away (zero while one is attached, or before
-// any was): a rank left without clients in the middle of an epoch ends
-// the job after Config.ClientWait. Call it before Serve.
-func (n *Node) WatchClients(count func() (attached int, alone time.Time)) { n.clients.count = count }
+// WatchClients gives the rank a look at its clients (Clients): a rank
+// left without a client that reads in the middle of an epoch ends the
+// job after Config.ClientWait. Call it before Serve.
+func (n *Node) WatchClients(look func() Clients) { n.clients.look = look }
+
+// Clients is what a rank's clients do now (Node.WatchClients).
+type Clients struct {
+	// Attached counts the clients attached; Reading those of them that
+	// read what they are answered (one that left answers unread for a
+	// few seconds does not).
+	Attached, Reading int
+	// Since is when the last client that read went away or stopped
+	// reading: the zero time while one reads, or before any attached.
+	Since time.Time
+	// Stalled names the clients attached that do not read ("" when
+	// none): for the message that ends the job.
+	Stalled string
+}
 
 // TrainingOver tells the rank that its clients will ask for nothing
 // more, in this epoch or any later one: the training beside it ended. The

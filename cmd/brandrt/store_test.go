@@ -217,6 +217,9 @@ func TestMain(m *testing.M) {
 	// refuses that has a test of its own (TestSharedNodeRefused).
 	os.Setenv("BRANDRT_ALLOW_SHARED_NODE", "1")
 	code := m.Run()
+	for _, f := range cleanups {
+		f()
+	}
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
 	}

@@ -209,6 +209,9 @@ class Client:
         self.handed = None
         self._let_go = []  # (token, place) of handed files to release
         self._push_lock = threading.Lock()  # requests come from any thread
+        # reads asked for and replies taken (by next()), and the threads
+        # inside next(): see _check_unread
+        self._asked = self._got = self._readers = 0
 
     # counters
     def _u32(self, off):
@@ -339,7 +342,15 @@ class Client:
 
     # requests and replies
     def request(self, sn, epoch):
-        """Ask for trace position sn of epoch; the reply comes from next()."""
+        """Ask for trace position sn of epoch; the reply comes from next().
+
+        Replies must be read as they come: the rank answers at most
+        2 x slots (128) of a client's requests until their replies are
+        read, and the client's ring holds slots (64) more, so request()
+        waits while the ring is full and raises BrandError once only
+        next() could make room (say, after asking for a whole epoch
+        before reading any of it). read_many() keeps the ring full for
+        you."""
         self._push(L.KIND_READ, sn, epoch)
 
     def end_epoch(self, epoch, timeout=10.0, replica=0, replicas=0):
@@ -377,16 +388,36 @@ class Client:
     def _push_locked(self, kind, sn, epoch, wake, extra):
         head = self._req_head.value
         while (head - self._req_tail.value) & 0xFFFFFFFF >= self._slots:
+            if kind == L.KIND_READ:
+                self._check_unread()
             self._kick()
             self._check_alive()
             time.sleep(0.0001)
         _SLOT.pack_into(self._buf, L.HEADER_BYTES + (head % self._slots) * L.SLOT_BYTES, sn, kind, epoch, extra)
         self._req_head.value = (head + 1) & 0xFFFFFFFF
+        if kind == L.KIND_READ:
+            self._asked += 1
         # A sleeping rank is woken once a few requests wait for it, or when
         # this side is about to wait (_kick): one wake serves several
         # requests, and a wake costs both sides more than a file's bytes.
         if kind not in _QUIET or wake and (head + 1 - self._req_tail.value) & 0xFFFFFFFF >= _WAKE_BATCH:
             self._kick()
+
+    def _check_unread(self):
+        """Raise BrandError when this client's request ring is full and
+        only reading replies can make room: the rank takes a client's
+        reads while fewer than 2 x slots of them are unanswered or
+        answered and not let go (a record is let go by the next call of
+        next()), and the ring holds slots more. Another thread inside
+        next() may still make room: then this one waits."""
+        held = 1 if self._held is not None else 0
+        if self._readers or self._asked - self._got + held < L.UNREAD_SLOTS * self._slots + self._slots:
+            return
+        raise BrandError(
+            "request(): this client asked for %d positions and took %d replies with next(); the rank answers at most %d of a client's "
+            "requests until their replies are read, and its ring holds %d more, so this request would wait for ever: read replies with "
+            "next() before asking for more, or use read_many(), which keeps %d requests in flight"
+            % (self._asked, self._got, L.UNREAD_SLOTS * self._slots, self._slots, self._slots))
 
     # handing files on
     def hand_over(self):
@@ -433,6 +464,13 @@ class Client:
 
     def next(self, timeout=None):
         """The next reply: (sn, file_id, label, data memoryview, crc32c)."""
+        self._readers += 1
+        try:
+            return self._next(timeout)
+        finally:
+            self._readers -= 1
+
+    def _next(self, timeout):
         self.release()
         timeout = self.timeout if timeout is None else timeout
         end = None if timeout is None else time.monotonic() + timeout
@@ -531,6 +569,7 @@ class Client:
             if kind == L.REC_PAD:
                 self._data_tail.value = self._read_at
                 continue
+            self._got += 1
             self.handed = None
             if kind == L.REC_SHARED or kind == L.REC_HANDED:
                 place = struct.unpack_from("<Q", b, at + L.RECORD_HEADER)[0]

@@ -45,6 +45,8 @@ OFF_JOB_BYTES = 1024
 OFF_JOB = 1028
 
 SLOT_BYTES = 16
+# the rank takes a client's reads while fewer than UNREAD_SLOTS x slots are unanswered or unread
+UNREAD_SLOTS = 2
 RECORD_HEADER = 32
 RECORD_ALIGN = 64
 

@@ -185,7 +185,7 @@ func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) er
 			return err
 		}
 		defer srv.Close()
-		n.WatchClients(srv.Attached)
+		n.WatchClients(srv.Clients)
 		// On a signal the attach point goes at once: the rank may be
 		// killed (mpirun ending the job) before its deferred clean-ups run.
 		st.setUnlink(srv.Unlink)
@@ -331,7 +331,8 @@ func panicForTests(rank int) {
 // without a copy.
 func listen(n *rt.Node, env launch.Env, rank int, arena *shm.Arena, log io.Writer) (*shm.Server, error) {
 	o := shm.Options{Slots: 64, Data: ringBytes(n.MaxFileSize()), Events: n.ClientEvents(), Arena: arena,
-		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed, Epochs: uint32(n.Config().Epochs), MaxTrace: n.Mapping().Files()}
+		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed, Epochs: uint32(n.Config().Epochs), MaxTrace: n.Mapping().Files(),
+		StallWarn: n.Config().PeerWarn}
 	// What DataLoader workers have handed to their training processes and
 	// those still hold (a few batches, unless they keep files) may take
 	// rt.HandCap beyond the budget: it is part of the rank's allowance

@@ -91,7 +91,7 @@ func (s *Server) attach(conn *net.UnixConn) error {
 		return err
 	}
 	defer ring.Close()
-	c := &client{srv: s, id: id, pid: pid, lineage: lineage(int(pid)), conn: conn, ring: ring, replies: make(chan rt.Delivery, s.opt.Slots)}
+	c := &client{srv: s, id: id, pid: pid, lineage: lineage(int(pid)), conn: conn, ring: ring, replies: make(chan rt.Delivery, s.maxUnread())}
 	// The ring holds the job, the epoch being served and whether the rank
 	// waits for a start before the client sees it: the client reads them
 	// as soon as it maps the ring (an epoch 0 read there once made a

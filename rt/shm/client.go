@@ -21,7 +21,15 @@ type Client struct {
 	id     uint32
 	rank   uint32
 	readAt uint64 // data bytes read so far
+	// asked counts the reads requested, got the records returned, and
+	// held is the ends of those not released yet: see ErrReadFirst.
+	asked, got int
+	held       []uint64
 }
+
+// ErrReadFirst is returned by Request when the client's ring is full and
+// only reading replies could make room (see unreadSlots).
+var ErrReadFirst = errors.New("shm: the rank holds this client's reads until it reads their replies (Next, Release): read before asking for more")
 
 // welcomeWait bounds how long Attach waits for the rank's welcome.
 const welcomeWait = 10 * time.Second
@@ -117,10 +125,16 @@ func (c *Client) Epoch() (epoch, positions uint32) {
 	return atomic.LoadUint32(c.ring.u32(offEpoch)), atomic.LoadUint32(c.ring.u32(offTraceLen))
 }
 
-// Request asks for trace position sn of epoch. At most the ring's slot
-// count may be outstanding.
+// Request asks for trace position sn of epoch. It waits while the ring's
+// request slots are full, and returns ErrReadFirst when only reading
+// replies could free one: the rank takes a client's reads while fewer
+// than unreadSlots times the slots are unanswered or unreleased.
 func (c *Client) Request(epoch uint32, sn int32) error {
-	return c.push(epoch, sn, KindRead)
+	if err := c.push(epoch, sn, KindRead); err != nil {
+		return err
+	}
+	c.asked++
+	return nil
 }
 
 // EndEpoch says this client's side asks for nothing more in epoch.
@@ -131,6 +145,10 @@ func (c *Client) push(epoch uint32, sn int32, kind uint32) error {
 	for head-atomic.LoadUint32(c.ring.u32(offReqTail)) >= c.ring.slots {
 		if err := c.alive(); err != nil {
 			return err
+		}
+		released := c.got - len(c.held)
+		if kind == KindRead && c.asked-released >= (unreadSlots+1)*int(c.ring.slots) {
+			return fmt.Errorf("%w: %d asked, %d released", ErrReadFirst, c.asked, released)
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
@@ -182,6 +200,8 @@ func (c *Client) record() (Record, bool) {
 			continue
 		}
 		rec.Data, rec.end = h[recordHeader:recordHeader+size:recordHeader+size], c.readAt
+		c.got++
+		c.held = append(c.held, c.readAt)
 		if rec.Kind == RecShared {
 			rec.Off = le.Uint64(h[recordHeader:])
 			if rec.Off+uint64(size) > uint64(len(c.arena)) {
@@ -199,6 +219,11 @@ func (c *Client) record() (Record, bool) {
 // it.
 func (c *Client) Release(rec Record) {
 	atomic.StoreUint64(c.ring.u64(offDataTail), rec.end)
+	i := 0
+	for i < len(c.held) && c.held[i] <= rec.end {
+		i++
+	}
+	c.held = c.held[:copy(c.held, c.held[i:])]
 }
 
 // sleep waits for the rank to publish a reply, at most 100 ms.

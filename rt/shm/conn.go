@@ -38,8 +38,12 @@ type client struct {
 	// its parent process (KindHand; see hand.go).
 	handing atomic.Bool
 	// handWarned is set once a hold or release of the client's was
-	// refused and logged. read's own.
-	handWarned bool
+	// refused and logged; oddLogged once a request the rank does not
+	// take was. read's own.
+	handWarned, oddLogged bool
+	// unread is what the client was answered and has not released
+	// (unread.go).
+	unread unread
 }
 
 func (c *client) alive() bool { return !c.dead.Load() }

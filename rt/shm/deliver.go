@@ -25,7 +25,11 @@ func (c *client) write() {
 		}
 		select {
 		case d := <-c.replies:
-			switch end, kept := c.put(&d); kept {
+			end, kept := c.put(&d)
+			if end > 0 {
+				c.unread.add(end, uint64(len(d.Data)), time.Now())
+			}
+			switch kept {
 			case keptLent:
 				c.lent = append(c.lent, lentFile{end, d})
 			case keptNot:
@@ -33,8 +37,9 @@ func (c *client) write() {
 			}
 			c.pending.Add(-1)
 			c.reclaim(false)
-		case <-tick.C:
+		case now := <-tick.C:
 			c.reclaim(false)
+			c.watchStall(now)
 		}
 	}
 }

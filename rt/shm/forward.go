@@ -10,30 +10,37 @@ import (
 // A client's requests, taken from its ring to the rank's loop as rt's
 // client events.
 
-// read takes the client's requests to the loop, never more at once than
-// the replies channel holds, so that the loop never waits on a client.
+// read takes the client's requests to the loop, never more reads than
+// the client may have unanswered or unread (room), so that the loop
+// never waits on a client; a client that does not read its answers is
+// named (watchStall).
 func (c *client) read(reqs chan<- rt.ClientEvent) {
 	var batch []Request
+	nap := time.Duration(0)
 	for c.alive() {
-		if int(c.pending.Load()) >= cap(c.replies) {
-			time.Sleep(50 * time.Microsecond)
-			continue
-		}
+		room := c.room()
 		var err error
-		if batch, err = c.ring.takeRequests(batch[:0]); err != nil {
+		if batch, err = c.ring.takeRequests(batch[:0], room); err != nil {
 			c.srv.logf("brandrt: client %d (pid %d): %v; dropping it\n", c.id, c.pid, err)
 			c.conn.Close()
 			return
 		}
-		if len(batch) == 0 {
+		switch {
+		case len(batch) > 0:
+			nap = 0
+			c.forward(batch, reqs, true)
+		case room == 0 && c.ring.requestsWaiting():
+			// Reads wait for the client to release answers, which it
+			// does without waking the rank.
+			nap = min(max(2*nap, 20*time.Microsecond), 2*time.Millisecond)
+			time.Sleep(nap)
+		default:
 			c.ring.waitRequests(100 * time.Millisecond)
-			continue
 		}
-		c.forward(batch, reqs, true)
 	}
 	// A client may end an epoch and leave at once: its last requests
 	// still count, but there is nobody left to read files for.
-	if batch, err := c.ring.takeRequests(batch[:0]); err == nil {
+	if batch, err := c.ring.takeRequests(batch[:0], int(c.ring.slots)); err == nil {
 		c.forward(batch, reqs, false)
 	}
 	if s := c.share; s != nil { // a training process went away
@@ -78,6 +85,8 @@ func (c *client) forward(batch []Request, reqs chan<- rt.ClientEvent, reads bool
 				c.srv.logf("brandrt: client %d (pid %d): a handed file's token %d at %d: %v (not logged again)\n",
 					c.id, c.pid, r.Epoch, uint64(r.Extra)*arenaGrain, err)
 			}
+		case r.Kind != KindRead:
+			c.odd(r)
 		case reads && c.stray():
 			c.refuse(r.Sn)
 		case reads:
@@ -85,4 +94,16 @@ func (c *client) forward(batch []Request, reqs chan<- rt.ClientEvent, reads bool
 			reqs <- rt.Ask{Epoch: r.Epoch, Sn: r.Sn, Reply: c.replies}
 		}
 	}
+}
+
+// odd logs, once per client, a request the rank does not know or takes
+// only once (a second session), and otherwise ignores it: it is not a
+// read, and gets no answer.
+func (c *client) odd(r Request) {
+	if c.oddLogged {
+		return
+	}
+	c.oddLogged = true
+	c.srv.logf("brandrt: client %d (pid %d): ignoring a request of kind %d (sn %d, epoch %d, %d) and any more it sends that the rank does not take\n",
+		c.id, c.pid, r.Kind, r.Sn, r.Epoch, r.Extra)
 }

@@ -198,8 +198,9 @@ type Request struct {
 // ring's reach of the tail: it wrote what the protocol does not allow.
 var errBadHead = errors.New("shm: the client's request head is out of range")
 
-// takeRequests appends the requests written since the last call.
-func (r *Ring) takeRequests(dst []Request) ([]Request, error) {
+// takeRequests appends the requests written since the last call, up to
+// reads of kind KindRead: it stops before the next one.
+func (r *Ring) takeRequests(dst []Request, reads int) ([]Request, error) {
 	head, tail := atomic.LoadUint32(r.u32(offReqHead)), atomic.LoadUint32(r.u32(offReqTail))
 	if head-tail > r.slots {
 		return dst, fmt.Errorf("%w: head %d, tail %d, %d slots", errBadHead, head, tail, r.slots)
@@ -207,10 +208,23 @@ func (r *Ring) takeRequests(dst []Request) ([]Request, error) {
 	le := binary.LittleEndian
 	for ; tail != head; tail++ {
 		s := r.mem[headerBytes+uint64(tail%r.slots)*slotBytes:]
-		dst = append(dst, Request{Sn: int32(le.Uint32(s)), Kind: le.Uint32(s[4:]), Epoch: le.Uint32(s[8:]), Extra: le.Uint32(s[12:])})
+		req := Request{Sn: int32(le.Uint32(s)), Kind: le.Uint32(s[4:]), Epoch: le.Uint32(s[8:]), Extra: le.Uint32(s[12:])}
+		if req.Kind == KindRead {
+			if reads == 0 {
+				break
+			}
+			reads--
+		}
+		dst = append(dst, req)
 	}
 	atomic.StoreUint32(r.u32(offReqTail), tail)
 	return dst, nil
+}
+
+// requestsWaiting reports whether the client wrote requests the rank has
+// not taken.
+func (r *Ring) requestsWaiting() bool {
+	return atomic.LoadUint32(r.u32(offReqHead)) != atomic.LoadUint32(r.u32(offReqTail))
 }
 
 // waitRequests sleeps until the client writes a request, or d passes.

@@ -30,7 +30,7 @@ func TestLayoutGolden(t *testing.T) {
 		"off_data_bytes": offDataBytes, "off_rank": offRank, "off_client": offClient, "off_req_head": offReqHead,
 		"off_req_tail": offReqTail, "off_rep_head": offRepHead, "off_rank_sleeping": offRankSleeping,
 		"off_client_sleeping": offClientSleeping, "off_data_head": offDataHead, "off_data_tail": offDataTail, "off_epoch": offEpoch, "off_trace_len": offTraceLen, "off_ranks": offRanks, "off_resume": offResume, "off_seed": offSeed, "off_resumed_epoch": offResumedEpoch, "off_resumed_from": offResumedFrom, "off_resumed_rest": offResumedRest, "off_epochs": offEpochs, "off_job_bytes": offJobBytes, "off_job": offJob, "kind_end_epoch": KindEndEpoch, "kind_session": KindSession,
-		"slot_bytes": slotBytes, "record_header": recordHeader, "record_align": recordAlign,
+		"slot_bytes": slotBytes, "unread_slots": unreadSlots, "record_header": recordHeader, "record_align": recordAlign,
 		"kind_read": KindRead, "rec_file": RecFile, "rec_error": RecError, "rec_pad": RecPad, "rec_shared": RecShared, "rec_skipped": RecSkipped, "rec_handed": RecHanded, "arena_grain": arenaGrain, "kind_hand": KindHand, "kind_hold": KindHold, "kind_release": KindRelease,
 		"resume_none": ResumeNone, "resume_waiting": ResumeWaiting, "resume_taken": ResumeTaken,
 		"trace_bytes": traceBytes, "verdict_bytes": verdictBytes, "start_bytes": startBytes,

@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,8 +109,12 @@ type Options struct {
 	// processes and not yet released, all of them together (see hand.go);
 	// 0 hands none on.
 	HandCap uint64
-	// Log takes a line for each client refused or dropped; nil is
-	// os.Stderr.
+	// StallWarn is how long a client may leave the files it was answered
+	// unread before the rank names it in the log (once, until it reads
+	// again); 0 is 30 s.
+	StallWarn time.Duration
+	// Log takes a line for each client refused, dropped or not reading;
+	// nil is os.Stderr.
 	Log io.Writer
 }
 
@@ -204,15 +210,34 @@ func (s *Server) logf(format string, args ...any) {
 	fmt.Fprintf(w, format, args...)
 }
 
-// Attached returns how many clients are attached, and since when none
-// is: the zero time while one is, or before any attached.
-func (s *Server) Attached() (int, time.Time) {
+// Clients tells what the clients do (rt.Node.WatchClients): how many
+// are attached, how many of them read what they are answered (one that
+// left answers unread for stallGrace does not), since when none does,
+// and which do not.
+func (s *Server) Clients() rt.Clients {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.clients) > 0 {
-		return len(s.clients), time.Time{}
+	now := time.Now()
+	c := rt.Clients{Attached: len(s.clients), Since: s.alone}
+	var stalled []string
+	for _, cl := range s.clients {
+		cl.unread.release(cl.ring.released(), now)
+		since := cl.unread.stalled(now)
+		if since.IsZero() {
+			c.Reading++
+			continue
+		}
+		stalled = append(stalled, fmt.Sprintf("client %d, pid %d, since %s", cl.id, cl.pid, since.Format("15:04:05")))
+		if since.After(c.Since) {
+			c.Since = since
+		}
 	}
-	return 0, s.alone
+	if c.Reading > 0 {
+		c.Since = time.Time{}
+	}
+	slices.Sort(stalled)
+	c.Stalled = strings.Join(stalled, "; ")
+	return c
 }
 
 // Dir returns the attach directory.

@@ -1,0 +1,89 @@
+"""Clients of the tests of a client that does not read (cmd/brandrt
+stall_test.go), one per process, attached to the rank with the given
+local rank once it serves epoch 1:
+
+  ask-all       asks for every position with request() before reading
+                any (the natural misuse); prints what request() raised,
+                reads the replies of what it asked, then the rest of the
+                epoch with read_many(), and prints the counts
+  stall PERIOD  asks for every PERIOD-th position from 0 and never reads
+                (a process stopped in a debugger); prints how many it
+                asked before request() raised, then sleeps until killed
+  read PERIOD   reads the positions a staller with PERIOD leaves (all
+                with PERIOD 0) and prints how many and how fast
+"""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from brandrt import BrandError, Client  # noqa: E402
+
+
+def main():
+    mode, local = sys.argv[1], int(sys.argv[2])
+    period = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    c = attach(local)
+    n = c.wait_epoch(1)
+    if mode == "ask-all":
+        ask_all(c, n)
+    elif mode == "stall":
+        stall(c, n, period)
+    else:
+        read(c, n, period)
+
+
+def attach(local):
+    """A Client of the rank, once it listens (within a minute)."""
+    end = time.monotonic() + 60
+    while True:
+        try:
+            return Client(local_rank=local)
+        except BrandError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.1)
+
+
+def ask_all(c, n):
+    asked = 0
+    try:
+        for sn in range(n):
+            c.request(sn, 1)
+            asked += 1
+        print("request() took all %d" % n, flush=True)
+        return
+    except BrandError as e:
+        print("request() raised after %d: %s" % (asked, e), flush=True)
+    for _ in range(asked):  # the replies of what was asked
+        c.next()
+    got = []
+    c.read_many(range(asked, n), 1, lambda sn, fid, label, data: got.append(sn))
+    print("read the %d asked, then read_many read %d of the %d positions left" % (asked, len(got), n - asked), flush=True)
+
+
+def stall(c, n, period):
+    asked = 0
+    try:
+        for sn in range(0, n, period):
+            c.request(sn, 1)
+            asked += 1
+        print("stalling: asked all %d" % asked, flush=True)
+    except BrandError as e:
+        print("stalling: request() raised after %d: %s" % (asked, e), flush=True)
+    time.sleep(3600)
+
+
+def read(c, n, period):
+    sns = [sn for sn in range(n) if period == 0 or sn % period != 0]
+    t0 = time.monotonic()
+    got = []
+    c.read_many(sns, 1, lambda sn, fid, label, data: got.append(sn))
+    dt = time.monotonic() - t0
+    print("read %d of %d in %.2f s: %.0f files/s" % (len(got), len(sns), dt, len(got) / dt), flush=True)
+
+
+if __name__ == "__main__":
+    main()
