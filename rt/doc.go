@@ -228,7 +228,8 @@
 //   - A peer that stops answering: the loop naps when nothing moves, and
 //     peerWatch names a peer it waits for (waitsFor) that sent nothing
 //     for Config.PeerWarn, again every PeerWarn; after PeerTimeout, when
-//     set, it ends the job. quietBarrier after an epoch does the same.
+//     set, it ends the job, whether PeerTimeout is longer than PeerWarn or
+//     not. quietBarrier after an epoch does the same.
 //   - A training process gone: a share whose processes all left
 //     (Session events) for sessionGrace with positions still to ask for,
 //     or every client gone for Config.ClientWait mid-epoch (WatchClients),
