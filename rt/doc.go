@@ -52,6 +52,9 @@
 //   - clients.go: what clients send and the training beside them
 //     (Node.clients), training processes' sessions, clients gone
 //     (loop.checkGone), and the end of a share (loop.end).
+//   - readers.go: the processes that read the trace, and who asked for
+//     each position (Node.readers): a second training process is refused
+//     the positions another one reads, and told which.
 //   - damage.go: damaged data (Node.damaged), files left out (Node.damage),
 //     their limit.
 //   - storage.go: storageWatch, for chunk files storage cannot reach.
@@ -76,7 +79,8 @@
 // takes events in loop.step and loop.wait, and loop.client passes each
 // on. loop.ask holds an Ask for a later epoch in Node.next.held, answers with
 // Delivery.Err one it cannot serve (an earlier epoch, one past the last,
-// a position already waiting, one the machine refuses), and else steps
+// one from a second training process that Node.readers refuses, a
+// position already waiting, one the machine refuses), and else steps
 // proto.ClientRequest, keeps Reply in loop.waiting and calls loop.carry.
 //
 // carry takes Ready from the machine until it has none. Reads go to the

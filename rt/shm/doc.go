@@ -194,7 +194,13 @@
 // replicas, for as long as it stays attached (BrandSampler sends it); when
 // a share is left without such a process for 5 s while positions of it
 // are still to come in the epoch being served, the rank ends the job
-// with a message saying so, rather than wait for them forever. Kind 4
+// with a message saying so, rather than wait for them forever. A process
+// that declares a share overlapping the share of another process still
+// attached that declared it first (a second training job beside the
+// rank, say) gets an error record for every read, naming the first by
+// pid; so does a process that asks for a position another process asked
+// for in the epoch. A read counts for the training process its client
+// was started by, if any, else for the client's own. Kind 4
 // asks that this client's files in the arena be handed on to its parent
 // process (hand.go): each then comes as a record of kind 6, holding one
 // reference to the file. Kinds 5 and 6 add and release a reference to

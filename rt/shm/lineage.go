@@ -76,6 +76,23 @@ func (c *client) stray() bool {
 	return true
 }
 
+// reader returns the process c reads for: the nearest of its process and
+// its ancestors that declared itself a training process, else its own.
+func (c *client) reader() int {
+	s := c.srv
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sessions[int(c.pid)] > 0 {
+		return int(c.pid)
+	}
+	for _, p := range c.lineage {
+		if s.sessions[p] > 0 {
+			return p
+		}
+	}
+	return int(c.pid)
+}
+
 // refuse answers a stray client's read with an error, and names the
 // client in the log once.
 func (c *client) refuse(sn int32) {
