@@ -28,7 +28,8 @@
 //     before Serve (WatchClients, TrainingOver, SuperviseTraining), and
 //     the machine built (newRank, newWindowRank).
 //   - dataset.go: the dataset and the shard a rank serves (Node.data),
-//     opened and checked.
+//     opened and checked, and whether it was packed again under the job
+//     (Node.replaced).
 //   - serve.go: Serve, and Node.epoch, one epoch from traces to
 //     statistics; what came for the next epoch before it began
 //     (Node.next).
@@ -225,6 +226,12 @@
 //     is that rank's error; the ranks' sum past it, at an epoch's end,
 //     every rank's. At Open, Node.checkSizes treats chunk files cut short
 //     the same way.
+//   - A dataset packed again under the job: before Node.damaged takes
+//     what a read found for damage, Node.replaced reads the manifests
+//     again (the dataset's and its staged copies'). One gone or another
+//     than the one opened means the chunk files no longer match the index
+//     read at start: the rank's error says the dataset was packed again
+//     and the job must start again, whatever Config.OnDamage says.
 //   - Storage: a read failing with chunk.Unreachable is tried again by
 //     storageWatch.retry, after waits doubling from 250 ms to 5 s, for up
 //     to Config.StorageWait, and then ends the job naming the file. While
