@@ -101,13 +101,18 @@ func (s *Server) cannotTake(err error) error {
 }
 
 // refuse tells the client on conn why the rank cannot take it (err, what
-// it ran into), and logs it. It then takes the client's hello, if one
-// comes within drainWait: a socket closed with a message unread resets
-// the connection, and the client would see that before the refusal.
+// it ran into), and logs it.
 func (s *Server) refuse(conn *net.UnixConn, err error) {
 	why := s.cannotTake(err)
 	_ = sendRefusal(conn, why) // a client gone meanwhile needs no answer
 	s.noteRefusal("refused a client", why)
+}
+
+// drainHello takes the client's hello, if one comes within drainWait,
+// before a refused connection whose hello was not read is closed: a
+// socket closed with a message unread resets the connection, and the
+// client may see that before the refusal.
+func drainHello(conn *net.UnixConn) {
 	conn.SetReadDeadline(time.Now().Add(drainWait))
 	_, _ = conn.Read(make([]byte, helloBytes))
 }
@@ -183,6 +188,7 @@ func (s *Server) acceptFailed(err error) {
 		conn, aerr := s.ln.AcceptUnix()
 		if aerr == nil {
 			s.refuse(conn, err)
+			drainHello(conn)
 			conn.Close()
 		}
 		s.spare = openSpare()
