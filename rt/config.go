@@ -120,7 +120,8 @@ type Config struct {
 	StorageWait time.Duration
 	// PeerWarn is how long a rank waits on a peer that sends nothing
 	// before it says so, naming the peer (and again each PeerWarn after);
-	// PeerTimeout, when positive, how long before it ends the job. Nodes,
+	// PeerTimeout, when positive, how long before it ends the job (shorter
+	// than PeerWarn too: the job then ends without a warning). Nodes,
 	// when set, names each rank's node for those messages.
 	PeerWarn, PeerTimeout time.Duration
 	Nodes                 []string

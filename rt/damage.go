@@ -26,6 +26,11 @@ type damageLog struct {
 // left out than Config.MaxSkipped allows. A damaged header costs no file
 // (the index has its table): it is named once either way.
 func (n *Node) damaged(res *readResult) error {
+	if res.transient != nil || res.header != nil || len(res.damage) > 0 {
+		if err := n.replaced(); err != nil {
+			return err
+		}
+	}
 	if d := res.transient; d != nil && n.once(d) {
 		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v on a first read; read again, the chunk was intact\n", n.me, d)
 	}

@@ -1,7 +1,11 @@
 package rt
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"slices"
+	"time"
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/proto"
@@ -11,9 +15,13 @@ import (
 // manifest, the shards it serves, the mapping of every rank's files, and
 // the sums and sizes of its own.
 type dataset struct {
-	// dir is this rank's directory of the dataset, man its manifest.
-	dir string
-	man *chunk.Manifest
+	// dir is this rank's directory of the dataset, man its manifest;
+	// opened are the directories whose manifests were read (dir, and the
+	// staged copies of its shards), hash the manifest's (see replaced).
+	dir    string
+	man    *chunk.Manifest
+	opened []string
+	hash   uint64
 	// homes[r] is the first shard rank r serves (chunk.Assign); shard
 	// reads this rank's.
 	homes []int
@@ -54,7 +62,8 @@ func (n *Node) open() error {
 	if len(dirs) != hi-lo {
 		return fmt.Errorf("rt: rank %d serves shards %d–%d of %s, and was given %d directories for them", n.me, lo, hi-1, n.data.dir, len(dirs))
 	}
-	n.data.man, n.data.k = man, man.K
+	n.data.man, n.data.k, n.data.hash = man, man.K, man.Hash()
+	n.data.opened = distinct(append([]string{n.data.dir}, dirs...))
 	if n.data.shard, err = chunk.OpenHome(n.cfg.FS, dirs, man, lo); err != nil {
 		return err
 	}
@@ -132,4 +141,51 @@ func (n *Node) checkSizes() error {
 	}
 	fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: chunk files cut short: %d; the files they lack are left out (--on-damage skip):\n%v\n", n.me, bad, err)
 	return nil
+}
+
+// distinct returns dirs without repeats, in order.
+func distinct(dirs []string) []string {
+	var out []string
+	for _, d := range dirs {
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// replaced returns an error when the dataset on storage is no longer the
+// one this rank opened: packed again (brandrt pack --force), or another
+// one put in its place, under the running job. Its chunk files then hold
+// other files than the index read at start says, which a read takes for
+// damage: Node.damaged asks here first.
+func (n *Node) replaced() error {
+	for _, dir := range n.data.opened {
+		if how := n.changed(dir); how != "" {
+			return fmt.Errorf("rt: rank %d: the dataset at %s was packed again (or replaced) while this job served it: %s; "+
+				"its chunk files no longer match the index the rank read at start, so the job stops: start the job again to serve the new dataset "+
+				"(and pack into another directory while a job serves one)", n.me, dir, how)
+		}
+	}
+	return nil
+}
+
+// changed says how the manifest in dir differs from the one this rank
+// opened, or "" when it does not, or cannot be read (storage's fault,
+// not the dataset's).
+func (n *Node) changed(dir string) string {
+	man, err := chunk.ReadManifest(n.cfg.FS, dir)
+	var unread *fs.PathError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "its manifest is gone (a pack under way, or the dataset removed)"
+	case errors.As(err, &unread):
+		return ""
+	case err != nil:
+		return fmt.Sprintf("its manifest is another now (%v)", err)
+	case man.Hash() != n.data.hash:
+		return fmt.Sprintf("its manifest says it was packed at %s, and the one this job opened at %s",
+			man.Created.Format(time.DateTime), n.data.man.Created.Format(time.DateTime))
+	}
+	return ""
 }

@@ -28,7 +28,8 @@
 //     before Serve (WatchClients, TrainingOver, SuperviseTraining), and
 //     the machine built (newRank, newWindowRank).
 //   - dataset.go: the dataset and the shard a rank serves (Node.data),
-//     opened and checked.
+//     opened and checked, and whether it was packed again under the job
+//     (Node.replaced).
 //   - serve.go: Serve, and Node.epoch, one epoch from traces to
 //     statistics; what came for the next epoch before it began
 //     (Node.next).
@@ -52,6 +53,9 @@
 //   - clients.go: what clients send and the training beside them
 //     (Node.clients), training processes' sessions, clients gone
 //     (loop.checkGone), and the end of a share (loop.end).
+//   - readers.go: the processes that read the trace, and who asked for
+//     each position (Node.readers): a second training process is refused
+//     the positions another one reads, and told which.
 //   - damage.go: damaged data (Node.damaged), files left out (Node.damage),
 //     their limit.
 //   - storage.go: storageWatch, for chunk files storage cannot reach.
@@ -76,7 +80,8 @@
 // takes events in loop.step and loop.wait, and loop.client passes each
 // on. loop.ask holds an Ask for a later epoch in Node.next.held, answers with
 // Delivery.Err one it cannot serve (an earlier epoch, one past the last,
-// a position already waiting, one the machine refuses), and else steps
+// one from a second training process that Node.readers refuses, a
+// position already waiting, one the machine refuses), and else steps
 // proto.ClientRequest, keeps Reply in loop.waiting and calls loop.carry.
 //
 // carry takes Ready from the machine until it has none. Reads go to the
@@ -221,6 +226,12 @@
 //     is that rank's error; the ranks' sum past it, at an epoch's end,
 //     every rank's. At Open, Node.checkSizes treats chunk files cut short
 //     the same way.
+//   - A dataset packed again under the job: before Node.damaged takes
+//     what a read found for damage, Node.replaced reads the manifests
+//     again (the dataset's and its staged copies'). One gone or another
+//     than the one opened means the chunk files no longer match the index
+//     read at start: the rank's error says the dataset was packed again
+//     and the job must start again, whatever Config.OnDamage says.
 //   - Storage: a read failing with chunk.Unreachable is tried again by
 //     storageWatch.retry, after waits doubling from 250 ms to 5 s, for up
 //     to Config.StorageWait, and then ends the job naming the file. While
@@ -228,7 +239,8 @@
 //   - A peer that stops answering: the loop naps when nothing moves, and
 //     peerWatch names a peer it waits for (waitsFor) that sent nothing
 //     for Config.PeerWarn, again every PeerWarn; after PeerTimeout, when
-//     set, it ends the job. quietBarrier after an epoch does the same.
+//     set, it ends the job, whether PeerTimeout is longer than PeerWarn or
+//     not. quietBarrier after an epoch does the same.
 //   - A training process gone: a share whose processes all left
 //     (Session events) for sessionGrace with positions still to ask for,
 //     or every client gone for Config.ClientWait mid-epoch (WatchClients),

@@ -16,11 +16,14 @@ type ClientEvent interface{ clientEvent() }
 // loop never waits on a client). An Ask for a later epoch waits for it;
 // one for an earlier epoch, or past the job's last, gets an error. A nil
 // Reply drops the answer, file or error (the rank's own asks for an ended
-// share's positions).
+// share's positions). Pid is the process that asks: the training process
+// the client belongs to (see readers), or the client's own; 0 when not
+// known.
 type Ask struct {
 	Epoch uint32
 	Sn    int32
 	Reply chan<- Delivery
+	Pid   int
 }
 
 // fail answers r with d, an error, unless its answer is dropped.

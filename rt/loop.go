@@ -271,6 +271,7 @@ func (l *loop) client(ev ClientEvent) error {
 	switch ev := ev.(type) {
 	case Session:
 		l.n.session(ev)
+		l.n.readers.session(ev)
 		return nil
 	case Over:
 		l.ended = true
@@ -315,6 +316,10 @@ func (l *loop) ask(r Ask) error {
 		r.fail(Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: epoch %d is over (this is epoch %d)", l.n.me, r.Epoch, l.epoch)})
 		return nil
 	}
+	if err := l.n.readers.refusal(l.n.me, r, l.epoch); err != nil {
+		r.fail(Delivery{Sn: r.Sn, Err: err})
+		return nil
+	}
 	if _, dup := l.waiting[r.Sn]; dup {
 		r.fail(Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: position %d is already requested", l.n.me, r.Sn)})
 		return nil
@@ -325,6 +330,7 @@ func (l *loop) ask(r Ask) error {
 	}
 	l.waiting[r.Sn] = r.Reply
 	l.asked[r.Sn] = true
+	l.n.readers.took(r)
 	return l.carry()
 }
 

@@ -31,6 +31,7 @@ type Node struct {
 	tally   tally      // stats.go: this epoch's deliveries per file, and the last epoch's order
 	damage  damageLog  // damage.go: damage named in this job, files left out
 	peers   *peerWatch // peers.go: waits on peers, and their word for a barrier
+	readers readers    // readers.go: the processes that read the trace, and who asked each position
 }
 
 // Open opens this rank's shard and builds the protocol state. Every rank

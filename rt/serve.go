@@ -111,6 +111,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		waiting: make(map[int32]chan<- Delivery), files: n.next.files, stats: n.next.stats, doneFrom: make([]bool, n.size)}
 	n.next.files, n.next.stats = nil, loopStats{}
 	l.asked = make([]bool, len(own))
+	n.readers.begin(len(own))
 	l.ended = n.trainingOver()
 	for sn := range from {
 		l.asked[sn] = true // delivered before the restart

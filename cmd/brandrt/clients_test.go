@@ -1,6 +1,10 @@
 package main
 
 import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -153,5 +157,92 @@ func TestClientsGoneMidEpoch(t *testing.T) {
 				t.Fatalf("serve ended %v after the last client went, before --client-wait 2s", took)
 			}
 		})
+	}
+}
+
+// TestSecondTrainingProcess: a second training process on a rank is
+// refused with a message naming the first, which already reads its
+// positions, by pid, rather than "position 0 asked twice". One that
+// declares the same share as the first (as a BrandSampler does) is
+// refused every position it asks, asked before or not; one without a
+// BrandSampler, while the first has none either, the positions the first
+// asked. The first then reads its epoch whole.
+func TestSecondTrainingProcess(t *testing.T) {
+	cleanVader(t)
+	dir := servePack(t, 480, 1, filepath.Join(t.TempDir(), "chunks"))
+	for _, plain := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sampler", true: "plain"}[plain], func(t *testing.T) {
+			var flags []string
+			second, refusals := []string{"--first", "0:2", "--then", "100:102"}, 4
+			if plain {
+				flags, second, refusals = []string{"--plain"}, []string{"--first", "0:2"}, 2
+			}
+			base, hold := t.TempDir(), filepath.Join(t.TempDir(), "hold")
+			env := []string{"BRANDRT_ATTACH=" + base}
+			cmd, out := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "30%", "--epochs", "1")
+			waitFile(t, filepath.Join(base, "local-0", "attach.sock"), 30*time.Second)
+			first, lines := startSecondPy(t, env, append([]string{"--first", "0:40", "--hold", hold}, flags...))
+			if line := nextLine(t, lines, 60*time.Second); line != "read 40" {
+				t.Fatalf("the first process: %q\n%s", line, out)
+			}
+			got, err := testkit.Run(time.Minute, env, python, append(append([]string{"../../python/tests/second.py"}, second...), flags...)...)
+			if err != nil {
+				t.Fatalf("the second process: %v\n%s", err, got)
+			}
+			want := fmt.Sprintf("another training process (pid %d) already reads", first.Process.Pid)
+			if n := strings.Count(string(got), want); n != refusals || strings.Contains(string(got), "asked twice") {
+				t.Errorf("the second process was refused %d times with %q, want %d:\n%s", n, want, refusals, got)
+			}
+			t.Logf("the second process:\n%s", got)
+			if err := os.WriteFile(hold, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if line := nextLine(t, lines, 60*time.Second); line != "done" || first.Wait() != nil {
+				t.Fatalf("the first process: %q, %v\n%s", line, first.ProcessState, out)
+			}
+			if err := exitWithin(t, cmd, 30*time.Second); err != nil {
+				t.Fatalf("serve: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// startSecondPy starts python/tests/second.py with args and returns it
+// and its lines of output; the test's end kills it.
+func startSecondPy(t *testing.T, env, args []string) (*exec.Cmd, <-chan string) {
+	t.Helper()
+	cmd := exec.Command(python, append([]string{"../../python/tests/second.py"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := make(chan string, 16)
+	go func() {
+		defer close(lines)
+		for sc := bufio.NewScanner(stdout); sc.Scan(); {
+			lines <- sc.Text()
+		}
+	}()
+	return cmd, lines
+}
+
+// nextLine returns the next of lines, or fails the test after d.
+func nextLine(t *testing.T, lines <-chan string, d time.Duration) string {
+	t.Helper()
+	select {
+	case l, ok := <-lines:
+		if !ok {
+			t.Fatal("the process ended")
+		}
+		return l
+	case <-time.After(d):
+		t.Fatalf("no line within %v", d)
+		return ""
 	}
 }

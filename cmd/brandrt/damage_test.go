@@ -154,3 +154,45 @@ func mpirunStatus(t *testing.T, np int, args ...string) (string, error) {
 	out, err := testkit.Run(2*time.Minute, nil, "mpirun", mpirunArgv(t, np, args...)...)
 	return string(out), err
 }
+
+// TestServeDatasetPackedAgain packs the dataset of a running 2-rank job
+// again (brandrt pack --force, another seed: every chunk file holds other
+// files) once epoch 1 is reported. The next chunk read finds files that
+// the index the rank read at start does not describe: the job ends,
+// exit status ≠ 0, saying that the dataset was packed again under it and
+// that it must be restarted, under either --on-damage; it does not call
+// that damage, nor suggest --on-damage skip.
+func TestServeDatasetPackedAgain(t *testing.T) {
+	cleanVader(t)
+	input, _ := genInput(t, 640)
+	dir := filepath.Join(t.TempDir(), "chunks")
+	pack := func(seed string) {
+		if _, errs, status := runCLI(t, "pack", "--input", input, "--out", dir, "--chunk-files", "16", "--ranks", "2", "--seed", seed, "--force"); status != 0 {
+			t.Fatal(errs)
+		}
+	}
+	for _, onDamage := range []string{"fail", "skip"} {
+		t.Run(onDamage, func(t *testing.T) {
+			pack("1")
+			repacked := false
+			on := func(line string, _ int) {
+				if !repacked && strings.HasPrefix(line, "epoch 1/") {
+					repacked = true
+					pack("2")
+				}
+			}
+			start := time.Now()
+			out, err := mpirunWatch(t, 2*time.Minute, 2, on, "serve", "--chunks", dir, "--mem", "25%", "--consume", "2", "--epochs", "50",
+				"--on-damage", onDamage)
+			if !repacked || err == nil {
+				t.Fatalf("exit %v after %v, packed again: %v\n%s", err, time.Since(start), repacked, out)
+			}
+			line := lineWith(out, "packed again")
+			if line == "" || !strings.Contains(line, dir) || !strings.Contains(line, "start the job again") ||
+				strings.Contains(out, "--on-damage skip") || strings.Contains(out, "damaged") {
+				t.Fatalf("exit %v, the line %q in:\n%s", err, line, out)
+			}
+			t.Log(line)
+		})
+	}
+}

@@ -88,6 +88,19 @@ def _check_dir(path):
 
 # Seconds a client waits for the rank's welcome.
 _WELCOME_WAIT = 10.0
+# The most bytes of text a refusal carries.
+_MAX_REFUSAL = 4000
+
+
+def _refusal(msg):
+    """The rank's reason when msg is a refusal (the rank cannot take this
+    client: out of descriptors or memory), else None."""
+    if len(msg) < L.REFUSAL_BYTES or msg[:8] != L.REFUSAL_MAGIC:
+        return None
+    version, n = struct.unpack_from("<II", msg, 8)
+    if version != L.VERSION or len(msg) != L.REFUSAL_BYTES + n:
+        return None
+    return msg[L.REFUSAL_BYTES :].decode("utf-8", "replace")
 _UCRED = struct.Struct("3i")  # pid, uid, gid
 
 
@@ -155,14 +168,7 @@ class Client:
         except BrandError as e:
             self._sock.close()
             raise BrandError("cannot attach to %s: %s" % (path, e)) from None
-        self._sock.sendall(struct.pack("<8sII", L.HELLO_MAGIC, L.VERSION, os.getpid()))
-        self._sock.settimeout(_WELCOME_WAIT)
-        try:
-            msg, fds, _, _ = socket.recv_fds(self._sock, 64, 2)
-        except OSError as e:
-            self._sock.close()
-            raise BrandError("%s: no welcome from the rank: %s" % (path, e)) from None
-        self._sock.settimeout(None)
+        msg, fds = self._greet(path)
         try:
             if len(msg) != L.WELCOME_BYTES or msg[:8] != L.WELCOME_MAGIC or not fds:
                 self._sock.close()
@@ -212,6 +218,53 @@ class Client:
         # reads asked for and replies taken (by next()), and the threads
         # inside next(): see _check_unread
         self._asked = self._got = self._readers = 0
+
+    def _greet(self, path):
+        """Say hello to the rank at path and return its welcome (message,
+        descriptors); raise BrandError with the rank's reason when it
+        refuses this client, or when no welcome comes."""
+        try:
+            self._sock.sendall(struct.pack("<8sII", L.HELLO_MAGIC, L.VERSION, os.getpid()))
+        except OSError as e:  # the rank may refuse this client before its hello
+            self._sock.settimeout(1.0)
+            try:
+                msg, fds = self._answer()
+            except OSError:
+                msg, fds = b"", []
+            self._refused(path, msg, fds)
+            self._sock.close()
+            raise BrandError("%s: cannot send the rank a hello: %s" % (path, e)) from None
+        self._sock.settimeout(_WELCOME_WAIT)
+        try:
+            msg, fds = self._answer()
+        except OSError as e:
+            self._sock.close()
+            raise BrandError("%s: no welcome from the rank: %s" % (path, e)) from None
+        self._sock.settimeout(None)
+        self._refused(path, msg, fds)
+        return msg, fds
+
+    def _refused(self, path, msg, fds):
+        """Raise BrandError with the rank's reason when msg is a refusal,
+        closing the socket and fds."""
+        why = _refusal(msg)
+        if why is None:
+            return
+        for fd in fds:
+            os.close(fd)
+        self._sock.close()
+        raise BrandError("%s: the rank refused this client: %s" % (path, why))
+
+    def _answer(self):
+        """The rank's answer to the hello: (message, descriptors). A rank
+        that closed the connection with the hello unread (a refusal)
+        resets it, and the kernel says so once before it hands over what
+        the rank sent: the read is tried again then."""
+        try:
+            msg, fds, _, _ = socket.recv_fds(self._sock, L.REFUSAL_BYTES + _MAX_REFUSAL, 2)
+        except ConnectionResetError:
+            msg, fds, _, _ = socket.recv_fds(self._sock, L.REFUSAL_BYTES + _MAX_REFUSAL, 2)
+        return msg, fds
 
     # counters
     def _u32(self, off):

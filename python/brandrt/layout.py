@@ -17,6 +17,9 @@ TRACE_BYTES = 24
 VERDICT_BYTES = 24
 START_MAGIC = b"BRTSTART"
 START_BYTES = 36
+# what a rank that cannot take a client sends in place of the welcome
+REFUSAL_MAGIC = b"BRTREFUS"
+REFUSAL_BYTES = 16
 
 OFF_MAGIC = 0
 OFF_HEADER_BYTES = 8

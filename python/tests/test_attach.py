@@ -8,6 +8,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -101,6 +102,42 @@ class PeerTest(unittest.TestCase):
             p.wait()
             shutil.rmtree(theirs)
             shutil.rmtree(ours)
+
+
+class RefusalTest(unittest.TestCase):
+    """A rank that cannot take another client (out of descriptors or
+    memory) sends a refusal in place of the welcome, and the client raises
+    the rank's reason instead of waiting for a welcome: whether the rank
+    read its hello first or closed at once with it unread (which resets
+    the connection, and the client may see that before the refusal)."""
+
+    WHY = b"shm: rank 0 cannot take another client now: accept4: too many open files; raise the limit with `ulimit -n N`"
+
+    def refused(self, read_hello):
+        with FakeRank() as r:
+            def refuse():
+                conn, _ = r.sock.accept()
+                with conn:
+                    if read_hello:
+                        conn.recv(64)
+                    conn.send(struct.pack("<8sII", L.REFUSAL_MAGIC, L.VERSION, len(self.WHY)) + self.WHY)
+
+            t = threading.Thread(target=refuse)
+            t.start()
+            try:
+                start = time.monotonic()
+                with self.assertRaises(BrandError) as cm:
+                    Client(attach_dir=r.dir, timeout=5)
+            finally:
+                t.join()
+            self.assertIn("the rank refused this client: " + self.WHY.decode(), str(cm.exception))
+            self.assertLess(time.monotonic() - start, 5, "the client waited for a welcome")
+
+    def test_after_hello(self):
+        self.refused(read_hello=True)
+
+    def test_hello_unread(self):
+        self.refused(read_hello=False)
 
 
 if __name__ == "__main__":

@@ -48,8 +48,12 @@ func (s *Server) accept() {
 	defer s.wg.Done()
 	for {
 		conn, err := s.ln.AcceptUnix()
+		if errors.Is(err, net.ErrClosed) || err != nil && s.closing() {
+			return
+		}
 		if err != nil {
-			return // closed
+			s.acceptFailed(err)
+			continue
 		}
 		s.wg.Add(1)
 		go func() {
@@ -82,16 +86,25 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	if err != nil {
 		return err
 	}
+	line, err := lineage(int(pid))
+	if err == nil {
+		err = roomForClient()
+	}
+	if err != nil {
+		s.refuse(conn, err)
+		return nil
+	}
 	s.mu.Lock()
 	s.next++
 	id := s.next
 	s.mu.Unlock()
 	ring, fd, err := newRing(s.opt.Slots, s.opt.Data, s.rank, id)
 	if err != nil {
-		return err
+		s.refuse(conn, err)
+		return nil
 	}
 	defer ring.Close()
-	c := &client{srv: s, id: id, pid: pid, lineage: lineage(int(pid)), conn: conn, ring: ring, replies: make(chan rt.Delivery, s.maxUnread())}
+	c := &client{srv: s, id: id, pid: pid, lineage: line, conn: conn, ring: ring, replies: make(chan rt.Delivery, s.maxUnread())}
 	// The ring holds the job, the epoch being served and whether the rank
 	// waits for a start before the client sees it: the client reads them
 	// as soon as it maps the ring (an epoch 0 read there once made a
@@ -121,6 +134,9 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	s.mu.Unlock()
 	switch {
 	case err != nil && s.closing(): // Close dropped it before its welcome
+		return nil
+	case short(err):
+		s.refuse(conn, fmt.Errorf("send the welcome: %w", err))
 		return nil
 	case err != nil:
 		return fmt.Errorf("shm: client %d (pid %d): %w", id, pid, err)

@@ -37,6 +37,11 @@ const welcomeWait = 10 * time.Second
 // ErrRankGone is returned when the rank's side of the socket closed.
 var ErrRankGone = errors.New("shm: the brandrt rank went away")
 
+// ErrRefused is returned by Attach when the rank refused the client
+// (out of descriptors or memory): the error goes on with the rank's
+// reason.
+var ErrRefused = errors.New("shm: the rank refused this client")
+
 // Attach connects to the rank serving dir. Like the rank, it refuses an
 // attach directory (or its base) that another user owns or may write to,
 // and a rank that runs as another user.
@@ -62,6 +67,9 @@ func Attach(dir string) (*Client, error) {
 	binary.LittleEndian.PutUint32(hello[8:], version)
 	binary.LittleEndian.PutUint32(hello[12:], uint32(os.Getpid()))
 	if _, err := conn.Write(hello); err != nil {
+		if refused := refusal(conn); refused != nil { // it refused us before the hello
+			err = refused
+		}
 		conn.Close()
 		return nil, fmt.Errorf("shm: attach to %s: %w", sock, err)
 	}
@@ -73,17 +81,13 @@ func Attach(dir string) (*Client, error) {
 	return c, nil
 }
 
+// welcome reads the rank's answer to the hello: a welcome, whose client
+// it returns, or a refusal, whose reason it returns as an error.
 func welcome(conn *net.UnixConn) (*Client, error) {
-	b, oob := make([]byte, 64), make([]byte, syscall.CmsgSpace(2*4))
-	conn.SetReadDeadline(time.Now().Add(welcomeWait))
-	n, oobn, _, _, err := conn.ReadMsgUnix(b, oob)
-	conn.SetReadDeadline(time.Time{})
+	b, oob := make([]byte, refusalBytes+maxRefusal), make([]byte, syscall.CmsgSpace(2*4))
+	n, oobn, err := answer(conn, b, oob, welcomeWait)
 	if err != nil {
 		return nil, err
-	}
-	le := binary.LittleEndian
-	if n != welcomeBytes || string(b[:8]) != welcomeMagic || le.Uint32(b[8:]) != version {
-		return nil, errors.New("the answer is not a welcome")
 	}
 	fds := receivedFDs(oob[:oobn])
 	defer func() {
@@ -91,6 +95,13 @@ func welcome(conn *net.UnixConn) (*Client, error) {
 			syscall.Close(fd)
 		}
 	}()
+	if why, ok := parseRefusal(b[:n]); ok {
+		return nil, fmt.Errorf("%w: %s", ErrRefused, why)
+	}
+	le := binary.LittleEndian
+	if n != welcomeBytes || string(b[:8]) != welcomeMagic || le.Uint32(b[8:]) != version {
+		return nil, errors.New("the answer is not a welcome")
+	}
 	arenaBytes := le.Uint64(b[24:])
 	if want := 1 + min(arenaBytes, 1); uint64(len(fds)) != want {
 		return nil, fmt.Errorf("%d descriptors came with the welcome, not %d", len(fds), want)
@@ -107,6 +118,34 @@ func welcome(conn *net.UnixConn) (*Client, error) {
 		}
 	}
 	return c, nil
+}
+
+// refusal returns the refusal the rank sent on conn, if one waits there
+// (within a second), as an error; else nil.
+func refusal(conn *net.UnixConn) error {
+	b := make([]byte, refusalBytes+maxRefusal)
+	n, _, err := answer(conn, b, nil, time.Second)
+	if err != nil {
+		return nil
+	}
+	if why, ok := parseRefusal(b[:n]); ok {
+		return fmt.Errorf("%w: %s", ErrRefused, why)
+	}
+	return nil
+}
+
+// answer reads the rank's answer to the hello into b and oob, waiting
+// at most wait. A rank that closed the connection with the hello unread
+// (a refusal) resets it, and the kernel says so once before it hands
+// over what the rank sent: the read is tried again then.
+func answer(conn *net.UnixConn, b, oob []byte, wait time.Duration) (n, oobn int, err error) {
+	conn.SetReadDeadline(time.Now().Add(wait))
+	defer conn.SetReadDeadline(time.Time{})
+	n, oobn, _, _, err = conn.ReadMsgUnix(b, oob)
+	if errors.Is(err, syscall.ECONNRESET) {
+		n, oobn, _, _, err = conn.ReadMsgUnix(b, oob)
+	}
+	return n, oobn, err
 }
 
 // Close detaches: the rank frees the rings.

@@ -13,9 +13,25 @@
 // rank reads EOF and frees the rings; when the rank dies the client sees
 // EOF or an error on the socket, which it checks while it waits.
 //
-//	hello, 16 bytes:   magic "BRTHELLO", version u32 (4), pid u32
+//	hello, 16 bytes:   magic "BRTHELLO", version u32 (5), pid u32
 //	welcome, 32 bytes: magic "BRTWELCM", version u32, client id u32,
 //	                   rank u32, ring bytes u32, arena bytes u64
+//	refusal, 16 bytes + n: magic "BRTREFUS", version u32, n u32, then
+//	                   n bytes (at most 4000) of UTF-8 saying why
+//
+// A rank that cannot take a client sends a refusal in place of the
+// welcome and closes the connection: out of descriptors (EMFILE, ENFILE)
+// or memory (ENOMEM, ENOBUFS) when it accepts it, makes or maps its
+// rings, reads its process in /proc or sends the welcome. The text names
+// the limit and how to raise it (for descriptors, the process's
+// RLIMIT_NOFILE soft and hard values and `ulimit -n`); the client raises
+// it as its error. The rank logs the first refusal of a crowd, then at
+// most a line every 10 s, and goes on serving its clients and accepting:
+// out of descriptors at accept, it gives up a descriptor it keeps in
+// reserve to take the waiting client and refuse it. A refusal may come
+// before the client's hello is read; the client then sees the hello
+// fail (EPIPE), or the connection reset once, before it reads the
+// refusal.
 //
 // When arena bytes is not 0, a second descriptor follows the rings': the
 // rank's arena, a memfd the client maps read-only (the descriptor allows
@@ -178,7 +194,13 @@
 // replicas, for as long as it stays attached (BrandSampler sends it); when
 // a share is left without such a process for 5 s while positions of it
 // are still to come in the epoch being served, the rank ends the job
-// with a message saying so, rather than wait for them forever. Kind 4
+// with a message saying so, rather than wait for them forever. A process
+// that declares a share overlapping the share of another process still
+// attached that declared it first (a second training job beside the
+// rank, say) gets an error record for every read, naming the first by
+// pid; so does a process that asks for a position another process asked
+// for in the epoch. A read counts for the training process its client
+// was started by, if any, else for the client's own. Kind 4
 // asks that this client's files in the arena be handed on to its parent
 // process (hand.go): each then comes as a record of kind 6, holding one
 // reference to the file. Kinds 5 and 6 add and release a reference to
@@ -230,7 +252,8 @@
 //
 // The rank's side: server.go (Server: listening, epochs announced,
 // closing), attach.go (the hello and welcome of a process that
-// attaches), conn.go (an attached process, its goroutines and the
+// attaches), refuse.go (a client refused: the rank out of descriptors
+// or memory), conn.go (an attached process, its goroutines and the
 // messages on its socket: traces, starts, verdicts), forward.go (its
 // ring's requests, taken to the loop as rt.Ask, rt.End and rt.Session),
 // deliver.go (the loop's deliveries, written into its ring or lent in

@@ -91,7 +91,7 @@ func (c *client) forward(batch []Request, reqs chan<- rt.ClientEvent, reads bool
 			c.refuse(r.Sn)
 		case reads:
 			c.pending.Add(1)
-			reqs <- rt.Ask{Epoch: r.Epoch, Sn: r.Sn, Reply: c.replies}
+			reqs <- rt.Ask{Epoch: r.Epoch, Sn: r.Sn, Reply: c.replies, Pid: c.reader()}
 		}
 	}
 }

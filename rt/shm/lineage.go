@@ -22,18 +22,22 @@ const maxLineage = 64
 
 // lineage returns pid and its ancestors, nearest first; nil when /proc
 // does not show pid. A walk cut short (a parent exited meanwhile) keeps
-// what it found.
-func lineage(pid int) []int {
+// what it found. The error is for a rank out of descriptors or memory,
+// which cannot read /proc: the client cannot be checked, and is refused.
+func lineage(pid int) ([]int, error) {
 	var line []int
 	for pid > 0 && len(line) < maxLineage {
 		ppid, err := parentOf(pid)
+		if short(err) {
+			return nil, fmt.Errorf("read the process of the client: %w", err)
+		}
 		if err != nil {
 			break
 		}
 		line = append(line, pid)
 		pid = ppid
 	}
-	return line
+	return line, nil
 }
 
 // parentOf reads pid's parent from /proc/<pid>/stat: "pid (comm) state
@@ -70,6 +74,23 @@ func (c *client) stray() bool {
 		}
 	}
 	return true
+}
+
+// reader returns the process c reads for: the nearest of its process and
+// its ancestors that declared itself a training process, else its own.
+func (c *client) reader() int {
+	s := c.srv
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sessions[int(c.pid)] > 0 {
+		return int(c.pid)
+	}
+	for _, p := range c.lineage {
+		if s.sessions[p] > 0 {
+			return p
+		}
+	}
+	return int(c.pid)
 }
 
 // refuse answers a stray client's read with an error, and names the

@@ -11,7 +11,7 @@ import (
 // TestLineage: a process's lineage is itself, its parent and so on up to
 // init, also when its command name holds spaces and parentheses.
 func TestLineage(t *testing.T) {
-	line := lineage(os.Getpid())
+	line, _ := lineage(os.Getpid())
 	if len(line) < 2 || line[0] != os.Getpid() || line[1] != os.Getppid() || line[len(line)-1] != 1 {
 		t.Fatalf("lineage of this process %d (parent %d): %v", os.Getpid(), os.Getppid(), line)
 	}
@@ -32,10 +32,10 @@ func TestLineage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	if got := lineage(cmd.Process.Pid); !slices.Equal(got, append([]int{cmd.Process.Pid}, line...)) {
+	if got, _ := lineage(cmd.Process.Pid); !slices.Equal(got, append([]int{cmd.Process.Pid}, line...)) {
 		t.Fatalf("lineage of a child named %q: %v, want it and %v", filepath.Base(odd), got, line)
 	}
-	if got := lineage(1 << 30); got != nil {
-		t.Fatalf("lineage of a process that does not exist: %v", got)
+	if got, err := lineage(1 << 30); got != nil || err != nil {
+		t.Fatalf("lineage of a process that does not exist: %v, %v", got, err)
 	}
 }

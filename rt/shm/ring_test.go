@@ -22,7 +22,7 @@ import (
 func TestLayoutGolden(t *testing.T) {
 	ours := map[string]string{
 		"ring_magic": ringMagic, "hello_magic": helloMagic, "welcome_magic": welcomeMagic,
-		"trace_magic": traceMagic, "verdict_magic": verdictMagic, "start_magic": startMagic,
+		"trace_magic": traceMagic, "verdict_magic": verdictMagic, "start_magic": startMagic, "refusal_magic": refusalMagic,
 	}
 	for k, v := range map[string]int{
 		"version": version, "hello_bytes": helloBytes, "welcome_bytes": welcomeBytes, "header_bytes": headerBytes,
@@ -33,7 +33,7 @@ func TestLayoutGolden(t *testing.T) {
 		"slot_bytes": slotBytes, "unread_slots": unreadSlots, "record_header": recordHeader, "record_align": recordAlign,
 		"kind_read": KindRead, "rec_file": RecFile, "rec_error": RecError, "rec_pad": RecPad, "rec_shared": RecShared, "rec_skipped": RecSkipped, "rec_handed": RecHanded, "arena_grain": arenaGrain, "kind_hand": KindHand, "kind_hold": KindHold, "kind_release": KindRelease,
 		"resume_none": ResumeNone, "resume_waiting": ResumeWaiting, "resume_taken": ResumeTaken,
-		"trace_bytes": traceBytes, "verdict_bytes": verdictBytes, "start_bytes": startBytes,
+		"trace_bytes": traceBytes, "verdict_bytes": verdictBytes, "start_bytes": startBytes, "refusal_bytes": refusalBytes,
 	} {
 		ours[k] = fmt.Sprint(v)
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/brandrt/brandrt/rt"
@@ -42,6 +43,11 @@ type Server struct {
 	// stopping is closed when Close begins: no offer waits for the rank
 	// any more.
 	stopping chan struct{}
+	// spare is a descriptor the accept loop holds in reserve, to refuse a
+	// client when the rank is out of descriptors (acceptFailed); −1 when
+	// it has none. refusals spaces the lines about clients refused.
+	spare    int
+	refusals refusalLog
 
 	logMu    sync.Mutex
 	mu       sync.Mutex
@@ -141,7 +147,7 @@ func Listen(dir string, rank int, o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shm: listen on %s: %w", sock, err)
 	}
-	s := &Server{dir: dir, ln: ln, rank: uint32(rank), opt: o, stopping: make(chan struct{}), clients: make(map[uint32]*client)}
+	s := &Server{dir: dir, ln: ln, rank: uint32(rank), opt: o, stopping: make(chan struct{}), spare: openSpare(), clients: make(map[uint32]*client)}
 	s.wg.Add(2)
 	go s.accept()
 	go s.sweepHanded()
@@ -279,6 +285,9 @@ func (s *Server) close() error {
 		c.conn.Close()
 	}
 	s.wg.Wait()
+	if s.spare >= 0 {
+		syscall.Close(s.spare)
+	}
 	s.dropHanded(nil) // what the clients handed on while closing
 	s.Unlink()
 	return err
