@@ -35,9 +35,13 @@ type dataset struct {
 }
 
 // open reads the manifest, opens the shards this rank serves, and builds
-// the mapping and the protocol state within the rank's budget.
+// the mapping and the protocol state within the rank's budget. A
+// manifest or index that cannot be reached (a mount slow to appear) is
+// waited for as chunk files are (storageWatch).
 func (n *Node) open() error {
-	man, err := chunk.ReadManifest(n.cfg.FS, n.data.dir)
+	w := n.newStorageWatch()
+	var man *chunk.Manifest
+	err := w.retry(func() (err error) { man, err = chunk.ReadManifest(n.cfg.FS, n.data.dir); return err })
 	if err != nil {
 		return err
 	}
@@ -55,7 +59,7 @@ func (n *Node) open() error {
 		return fmt.Errorf("rt: rank %d serves shards %d–%d of %s, and was given %d directories for them", n.me, lo, hi-1, n.data.dir, len(dirs))
 	}
 	n.data.man, n.data.k = man, man.K
-	if n.data.shard, err = chunk.OpenHome(n.cfg.FS, dirs, man, lo); err != nil {
+	if err := w.retry(func() (err error) { n.data.shard, err = chunk.OpenHome(n.cfg.FS, dirs, man, lo); return err }); err != nil {
 		return err
 	}
 	if err := n.checkSizes(); err != nil {

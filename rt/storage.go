@@ -10,7 +10,8 @@ import (
 )
 
 // storageWatch is what the I/O workers share about storage that cannot
-// be reached (a chunk file that cannot be opened or read: chunk.Unreachable).
+// be reached (a chunk file that cannot be opened or read: chunk.Unreachable;
+// open uses one for the manifest and the indexes too).
 // Such a read is made again, after waits that double from
 // storageFirstWait to storageLastWait, for up to Config.StorageWait from its first failure: a
 // network file system's server failing over or a mount coming back costs
