@@ -22,6 +22,11 @@ type Config struct {
 	// ShardDirs, when set, are the directories that hold this rank's
 	// shards, one per shard in order (staged copies; see chunk.OpenHome).
 	ShardDirs []string
+	// Source, when set, is the dataset that the copies the rank reads
+	// (ShardDirs, or Chunks) were staged from, "{rank}" in it replaced by
+	// the rank: a chunk that a copy holds damaged (read twice) is read
+	// from there before it counts as damage (see fallback).
+	Source string
 	// MemBytes is the rank's budget in bytes for its own files in memory
 	// (its local VCs). When zero, MemFraction of the rank's shard is used.
 	MemBytes    int64

@@ -15,9 +15,11 @@ type dataset struct {
 	dir string
 	man *chunk.Manifest
 	// homes[r] is the first shard rank r serves (chunk.Assign); shard
-	// reads this rank's.
-	homes []int
-	shard *chunk.Home
+	// reads this rank's, source the dataset its staged copies were copied
+	// from (nil: none).
+	homes  []int
+	shard  *chunk.Home
+	source *fallback
 	// m maps every rank's files; first is this rank's first file, k the
 	// files per chunk.
 	m     *proto.Mapping
@@ -100,9 +102,12 @@ func (n *Node) open() error {
 	// buffers cut into the places freed files leave and the arena kept
 	// growing past its slack and giving pages back to the kernel (16 % of
 	// the rank's CPU in fallocate, measured, and page faults after).
+	var mem chunk.Memory
 	if n.cfg.Memory != nil && n.data.m.MemBytes(n.me) >= n.data.m.ShardBytes(n.me) {
-		n.data.shard.SetMemory(n.cfg.Memory)
+		mem = n.cfg.Memory
+		n.data.shard.SetMemory(mem)
 	}
+	n.data.source = n.newFallback(mem)
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/chunk/chunktest"
 	"github.com/brandrt/brandrt/chunk/stage"
+	"github.com/brandrt/brandrt/internal/testkit"
 )
 
 // lastLine returns the last line of out.
@@ -203,7 +204,7 @@ func TestServeStage(t *testing.T) {
 		t.Fatal(err)
 	}
 	out = serve()
-	if !strings.Contains(out, "brandrt: rank 1: its staged copy of shard 1 was not reused: chunk: rank 1 chunk 2") ||
+	if !strings.Contains(out, "brandrt: rank 1: its staged copy of shard 1 was not reused: chunk: rank 1 chunk 2") || !strings.Contains(out, "; copying it again from "+shared+"\n") ||
 		!strings.Contains(out, "brandrt: rank 1: staged shard 1 to") || !strings.Contains(out, "brandrt: rank 0: reusing its staged copy of shard 0") ||
 		!strings.Contains(out, "every file delivered exactly once") {
 		t.Fatalf("job 3, a byte of rank 1's copy flipped:\n%s", out)
@@ -344,5 +345,73 @@ func TestStageTwoRanksOnASmallDisk(t *testing.T) {
 	slices.Sort(want)
 	if left := leftOn(t, small); !slices.Equal(left, want) {
 		t.Errorf("left on %s: %v, want rank %d's copies alone: %v", small, left, w, want)
+	}
+}
+
+// damageCopy flips a byte in a file of every chunk file of shard's copy
+// in dir.
+func damageCopy(t *testing.T, dir string, shard int) {
+	t.Helper()
+	chunks, _ := filepath.Glob(filepath.Join(dir, chunk.RankDir(shard), "chunk-*.brc"))
+	for c := range chunks {
+		for _, e := range chunkEntries(t, dir, shard, c) {
+			if e.Size > 0 {
+				testkit.Flip(t, filepath.Join(dir, chunk.RankDir(shard), chunk.ChunkName(c)), e.Offset+int64(e.Size)/2)
+				break
+			}
+		}
+	}
+}
+
+// TestServeStagedCopyDamaged serves copies that serve --stage made on 2
+// ranks, and damages every chunk file of rank 1's copy once epoch 1 is
+// reported, as a failing local disk would. The later epochs' reads find
+// the damage (twice) and read those chunks from the source instead,
+// saying so once per chunk, and every epoch delivers every file exactly
+// once. With rank 1's shard gone from the source too, the job ends, in
+// a line that names both the damage of the copy and the source's error
+// (ENOENT).
+func TestServeStagedCopyDamaged(t *testing.T) {
+	clean := servePack(t, 400, 2, filepath.Join(t.TempDir(), "chunks"))
+	for _, gone := range []bool{false, true} {
+		t.Run(map[bool]string{false: "source", true: "source gone"}[gone], func(t *testing.T) {
+			cleanVader(t)
+			shared := filepath.Join(t.TempDir(), "chunks")
+			copyTree(t, clean, shared)
+			local := t.TempDir()
+			damaged := false
+			on := func(line string, _ int) {
+				if damaged || !strings.HasPrefix(line, "epoch 1/") {
+					return
+				}
+				damaged = true
+				damageCopy(t, stage.Dir(local, shared, 1), 1)
+				if gone {
+					if err := os.Rename(filepath.Join(shared, chunk.RankDir(1)), filepath.Join(shared, "gone")); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			out, err := mpirunWatch(t, 2*time.Minute, 2, on, "serve", "--chunks", shared, "--stage", local, "--mem", "25%", "--consume", "2",
+				"--epochs", "3", "--pause", "300ms", "--storage-wait", "1s")
+			if !damaged {
+				t.Fatalf("no epoch 1 reported:\n%s", out)
+			}
+			copied := filepath.Join(stage.Dir(local, shared, 1), chunk.RankDir(1))
+			if !gone {
+				said := lineWith(out, "its staged copy of shard 1 chunk ")
+				if err != nil || strings.Count(out, "every file delivered exactly once") != 3 || !strings.Contains(said, copied) ||
+					!strings.Contains(said, "is damaged (read twice)") || !strings.Contains(said, "read the chunk from the source, "+filepath.Join(shared, chunk.RankDir(1))) {
+					t.Fatalf("exit %v; want every epoch whole and a line saying that a damaged chunk of the copy was read from the source:\n%s", err, out)
+				}
+				return
+			}
+			line := lineWith(out, "damaged data")
+			for _, w := range []string{copied, "checksum", "its staged copy is damaged and the source cannot be read either", filepath.Join(shared, chunk.RankDir(1)), "(ENOENT)"} {
+				if err == nil || !strings.Contains(line, w) {
+					t.Fatalf("exit %v; no %q in the line that ends the job (%q):\n%s", err, w, line, out)
+				}
+			}
+		})
 	}
 }
