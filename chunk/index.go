@@ -2,6 +2,7 @@ package chunk
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -100,13 +101,19 @@ func writeIndexTo(f io.Writer, rank, k int, first int64, entries []Entry) (uint3
 	return c, nil
 }
 
-// OpenIndex opens the index of rank in the rank directory dir and checks
-// its checksums. Close it when done.
+// OpenIndex opens the index of rank (the shard) in the rank directory dir
+// and checks its checksums. Close it when done. An index that cannot be
+// opened or read is a StorageError (see Unreachable), one whose bytes are
+// wrong is not.
 func OpenIndex(fsys FS, dir string, rank int) (*Index, error) {
 	name := join(dir, indexName)
 	data, release, err := mapFile(fsys, name)
 	if err != nil {
-		return nil, fmt.Errorf("chunk: open index of rank %d: %w", rank, err)
+		var se *StorageError
+		if errors.As(err, &se) {
+			se.Of = fmt.Sprintf("shard %d index", rank)
+		}
+		return nil, err
 	}
 	ix, err := parseIndex(data, rank)
 	if err != nil {
@@ -220,27 +227,32 @@ type mapper interface {
 }
 
 // mapFile maps name read-only, or reads it whole when the FS cannot map.
+// Its errors are StorageErrors.
 func mapFile(fsys FS, name string) ([]byte, func() error, error) {
+	unreachable := func(op string, err error) error { return &StorageError{File: name, Op: op, Err: UnwrapPath(err)} }
 	f, err := fsys.Open(name, false)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, unreachable("open", err)
 	}
 	if m, ok := f.(mapper); ok {
 		data, unmap, err := m.mmap()
 		cerr := f.Close()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, unreachable("map", err)
 		}
 		return data, unmap, cerr
 	}
 	defer f.Close()
 	fi, err := fsys.Stat(name)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, unreachable("stat", err)
 	}
 	data := make([]byte, fi.Size())
 	if n, err := f.ReadAt(data, 0); n != len(data) {
-		return nil, nil, fmt.Errorf("read %s: %d of %d bytes: %w", name, n, len(data), err)
+		if err == nil || errors.Is(err, io.EOF) {
+			err = fmt.Errorf("%d of %d bytes: %w", n, len(data), io.ErrUnexpectedEOF)
+		}
+		return nil, nil, unreachable("read", err)
 	}
 	return data, func() error { return nil }, nil
 }

@@ -72,17 +72,19 @@ func (m *Manifest) Hash() uint64 {
 	return h.Sum64()
 }
 
-// ReadManifest reads and checks the manifest of the dataset in dir.
+// ReadManifest reads and checks the manifest of the dataset in dir. A
+// manifest that cannot be opened or read is a StorageError (see
+// Unreachable), one whose bytes are wrong is not.
 func ReadManifest(fsys FS, dir string) (*Manifest, error) {
 	name := join(dir, ManifestName)
 	f, err := fsys.Open(name, false)
 	if err != nil {
-		return nil, fmt.Errorf("chunk: %s is not a complete dataset: %w", dir, err)
+		return nil, fmt.Errorf("chunk: %s is not a complete dataset: %w", dir, &StorageError{File: name, Op: "open", Err: UnwrapPath(err)})
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<30))
 	if err != nil {
-		return nil, fmt.Errorf("chunk: read %s: %w", name, err)
+		return nil, &StorageError{File: name, Op: "read", Err: UnwrapPath(err)}
 	}
 	return ParseManifest(data, name)
 }

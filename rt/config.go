@@ -22,6 +22,11 @@ type Config struct {
 	// ShardDirs, when set, are the directories that hold this rank's
 	// shards, one per shard in order (staged copies; see chunk.OpenHome).
 	ShardDirs []string
+	// Source, when set, is the dataset that the copies the rank reads
+	// (ShardDirs, or Chunks) were staged from, "{rank}" in it replaced by
+	// the rank: a chunk that a copy holds damaged (read twice) is read
+	// from there before it counts as damage (see fallback).
+	Source string
 	// MemBytes is the rank's budget in bytes for its own files in memory
 	// (its local VCs). When zero, MemFraction of the rank's shard is used.
 	MemBytes    int64
@@ -113,10 +118,12 @@ type Config struct {
 	// at the end of an epoch whose skipped files, summed, do.
 	MaxSkipped         int64
 	MaxSkippedFraction float64
-	// StorageWait is how long a rank tries again to read a chunk file it
-	// cannot reach (missing, no permission, EIO, ESTALE: storage's fault,
-	// never damage) before it ends the job naming the file and the error;
-	// 0 ends it at the first failure. See storageWatch.
+	// StorageWait is how long a rank tries again to read a file of the
+	// dataset it cannot reach (missing, no permission, EIO, ESTALE:
+	// storage's fault, never damage): the manifest and the indexes when it
+	// opens the dataset, the chunk files then and while it serves. Past it
+	// the rank ends the job naming the file and the error; 0 ends it at
+	// the first failure. See storageWatch.
 	StorageWait time.Duration
 	// PeerWarn is how long a rank waits on a peer that sends nothing
 	// before it says so, naming the peer (and again each PeerWarn after);

@@ -12,10 +12,12 @@ import (
 // damageLog is the damage a rank found in this job (Node.damage): named
 // holds what was already named (shard, chunk, slot; slot −1 the header),
 // lost what a client hears for each damaged file of this rank
-// (Config.OnDamage "skip").
+// (Config.OnDamage "skip"), staged the chunks (shard, chunk) of staged
+// copies found damaged and read from the source instead (fallback).
 type damageLog struct {
-	named map[[3]int]bool
-	lost  map[proto.FileID]string
+	named  map[[3]int]bool
+	lost   map[proto.FileID]string
+	staged map[[2]int]bool
 }
 
 // damaged deals with what a chunk read found damaged on storage (read
@@ -31,6 +33,7 @@ func (n *Node) damaged(res *readResult) error {
 			return err
 		}
 	}
+	n.stagedDamage(res)
 	if d := res.transient; d != nil && n.once(d) {
 		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v on a first read; read again, the chunk was intact\n", n.me, d)
 	}
@@ -40,14 +43,18 @@ func (n *Node) damaged(res *readResult) error {
 	if len(res.damage) == 0 {
 		return nil
 	}
+	also := "" // why the source of a staged copy did not stand in
+	if res.source != nil {
+		also = "; " + res.source.Error()
+	}
 	if n.cfg.OnDamage != "skip" {
-		return fmt.Errorf("rt: rank %d: damaged data (read twice): %v%s; the job stops (brandrt serve --on-damage skip leaves damaged files out; brandrt verify checks the whole dataset)",
-			n.me, &res.damage[0], moreSlots(res.damage[1:]))
+		return fmt.Errorf("rt: rank %d: damaged data (read twice): %v%s%s; the job stops (brandrt serve --on-damage skip leaves damaged files out; brandrt verify checks the whole dataset)",
+			n.me, &res.damage[0], moreSlots(res.damage[1:]), also)
 	}
 	var news []chunk.Damage
 	for i := range res.damage {
 		if d := &res.damage[i]; n.once(d) {
-			n.damage.lost[proto.FileID(d.ID)] = fmt.Sprintf("file %d is damaged on storage and left out (--on-damage skip): %v", d.ID, d)
+			n.damage.lost[proto.FileID(d.ID)] = fmt.Sprintf("file %d is damaged on storage and left out (--on-damage skip): %v%s", d.ID, d, also)
 			news = append(news, *d)
 		}
 	}
@@ -55,12 +62,27 @@ func (n *Node) damaged(res *readResult) error {
 		return nil
 	}
 	most := n.skipLimit()
-	fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v%s; left out of every epoch (--on-damage skip; this rank has left out %d files, the job may leave out %d: --max-skipped)\n",
-		n.me, &news[0], moreSlots(news[1:]), len(n.damage.lost), most)
+	fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v%s%s; left out of every epoch (--on-damage skip; this rank has left out %d files, the job may leave out %d: --max-skipped)\n",
+		n.me, &news[0], moreSlots(news[1:]), also, len(n.damage.lost), most)
 	if int64(len(n.damage.lost)) > most {
 		return n.tooManySkipped(int64(len(n.damage.lost)), "on this rank")
 	}
 	return nil
+}
+
+// stagedDamage says, once per chunk, that res's chunk was damaged in its
+// staged copy and read from the source instead (fallback).
+func (n *Node) stagedDamage(res *readResult) {
+	d := res.staged
+	if d == nil || n.damage.staged[[2]int{d.Rank, d.Chunk}] {
+		return
+	}
+	if n.damage.staged == nil {
+		n.damage.staged = make(map[[2]int]bool)
+	}
+	n.damage.staged[[2]int{d.Rank, d.Chunk}] = true
+	fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: its staged copy of shard %d chunk %d is damaged (read twice): %v; read the chunk from the source, %s, instead\n",
+		n.me, d.Rank, d.Chunk, d, res.stagedFrom)
 }
 
 // moreSlots names the slots of more damaged files of the same chunk.

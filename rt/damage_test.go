@@ -2,6 +2,8 @@ package rt
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -113,4 +115,80 @@ func TestServeRetriesIOErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A rank that reads a staged copy of the dataset (Source names the
+// dataset it was copied from) and finds a chunk damaged in it, on every
+// read, reads that chunk from the source instead, and says so once:
+// every file arrives intact, in every epoch. When the source's shard
+// cannot be opened either (ENOENT, past StorageWait), the damage stands,
+// and what says so names both the damage of the copy and the source's
+// error: the job's error (OnDamage "fail"), or the line that leaves the
+// file out ("skip").
+func TestServeStagedCopyFallsBack(t *testing.T) {
+	src := packed(t, 400, 2, 8)
+	staged := filepath.Join(t.TempDir(), "staged")
+	if err := os.CopyFS(staged, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+	ix, err := chunk.OpenIndex(chunk.OS, filepath.Join(staged, chunk.RankDir(1)), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := ix.Entry(3*8 + 2) // shard 1, chunk 3, slot 2
+	ix.Close()
+	copied := filepath.Join(staged, "rank-00001", "chunk-00000003.brc")
+	fromSource := "read the chunk from the source, " + filepath.Join(src, "rank-00001", "chunk-00000003.brc") + ", instead"
+	both := "its staged copy is damaged and the source cannot be read either: chunk: shard 1 index: storage unreachable: open " +
+		filepath.Join(src, "rank-00001", chunk.IndexName) + ": no such file or directory (ENOENT)"
+	for _, tc := range []struct{ name, onDamage string }{{"source", "fail"}, {"source gone", "fail"}, {"source gone", "skip"}} {
+		t.Run(tc.name+"/"+tc.onDamage, func(t *testing.T) {
+			log := new(testkit.Log)
+			cfg := DefaultConfig()
+			cfg.Chunks, cfg.Source, cfg.MemFraction, cfg.Epochs, cfg.Consume, cfg.Log = staged, src, 0.25, 2, 2, log
+			cfg.OnDamage, cfg.StorageWait = tc.onDamage, time.Second
+			fsys := chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpRead, Path: copied, Flip: e.Offset + int64(e.Size)/2})
+			if tc.name == "source gone" {
+				fsys.Add(chunktest.Rule{Op: chunktest.OpOpen, Path: filepath.Join(src, "rank-00001"), Err: syscall.ENOENT})
+			}
+			cfg.FS = fsys
+			stats, err := serveLocalErr(t, 2, cfg)
+			said := lineWith(log.String(), "its staged copy")
+			switch {
+			case tc.name == "source":
+				if err != nil || strings.Count(log.String(), "its staged copy of shard 1 chunk 3 is damaged (read twice): ") != 1 ||
+					!strings.Contains(said, copied) || !strings.Contains(said, fromSource) {
+					t.Fatalf("%v\n%s", err, log)
+				}
+				for _, s := range stats {
+					if !s.OK() || s.FilesSkipped != 0 || s.FilesDelivered != 400 {
+						t.Errorf("epoch %d: %+v", s.Epoch, s)
+					}
+				}
+			case tc.onDamage == "fail":
+				if err == nil || !strings.Contains(err.Error(), copied) || !strings.Contains(err.Error(), both) {
+					t.Fatalf("error %v, want it to name %s and contain %q\n%s", err, copied, both, log)
+				}
+			default:
+				if err != nil || strings.Count(log.String(), both) != 1 || !strings.Contains(lineWith(log.String(), both), copied) {
+					t.Fatalf("%v\n%s", err, log)
+				}
+				for _, s := range stats {
+					if !s.OK() || s.FilesSkipped != 1 || s.FilesDelivered != 399 {
+						t.Errorf("epoch %d: %+v", s.Epoch, s)
+					}
+				}
+			}
+		})
+	}
+}
+
+// lineWith returns the first line of out that contains s, or "".
+func lineWith(out, s string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
+	return ""
 }

@@ -23,9 +23,11 @@ type dataset struct {
 	opened []string
 	hash   uint64
 	// homes[r] is the first shard rank r serves (chunk.Assign); shard
-	// reads this rank's.
-	homes []int
-	shard *chunk.Home
+	// reads this rank's, source the dataset its staged copies were copied
+	// from (nil: none).
+	homes  []int
+	shard  *chunk.Home
+	source *fallback
 	// m maps every rank's files; first is this rank's first file, k the
 	// files per chunk.
 	m     *proto.Mapping
@@ -43,9 +45,13 @@ type dataset struct {
 }
 
 // open reads the manifest, opens the shards this rank serves, and builds
-// the mapping and the protocol state within the rank's budget.
+// the mapping and the protocol state within the rank's budget. A
+// manifest or index that cannot be reached (a mount slow to appear) is
+// waited for as chunk files are (storageWatch).
 func (n *Node) open() error {
-	man, err := chunk.ReadManifest(n.cfg.FS, n.data.dir)
+	w := n.newStorageWatch()
+	var man *chunk.Manifest
+	err := w.retry(func() (err error) { man, err = chunk.ReadManifest(n.cfg.FS, n.data.dir); return err })
 	if err != nil {
 		return err
 	}
@@ -64,7 +70,7 @@ func (n *Node) open() error {
 	}
 	n.data.man, n.data.k, n.data.hash = man, man.K, man.Hash()
 	n.data.opened = distinct(append([]string{n.data.dir}, dirs...))
-	if n.data.shard, err = chunk.OpenHome(n.cfg.FS, dirs, man, lo); err != nil {
+	if err := w.retry(func() (err error) { n.data.shard, err = chunk.OpenHome(n.cfg.FS, dirs, man, lo); return err }); err != nil {
 		return err
 	}
 	if err := n.checkSizes(); err != nil {
@@ -105,9 +111,12 @@ func (n *Node) open() error {
 	// buffers cut into the places freed files leave and the arena kept
 	// growing past its slack and giving pages back to the kernel (16 % of
 	// the rank's CPU in fallocate, measured, and page faults after).
+	var mem chunk.Memory
 	if n.cfg.Memory != nil && n.data.m.MemBytes(n.me) >= n.data.m.ShardBytes(n.me) {
-		n.data.shard.SetMemory(n.cfg.Memory)
+		mem = n.cfg.Memory
+		n.data.shard.SetMemory(mem)
 	}
+	n.data.source = n.newFallback(mem)
 	return nil
 }
 

@@ -58,7 +58,10 @@
 //     the positions another one reads, and told which.
 //   - damage.go: damaged data (Node.damaged), files left out (Node.damage),
 //     their limit.
-//   - storage.go: storageWatch, for chunk files storage cannot reach.
+//   - storage.go: storageWatch, for files of the dataset storage cannot
+//     reach.
+//   - fallback.go: fallback, the dataset staged copies were made from,
+//     read in place of a chunk damaged in a copy.
 //   - peers.go: peerWatch, for peers that send nothing while awaited
 //     (Node.peers).
 //   - stats.go: EpochStats, Node.reduce across the ranks, EpochStats.OK;
@@ -225,7 +228,10 @@
 //     Delivery.Damaged (Node.damageNote). Past Node.skipLimit on one rank
 //     is that rank's error; the ranks' sum past it, at an epoch's end,
 //     every rank's. At Open, Node.checkSizes treats chunk files cut short
-//     the same way.
+//     the same way. A rank reading staged copies (Config.Source) reads a
+//     chunk whose damage stands from the source instead (fallback), and
+//     says so once per chunk; only when the source cannot stand in (it
+//     cannot be reached, or is damaged too) is it damage, named with why.
 //   - A dataset packed again under the job: before Node.damaged takes
 //     what a read found for damage, Node.replaced reads the manifests
 //     again (the dataset's and its staged copies'). One gone or another
@@ -234,8 +240,9 @@
 //     and the job must start again, whatever Config.OnDamage says.
 //   - Storage: a read failing with chunk.Unreachable is tried again by
 //     storageWatch.retry, after waits doubling from 250 ms to 5 s, for up
-//     to Config.StorageWait, and then ends the job naming the file. While
-//     a read waits, the loop blames no peer (loop.waitsFor).
+//     to Config.StorageWait, and then ends the job naming the file; Open
+//     waits so for the manifest and the indexes. While a read waits, the
+//     loop blames no peer (loop.waitsFor).
 //   - A peer that stops answering: the loop naps when nothing moves, and
 //     peerWatch names a peer it waits for (waitsFor) that sent nothing
 //     for Config.PeerWarn, again every PeerWarn; after PeerTimeout, when

@@ -23,6 +23,13 @@ type readResult struct {
 	// transient is what a first read found damaged when a later read
 	// found the chunk intact.
 	transient *chunk.Damage
+	// staged is the damage a staged copy held when the chunk was read
+	// from the source instead (fallback), stagedFrom the source's chunk
+	// file; source says why the source could not stand in for a
+	// damaged copy.
+	staged     *chunk.Damage
+	stagedFrom string
+	source     error
 	// resident: the chunk came from memory, not storage.
 	resident bool
 	// kept are the files proto loaded from the chunk.
@@ -50,9 +57,10 @@ type ioPool struct {
 	watch   *storageWatch
 }
 
-// newIOPool starts workers reading chunks of shard; w says what they do
-// while storage cannot be reached.
-func newIOPool(shard *chunk.Home, firstPC, workers int, w *storageWatch) *ioPool {
+// newIOPool starts workers reading chunks of shard, and of src in place
+// of a damaged staged copy (nil: none); w says what they do while
+// storage cannot be reached.
+func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storageWatch) *ioPool {
 	// done has no room: a finished read's buffer waits in its worker, so
 	// that no more than workers chunk buffers are ever held by reads
 	// (Node.Footprint counts them); the loop takes results at once.
@@ -62,7 +70,7 @@ func newIOPool(shard *chunk.Home, firstPC, workers int, w *storageWatch) *ioPool
 		go func() {
 			defer p.wg.Done()
 			for r := range p.queue {
-				p.done <- readChunk(shard, r, r.PC-firstPC, w)
+				p.done <- readChunk(shard, src, r, r.PC-firstPC, w)
 			}
 		}()
 	}
@@ -71,13 +79,24 @@ func newIOPool(shard *chunk.Home, firstPC, workers int, w *storageWatch) *ioPool
 
 // readChunk reads chunk c whole. A read that finds a file damaged is
 // made once more at once, since a fault on the way from storage may not
-// repeat: what the second read finds stands. A chunk file that cannot be
-// opened or read is tried again while storage may come back (see
-// storageWatch).
-func readChunk(shard *chunk.Home, r proto.Read, c int, w *storageWatch) readResult {
+// repeat: what the second read finds stands, unless src, the source of
+// a staged copy, has the chunk intact (fallback). A chunk file that
+// cannot be opened or read is tried again while storage may come back
+// (see storageWatch).
+func readChunk(shard *chunk.Home, src *fallback, r proto.Read, c int, w *storageWatch) readResult {
+	res := readTwice(shard, r, c, w.retry)
+	if len(res.damage) == 0 || res.err != nil || src == nil {
+		return res
+	}
+	return src.standIn(res, r, c, w)
+}
+
+// readTwice reads chunk c of shard whole through retry, and once more if
+// the read finds damage.
+func readTwice(shard *chunk.Home, r proto.Read, c int, retry func(func() error) error) readResult {
 	var res readResult
 	read := func() {
-		res.err = w.retry(func() error { res = readOnce(shard, r, c); return res.err })
+		res.err = retry(func() error { res = readOnce(shard, r, c); return res.err })
 	}
 	if read(); len(res.damage) == 0 || res.err != nil {
 		return res

@@ -74,8 +74,10 @@ func (e everyRank) Unwrap() error { return e.error }
 // waiting for it, and must end the job (collectives.Comm.Abort).
 func EveryRank(err error) bool { return errors.As(err, new(everyRank)) }
 
-// Close releases the shard.
+// Close releases the shard, and the source of its staged copies if it
+// was opened.
 func (n *Node) Close() {
+	n.data.source.close()
 	if n.data.shard != nil {
 		_ = n.data.shard.Close()
 		n.data.shard = nil

@@ -27,7 +27,7 @@ type nextEpoch struct {
 // thread costs a handoff between OS threads every time.
 func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 	firstPC, _ := n.data.m.RankPCs(n.me)
-	io := newIOPool(n.data.shard, firstPC, n.cfg.IOWorkers, n.newStorageWatch())
+	io := newIOPool(n.data.shard, n.data.source, firstPC, n.cfg.IOWorkers, n.newStorageWatch())
 	defer io.close()
 	if mem, shard := n.data.m.MemBytes(n.me), n.data.m.ShardBytes(n.me); mem >= shard {
 		io.resident = make(map[int]*chunkBuf)

@@ -10,7 +10,8 @@ import (
 )
 
 // storageWatch is what the I/O workers share about storage that cannot
-// be reached (a chunk file that cannot be opened or read: chunk.Unreachable).
+// be reached (a chunk file that cannot be opened or read: chunk.Unreachable;
+// open uses one for the manifest and the indexes too).
 // Such a read is made again, after waits that double from
 // storageFirstWait to storageLastWait, for up to Config.StorageWait from its first failure: a
 // network file system's server failing over or a mount coming back costs
@@ -44,9 +45,20 @@ func (n *Node) newStorageWatch() *storageWatch {
 }
 
 // retry runs try, and again while it fails for unreachable storage and
-// the wait allows, and returns the last error; an unreachable one then
-// says how long the rank waited.
+// the wait allows (await), and returns the last error; an unreachable
+// one then says how long the rank waited, and that the job stops.
 func (w *storageWatch) retry(try func() error) error {
+	err := w.await(try)
+	if chunk.Unreachable(err) && !w.stopped() {
+		return fmt.Errorf("%w, still after waiting %v for it (--storage-wait); the job stops: check that the file system is mounted and the file readable by this user on this node", err, w.limit)
+	}
+	return err
+}
+
+// await runs try, and again while it fails for unreachable storage, for
+// up to the wait, saying so (begin, back); it returns the last error as
+// it is.
+func (w *storageWatch) await(try func() error) error {
 	err := try()
 	if !chunk.Unreachable(err) {
 		return err
@@ -57,7 +69,7 @@ func (w *storageWatch) retry(try func() error) error {
 	for wait := storageFirstWait; ; wait = min(2*wait, storageLastWait) {
 		left := w.limit - time.Since(start)
 		if left <= 0 {
-			return fmt.Errorf("%w, still after waiting %v for it (--storage-wait); the job stops: check that the file system is mounted and the file readable by this user on this node", err, w.limit)
+			return err
 		}
 		select {
 		case <-time.After(min(wait, left)):
@@ -68,6 +80,16 @@ func (w *storageWatch) retry(try func() error) error {
 			w.back()
 			return err
 		}
+	}
+}
+
+// stopped says whether the watch's waits were ended (its pool closed).
+func (w *storageWatch) stopped() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
 	}
 }
 

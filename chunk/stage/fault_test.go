@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,7 +40,7 @@ func TestStageReplacesADamagedCopy(t *testing.T) {
 			if err := os.Truncate(name, fi.Size()-1); err != nil {
 				t.Fatal(err)
 			}
-		}, []string{"rank 0 chunk 3", "chunk-00000003.brc", "the index says"}},
+		}, []string{"shard 0 chunk 3", "chunk-00000003.brc", "the index says"}},
 		{"chunk file grown", func(t *testing.T, dir string) {
 			f, err := os.OpenFile(filepath.Join(dir, "rank-00000", "chunk-00000004.brc"), os.O_APPEND|os.O_WRONLY, 0)
 			if err != nil {
@@ -47,10 +48,10 @@ func TestStageReplacesADamagedCopy(t *testing.T) {
 			}
 			f.Write([]byte{0})
 			f.Close()
-		}, []string{"rank 0 chunk 4", "chunk-00000004.brc", "the index says"}},
+		}, []string{"shard 0 chunk 4", "chunk-00000004.brc", "the index says"}},
 		{"chunk file lost", func(t *testing.T, dir string) {
 			remove(t, filepath.Join(dir, "rank-00000", "chunk-00000005.brc"))
-		}, []string{"rank 0 chunk 5", "chunk-00000005.brc", "no such file"}},
+		}, []string{"shard 0 chunk 5", "chunk-00000005.brc", "no such file"}},
 		{"byte flipped in the index", func(t *testing.T, dir string) {
 			testkit.Flip(t, filepath.Join(dir, "rank-00000", chunk.IndexName), 100)
 		}, []string{"index.bri", "checksum"}},
@@ -151,7 +152,7 @@ func TestStageInterrupted(t *testing.T) {
 			stop := make(chan struct{})
 			cfg := config(tc.fsys(stop), src, local, 1)
 			cfg.Stop = stop
-			res, err := stage.Stage(cfg)
+			_, err := stage.Stage(cfg)
 			for _, w := range tc.want {
 				if err == nil || !strings.Contains(err.Error(), w) {
 					t.Fatalf("error %v, want it to contain %q", err, w)
@@ -160,8 +161,8 @@ func TestStageInterrupted(t *testing.T) {
 			if tc.name == "stopped" && !errors.Is(err, stage.ErrInterrupted) {
 				t.Fatalf("error %v is not ErrInterrupted", err)
 			}
-			onlyLock(t, local, res.Dir)
-			res = mustStage(t, config(chunk.OS, src, local, 1))
+			nothingLeft(t, local)
+			res := mustStage(t, config(chunk.OS, src, local, 1))
 			if res.Reused || res.Replaced != "" {
 				t.Fatalf("after the failed stage: %+v", res)
 			}
@@ -222,8 +223,50 @@ func TestStageLeftoversOfACrash(t *testing.T) {
 	if res.Reused || res.Replaced != "" || res.CopiedBytes != res.Bytes {
 		t.Fatalf("after a crash: %+v", res)
 	}
-	if got := listing(t, local); len(got) != 2 {
-		t.Fatalf("%s holds %v, want the copy and its lock", local, got)
+	if got := listing(t, local); !slices.Equal(got, []string{filepath.Base(res.Dir)}) {
+		t.Fatalf("%s holds %v, want the copy alone", local, got)
 	}
 	checkCopy(t, src, res.Dir, 1)
+}
+
+// TestStageDiskFillsUp fills the disk (ENOSPC) while the last of four
+// shards is copied, past the check of the space: the error says that
+// the directory filled up, with what the shards needed and what was
+// free, and nothing is left in the local directory, not the shards
+// copied before nor any lock.
+func TestStageDiskFillsUp(t *testing.T) {
+	src := packed(t, 400, 4, 1)
+	local := t.TempDir()
+	fsys := chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpWrite, Path: "rank-00003/chunk-00000002.brc", Err: syscall.ENOSPC, After: 1000})
+	_, err := stage.Stage(config(fsys, src, local, 0, 1, 2, 3))
+	for _, w := range []string{local + " filled up while copying shard 3 of " + src, "copying shards 0–3 needs ", " were free when it began",
+		"rank-00003/chunk-00000002.brc", "no space left on device", "removed what it copied"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Fatalf("error %v, want it to contain %q", err, w)
+		}
+	}
+	if left := listing(t, local); len(left) != 0 {
+		t.Fatalf("the failed stage left %v in %s", left, local)
+	}
+}
+
+// TestStageDamagedCopySourceGone damages a verified copy and takes the
+// source's shard away: the stage that finds the copy damaged cannot copy
+// it again, and its error says both, the damage found in the copy and
+// that the source cannot be read, with the errno.
+func TestStageDamagedCopySourceGone(t *testing.T) {
+	src := packed(t, 300, 2, 1)
+	local := t.TempDir()
+	first := mustStage(t, config(chunk.OS, src, local, 0))
+	testkit.Flip(t, filepath.Join(first.Dir, "rank-00000", "chunk-00000002.brc"), fileOffset(t, first.Dir, 2)+1)
+	if err := os.Rename(filepath.Join(src, "rank-00000"), filepath.Join(src, "gone")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := stage.Stage(config(chunk.OS, src, local, 0))
+	for _, w := range []string{"the copy of shard 0 in " + first.Dir + " is damaged", "chunk 2", "checksum",
+		"the source cannot be read to copy it again", "storage unreachable", filepath.Join(src, "rank-00000", chunk.IndexName), "(ENOENT)"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Fatalf("error %v, want it to contain %q", err, w)
+		}
+	}
 }

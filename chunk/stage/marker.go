@@ -23,7 +23,8 @@ const markerFormat = "brandrt-stage"
 type marker struct {
 	Format  string `json:"format"`
 	Version int    `json:"version"`
-	// Source is the source's directory, resolved; Rank the shard.
+	// Source is the source's directory, resolved; Rank the shard (named
+	// so in the markers of earlier versions).
 	Source string `json:"source"`
 	Rank   int    `json:"rank"`
 	// ManifestCRC and ManifestBytes identify the source's manifest,
@@ -38,13 +39,14 @@ type marker struct {
 	Verified time.Time `json:"verified"`
 }
 
-// want returns the marker a copy of rank's shard of the source whose
-// manifest is data (m decoded) has.
-func (s *stager) want(data []byte, m *chunk.Manifest) marker {
-	sh := m.Shards[s.cfg.Rank]
-	return marker{Format: markerFormat, Version: 1, Source: s.src, Rank: s.cfg.Rank,
-		ManifestCRC: chunk.Checksum(data), ManifestBytes: int64(len(data)),
-		IndexCRC: sh.IndexCRC, Chunks: sh.Chunks, Bytes: copySize(m, s.cfg.Rank, int64(len(data)))}
+// want returns the marker a copy of the shard has: of the source whose
+// manifest the stage read.
+func (sc *shardCopy) want() marker {
+	s := sc.st
+	sh := s.man.Shards[sc.shard]
+	return marker{Format: markerFormat, Version: 1, Source: s.src, Rank: sc.shard,
+		ManifestCRC: chunk.Checksum(s.data), ManifestBytes: int64(len(s.data)),
+		IndexCRC: sh.IndexCRC, Chunks: sh.Chunks, Bytes: copySize(s.man, sc.shard, int64(len(s.data)))}
 }
 
 // differs says how the marker of a copy, got, differs from want, or "".
@@ -53,7 +55,7 @@ func (got marker) differs(want marker) string {
 	case got.Format != want.Format || got.Version != want.Version:
 		return fmt.Sprintf("its marker is format %q version %d, this brandrt writes %q version %d", got.Format, got.Version, want.Format, want.Version)
 	case got.Source != want.Source || got.Rank != want.Rank:
-		return fmt.Sprintf("its marker says it is rank %d of %s", got.Rank, got.Source)
+		return fmt.Sprintf("its marker says it is shard %d of %s", got.Rank, got.Source)
 	case got.ManifestCRC != want.ManifestCRC || got.ManifestBytes != want.ManifestBytes:
 		return fmt.Sprintf("the source changed since the copy was made: its manifest has %d bytes with CRC32C %08x, the copy's had %d bytes with %08x",
 			want.ManifestBytes, want.ManifestCRC, got.ManifestBytes, got.ManifestCRC)
@@ -90,62 +92,49 @@ func readSmall(fsys chunk.FS, name string) ([]byte, error) {
 }
 
 // writeMarker writes mk into the copy in dir.
-func writeMarker(fsys chunk.FS, dir string, mk marker) error {
+func (s *stager) writeMarker(dir string, mk marker) error {
 	mk.Verified = time.Now().UTC()
 	data, err := json.MarshalIndent(mk, "", "  ")
 	if err != nil {
 		return fmt.Errorf("stage: %w", err)
 	}
-	return writeFile(fsys, filepath.Join(dir, MarkerName), append(data, '\n'))
-}
-
-// writeFile writes data to name and syncs it.
-func writeFile(fsys chunk.FS, name string, data []byte) error {
-	f, err := fsys.Create(name)
-	if err == nil {
-		_, err = f.Write(data)
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("stage: write %s: %w", name, err)
-	}
-	return nil
+	return s.writeFile(filepath.Join(dir, MarkerName), append(data, '\n'))
 }
 
 // reuse decides whether the copy already in place, if any, can be
-// reused: its marker matches the source's manifest, data (m decoded), it
-// holds that manifest, and it verifies. Otherwise it says why not ("" when
-// there is no copy). The error is for an interrupted verification.
-func (s *stager) reuse(data []byte, m *chunk.Manifest) (bool, string, error) {
-	if _, err := s.cfg.FS.Lstat(s.dir); errors.Is(err, os.ErrNotExist) {
+// reused: its marker matches the source's manifest, it holds that
+// manifest, and it verifies. Otherwise it says why not ("" when there
+// is no copy), and notes whether the copy is damaged rather than out of
+// date or unfinished. The error is for an interrupted verification.
+func (sc *shardCopy) reuse() (bool, string, error) {
+	fsys := sc.st.cfg.FS
+	if _, err := fsys.Lstat(sc.dir); errors.Is(err, os.ErrNotExist) {
 		return false, "", nil
 	}
-	mk, err := readMarker(s.cfg.FS, s.dir)
+	mk, err := readMarker(fsys, sc.dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return false, fmt.Sprintf("%s has no marker (%s): brandrt stage did not make it, or did not finish", s.dir, MarkerName), nil
+		return false, fmt.Sprintf("%s has no marker (%s): brandrt stage did not make it, or did not finish", sc.dir, MarkerName), nil
 	} else if err != nil {
+		sc.damaged = true
 		return false, fmt.Sprintf("its marker cannot be read: %v", err), nil
 	}
-	want := s.want(data, m)
+	want := sc.want()
 	if why := mk.differs(want); why != "" {
 		return false, why, nil
 	}
-	local, err := readSmall(s.cfg.FS, filepath.Join(s.dir, chunk.ManifestName))
+	sc.damaged = true
+	local, err := readSmall(fsys, filepath.Join(sc.dir, chunk.ManifestName))
 	if err != nil {
 		return false, fmt.Sprintf("its manifest cannot be read: %v", err), nil
 	}
-	if !bytes.Equal(local, data) {
-		return false, fmt.Sprintf("%s differs from the source's", filepath.Join(s.dir, chunk.ManifestName)), nil
+	if !bytes.Equal(local, sc.st.data) {
+		return false, fmt.Sprintf("%s differs from the source's", filepath.Join(sc.dir, chunk.ManifestName)), nil
 	}
-	probs, err := s.verify(s.dir, m)
+	probs, err := sc.verify(sc.dir)
 	if err != nil || len(probs) > 0 {
 		return false, describe(probs), err
 	}
-	s.res.Bytes = want.Bytes
+	sc.damaged = false
+	sc.res.Bytes = want.Bytes
 	return true, "", nil
 }

@@ -30,16 +30,25 @@ func packed(t *testing.T, n, ranks int, seed uint64) string {
 	return dataset(n, ranks, seed).Packed(t)
 }
 
-// config stages rank of src into local through fsys.
-func config(fsys chunk.FS, src, local string, rank int) stage.Config {
+// config stages shards of src into local through fsys.
+func config(fsys chunk.FS, src, local string, shards ...int) stage.Config {
 	cfg := stage.DefaultConfig()
-	cfg.FS, cfg.Source, cfg.Local, cfg.Rank, cfg.Workers = fsys, src, local, rank, 2
+	cfg.FS, cfg.Source, cfg.Local, cfg.Shards, cfg.Workers = fsys, src, local, shards, 2
 	return cfg
+}
+
+// stageOne stages the one shard of cfg.
+func stageOne(cfg stage.Config) (stage.Result, error) {
+	res, err := stage.Stage(cfg)
+	if len(res) != 1 {
+		return stage.Result{}, err
+	}
+	return res[0], err
 }
 
 func mustStage(t *testing.T, cfg stage.Config) stage.Result {
 	t.Helper()
-	res, err := stage.Stage(cfg)
+	res, err := stageOne(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,11 +167,12 @@ func listing(t *testing.T, dir string) []string {
 	return names
 }
 
-// onlyLock checks that local holds nothing but the lock of the copy.
-func onlyLock(t *testing.T, local, dir string) {
+// nothingLeft checks that local holds nothing: no copy, no temporary
+// directory, no lock.
+func nothingLeft(t *testing.T, local string) {
 	t.Helper()
-	if got, want := listing(t, local), []string{"." + filepath.Base(dir) + ".lock"}; !slices.Equal(got, want) {
-		t.Fatalf("%s holds %v, want only %v", local, got, want)
+	if got := listing(t, local); len(got) != 0 {
+		t.Fatalf("%s holds %v, want nothing", local, got)
 	}
 }
 
@@ -176,7 +186,7 @@ func TestStageThenReuse(t *testing.T) {
 	fsys := newCountFS(src)
 	cfg := config(fsys, src, local, 1)
 	var steps []string
-	cfg.Progress = func(step stage.Step, done, total int64) {
+	cfg.Progress = func(_ int, step stage.Step, done, total int64) {
 		if done == total {
 			steps = append(steps, fmt.Sprintf("%s %d", step, total))
 		}
@@ -225,8 +235,8 @@ func TestStageThenReuse(t *testing.T) {
 	if wantSteps := []string{fmt.Sprintf("verify %d", chunks)}; !slices.Equal(steps, wantSteps) {
 		t.Fatalf("progress ended steps %v, want %v", steps, wantSteps)
 	}
-	if got := listing(t, local); len(got) != 2 {
-		t.Fatalf("%s holds %v, want the copy and its lock", local, got)
+	if got := listing(t, local); !slices.Equal(got, []string{filepath.Base(res.Dir)}) {
+		t.Fatalf("%s holds %v, want the copy alone", local, got)
 	}
 }
 
@@ -257,17 +267,18 @@ func TestStageChangedSource(t *testing.T) {
 	checkCopy(t, src, res.Dir, 1)
 }
 
-// TestStageNeedsSpace refuses a copy that the free space cannot hold,
-// saying where, how much is needed and how much is free, before it
-// writes anything.
+// TestStageNeedsSpace refuses copies that the free space cannot hold
+// together, though it holds each: before it writes anything, saying
+// where, for which shards, how much they need and how much is free. One
+// shard alone fits.
 func TestStageNeedsSpace(t *testing.T) {
-	src := packed(t, 300, 2, 1)
+	src := packed(t, 600, 4, 1)
 	local := t.TempDir()
-	cfg := config(chunk.OS, src, local, 1)
+	cfg := config(chunk.OS, src, local, 0, 1, 2, 3)
 	var asked string
-	cfg.FreeSpace = func(dir string) (int64, error) { asked = dir; return 100 << 10, nil }
-	res, err := stage.Stage(cfg)
-	for _, w := range []string{"not enough space in " + local, "rank 1 of " + src, "the copy needs ", " KiB, 100 KiB are free"} {
+	cfg.FreeSpace = func(dir string) (int64, error) { asked = dir; return 1 << 20, nil }
+	_, err := stage.Stage(cfg)
+	for _, w := range []string{"not enough space in " + local + " for shards 0–3 of " + src, ": copying them needs ", " MiB, 1.0 MiB are free; nothing was written"} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Fatalf("error %v, want it to contain %q", err, w)
 		}
@@ -275,7 +286,9 @@ func TestStageNeedsSpace(t *testing.T) {
 	if asked != local {
 		t.Fatalf("free space asked of %q, want %q", asked, local)
 	}
-	onlyLock(t, local, res.Dir)
+	nothingLeft(t, local)
+	cfg.Shards = []int{2}
+	checkCopy(t, src, mustStage(t, cfg).Dir, 2)
 }
 
 // TestStageTwoDatasets stages two datasets, and the same one through a
@@ -313,7 +326,7 @@ func TestStageTakesTurns(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res[i], errs[i] = stage.Stage(config(chunk.OS, src, local, 1))
+			res[i], errs[i] = stageOne(config(chunk.OS, src, local, 1))
 		}()
 	}
 	wg.Wait()
@@ -324,24 +337,24 @@ func TestStageTakesTurns(t *testing.T) {
 }
 
 // TestStageRefusesBadInput names what is wrong with the configuration,
-// a source that is not a dataset, and a rank the dataset lacks, before it
-// creates anything.
+// a source that is not a dataset, and a shard the dataset lacks, before
+// it creates anything.
 func TestStageRefusesBadInput(t *testing.T) {
 	src := packed(t, 100, 2, 1)
 	local := filepath.Join(t.TempDir(), "scratch")
-	cfg := stage.Config{Rank: -1}
+	cfg := stage.Config{Shards: []int{-1, 2, 2}}
 	_, err := stage.Stage(cfg)
-	for _, w := range []string{"no file system", "no source", "no local directory", "rank -1 is negative", "0 workers"} {
+	for _, w := range []string{"no file system", "no source", "no local directory", "shard -1 is negative", "shard 2 named twice", "0 workers"} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Fatalf("error %v, want it to contain %q", err, w)
 		}
 	}
 	empty := t.TempDir()
-	if _, err := stage.Stage(config(chunk.OS, empty, local, 0)); err == nil || !strings.Contains(err.Error(), empty+" is not a complete dataset") {
+	if _, err := stageOne(config(chunk.OS, empty, local, 0)); err == nil || !strings.Contains(err.Error(), empty+" is not a complete dataset") {
 		t.Fatalf("stage of an empty directory: %v", err)
 	}
-	if _, err := stage.Stage(config(chunk.OS, src, local, 2)); err == nil || !strings.Contains(err.Error(), "packed for 2 ranks: there is no rank 2") {
-		t.Fatalf("stage of rank 2 of 2: %v", err)
+	if _, err := stageOne(config(chunk.OS, src, local, 2)); err == nil || !strings.Contains(err.Error(), "packed in 2 shards: there is no shard 2") {
+		t.Fatalf("stage of shard 2 of 2: %v", err)
 	}
 	if _, err := os.Stat(local); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("refused stages created %s (%v)", local, err)

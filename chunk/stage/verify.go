@@ -18,16 +18,16 @@ type problem struct {
 	err  error
 }
 
-// verify checks the rank's shard in the copy dir against the manifest m:
+// verify checks the shard in the copy dir against the source's manifest:
 // the index's checksum and counts, then, with the configured workers,
 // each chunk file's size, its header and every file's checksum. It
 // returns what fails, one problem per file: the index alone when it
 // fails, since the chunk files are checked against it. The error is
 // ErrInterrupted.
-func (s *stager) verify(dir string, m *chunk.Manifest) ([]problem, error) {
+func (sc *shardCopy) verify(dir string) ([]problem, error) {
 	start := time.Now()
-	defer func() { s.res.VerifyTime += time.Since(start) }()
-	r := s.cfg.Rank
+	defer func() { sc.res.VerifyTime += time.Since(start) }()
+	s, m, r := sc.st, sc.st.man, sc.shard
 	index := filepath.Join(chunk.RankDir(r), chunk.IndexName)
 	sh, err := chunk.OpenShard(s.cfg.FS, dir, r)
 	if err != nil {
@@ -38,7 +38,7 @@ func (s *stager) verify(dir string, m *chunk.Manifest) ([]problem, error) {
 		return []problem{{index, err}}, nil
 	}
 	n := sh.Index().Chunks()
-	s.progress(Verify, 0, copySize(m, r, 0)-m.Shards[r].IndexSize)
+	s.progress(r, Verify, 0, copySize(m, r, 0)-m.Shards[r].IndexSize)
 	errs := make([]error, n)
 	var next, verified atomic.Int64
 	var wg sync.WaitGroup
@@ -47,7 +47,7 @@ func (s *stager) verify(dir string, m *chunk.Manifest) ([]problem, error) {
 		go func() {
 			defer wg.Done()
 			for c := int(next.Add(1) - 1); c < n && !s.stopped(); c = int(next.Add(1) - 1) {
-				size, err := s.checkChunk(sh, dir, c)
+				size, err := sc.checkChunk(sh, dir, c)
 				errs[c] = err
 				verified.Add(size)
 				s.advance(size)
@@ -55,7 +55,7 @@ func (s *stager) verify(dir string, m *chunk.Manifest) ([]problem, error) {
 		}()
 	}
 	wg.Wait()
-	s.res.VerifiedBytes += verified.Load()
+	sc.res.VerifiedBytes += verified.Load()
 	if s.stopped() {
 		return nil, ErrInterrupted
 	}
@@ -68,7 +68,7 @@ func (s *stager) verify(dir string, m *chunk.Manifest) ([]problem, error) {
 	return probs, nil
 }
 
-// indexAgrees says where rank r's index, in the file name, disagrees with
+// indexAgrees says where shard r's index, in the file name, disagrees with
 // the manifest.
 func indexAgrees(ix *chunk.Index, m *chunk.Manifest, r int, name string) error {
 	sh := m.Shards[r]
@@ -86,17 +86,17 @@ var errMismatch = errors.New("not the manifest's index")
 // checkChunk checks chunk c of the shard in the copy dir: its file's size
 // against the index, then its header and every file's checksum. It
 // returns the chunk file's size when it is intact.
-func (s *stager) checkChunk(sh *chunk.Shard, dir string, c int) (int64, error) {
+func (sc *shardCopy) checkChunk(sh *chunk.Shard, dir string, c int) (int64, error) {
 	ix := sh.Index()
 	last := ix.Record(c*ix.K() + ix.ChunkFiles(c) - 1)
 	want := last.Offset + int64(last.Size)
 	name := filepath.Join(dir, chunk.RankDir(ix.Rank()), chunk.ChunkName(c))
-	fi, err := s.cfg.FS.Stat(name)
+	fi, err := sc.st.cfg.FS.Stat(name)
 	if err != nil {
-		return 0, fmt.Errorf("stage: rank %d chunk %d: %w", ix.Rank(), c, err)
+		return 0, fmt.Errorf("stage: shard %d chunk %d: %w", ix.Rank(), c, err)
 	}
 	if fi.Size() != want {
-		return 0, fmt.Errorf("stage: rank %d chunk %d (%s): %d bytes, the index says %d", ix.Rank(), c, name, fi.Size(), want)
+		return 0, fmt.Errorf("stage: shard %d chunk %d (%s): %d bytes, the index says %d", ix.Rank(), c, name, fi.Size(), want)
 	}
 	ch, err := sh.ReadChunk(c)
 	if err != nil {

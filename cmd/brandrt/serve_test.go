@@ -135,8 +135,9 @@ func TestServeNodeLocal(t *testing.T) {
 }
 
 // TestServeStartErrors: a dataset packed for another rank count, a missing
-// dataset, and ranks that see different datasets fail on every rank with
-// a message saying what is wrong.
+// dataset (once --storage-wait, 1 s here, has passed), and ranks that see
+// different datasets fail on every rank with a message saying what is
+// wrong.
 func TestServeStartErrors(t *testing.T) {
 	cleanVader(t)
 	tmp := t.TempDir()
@@ -158,11 +159,12 @@ func TestServeStartErrors(t *testing.T) {
 		want []string
 	}{
 		{3, two, []string{"3 ranks for 2 shards: each rank serves at least one shard; run at most 2 ranks, or pack again with --shards 3 or more"}},
-		{2, filepath.Join(tmp, "none"), []string{"rank 0: chunk: " + tmp + "/none is not a complete dataset", "rank 1: chunk: " + tmp + "/none is not a complete dataset"}},
+		{2, filepath.Join(tmp, "none"), []string{"rank 0: chunk: " + tmp + "/none is not a complete dataset", "rank 1: chunk: " + tmp + "/none is not a complete dataset",
+			"manifest.json: no such file or directory (ENOENT), still after waiting 1s"}},
 		{2, filepath.Join(tmp, "partial-{rank}"), []string{"rank 1: chunk: " + tmp + "/partial-1 is not a complete dataset", "rank 0: ranks [1] could not start"}},
 		{2, filepath.Join(tmp, "mixed-{rank}"), []string{"rank 0: the ranks do not all see the same dataset", "rank 1: the ranks do not all see the same dataset"}},
 	} {
-		all := append(append([]string{}, testkit.MpirunArgs...), "-np", fmt.Sprint(tc.np), binary(t), "serve", "--chunks", tc.dir, "--mem", "50%")
+		all := append(append([]string{}, testkit.MpirunArgs...), "-np", fmt.Sprint(tc.np), binary(t), "serve", "--chunks", tc.dir, "--mem", "50%", "--storage-wait", "1s")
 		out, err := testkit.Run(time.Minute, nil, "mpirun", all...)
 		if err == nil {
 			t.Errorf("serve %s on %d ranks succeeded:\n%s", tc.dir, tc.np, out)

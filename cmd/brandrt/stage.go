@@ -27,8 +27,12 @@ func stageCommand() *cli.Command {
 			"after the dataset and the shard. Each copy is made under a temporary name,\n" +
 			"synced, read back and checked (the index against the manifest, every chunk\n" +
 			"file's size, header and file checksums), and only then renamed into place.\n" +
-			"A copy that does not fit in the free space of --to is refused before\n" +
-			"anything is written.\n\n" +
+			"Before it writes anything, stage adds up what all the shards it copies need,\n" +
+			"and refuses if the free space of --to is less, saying how much they need\n" +
+			"and how much is free; then it sets that space aside, so that other ranks of\n" +
+			"the node staging into --to at the same time find only what is left (the one\n" +
+			"that does not fit is refused up front). A stage that fails or is stopped\n" +
+			"removes everything it wrote, the shards it had finished too, and its locks.\n\n" +
 			"A later stage of the same dataset reads only the manifest from --chunks: if\n" +
 			"the copy was made from the same manifest, it checks the copy again (every\n" +
 			"checksum, from local disk) and reuses it. A copy that is damaged, or whose\n" +
@@ -86,25 +90,30 @@ func runStage(c *cli.Context) error {
 		return err
 	}
 	cfg.Progress = stageProgress(c.App.ErrWriter)
+	cfg.Replacing = func(shard int, why string) {
+		fmt.Fprintf(c.App.Writer, "the copy of shard %d was not reused: %s; copying it again from %s\n", shard, why, cfg.Source)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg.Stop = ctx.Done()
 	lo, hi := homes[rank], homes[rank+1]
-	for shard := lo; shard < hi; shard++ {
-		cfg.Rank = shard
-		res, err := stage.Stage(cfg)
-		if errors.Is(err, stage.ErrInterrupted) {
-			return fmt.Errorf("stage: interrupted; removed what it copied to %s", cfg.Local)
-		}
-		if err != nil {
-			return err
-		}
-		printStaged(c.App.Writer, cfg, res)
-		if hi-lo == 1 && ranks == len(m.Shards) {
-			fmt.Fprintf(c.App.Writer, "serve reads every rank's copy, each staged on its node into %s, with --chunks '%s'\n", cfg.Local, stage.Pattern(cfg.Local, cfg.Source))
-			fmt.Fprintln(c.App.Writer, res.Dir)
-			return nil
-		}
+	for s := lo; s < hi; s++ {
+		cfg.Shards = append(cfg.Shards, s)
+	}
+	res, err := stage.Stage(cfg)
+	if errors.Is(err, stage.ErrInterrupted) {
+		return fmt.Errorf("stage: interrupted; removed what it copied to %s", cfg.Local)
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		printStaged(c.App.Writer, cfg.Source, r)
+	}
+	if hi-lo == 1 && ranks == len(m.Shards) {
+		fmt.Fprintf(c.App.Writer, "serve reads every rank's copy, each staged on its node into %s, with --chunks '%s'\n", cfg.Local, stage.Pattern(cfg.Local, cfg.Source))
+		fmt.Fprintln(c.App.Writer, res[0].Dir)
+		return nil
 	}
 	fmt.Fprintf(c.App.Writer, "rank %d of %d serves shards %d–%d of %d; serve --chunks %s --stage %s on %d ranks reuses these copies\n",
 		rank, ranks, lo, hi-1, len(m.Shards), cfg.Source, cfg.Local, ranks)
@@ -112,35 +121,38 @@ func runStage(c *cli.Context) error {
 	return nil
 }
 
-// stageProgress draws a bar per step of the stage on w.
-func stageProgress(w io.Writer) func(stage.Step, int64, int64) {
+// stageProgress draws a bar per shard and step of the stage on w.
+func stageProgress(w io.Writer) func(int, stage.Step, int64, int64) {
 	var bar *progress
 	var last stage.Step
-	return func(step stage.Step, done, total int64) {
+	lastShard := -1
+	return func(shard int, step stage.Step, done, total int64) {
 		if step == stage.Wait {
-			fmt.Fprintln(w, "stage: waiting for another stage of the same dataset and shard on this node")
+			fmt.Fprintf(w, "stage: waiting for another stage of shard %d of the same dataset on this node\n", shard)
 			return
 		}
-		if bar == nil || step != last {
-			bar, last = newProgress(w, "stage: "+string(step)), step
+		if bar == nil || step != last || shard != lastShard {
+			bar, last, lastShard = newProgress(w, fmt.Sprintf("stage: shard %d: %s", shard, step)), step, shard
 		}
 		bar.update(done, total, ibytes, "", "")
 	}
 }
 
-func printStaged(w io.Writer, cfg stage.Config, res stage.Result) {
+// printStaged says what the stage did with one shard of source.
+func printStaged(w io.Writer, source string, res stage.Result) {
 	verified := fmt.Sprintf("verified %s in %s (%s/s)", ibytes(res.VerifiedBytes), seconds(res.VerifyTime.Seconds()), rate(res.VerifiedBytes, res.VerifyTime))
-	if res.Reused {
+	switch {
+	case res.Reused && res.SourceBytes > 0:
 		fmt.Fprintf(w, "reused the copy of shard %d: read %s (%s alone) from %s; %s\n",
-			cfg.Rank, ibytes(res.SourceBytes), chunk.ManifestName, cfg.Source, verified)
-	} else {
-		if res.Replaced != "" {
-			fmt.Fprintf(w, "the copy was not reused: %s\n", res.Replaced)
-		}
-		fmt.Fprintf(w, "staged shard %d of %s: copied %s in %s (%s/s), read %s from it; %s\n",
-			cfg.Rank, cfg.Source, ibytes(res.CopiedBytes), seconds(res.CopyTime.Seconds()), rate(res.CopiedBytes, res.CopyTime),
-			ibytes(res.SourceBytes), verified)
+			res.Shard, ibytes(res.SourceBytes), chunk.ManifestName, source, verified)
+		return
+	case res.Reused:
+		fmt.Fprintf(w, "reused the copy of shard %d: read nothing more from %s; %s\n", res.Shard, source, verified)
+		return
 	}
+	fmt.Fprintf(w, "staged shard %d of %s: copied %s in %s (%s/s), read %s from it; %s\n",
+		res.Shard, source, ibytes(res.CopiedBytes), seconds(res.CopyTime.Seconds()), rate(res.CopiedBytes, res.CopyTime),
+		ibytes(res.SourceBytes), verified)
 }
 
 // rate is n bytes over d, in binary units.

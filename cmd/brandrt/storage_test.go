@@ -146,3 +146,55 @@ func TestServeMaxSkipped(t *testing.T) {
 		t.Errorf("%d epochs checked:\n%s", n, out)
 	}
 }
+
+// TestServeFilesLate starts a 2-rank job on a dataset whose rank 1 index
+// (or manifest) is not there yet, as a mount slow to appear looks. Put
+// back 3 s later, within --storage-wait, the rank says that it waits for
+// the file, naming it and the errno, and that storage answers again, and
+// the job serves every file exactly once. Never put back, the job ends
+// after a --storage-wait of 2 s, exit status ≠ 0, naming the file and the
+// errno.
+func TestServeFilesLate(t *testing.T) {
+	clean := servePack(t, 400, 2, filepath.Join(t.TempDir(), "chunks"))
+	for _, tc := range []struct {
+		name string
+		file string // relative to the dataset
+		back time.Duration
+	}{
+		{"index/back", filepath.Join(chunk.RankDir(1), chunk.IndexName), 3 * time.Second},
+		{"index/gone", filepath.Join(chunk.RankDir(1), chunk.IndexName), 0},
+		{"manifest/back", chunk.ManifestName, 3 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cleanVader(t)
+			dir := filepath.Join(t.TempDir(), "chunks")
+			copyTree(t, clean, dir)
+			file := filepath.Join(dir, tc.file)
+			if err := os.Rename(file, file+".late"); err != nil {
+				t.Fatal(err)
+			}
+			wait := "2s"
+			if tc.back > 0 {
+				wait = "1m"
+				timer := time.AfterFunc(tc.back, func() { os.Rename(file+".late", file) })
+				defer timer.Stop()
+			}
+			start := time.Now()
+			out, err := mpirunStatus(t, 2, "serve", "--chunks", dir, "--mem", "25%", "--consume", "2", "--storage-wait", wait)
+			said := file + ": no such file or directory (ENOENT); waiting up to " + map[bool]string{true: "1m0s", false: "2s"}[tc.back > 0] + " for it to come back (--storage-wait)"
+			if !strings.Contains(out, said) {
+				t.Errorf("no %q in:\n%s", said, out)
+			}
+			if tc.back > 0 {
+				if err != nil || !strings.Contains(out, "storage answers again after") || !strings.Contains(out, "every file delivered exactly once") {
+					t.Fatalf("exit %v after %v, want the job to wait for %s and serve:\n%s", err, time.Since(start), tc.file, out)
+				}
+				return
+			}
+			line := lineWith(out, "the job stops")
+			if err == nil || time.Since(start) < 2*time.Second || !strings.Contains(line, file) || !strings.Contains(line, "(ENOENT), still after waiting 2s") {
+				t.Fatalf("exit %v after %v, want the job to end naming %s and ENOENT after 2 s:\n%s", err, time.Since(start), file, out)
+			}
+		})
+	}
+}

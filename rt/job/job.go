@@ -36,9 +36,10 @@ type Config struct {
 	// ranks share one is refused (launch.OneRankPerNode).
 	AllowSharedNode bool
 	// Stage, when set, is a node-local directory: before the first epoch
-	// each rank copies its shard there from Runtime.Chunks, verified, or
-	// reuses a verified copy of an earlier job (chunk/stage), and reads
-	// the copy.
+	// each rank copies its shards there from Runtime.Chunks, verified, or
+	// reuses verified copies of an earlier job (chunk/stage), and reads
+	// the copies; a chunk it finds damaged in a copy it reads from
+	// Runtime.Chunks (rt.Config.Source).
 	Stage string
 	// Prepare, when set, runs on every rank once the ranks have joined the
 	// job, before the dataset is opened, with the runtime's configuration
@@ -142,7 +143,8 @@ func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) er
 		if err != nil {
 			return err
 		}
-		rc.Chunks, rc.ShardDirs = dirs[0], dirs
+		// a chunk damaged in a copy is read from the dataset instead
+		rc.Source, rc.Chunks, rc.ShardDirs = rc.Chunks, dirs[0], dirs
 	}
 	node, err := nodeMemory()
 	if err != nil {

@@ -15,12 +15,22 @@ import (
 // stageEvery spaces a staging rank's progress lines.
 const stageEvery = 10 * time.Second
 
-// stageHome stages each shard that rank serves in a job of ranks ranks
-// (chunk.Assign) with stageShard, and returns their copies' directories
-// in order.
+// shardLines is the most shards of a rank whose staging is told shard by
+// shard; a rank with more (a dataset of a few hundred shards on a few
+// nodes) says it in one line.
+const shardLines = 4
+
+// stageHome copies the shards that rank serves in a job of ranks ranks
+// (chunk.Assign) from the dataset in chunks (shared storage) to the
+// node-local directory local, or reuses verified copies there
+// (chunk/stage), and returns their copies' directories in order, which
+// the rank then reads. It says what it did on log, and every stageEvery
+// how far a copy has come. Closing stop (a signal) stops it; it then
+// removes what it copied, as it does when it fails.
 func stageHome(chunks string, rank, ranks int, local string, log io.Writer, stop <-chan struct{}) ([]string, error) {
-	src := chunk.ForRank(chunks, rank)
-	m, err := chunk.ReadManifest(chunk.OS, src)
+	cfg := stage.DefaultConfig()
+	cfg.Source, cfg.Local, cfg.Stop = chunk.ForRank(chunks, rank), local, stop
+	m, err := chunk.ReadManifest(chunk.OS, cfg.Source)
 	if err != nil {
 		return nil, err
 	}
@@ -29,50 +39,41 @@ func stageHome(chunks string, rank, ranks int, local string, log io.Writer, stop
 		return nil, err
 	}
 	lo, hi := homes[rank], homes[rank+1]
-	each := hi-lo <= shardLines // a line per shard, else one for them all
-	var dirs []string
-	var sum stage.Result
-	reused, replaced := 0, ""
-	start := time.Now()
 	for s := lo; s < hi; s++ {
-		res, err := stageShard(chunks, rank, s, local, log, each, stop)
-		if err != nil {
-			return nil, err
-		}
-		dirs = append(dirs, res.Dir)
-		sum.CopiedBytes += res.CopiedBytes
-		sum.VerifiedBytes += res.VerifiedBytes
-		if res.Reused {
-			reused++
-		}
-		if res.Replaced != "" && replaced == "" {
-			replaced = fmt.Sprintf(" (shard %d's copy was not reused: %s)", s, res.Replaced)
-		}
+		cfg.Shards = append(cfg.Shards, s)
 	}
-	if !each {
-		fmt.Fprintf(log, "brandrt: rank %d: staged shards %d–%d (%d) to %s in %s: copied %s, reused the copies of %d%s; verified %s\n",
-			rank, lo, hi-1, hi-lo, local, time.Since(start).Round(time.Millisecond), humanize.IBytes(uint64(sum.CopiedBytes)), reused, replaced,
-			humanize.IBytes(uint64(sum.VerifiedBytes)))
+	cfg.Progress = stageProgress(log, rank)
+	cfg.Replacing = func(shard int, why string) {
+		fmt.Fprintf(log, "brandrt: rank %d: its staged copy of shard %d was not reused: %s; copying it again from %s\n", rank, shard, why, cfg.Source)
+	}
+	start := time.Now()
+	res, err := stage.Stage(cfg)
+	if errors.Is(err, stage.ErrInterrupted) {
+		return nil, fmt.Errorf("interrupted while staging shards %d–%d; removed what it copied to %s", lo, hi-1, local)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if hi-lo <= shardLines {
+		for _, r := range res {
+			tellStaged(log, rank, cfg.Source, r)
+		}
+	} else {
+		tellAllStaged(log, rank, local, res, time.Since(start))
+	}
+	dirs := make([]string, len(res))
+	for i, r := range res {
+		dirs[i] = r.Dir
 	}
 	return dirs, nil
 }
 
-// shardLines is the most shards of a rank whose staging is told shard by
-// shard; a rank with more (a dataset of a few hundred shards on a few
-// nodes) says it in one line.
-const shardLines = 4
-
-// stageShard copies shard of the dataset in chunks (shared storage), one
-// that rank serves, to the node-local directory local, or reuses a
-// verified copy there (chunk/stage), and returns the copy's directory,
-// which the rank then reads. It says what it did on log, and every
-// stageEvery how far a copy has come. Closing stop (a signal) stops it;
-// it then removes what it copied.
-func stageShard(chunks string, rank, shard int, local string, log io.Writer, each bool, stop <-chan struct{}) (stage.Result, error) {
-	cfg := stage.DefaultConfig()
-	cfg.Source, cfg.Rank, cfg.Local = chunk.ForRank(chunks, rank), shard, local
-	last := time.Now() // a first line after stageEvery: a short stage says nothing until it is done
-	cfg.Progress = func(step stage.Step, done, total int64) {
+// stageProgress says on log that rank waits for another stage, and, every
+// stageEvery, how far a copy has come: a short stage says nothing until
+// it is done.
+func stageProgress(log io.Writer, rank int) func(int, stage.Step, int64, int64) {
+	last := time.Now()
+	return func(shard int, step stage.Step, done, total int64) {
 		if step == stage.Wait {
 			fmt.Fprintf(log, "brandrt: rank %d: waiting for another stage of shard %d on this node\n", rank, shard)
 			return
@@ -82,25 +83,38 @@ func stageShard(chunks string, rank, shard int, local string, log io.Writer, eac
 			fmt.Fprintf(log, "brandrt: rank %d: staging shard %d: %s %s of %s\n", rank, shard, step, humanize.IBytes(uint64(done)), humanize.IBytes(uint64(total)))
 		}
 	}
-	cfg.Stop = stop
-	res, err := stage.Stage(cfg)
-	if errors.Is(err, stage.ErrInterrupted) {
-		return res, fmt.Errorf("interrupted while staging shard %d; removed what it copied to %s", shard, local)
-	}
-	if err != nil || !each {
-		return res, err
-	}
+}
+
+// tellStaged says on log what the stage did with one shard of source.
+func tellStaged(log io.Writer, rank int, source string, res stage.Result) {
 	verified := fmt.Sprintf("verified %s in %s", humanize.IBytes(uint64(res.VerifiedBytes)), res.VerifyTime.Round(time.Millisecond))
-	switch {
-	case res.Reused:
-		fmt.Fprintf(log, "brandrt: rank %d: reusing its staged copy of shard %d, %s (read %s from %s: the manifest alone); %s\n",
-			rank, shard, res.Dir, humanize.IBytes(uint64(res.SourceBytes)), cfg.Source, verified)
-	default:
-		if res.Replaced != "" {
-			fmt.Fprintf(log, "brandrt: rank %d: its staged copy of shard %d was not reused: %s\n", rank, shard, res.Replaced)
+	if res.Reused {
+		read := fmt.Sprintf("read %s from %s: the manifest alone", humanize.IBytes(uint64(res.SourceBytes)), source)
+		if res.SourceBytes == 0 { // the manifest was counted for an earlier shard
+			read = "read nothing more from " + source
 		}
-		fmt.Fprintf(log, "brandrt: rank %d: staged shard %d to %s: copied %s in %s; %s\n",
-			rank, shard, res.Dir, humanize.IBytes(uint64(res.CopiedBytes)), res.CopyTime.Round(time.Millisecond), verified)
+		fmt.Fprintf(log, "brandrt: rank %d: reusing its staged copy of shard %d, %s (%s); %s\n", rank, res.Shard, res.Dir, read, verified)
+		return
 	}
-	return res, nil
+	fmt.Fprintf(log, "brandrt: rank %d: staged shard %d to %s: copied %s in %s; %s\n",
+		rank, res.Shard, res.Dir, humanize.IBytes(uint64(res.CopiedBytes)), res.CopyTime.Round(time.Millisecond), verified)
+}
+
+// tellAllStaged says on log, in one line, what the stage of many shards
+// did, in took.
+func tellAllStaged(log io.Writer, rank int, local string, res []stage.Result, took time.Duration) {
+	var copied, verified int64
+	reused, replaced := 0, ""
+	for _, r := range res {
+		copied, verified = copied+r.CopiedBytes, verified+r.VerifiedBytes
+		if r.Reused {
+			reused++
+		}
+		if r.Replaced != "" && replaced == "" {
+			replaced = fmt.Sprintf(" (shard %d's copy was not reused: %s)", r.Shard, r.Replaced)
+		}
+	}
+	lo, hi := res[0].Shard, res[len(res)-1].Shard
+	fmt.Fprintf(log, "brandrt: rank %d: staged shards %d–%d (%d) to %s in %s: copied %s, reused the copies of %d%s; verified %s\n",
+		rank, lo, hi, len(res), local, took.Round(time.Millisecond), humanize.IBytes(uint64(copied)), reused, replaced, humanize.IBytes(uint64(verified)))
 }
