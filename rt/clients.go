@@ -19,6 +19,9 @@ type clientSide struct {
 	// set, tells what its clients do (WatchClients).
 	sess sessions
 	look func() Clients
+	// tell, when set, tells the clients which ranks have no training
+	// (TellClients).
+	tell func(missing []int)
 	// over is closed by TrainingOver; supervised is set by
 	// SuperviseTraining.
 	over       chan struct{}

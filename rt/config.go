@@ -139,6 +139,11 @@ type Config struct {
 	// processes with a BrandSampler are watched more closely: see
 	// sessions.)
 	ClientWait time.Duration
+	// TrainingWait is how long after serving began the job waits for
+	// every rank to have had a client (a training process) attached
+	// before it ends, naming those that had none; 0 waits for ever.
+	// Meanwhile every PeerWarn the ranks say which have none.
+	TrainingWait time.Duration
 	// Log receives messages about this rank (damaged files).
 	Log io.Writer
 	// FS is the file system the chunks are read through.
@@ -155,7 +160,7 @@ type Config struct {
 // memory.
 func DefaultConfig() Config {
 	return Config{Policy: "window", Variant: proto.Full, Window: 64, Ramp: proto.DefaultRamp, RemoteMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 0, Depth: 4,
-		ClientWait: time.Minute, OnDamage: "fail", MaxSkippedFraction: 0.001, StorageWait: 2 * time.Minute, PeerWarn: 30 * time.Second,
+		ClientWait: time.Minute, TrainingWait: 10 * time.Minute, OnDamage: "fail", MaxSkippedFraction: 0.001, StorageWait: 2 * time.Minute, PeerWarn: 30 * time.Second,
 		Log: io.Discard, FS: chunk.OS}
 }
 
@@ -189,6 +194,7 @@ func (c Config) Validate() error {
 	add(c.PeerWarn > 0 && c.PeerTimeout >= 0, "peer warning after %v and timeout %v, want the warning > 0 and the timeout ≥ 0", c.PeerWarn, c.PeerTimeout)
 	add(c.Pause >= 0, "pause %v, want ≥ 0", c.Pause)
 	add(c.ClientWait >= 0, "client wait %v, want ≥ 0", c.ClientWait)
+	add(c.TrainingWait >= 0, "training wait %v, want ≥ 0", c.TrainingWait)
 	add(c.FS != nil && c.Log != nil, "no file system or log")
 	return errors.Join(errs...)
 }

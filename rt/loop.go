@@ -127,6 +127,9 @@ func (l *loop) serve(ctx context.Context) error {
 			if err := l.n.peers.check(l.waitsFor, l.waitsWhat); err != nil {
 				return err
 			}
+			if err := l.n.training.check(l.comm); err != nil {
+				return err
+			}
 			if idle++; idle < spinRounds || busy && time.Since(l.moved) < busySpin {
 				runtime.Gosched()
 				continue
@@ -389,6 +392,9 @@ func (l *loop) receive() (bool, error) {
 			return true, err
 		}
 		return true, l.drain(st.Source)
+	case tagTraining:
+		l.n.training.heard(st.Source)
+		return true, nil
 	case tagSync: // a rank whose epoch ended, at the barrier after it
 		if l.n.me == 0 {
 			l.n.peers.synced = append(l.n.peers.synced, st.Source)

@@ -31,7 +31,9 @@ type Node struct {
 	tally   tally      // stats.go: this epoch's deliveries per file, and the last epoch's order
 	damage  damageLog  // damage.go: damage named in this job, files left out
 	peers   *peerWatch // peers.go: waits on peers, and their word for a barrier
-	readers readers    // readers.go: the processes that read the trace, and who asked each position
+	// training is which ranks have training beside them (training.go)
+	training *trainingWatch
+	readers  readers // readers.go: the processes that read the trace, and who asked each position
 }
 
 // Open opens this rank's shard and builds the protocol state. Every rank
@@ -47,6 +49,7 @@ func Open(cfg Config, comm collectives.Comm) (*Node, error) {
 			over: make(chan struct{})},
 		next: nextEpoch{offers: make(map[uint32]TraceOffer)}}
 	n.peers = newPeerWatch(n)
+	n.training = newTrainingWatch(n)
 	err := n.agree(n.open())
 	if err == nil {
 		err = n.sameDataset()

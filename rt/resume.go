@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/brandrt/brandrt/proto"
 )
@@ -74,11 +75,18 @@ func (n *Node) resumePoint(ctx context.Context) (uint32, resumption, StartOffer,
 	if n.me == 0 {
 		fmt.Fprintf(n.cfg.Log, "brandrt: waiting for the training processes to say where the job resumes (--resume)\n")
 	}
+	tick := time.NewTicker(peerCheckEvery)
+	defer tick.Stop()
 	for {
 		var o StartOffer
 		select {
 		case <-ctx.Done():
 			return 0, resumption{}, o, ctx.Err()
+		case <-tick.C: // a rank whose training never came would wait for ever
+			if err := n.training.checkSelf(); err != nil {
+				return 0, resumption{}, o, err
+			}
+			continue
 		case <-n.clients.over:
 			return 0, resumption{}, o, fmt.Errorf("rt: rank %d: the training ended before saying where the job resumes (--resume)", n.me)
 		case o = <-n.clients.starts:

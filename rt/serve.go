@@ -26,6 +26,7 @@ type nextEpoch struct {
 // be the thread that initialised MPI, and better not: waiting on a locked
 // thread costs a handoff between OS threads every time.
 func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
+	n.training.begin()
 	firstPC, _ := n.data.m.RankPCs(n.me)
 	io := newIOPool(n.data.shard, n.data.source, firstPC, n.cfg.IOWorkers, n.newStorageWatch())
 	defer io.close()

@@ -3,6 +3,7 @@ package rt
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/brandrt/brandrt/collectives"
 	"github.com/brandrt/brandrt/proto"
@@ -97,10 +98,16 @@ func (n *Node) offered(ctx context.Context, e uint32) (TraceOffer, error) {
 	if n.me == 0 {
 		fmt.Fprintf(n.cfg.Log, "brandrt: epoch %d waits for the clients' traces\n", e)
 	}
+	tick := time.NewTicker(peerCheckEvery)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return TraceOffer{}, ctx.Err()
+		case <-tick.C: // a rank whose training never came would wait for ever
+			if err := n.training.checkSelf(); err != nil {
+				return TraceOffer{}, err
+			}
 		case <-n.clients.over: // no client will supply one: this rank reads nothing
 			return TraceOffer{Epoch: e}, nil
 		case o := <-n.clients.offers:

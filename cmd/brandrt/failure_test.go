@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/brandrt/brandrt/internal/testkit"
 )
 
 // vaderWatch notes the shared-memory segments of Open MPI's vader
@@ -48,7 +50,7 @@ func (w *vaderWatch) left() []string {
 // failingJob starts a two-rank serve of a small dataset, training
 // processes attaching under a directory of its own, and returns mpirun,
 // its output, the attach directory and the vader watch.
-func failingJob(t *testing.T, env []string, args ...string) (*exec.Cmd, *strings.Builder, string, *vaderWatch) {
+func failingJob(t *testing.T, env []string, args ...string) (*exec.Cmd, *testkit.Log, string, *vaderWatch) {
 	t.Helper()
 	cleanVader(t)
 	dir := servePack(t, 600, 2, filepath.Join(t.TempDir(), "chunks"))
@@ -62,7 +64,7 @@ func failingJob(t *testing.T, env []string, args ...string) (*exec.Cmd, *strings
 // endsClean waits up to 10 s for mpirun to exit with an error whose
 // output holds every want, then checks that nothing is left: no rank, no
 // attach point, no vader segment of the job.
-func endsClean(t *testing.T, cmd *exec.Cmd, out *strings.Builder, attach string, w *vaderWatch, want ...string) {
+func endsClean(t *testing.T, cmd *exec.Cmd, out *testkit.Log, attach string, w *vaderWatch, want ...string) {
 	t.Helper()
 	start := time.Now()
 	done := make(chan error, 1)
@@ -99,7 +101,7 @@ func endsClean(t *testing.T, cmd *exec.Cmd, out *strings.Builder, attach string,
 }
 
 // waitAttach waits until both ranks listen.
-func waitAttach(t *testing.T, attach string, out *strings.Builder) {
+func waitAttach(t *testing.T, attach string, out *testkit.Log) {
 	t.Helper()
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		if m, _ := filepath.Glob(filepath.Join(attach, "local-*", "attach.sock")); len(m) == 2 {

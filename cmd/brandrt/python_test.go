@@ -54,12 +54,12 @@ func pathInput(t *testing.T, classes, files int) string {
 }
 
 // startServeEnv is startServe with extra environment variables.
-func startServeEnv(t *testing.T, env []string, np int, args ...string) (*exec.Cmd, *strings.Builder) {
+func startServeEnv(t *testing.T, env []string, np int, args ...string) (*exec.Cmd, *testkit.Log) {
 	t.Helper()
 	all := mpirunArgv(t, np, append([]string{"serve"}, args...)...)
 	cmd := exec.Command("mpirun", all...)
 	cmd.Env = append(os.Environ(), env...)
-	out := new(strings.Builder)
+	out := new(testkit.Log)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

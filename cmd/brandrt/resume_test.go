@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/brandrt/brandrt/internal/testkit"
 )
 
 // orderFile reads an --order-out file: per epoch and rank, the file at
@@ -112,7 +114,7 @@ func waitTrainers(t *testing.T, cmds []*exec.Cmd) {
 // serveArgs and --resume on ranks ranks (its order written to order),
 // beside one training process per rank started with args(r); it returns
 // serve's output and what the training processes printed.
-func serveResumed(t *testing.T, ranks int, serveArgs []string, order string, args func(r int) []string) (*strings.Builder, string) {
+func serveResumed(t *testing.T, ranks int, serveArgs []string, order string, args func(r int) []string) (*testkit.Log, string) {
 	t.Helper()
 	env := []string{"BRANDRT_ATTACH=" + t.TempDir()}
 	serve, out := startServeEnv(t, env, ranks, append(slices.Clip(serveArgs), "--resume", "--order-out", order)...)
@@ -494,7 +496,7 @@ func TestResumeOnOtherRanksUnderMpirun(t *testing.T) {
 				run := fmt.Sprintf("run%d", i+2)
 				after = logs(run, c.to)
 				order := filepath.Join(tmp, run+".order")
-				var out *strings.Builder
+				var out *testkit.Log
 				out, said = serveResumed(t, c.to, serveArgs, order, func(r int) []string { return trainArgs(after[r], "--workers", "3", "--resume") })
 				if !strings.Contains(out.String(), fmt.Sprintf("was saved on %d ranks", c.from)) {
 					t.Errorf("resumed serve did not say it resumed a job of %d ranks:\n%s", c.from, out)

@@ -78,7 +78,8 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "stage", Usage: "node-local directory (/local/scratch): before the first epoch each rank copies its shards there from --chunks, verified, or reuses verified copies of an earlier job, and reads the copies; a chunk later found damaged in a copy is read from --chunks instead (brandrt stage --help)"},
 			&cli.IntFlag{Name: "nproc-per-node", Value: 1, Usage: "training processes to start on each node with a training command (one per GPU); each reads its share of the rank's trace"},
 			&cli.BoolFlag{Name: "allow-shared-node", EnvVars: []string{"BRANDRT_ALLOW_SHARED_NODE"}, Usage: "let several ranks run on one node: the design is one rank per node, and a job whose ranks share one is refused (demos and tests on one machine use this)"},
-			&cli.DurationFlag{Name: "client-wait", Value: d.ClientWait, Usage: "how long a rank whose training processes all went away in the middle of an epoch waits for one to come back before it ends the job (0: for ever); a process with a BrandSampler that dies ends the job within 5 s"},
+			&cli.DurationFlag{Name: "client-wait", Value: d.ClientWait, Usage: "how long a rank whose training processes all went away in the middle of an epoch, or stopped reading what they asked for, waits for one to come back before it ends the job (0: for ever); a process with a BrandSampler that dies ends the job within 5 s"},
+			&cli.DurationFlag{Name: "training-wait", Value: d.TrainingWait, Usage: "how long after serving begins the job waits for a training process to attach to every rank (a launch that failed on some nodes) before it ends, naming the ranks and nodes that had none; meanwhile the ranks say which every --peer-warn (0: for ever)"},
 			&cli.IntFlag{Name: "io-workers", Value: d.IOWorkers, Usage: "chunk reads in flight at once"},
 			&cli.IntFlag{Name: "consume", Value: d.Consume, Usage: "in-process readers per rank; 0: serve training processes through shared memory"},
 			&cli.IntFlag{Name: "depth", Value: d.Depth, Usage: "requests each in-process reader keeps in flight"},
@@ -186,7 +187,7 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 	}
 	cfg.IOWorkers, cfg.Consume, cfg.Depth, cfg.Pause = c.Int("io-workers"), c.Int("consume"), c.Int("depth"), c.Duration("pause")
 	cfg.Resume = c.Bool("resume")
-	cfg.OnDamage, cfg.ClientWait = c.String("on-damage"), c.Duration("client-wait")
+	cfg.OnDamage, cfg.ClientWait, cfg.TrainingWait = c.String("on-damage"), c.Duration("client-wait"), c.Duration("training-wait")
 	ms := c.Generic("max-skipped").(*countOrShare)
 	cfg.MaxSkipped, cfg.MaxSkippedFraction = ms.n, ms.fraction
 	cfg.StorageWait, cfg.PeerWarn, cfg.PeerTimeout = c.Duration("storage-wait"), c.Duration("peer-warn"), c.Duration("peer-timeout")

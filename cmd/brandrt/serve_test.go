@@ -179,7 +179,7 @@ func TestServeStartErrors(t *testing.T) {
 
 // startServe starts mpirun … serve in its own process group; the group is
 // killed when the test ends.
-func startServe(t *testing.T, np int, args ...string) (*exec.Cmd, *strings.Builder) {
+func startServe(t *testing.T, np int, args ...string) (*exec.Cmd, *testkit.Log) {
 	t.Helper()
 	return startServeEnv(t, nil, np, args...)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -135,5 +136,35 @@ func TestAskEverythingThenRead(t *testing.T) {
 	}
 	if err := exitWithin(t, cmd, 60*time.Second); err != nil {
 		t.Fatalf("serve: %v\n%s", err, out)
+	}
+}
+
+// TestTrainingOnOneNodeOnly: a 2-rank job whose training attached to
+// rank 0 only (a launch that failed on the other node). Within
+// --peer-warn and 5 s the ranks say that rank 1 has no training, the
+// waiting client says what it waits for, and --training-wait ends the
+// job naming rank 1. (Before, the training read a few files and then
+// both ranks waited for ever without a word.)
+func TestTrainingOnOneNodeOnly(t *testing.T) {
+	cleanVader(t)
+	dir := servePack(t, 2000, 2, filepath.Join(t.TempDir(), "chunks"))
+	base := t.TempDir()
+	env := []string{"BRANDRT_ATTACH=" + base}
+	start := time.Now()
+	cmd, out := startServeEnv(t, env, 2, "--chunks", dir, "--mem", "25%", "--epochs", "1", "--peer-warn", "3s", "--training-wait", "15s")
+	_, readerOut := startPython(t, env, "unread.py", "read", "0")
+	waitForLine(t, out, "had no training process attached", 3*time.Second+5*time.Second)
+	said := regexp.MustCompile(`brandrt: rank \d \(node [^)]*\): rank 1 \(node [^)]*\) had no training process attached \d+s after serving began`)
+	if !said.MatchString(out.String()) {
+		t.Fatalf("after %v:\n%s", time.Since(start).Round(time.Second), out)
+	}
+	err := exitWithin(t, cmd, 40*time.Second)
+	t.Logf("the job ended %v after it began: %v", time.Since(start).Round(time.Second), err)
+	if err == nil || !strings.Contains(out.String(), "rank 1 (node ") || !strings.Contains(out.String(), "had no training process attached") ||
+		!strings.Contains(out.String(), "(--training-wait 15s)") {
+		t.Fatalf("serve: %v\n%s", err, out)
+	}
+	if want := "the job waits for rank 1, which had no training process attached"; !strings.Contains(readerOut.String(), want) {
+		t.Errorf("the waiting client did not say %q:\n%s", want, readerOut)
 	}
 }

@@ -3,6 +3,7 @@
 import array
 import ctypes
 import json
+import logging
 import mmap
 import os
 import select
@@ -115,6 +116,9 @@ def _check_peer(ucred, who):
 _libc = ctypes.CDLL(None, use_errno=True)
 _SYS_FUTEX = 202  # x86-64
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
+# Seconds a client waits for a reply before it says what the job waits
+# for (ranks without training), when the rank says it waits for any.
+_TELL_AFTER = 5.0
 # Requests written before a sleeping rank is woken, unless the client
 # waits for a reply first.
 _WAKE_BATCH = 4
@@ -201,7 +205,8 @@ class Client:
         self._c = {off: ctypes.c_uint32.from_buffer(self._mm, off)
                    for off in (L.OFF_REQ_HEAD, L.OFF_REQ_TAIL, L.OFF_REP_HEAD, L.OFF_RANK_SLEEPING,
                                L.OFF_CLIENT_SLEEPING, L.OFF_EPOCH, L.OFF_TRACE_LEN, L.OFF_RANKS, L.OFF_RESUME,
-                               L.OFF_RESUMED_EPOCH, L.OFF_RESUMED_FROM, L.OFF_RESUMED_REST, L.OFF_EPOCHS, L.OFF_JOB_BYTES)}
+                               L.OFF_RESUMED_EPOCH, L.OFF_RESUMED_FROM, L.OFF_RESUMED_REST, L.OFF_EPOCHS, L.OFF_JOB_BYTES,
+                               L.OFF_AWAITED, L.OFF_AWAITED_FIRST)}
         self._c.update({off: ctypes.c_uint64.from_buffer(self._mm, off) for off in (L.OFF_DATA_HEAD, L.OFF_DATA_TAIL)})
         # The counters of the hot path, bound once.
         self._req_head, self._req_tail = self._c[L.OFF_REQ_HEAD], self._c[L.OFF_REQ_TAIL]
@@ -526,8 +531,9 @@ class Client:
     def _next(self, timeout):
         self.release()
         timeout = self.timeout if timeout is None else timeout
-        end = None if timeout is None else time.monotonic() + timeout
-        spins = 0
+        start = time.monotonic()
+        end = None if timeout is None else start + timeout
+        spins, told = 0, False
         while True:
             rec = self._record()
             if rec is not None:
@@ -547,8 +553,31 @@ class Client:
                     return rec
                 raise
             if end is not None and time.monotonic() > end:
-                raise BrandError("no reply from brandrt within %.1f s" % timeout)
+                raise BrandError("no reply from brandrt within %.1f s%s" % (timeout, self._awaited()))
+            if not told and time.monotonic() - start > _TELL_AFTER:
+                told = self._tell_awaited(time.monotonic() - start)
             self._sleep()
+
+    def _awaited(self):
+        """"" or what the job waits for, as the rank publishes it: the
+        ranks that have had no training process attached."""
+        n = self._u32(L.OFF_AWAITED)
+        if n == 0:
+            return ""
+        first = self._u32(L.OFF_AWAITED_FIRST)
+        more = " and %d more ranks" % (n - 1) if n > 1 else ""
+        return ("; the job waits for rank %d%s, which had no training process attached: did the training start on that node? "
+                "(brandrt serve --training-wait ends the job if none attaches)" % (first, more))
+
+    def _tell_awaited(self, waited):
+        """Log (logger "brandrt", a warning: on stderr unless the
+        application routes it), when the job waits for ranks without
+        training, that this client has waited for waited seconds and why;
+        return whether it did."""
+        why = self._awaited()
+        if why:
+            logging.getLogger("brandrt").warning("brandrt: pid %d: no file for %.0f s%s", os.getpid(), waited, why)
+        return bool(why)
 
     def read(self, sn, epoch):
         """Request position sn and return (file_id, label, data) for it.

@@ -188,6 +188,7 @@ func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) er
 		}
 		defer srv.Close()
 		n.WatchClients(srv.Clients)
+		n.TellClients(srv.Awaiting)
 		// On a signal the attach point goes at once: the rank may be
 		// killed (mpirun ending the job) before its deferred clean-ups run.
 		st.setUnlink(srv.Unlink)

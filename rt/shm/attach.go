@@ -120,6 +120,7 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	ring.setResumed(s.resumed.epoch, s.resumed.from, s.resumed.rest)
 	ring.setJob(uint32(s.opt.Ranks), s.opt.Seed, s.opt.Epochs, s.opt.Job, s.resumeState())
 	ring.setEpoch(s.epoch, s.traceLen)
+	ring.setAwaited(s.awaited[0], s.awaited[1])
 	s.mu.Unlock()
 	err = sendWelcome(conn, id, s.rank, len(ring.mem), fd, s.opt.Arena)
 	syscall.Close(fd) // the client holds its own descriptor now

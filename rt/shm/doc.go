@@ -175,6 +175,10 @@
 //	548      4  epochs                  rank: the job's last epoch (--epochs);
 //	                                     a request for a later one gets an
 //	                                     error record at once
+//	552      4  awaited                 rank: how many ranks of the job have
+//	                                     had no training process attached
+//	                                     (the rank's files may wait for them)
+//	556      4  awaited first           rank: the first of them
 //	1024     4  job bytes n             rank: then n bytes of JSON from
 //	1028        job                      1028: what the clients put in the
 //	                                     states they save (dataset, policy,

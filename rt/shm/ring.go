@@ -38,6 +38,8 @@ const (
 	offResumedFrom    = 540
 	offResumedRest    = 544
 	offEpochs         = 548
+	offAwaited        = 552
+	offAwaitedFirst   = 556
 	offJobBytes       = 1024
 	offJob            = 1028
 	// jobMax is the most bytes of the job's JSON the header holds.
@@ -375,6 +377,13 @@ func (r *Ring) setResumed(e, from uint32, rest bool) {
 
 // setResume publishes where the rank stands with resuming.
 func (r *Ring) setResume(v uint32) { atomic.StoreUint32(r.u32(offResume), v) }
+
+// setAwaited publishes how many ranks of the job have had no training
+// attached, and the first of them.
+func (r *Ring) setAwaited(n, first uint32) {
+	atomic.StoreUint32(r.u32(offAwaitedFirst), first)
+	atomic.StoreUint32(r.u32(offAwaited), n)
+}
 
 // setEpoch publishes the epoch being served and this rank's trace length.
 func (r *Ring) setEpoch(e, n uint32) {

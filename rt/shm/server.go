@@ -61,6 +61,8 @@ type Server struct {
 		rest        bool
 	}
 	// sessions counts the session clients of each process (see lineage);
+	// awaited is how many ranks have had no training, and the first.
+	awaited [2]uint32
 	// alone is when the last client went.
 	sessions  map[int]int
 	alone     time.Time
@@ -178,6 +180,21 @@ func (s *Server) StartEpoch(e uint32, n int) {
 		c.ring.setResumed(s.resumed.epoch, s.resumed.from, s.resumed.rest)
 		c.ring.setEpoch(e, uint32(n))
 		c.ring.setResume(resume)
+	}
+}
+
+// Awaiting tells every client, and those that attach later, which ranks
+// of the job have had no training process attached (rt.Node.TellClients):
+// a client that waits long for a file says so.
+func (s *Server) Awaiting(missing []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.awaited = [2]uint32{uint32(len(missing)), 0}
+	if len(missing) > 0 {
+		s.awaited[1] = uint32(missing[0])
+	}
+	for _, c := range s.clients {
+		c.ring.setAwaited(s.awaited[0], s.awaited[1])
 	}
 }
 
