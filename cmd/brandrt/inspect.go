@@ -26,8 +26,8 @@ func inspectCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "dataset directory"},
 			&cli.StringFlag{Name: "file", Usage: "file id or original path to extract"},
-			&cli.StringFlag{Name: "out", Usage: "where to write the extracted file (- for stdout)"},
-			&cli.BoolFlag{Name: "force", Usage: "overwrite --out if it exists"},
+			&cli.StringFlag{Name: "out", Usage: "where to write the extracted file (" + outputNote + ")"},
+			&cli.BoolFlag{Name: "force", Usage: forceNote("--out")},
 			&cli.BoolFlag{Name: "list", Usage: "list every file: id, label, size, rank, path (tab-separated)"},
 		},
 		Action: runInspect,
@@ -79,7 +79,7 @@ func runInspect(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := writeOut(c, c.String("out"), data); err != nil {
+	if err := writeOut(c, "--out", c.String("out"), data); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.App.ErrWriter, "file %d (%s, label %d): %s from rank %d chunk %d slot %d, checksum ok\n",

@@ -84,9 +84,9 @@ func serveCommand() *cli.Command {
 			&cli.IntFlag{Name: "depth", Value: d.Depth, Usage: "requests each in-process reader keeps in flight"},
 			&cli.DurationFlag{Name: "pause", Usage: "in-process readers wait this long at the start of each epoch (the rank's idle CPU use is then printed)"},
 			&cli.BoolFlag{Name: "resume", Usage: "wait for the training processes to say which epoch and position the job takes up (a checkpoint's BrandSampler state), then serve from there: exactly as the interrupted job would have on its ranks, --mem and --ramp; on others (a node lost; window policy), every file of the epoch not yet trained on, once"},
-			&cli.StringFlag{Name: "order-out", Usage: "write the delivered order to this file at the end (rank 0): a line per position, \"epoch rank sn file\", as brandrt simulate --order-out writes it"},
-			&cli.BoolFlag{Name: "force", Usage: "overwrite the --order-out file if it exists"},
-			&cli.StringFlag{Name: "stats-json", Usage: "write each epoch's statistics to this file, one JSON object per line (rank 0)"},
+			&cli.StringFlag{Name: "order-out", Usage: "write the delivered order to this file at the end (rank 0): a line per position, \"epoch rank sn file\", as brandrt simulate --order-out writes it (" + outputNote + ")"},
+			&cli.BoolFlag{Name: "force", Usage: forceNote("--order-out")},
+			&cli.StringFlag{Name: "stats-json", Usage: "write each epoch's statistics to this file, one JSON object per line (rank 0; " + outputNote + "; a regular file is replaced without --force)"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (cpu.pprof) into this directory (every rank: use {rank})"},
 			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile (mem.pprof) into this directory (every rank: use {rank})"},
 		},
@@ -216,7 +216,7 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 	}
 	name := c.String("order-out")
 	if name != "" && firstRank() {
-		if err := refuseOverwrite(c, name); err != nil { // before the run, not after it
+		if _, err := checkOut(c, "--order-out", name); err != nil { // before the run, not after it
 			return err
 		}
 	}
@@ -225,7 +225,7 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 		if err != nil {
 			return nil, err
 		}
-		stopProfiles, err := startProfiles(rankDir(c.String("cpuprofile"), comm.Rank()), rankDir(c.String("memprofile"), comm.Rank()))
+		stopProfiles, err := startProfiles(c, rankDir(c.String("cpuprofile"), comm.Rank()), rankDir(c.String("memprofile"), comm.Rank()))
 		if err != nil {
 			return nil, err
 		}
@@ -233,7 +233,7 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 		after := func() error {
 			err := errors.Join(stopProfiles(), closeReport())
 			if order != nil && comm.Rank() == 0 {
-				err = errors.Join(writeOut(c, name, order.Bytes()), err)
+				err = errors.Join(writeOut(c, "--order-out", name, order.Bytes()), err)
 			}
 			return err
 		}
@@ -317,9 +317,9 @@ func reporter(c *cli.Context, rank, epochs int) (func(rt.EpochStats), func() err
 	var werr error
 	closeFn := func() error { return nil }
 	if name := c.String("stats-json"); name != "" {
-		f, err := createOut(name)
+		f, err := createOut(c, "--stats-json", name)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--stats-json: %w", err)
+			return nil, nil, err
 		}
 		js = json.NewEncoder(f)
 		closeFn = func() error {

@@ -62,8 +62,8 @@ func simulateCommand() *cli.Command {
 			&cli.IntFlag{Name: "inflight", Value: d.Inflight, Usage: "requests each rank keeps outstanding"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per epoch and variant instead of a table"},
 			&cli.StringFlag{Name: "resume", Usage: "with --chunks, window policy: take up where a training job saved its place (a BrandSampler's state_dict as JSON: json.dump(sampler.state_dict(n), f)), as serve --resume does, on --ranks ranks; --epochs is the last epoch"},
-			&cli.StringFlag{Name: "order-out", Usage: "write the delivered order to this file: a line per position, \"epoch rank sn file\" (one policy: not with --compare)"},
-			&cli.BoolFlag{Name: "force", Usage: "overwrite the --order-out file if it exists"},
+			&cli.StringFlag{Name: "order-out", Usage: "write the delivered order to this file: a line per position, \"epoch rank sn file\" (one policy: not with --compare; " + outputNote + ")"},
+			&cli.BoolFlag{Name: "force", Usage: forceNote("--order-out")},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (cpu.pprof) into this directory"},
 			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile (mem.pprof) into this directory"},
 		},
@@ -161,7 +161,7 @@ func runSimulate(c *cli.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	stopProfiles, err := startProfiles(c.String("cpuprofile"), c.String("memprofile"))
+	stopProfiles, err := startProfiles(c, c.String("cpuprofile"), c.String("memprofile"))
 	if err != nil {
 		return err
 	}
@@ -179,7 +179,7 @@ func runSimulate(c *cli.Context) (err error) {
 		if c.Bool("compare") {
 			return fmt.Errorf("--order-out writes one policy's order; drop --compare")
 		}
-		if err := refuseOverwrite(c, name); err != nil { // before the run, not after it
+		if _, err := checkOut(c, "--order-out", name); err != nil { // before the run, not after it
 			return err
 		}
 		order = bytes.NewBuffer(orderfile.Header{Policy: policyLabel(cfg.Policies[0]), Seed: cfg.Seed}.Append(nil))
@@ -202,7 +202,7 @@ func runSimulate(c *cli.Context) (err error) {
 		writeTable(out, cfg, results, time.Since(start))
 	}
 	if order != nil {
-		return writeOut(c, c.String("order-out"), order.Bytes())
+		return writeOut(c, "--order-out", c.String("order-out"), order.Bytes())
 	}
 	return nil
 }
