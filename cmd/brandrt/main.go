@@ -54,7 +54,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Description: "brandrt packs small files into chunks read in one sequential batch, keeps part\n" +
 			"of the dataset in memory with file redirection (any unseen file in the same\n" +
 			"memory slot may answer a request), and shares memory across nodes over MPI\n" +
-			"with prefetch driven by the known access traces.",
+			"with prefetch driven by the known access traces.\n\n" +
+			"A flag's number beyond what the flag takes (what the code keeps it in, and\n" +
+			"means: epochs, counts, sizes, durations) is refused with its limit, never\n" +
+			"cut to fit. Where a command writes a file you name, - is standard output, a\n" +
+			"device, FIFO or socket (/dev/null, /dev/stdout) is written into, a regular\n" +
+			"file replaced, and anything else refused.",
 		Commands:        []*cli.Command{packCommand(), verifyCommand(), inspectCommand(), stageCommand(), serveCommand(), simulateCommand(), benchCommand(), infoCommand()},
 		HideHelpCommand: true,
 		Writer:          stdout,
