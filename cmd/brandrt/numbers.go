@@ -80,6 +80,7 @@ func intFlag(name string, n, lo, hi int64, why, usage string) *cli.GenericFlag {
 	return &cli.GenericFlag{Name: name, Value: &intValue{n: n, lo: lo, hi: hi, why: why}, Usage: usage}
 }
 
+// Set parses s, refusing what intValue does not take.
 func (v *intValue) Set(s string) error {
 	n, err := strconv.ParseInt(strings.TrimSpace(s), 0, 64)
 	switch {
@@ -94,6 +95,7 @@ func (v *intValue) Set(s string) error {
 	return nil
 }
 
+// String writes the value as Set reads it.
 func (v *intValue) String() string { return strconv.FormatInt(v.n, 10) }
 
 // Get returns the number, for cli.Context.Value.
@@ -113,6 +115,7 @@ func seedFlag(name string, n uint64, usage string) *cli.GenericFlag {
 	return &cli.GenericFlag{Name: name, Value: &v, Usage: usage}
 }
 
+// Set parses s, refusing what seedValue does not take.
 func (v *seedValue) Set(s string) error {
 	t := strings.TrimSpace(s)
 	n, err := strconv.ParseUint(t, 0, 64)
@@ -134,6 +137,7 @@ func isNumber(s string) bool {
 	return err == nil || errors.Is(err, strconv.ErrRange)
 }
 
+// String writes the value as Set reads it.
 func (v *seedValue) String() string { return strconv.FormatUint(uint64(*v), 10) }
 
 // Get returns the seed, for cli.Context.Value.
@@ -155,6 +159,7 @@ func floatFlag(name string, x, lo, hi float64, open bool, usage string) *cli.Gen
 	return &cli.GenericFlag{Name: name, Value: &floatValue{x: x, lo: lo, hi: hi, open: open}, Usage: usage}
 }
 
+// Set parses s, refusing what floatValue does not take.
 func (v *floatValue) Set(s string) error {
 	x, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 	lo, hi := v.bounds()
@@ -172,6 +177,7 @@ func (v *floatValue) Set(s string) error {
 	return nil
 }
 
+// String writes the value as Set reads it.
 func (v *floatValue) String() string { return formatFloat(v.x) }
 
 // formatFloat writes x as briefly as it reads back.
@@ -206,6 +212,7 @@ func durationFlag(name string, d time.Duration, positive bool, usage string) *cl
 // only when it overflows.
 var oneDuration = regexp.MustCompile(`^[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)$`)
 
+// Set parses s, refusing what durationValue does not take.
 func (v *durationValue) Set(s string) error {
 	t := strings.TrimSpace(s)
 	d, err := time.ParseDuration(t)
@@ -225,6 +232,7 @@ func (v *durationValue) Set(s string) error {
 	return nil
 }
 
+// String writes the value as Set reads it.
 func (v *durationValue) String() string { return v.d.String() }
 
 // Get returns the duration, for cli.Context.Value.

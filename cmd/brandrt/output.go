@@ -303,6 +303,7 @@ func createOut(c *cli.Context, flag, name string) (io.WriteCloser, error) {
 // nopCloser is standard output as an output: closing it leaves it open.
 type nopCloser struct{ io.Writer }
 
+// Close does nothing.
 func (nopCloser) Close() error { return nil }
 
 // createTemp creates a new file, mode 0644, beside name; an error names

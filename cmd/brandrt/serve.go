@@ -106,6 +106,7 @@ type memBudget struct {
 	cgroup, allowCgroup bool
 }
 
+// Set parses s, refusing what m does not take.
 func (m *memBudget) Set(s string) error {
 	if p, ok := strings.CutSuffix(strings.TrimSpace(s), "%cgroup"); ok && m.allowCgroup {
 		v, err := strconv.ParseFloat(p, 64)
@@ -159,6 +160,7 @@ func (m *memBudget) bounds() (string, string) {
 	return b.bounds()
 }
 
+// String writes the value for the help.
 func (m *memBudget) String() string {
 	if m.bytes < 0 {
 		return "a tenth of --mem"

@@ -16,6 +16,7 @@ import (
 // plainly (1281167) or with a decimal suffix: 40k, 1.28M, 2G.
 type count struct{ n, lo, hi int64 }
 
+// Set parses s, refusing what count does not take.
 func (c *count) Set(s string) error {
 	mult := 1.0
 	t := strings.TrimSpace(s)
@@ -46,6 +47,7 @@ func (c *count) Set(s string) error {
 	return nil
 }
 
+// String writes the value as Set reads it.
 func (c *count) String() string { return strconv.FormatInt(c.n, 10) }
 
 // Get returns the count, for cli.Context.Value.
@@ -67,6 +69,7 @@ type byteSize struct {
 	why       string
 }
 
+// Set parses s, refusing what byteSize does not take.
 func (b *byteSize) Set(s string) error {
 	v, err := humanize.ParseBytes(s)
 	lo, hi := b.bounds()
@@ -87,6 +90,7 @@ func (b *byteSize) Set(s string) error {
 	return nil
 }
 
+// String writes the value for the help.
 func (b *byteSize) String() string {
 	if b.n == 0 {
 		return "0"
@@ -117,6 +121,7 @@ type countOrShare struct {
 	fraction float64
 }
 
+// Set parses s, refusing what countOrShare does not take.
 func (c *countOrShare) Set(s string) error {
 	if p, ok := strings.CutSuffix(strings.TrimSpace(s), "%"); ok {
 		v, err := strconv.ParseFloat(p, 64)
@@ -134,6 +139,7 @@ func (c *countOrShare) Set(s string) error {
 	return nil
 }
 
+// String writes the value for the help.
 func (c *countOrShare) String() string {
 	if c.n > 0 || c.fraction == 0 {
 		return strconv.FormatInt(c.n, 10)
