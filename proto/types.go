@@ -16,6 +16,11 @@ const NoFile FileID = -1
 // MaxFiles is the largest number of files a dataset may hold.
 const MaxFiles = 1<<31 - 1
 
+// MaxEpochs is the most epochs a job or a simulation runs: epochs are
+// numbered from 1 in a uint32, and a loop over them needs a number past
+// the last.
+const MaxEpochs = 1<<31 - 1
+
 // Variant selects the optimizations of the protocol, as in the breakdown of
 // Redox §5.3.
 type Variant uint8

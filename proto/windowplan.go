@@ -3,6 +3,7 @@ package proto
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 )
@@ -356,6 +357,15 @@ func (in WindowInput) ChunkBytes(pc int) int64 {
 	return b
 }
 
+// steps is the length of the longest trace.
+func (in WindowInput) steps() int {
+	n := 0
+	for _, tr := range in.Traces {
+		n = max(n, len(tr))
+	}
+	return n
+}
+
 // validate reports every problem of the input at once.
 func (in WindowInput) validate() error {
 	m := in.Mapping
@@ -370,6 +380,10 @@ func (in WindowInput) validate() error {
 	if in.Lead < 0 || in.Ramp < 0 || in.Window < 0 {
 		errs = append(errs, fmt.Errorf("proto: window lead %d, ramp %d and push window %d, want ≥ 0",
 			in.Lead, in.Ramp, in.Window))
+	}
+	if steps := in.steps(); in.Lead > math.MaxInt32-steps {
+		errs = append(errs, fmt.Errorf("proto: window lead %d steps past the last of %d positions: more than the limit of %d steps (int32)",
+			in.Lead, steps, math.MaxInt32))
 	}
 	if in.Remote != nil && len(in.Remote) != m.Ranks() {
 		errs = append(errs, fmt.Errorf("proto: window plan for %d ranks given %d remote budgets", m.Ranks(), len(in.Remote)))

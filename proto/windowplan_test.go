@@ -254,6 +254,11 @@ func TestWindowPlanRefusesBadInput(t *testing.T) {
 	if _, err := proto.PlanWindow(twice); err == nil || !strings.Contains(err.Error(), "appears twice") {
 		t.Fatalf("a file twice: %v", err)
 	}
+	late := in // a read due past the int32 steps count
+	late.Lead = math.MaxInt32
+	if _, err := proto.PlanWindow(late); err == nil || !strings.Contains(err.Error(), "more than the limit of 2147483647 steps") {
+		t.Fatalf("a lead of 2^31-1 steps: %v", err)
+	}
 }
 
 // The pool is the rank's whole memory, so a batch mixes nearly as many

@@ -156,6 +156,14 @@ type Config struct {
 	Memory chunk.Memory
 }
 
+// Most consumers, requests in flight per consumer and I/O workers a rank
+// runs (each worker holds a buffer of a chunk).
+const (
+	MaxConsumers = 1024
+	MaxDepth     = 1024
+	MaxIOWorkers = 1024
+)
+
 // DefaultConfig returns the defaults; the caller sets Chunks and the
 // memory.
 func DefaultConfig() Config {
@@ -181,10 +189,10 @@ func (c Config) Validate() error {
 	add(c.Window >= 0, "window %d, want ≥ 0", c.Window)
 	add(c.Ramp >= 0, "ramp %d chunks, want ≥ 0", c.Ramp)
 	add(c.MixBatch >= 0, "batch %d, want ≥ 0 (0 measures no order)", c.MixBatch)
-	add(c.Epochs >= 1, "%d epochs, want ≥ 1", c.Epochs)
-	add(c.IOWorkers >= 1, "%d I/O workers, want ≥ 1", c.IOWorkers)
-	add(c.Consume >= 0 && c.Consume <= 1024, "%d consumers, want 0 to 1024", c.Consume)
-	add(c.Depth >= 1 && c.Depth <= 1024, "depth %d, want 1 to 1024", c.Depth)
+	add(c.Epochs >= 1 && c.Epochs <= proto.MaxEpochs, "%d epochs, want 1 to %d", c.Epochs, proto.MaxEpochs)
+	add(c.IOWorkers >= 1 && c.IOWorkers <= MaxIOWorkers, "%d I/O workers, want 1 to %d", c.IOWorkers, MaxIOWorkers)
+	add(c.Consume >= 0 && c.Consume <= MaxConsumers, "%d consumers, want 0 to %d", c.Consume, MaxConsumers)
+	add(c.Depth >= 1 && c.Depth <= MaxDepth, "depth %d, want 1 to %d", c.Depth, MaxDepth)
 	add(!c.ClientTraces || c.Consume == 0, "in-process consumers read generated traces: client traces need 0 consumers, not %d", c.Consume)
 	add(!c.Resume || c.Policy == "window", "resuming mid-epoch needs --policy window: the paper policy chooses files as requests come, so an interrupted epoch cannot be taken up where it stopped")
 	add(!c.Resume || !c.ClientTraces, "resuming needs the traces of the epochs before it: use traces from --seed, not from the clients")

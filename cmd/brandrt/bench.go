@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/chunk/chunkbench"
 )
 
@@ -19,8 +20,8 @@ func rates(xs []float64) string {
 
 func benchCommand() *cli.Command {
 	d := chunkbench.DefaultConfig()
-	files := count(d.Files)
-	size := byteSize(d.MeanSize)
+	files := fileCount(d.Files)
+	size := byteSize{n: d.MeanSize, lo: 1, hi: chunk.MaxFileSize, why: "the largest file pack takes"}
 	return &cli.Command{
 		Name:  "bench",
 		Usage: "measure brandrt against the machine's own baselines, in one run",
@@ -44,18 +45,18 @@ func benchCommand() *cli.Command {
 				"Prints each ratio and the commands. Needs root (drop_caches) and fio.",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "dir", Required: true, Usage: "scratch directory on the disk to measure"},
-				&cli.GenericFlag{Name: "files", Value: &files, Usage: "files in the generated dataset"},
+				&cli.GenericFlag{Name: "files", Value: files, Usage: "files in the generated dataset"},
 				&cli.GenericFlag{Name: "file-size", Value: &size, Usage: "their mean size (lognormal, σ 0.6)"},
-				&cli.IntFlag{Name: "chunk-files", Value: d.K, Usage: "K"},
-				&cli.IntFlag{Name: "ranks", Value: d.Ranks, Usage: "shards"},
-				&cli.IntFlag{Name: "workers", Value: defaultWorkers(), Usage: "pack workers"},
+				intFlag("chunk-files", int64(d.K), 1, chunk.MaxK, whyK, "K"),
+				intFlag("ranks", int64(d.Ranks), 1, maxFiles, "each shard holds a chunk, each chunk a file", "shards"),
+				intFlag("workers", int64(defaultWorkers()), 1, maxWorkers, whyWorkers, "pack workers"),
 			},
 			Action: func(c *cli.Context) error {
 				if err := noArgs(c, ""); err != nil {
 					return err
 				}
 				cfg := chunkbench.DefaultConfig()
-				cfg.Dir, cfg.Files, cfg.MeanSize = c.String("dir"), int(files), int64(size)
+				cfg.Dir, cfg.Files, cfg.MeanSize = c.String("dir"), int(files.n), size.n
 				cfg.K, cfg.Ranks, cfg.Workers = c.Int("chunk-files"), c.Int("ranks"), c.Int("workers")
 				cfg.Log = func(s string) { fmt.Fprintln(c.App.ErrWriter, s) }
 				r, err := chunkbench.Run(cfg)

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/urfave/cli/v2"
 
@@ -12,7 +13,7 @@ import (
 
 func benchServeCommand() *cli.Command {
 	serve := serveCommand()
-	msg := byteSize(110_000)
+	msg := byteSize{n: 110_000, lo: 1, hi: math.MaxInt32, why: "an MPI message's count is a C int"}
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "serve epochs and compare with MPI's own point-to-point bandwidth, in one run",
@@ -28,14 +29,14 @@ func benchServeCommand() *cli.Command {
 			"Example: mpirun -np 2 --bind-to none brandrt bench serve --chunks DIR --mem 100% --consume 4 --epochs 3",
 		Flags: append(serve.Flags,
 			&cli.GenericFlag{Name: "message-size", Value: &msg, Usage: "size of the point-to-point messages (the dataset's mean file size is a fair choice)"},
-			&cli.IntFlag{Name: "messages", Value: 20000, Usage: "messages each rank sends"},
+			intFlag("messages", 20000, 1, math.MaxInt32, "", "messages each rank sends"),
 		),
 		Action: runBenchServe,
 	}
 }
 
 func runBenchServe(c *cli.Context) error {
-	size, messages := int(*c.Generic("message-size").(*byteSize)), c.Int("messages")
+	size, messages := int(c.Generic("message-size").(*byteSize).n), c.Int("messages")
 	return serving(c, func(comm collectives.Comm, w io.Writer) (func(io.Writer, rt.EpochStats), error) {
 		// Two baselines: messages in the CPU's cache (one buffer per send
 		// in flight), and messages spread over 256 MiB, as served files are.

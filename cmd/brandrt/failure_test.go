@@ -203,9 +203,10 @@ func TestFlagErrorsUnderMpirun(t *testing.T) {
 		want []string
 	}{
 		{[]string{"--epochs", "x"}, []string{`invalid value "x" for flag -epochs`}},
-		{[]string{"--mem", "0"}, []string{`invalid value "0" for flag -mem: the rank needs memory for at least one chunk`}},
+		{[]string{"--mem", "0"}, []string{`invalid value "0" for flag -mem: 0 is less than the minimum of 1: the rank needs memory for at least one chunk`}},
 		{[]string{"--bogus"}, []string{"flag provided but not defined: -bogus"}},
-		{[]string{"--epochs", "0", "--policy", "foo"}, []string{`policy "foo", want window or paper`, "0 epochs, want ≥ 1"}},
+		{[]string{"--epochs", "4294967296"}, []string{`invalid value "4294967296" for flag -epochs: 4294967296 is more than the limit of 2147483647`}},
+		{[]string{"--on-damage", "maybe", "--policy", "foo"}, []string{`policy "foo", want window or paper`, `on damage "maybe", want fail or skip`}},
 	} {
 		out, err := mpirunStatus(t, 2, append([]string{"serve", "--chunks", dir}, tc.args...)...)
 		if err == nil {

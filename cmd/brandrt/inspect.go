@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -22,13 +24,17 @@ func inspectCommand() *cli.Command {
 			"(by id, or by its path in the input) byte-exactly to F (- for stdout),\n" +
 			"after checking its checksum. With --list: one line per file, in file id\n" +
 			"order, tab-separated: id, label, size in bytes, rank, path in the input\n" +
-			"(what a custom order for serve --traces clients is made of).",
+			"(what a custom order for serve --traces clients is made of). A path that\n" +
+			"holds a control character (newline, tab, escape), a backslash, a character\n" +
+			"that does not print or bytes that are not UTF-8, or that starts with \", is\n" +
+			"written in double quotes with Go's escapes (strconv.Quote: \"a\\nb\", which\n" +
+			"strconv.Unquote reads back); any other path as it is.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "dataset directory"},
 			&cli.StringFlag{Name: "file", Usage: "file id or original path to extract"},
-			&cli.StringFlag{Name: "out", Usage: "where to write the extracted file (- for stdout)"},
-			&cli.BoolFlag{Name: "force", Usage: "overwrite --out if it exists"},
-			&cli.BoolFlag{Name: "list", Usage: "list every file: id, label, size, rank, path (tab-separated)"},
+			&cli.StringFlag{Name: "out", Usage: "where to write the extracted file (" + outputNote + ")"},
+			&cli.BoolFlag{Name: "force", Usage: forceNote("--out")},
+			&cli.BoolFlag{Name: "list", Usage: "list every file, a line each: id, label, size, rank, path (tab-separated; a path with a control character or a backslash quoted, see above)"},
 		},
 		Action: runInspect,
 	}
@@ -49,7 +55,7 @@ func runInspect(c *cli.Context) error {
 		w := bufio.NewWriter(c.App.Writer)
 		fmt.Fprintf(w, "id\tlabel\tsize\trank\tpath\n")
 		err := chunk.Each(chunk.OS, dir, func(e chunk.Entry) error {
-			_, err := fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%s\n", e.ID, e.Label, e.Size, e.Rank, e.Path)
+			_, err := fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%s\n", e.ID, e.Label, e.Size, e.Rank, listPath(e.Path))
 			return err
 		})
 		if err != nil {
@@ -79,12 +85,26 @@ func runInspect(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := writeOut(c, c.String("out"), data); err != nil {
+	if err := writeOut(c, "--out", c.String("out"), data); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.App.ErrWriter, "file %d (%s, label %d): %s from rank %d chunk %d slot %d, checksum ok\n",
 		e.ID, e.Path, e.Label, ibytes(int64(len(data))), e.Rank, e.Chunk, e.Slot)
 	return nil
+}
+
+// listPath writes path for --list, on one line: quoted as
+// strconv.Quote quotes it when it holds a control character (a newline,
+// a tab, an escape sequence), a backslash, a character that does not
+// print or bytes that are not UTF-8, or starts with a double quote (which
+// marks a quoted path); as it is otherwise.
+func listPath(path string) string {
+	plain := utf8.ValidString(path) && !strings.HasPrefix(path, `"`) &&
+		!strings.ContainsFunc(path, func(r rune) bool { return r == '\\' || !strconv.IsPrint(r) })
+	if plain {
+		return path
+	}
+	return strconv.Quote(path)
 }
 
 func printSummary(w io.Writer, dir string, s *chunk.Summary) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -28,22 +29,7 @@ var rawArgs []string
 // run runs the command line args and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
 	rawArgs = args
-	app := &cli.App{
-		Name:  "brandrt",
-		Usage: "feed training data from chunked storage through memory shared across MPI ranks",
-		Description: "brandrt packs small files into chunks read in one sequential batch, keeps part\n" +
-			"of the dataset in memory with file redirection (any unseen file in the same\n" +
-			"memory slot may answer a request), and shares memory across nodes over MPI\n" +
-			"with prefetch driven by the known access traces.",
-		Commands:        []*cli.Command{packCommand(), verifyCommand(), inspectCommand(), stageCommand(), serveCommand(), simulateCommand(), benchCommand(), infoCommand()},
-		HideHelpCommand: true,
-		Writer:          stdout,
-		ErrWriter:       stderr,
-	}
-	app.OnUsageError = onUsage
-	for _, c := range app.Commands {
-		c.OnUsageError = onUsage
-	}
+	app := newApp(stdout, stderr)
 	if err := app.Run(args); err != nil {
 		usage := errors.As(err, new(usageError))
 		if !job.Printed(err) && (!usage || firstRank()) {
@@ -57,6 +43,42 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return job.ExitCode(err) // the training command's status, else 1
 	}
 	return 0
+}
+
+// newApp returns the command line's definition: every command and flag,
+// writing to stdout and stderr.
+func newApp(stdout, stderr io.Writer) *cli.App {
+	app := &cli.App{
+		Name:  "brandrt",
+		Usage: "feed training data from chunked storage through memory shared across MPI ranks",
+		Description: "brandrt packs small files into chunks read in one sequential batch, keeps part\n" +
+			"of the dataset in memory with file redirection (any unseen file in the same\n" +
+			"memory slot may answer a request), and shares memory across nodes over MPI\n" +
+			"with prefetch driven by the known access traces.\n\n" +
+			"A flag's number beyond what the flag takes (what the code keeps it in, and\n" +
+			"means: epochs, counts, sizes, durations) is refused with its limit, never\n" +
+			"cut to fit. Where a command writes a file you name, - is standard output, a\n" +
+			"device, FIFO or socket (/dev/null, /dev/stdout) is written into, a regular\n" +
+			"file replaced, and anything else refused.",
+		Commands:        []*cli.Command{packCommand(), verifyCommand(), inspectCommand(), stageCommand(), serveCommand(), simulateCommand(), benchCommand(), infoCommand()},
+		HideHelpCommand: true,
+		Writer:          stdout,
+		ErrWriter:       stderr,
+	}
+	app.OnUsageError = onUsage
+	eachCommand(app.Commands, nil, func(_ []string, c *cli.Command) { c.OnUsageError = onUsage })
+	return app
+}
+
+// eachCommand calls fn on every command of cmds and their subcommands,
+// depth first, with the names that lead to it (bench serve: ["bench",
+// "serve"]).
+func eachCommand(cmds []*cli.Command, path []string, fn func(path []string, c *cli.Command)) {
+	for _, c := range cmds {
+		p := append(slices.Clip(path), c.Name)
+		fn(p, c)
+		eachCommand(c.Subcommands, p, fn)
+	}
 }
 
 // usageError is a mistake in the command line, which every process of a
@@ -75,7 +97,11 @@ func onUsage(c *cli.Context, err error, _ bool) error {
 // command's help.
 func badUsage(c *cli.Context, err error) error {
 	name := "brandrt"
-	if c.Command != nil && c.Command.Name != "" {
+	switch {
+	case c.Command == nil:
+	case c.Command.HelpName != "": // "brandrt bench serve"
+		name = c.Command.HelpName
+	case c.Command.Name != "":
 		name += " " + c.Command.Name
 	}
 	return usageError{fmt.Errorf("%w\n(%s --help explains every flag)", err, name)}

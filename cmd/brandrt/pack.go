@@ -49,10 +49,10 @@ func packCommand() *cli.Command {
 			&cli.StringFlag{Name: "input", Usage: "input directory (with --manifest: the root of its relative paths)"},
 			&cli.StringFlag{Name: "manifest", Usage: "file listing the files to pack, instead of scanning --input"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "output directory; {rank} makes it per process"},
-			&cli.IntFlag{Name: "chunk-files", Value: 64, Usage: fmt.Sprintf("K, files per chunk: 1 to %d, and at most the dataset's files (a dataset smaller than the default gets K = its files)", chunk.MaxK)},
-			&cli.IntFlag{Name: "shards", Aliases: []string{"ranks"}, Usage: "shards to write; any job of at most as many ranks serves them, each rank a run of shards balanced by bytes (default: 240, at most one per chunk and at least one per MPI process; with {rank} in --out, one per process)"},
-			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the shuffle"},
-			&cli.IntFlag{Name: "workers", Value: defaultWorkers(), Usage: "chunks written at once by each process"},
+			intFlag("chunk-files", 64, 1, chunk.MaxK, whyK, fmt.Sprintf("K, files per chunk: 1 to %d, and at most the dataset's files (a dataset smaller than the default gets K = its files)", chunk.MaxK)),
+			withAliases(intFlag("shards", 0, 0, maxFiles, "each shard holds a chunk, each chunk a file", "shards to write; any job of at most as many ranks serves them, each rank a run of shards balanced by bytes (default, or 0: 240, at most one per chunk and at least one per MPI process; with {rank} in --out, one per process)"), "ranks"),
+			seedFlag("seed", 1, "seed of the shuffle"),
+			intFlag("workers", int64(defaultWorkers()), 1, maxWorkers, whyWorkers, "chunks written at once by each process"),
 			&cli.StringFlag{Name: "layout", Value: string(chunk.LayoutAuto), Usage: "auto, imagefolder or plain"},
 			&cli.BoolFlag{Name: "force", Usage: "replace a dataset already in --out (only brandrt's own files)"},
 		},
@@ -80,7 +80,7 @@ func defaultShards(out string, procs, files, k int) int {
 
 // defaultWorkers: packing waits on storage more than on the CPU, so it
 // keeps a few chunks in flight per physical core.
-func defaultWorkers() int { return 4 * max(1, cpuid.CPU.PhysicalCores) }
+func defaultWorkers() int { return min(maxWorkers, 4*max(1, cpuid.CPU.PhysicalCores)) }
 
 func runPack(c *cli.Context) (err error) {
 	if err := noArgs(c, "(use --input)"); err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/dustin/go-humanize"
 	"github.com/urfave/cli/v2"
 
 	"github.com/brandrt/brandrt/chunk"
@@ -64,30 +65,30 @@ func serveCommand() *cli.Command {
 			&cli.GenericFlag{Name: "remote-mem", Value: &memBudget{bytes: -1}, Usage: "memory for files other ranks push ahead of time, in bytes"},
 			&cli.StringFlag{Name: "policy", Value: d.Policy, Usage: "window (read each chunk once, every epoch planned ahead, as brandrt simulate does) or paper (the Brand/Redox protocol)"},
 			&cli.StringFlag{Name: "variant", Value: d.Variant.String(), Usage: "the paper policy's variant: full, random-selection, no-prefetching or no-optimization"},
-			&cli.IntFlag{Name: "ramp", Value: d.Ramp, Usage: "window: chunks each rank reads before the first epoch's first answer (as brandrt simulate --ramp: the same value gives the same order)"},
-			&cli.IntFlag{Name: "batch", Value: 256, Usage: "window: a training process's batch size, in which rank 0 measures how random each epoch's order is beside a shuffle of the same files (the \"order\" line; as brandrt simulate --batch); 0 measures nothing"},
-			&cli.IntFlag{Name: "window", Value: d.Window, Usage: "P, upcoming trace positions a file may be pushed ahead of (window policy: the plan's pushes, granted within --remote-mem; paper: what an owner considers) (0: none)"},
-			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the traces and refill choices"},
+			intFlag("ramp", int64(d.Ramp), 0, maxFiles, whyFiles, "window: chunks each rank reads before the first epoch's first answer (as brandrt simulate --ramp: the same value gives the same order)"),
+			intFlag("batch", 256, 0, maxFiles, whyFiles, "window: a training process's batch size, in which rank 0 measures how random each epoch's order is beside a shuffle of the same files (the \"order\" line; as brandrt simulate --batch); 0 measures nothing"),
+			intFlag("window", int64(d.Window), 0, maxFiles, whyFiles, "P, upcoming trace positions a file may be pushed ahead of (window policy: the plan's pushes, granted within --remote-mem; paper: what an owner considers) (0: none)"),
+			seedFlag("seed", d.Seed, "seed of the traces and refill choices"),
 			&cli.StringFlag{Name: "traces", Value: "seed", Usage: "where each epoch's traces come from: seed (drawn from --seed) or clients (supplied by the training processes)"},
-			&cli.IntFlag{Name: "epochs", Value: d.Epochs, Usage: "epochs to serve"},
+			intFlag("epochs", int64(d.Epochs), 1, proto.MaxEpochs, whyEpochs, "epochs to serve"),
 			&cli.StringFlag{Name: "on-damage", Value: d.OnDamage, Usage: "what a rank does with a file damaged on storage (its checksum fails on a read and on a second one, or its chunk file is cut short; checked at start-up): fail (stop the job within seconds, naming the rank, chunk file, slot, input path and byte range) or skip (leave that file out of every epoch, naming it once; the epoch statistics count it). Storage that cannot be reached is never damage: see --storage-wait"},
 			&cli.GenericFlag{Name: "max-skipped", Value: &countOrShare{fraction: d.MaxSkippedFraction}, Usage: "with --on-damage skip, the most files the job may leave out as damaged: a count (30) or a percentage of the dataset (0.1%, rounded up); one more ends the job"},
-			&cli.DurationFlag{Name: "storage-wait", Value: d.StorageWait, Usage: "how long a rank keeps trying a file of the dataset it cannot reach (the manifest and indexes at start-up, the chunk files then and during the job; missing, no permission, EIO, ESTALE: a mount gone or not there yet, a file server failing over), saying so, before it ends the job naming the file and the error (0: at once)"},
-			&cli.DurationFlag{Name: "peer-warn", Value: d.PeerWarn, Usage: "a rank waiting on another that sends nothing for this long says so, naming the rank and its node (and again as long as it lasts)"},
-			&cli.DurationFlag{Name: "peer-timeout", Usage: "a rank waiting on another that sends nothing for this long ends the job, naming the rank and its node (0: wait for ever, warning every --peer-warn)"},
+			durationFlag("storage-wait", d.StorageWait, false, "how long a rank keeps trying a file of the dataset it cannot reach (the manifest and indexes at start-up, the chunk files then and during the job; missing, no permission, EIO, ESTALE: a mount gone or not there yet, a file server failing over), saying so, before it ends the job naming the file and the error (0: at once)"),
+			durationFlag("peer-warn", d.PeerWarn, true, "a rank waiting on another that sends nothing for this long says so, naming the rank and its node (and again as long as it lasts); a client that leaves the files it was answered unread this long is named too"),
+			durationFlag("peer-timeout", 0, false, "a rank waiting on another that sends nothing for this long ends the job, naming the rank and its node (0: wait for ever, warning every --peer-warn)"),
 			&cli.StringFlag{Name: "stage", Usage: "node-local directory (/local/scratch): before the first epoch each rank copies its shards there from --chunks, verified, or reuses verified copies of an earlier job, and reads the copies; a chunk later found damaged in a copy is read from --chunks instead (brandrt stage --help)"},
-			&cli.IntFlag{Name: "nproc-per-node", Value: 1, Usage: "training processes to start on each node with a training command (one per GPU); each reads its share of the rank's trace"},
+			intFlag("nproc-per-node", 1, 1, maxProcsPerNode, "processes on one node", "training processes to start on each node with a training command (one per GPU); each reads its share of the rank's trace"),
 			&cli.BoolFlag{Name: "allow-shared-node", EnvVars: []string{"BRANDRT_ALLOW_SHARED_NODE"}, Usage: "let several ranks run on one node: the design is one rank per node, and a job whose ranks share one is refused (demos and tests on one machine use this)"},
-			&cli.DurationFlag{Name: "client-wait", Value: d.ClientWait, Usage: "how long a rank whose training processes all went away in the middle of an epoch, or stopped reading what they asked for, waits for one to come back before it ends the job (0: for ever); a process with a BrandSampler that dies ends the job within 5 s"},
-			&cli.DurationFlag{Name: "training-wait", Value: d.TrainingWait, Usage: "how long after serving begins the job waits for a training process to attach to every rank (a launch that failed on some nodes) before it ends, naming the ranks and nodes that had none; meanwhile the ranks say which every --peer-warn (0: for ever)"},
-			&cli.IntFlag{Name: "io-workers", Value: d.IOWorkers, Usage: "chunk reads in flight at once"},
-			&cli.IntFlag{Name: "consume", Value: d.Consume, Usage: "in-process readers per rank; 0: serve training processes through shared memory"},
-			&cli.IntFlag{Name: "depth", Value: d.Depth, Usage: "requests each in-process reader keeps in flight"},
-			&cli.DurationFlag{Name: "pause", Usage: "in-process readers wait this long at the start of each epoch (the rank's idle CPU use is then printed)"},
+			durationFlag("client-wait", d.ClientWait, false, "how long a rank whose training processes all went away in the middle of an epoch, or stopped reading what they asked for, waits for one to come back before it ends the job (0: for ever); a process with a BrandSampler that dies ends the job within 5 s"),
+			durationFlag("training-wait", d.TrainingWait, false, "how long after serving begins the job waits for a training process to attach to every rank (a launch that failed on some nodes) before it ends, naming the ranks and nodes that had none; meanwhile the ranks say which every --peer-warn (0: for ever)"),
+			intFlag("io-workers", int64(d.IOWorkers), 1, rt.MaxIOWorkers, whyWorkers, "chunk reads in flight at once"),
+			intFlag("consume", int64(d.Consume), 0, rt.MaxConsumers, "rt's most", "in-process readers per rank; 0: serve training processes through shared memory"),
+			intFlag("depth", int64(d.Depth), 1, rt.MaxDepth, "rt's most", "requests each in-process reader keeps in flight"),
+			durationFlag("pause", 0, false, "in-process readers wait this long at the start of each epoch (the rank's idle CPU use is then printed)"),
 			&cli.BoolFlag{Name: "resume", Usage: "wait for the training processes to say which epoch and position the job takes up (a checkpoint's BrandSampler state), then serve from there: exactly as the interrupted job would have on its ranks, --mem and --ramp; on others (a node lost; window policy), every file of the epoch not yet trained on, once"},
-			&cli.StringFlag{Name: "order-out", Usage: "write the delivered order to this file at the end (rank 0): a line per position, \"epoch rank sn file\", as brandrt simulate --order-out writes it"},
-			&cli.BoolFlag{Name: "force", Usage: "overwrite the --order-out file if it exists"},
-			&cli.StringFlag{Name: "stats-json", Usage: "write each epoch's statistics to this file, one JSON object per line (rank 0)"},
+			&cli.StringFlag{Name: "order-out", Usage: "write the delivered order to this file at the end (rank 0): a line per position, \"epoch rank sn file\", as brandrt simulate --order-out writes it (" + outputNote + ")"},
+			&cli.BoolFlag{Name: "force", Usage: forceNote("--order-out")},
+			&cli.StringFlag{Name: "stats-json", Usage: "write each epoch's statistics to this file, one JSON object per line (rank 0; " + outputNote + "; a regular file is replaced without --force)"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (cpu.pprof) into this directory (every rank: use {rank})"},
 			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile (mem.pprof) into this directory (every rank: use {rank})"},
 		},
@@ -106,6 +107,7 @@ type memBudget struct {
 	cgroup, allowCgroup bool
 }
 
+// Set parses s, refusing what m does not take.
 func (m *memBudget) Set(s string) error {
 	if p, ok := strings.CutSuffix(strings.TrimSpace(s), "%cgroup"); ok && m.allowCgroup {
 		v, err := strconv.ParseFloat(p, 64)
@@ -123,17 +125,43 @@ func (m *memBudget) Set(s string) error {
 		*m = memBudget{fraction: v / 100, positive: m.positive, allowCgroup: m.allowCgroup}
 		return nil
 	}
-	var b byteSize
+	if v, err := humanize.ParseBytes(s); err == nil && v == 0 && m.positive {
+		return errors.New("0 is less than the minimum of 1: the rank needs memory for at least one chunk (examples: 12GiB, 25%)")
+	}
+	b := m.byteSize()
 	if err := b.Set(s); err != nil {
 		return err
 	}
-	if b == 0 && m.positive {
-		return errors.New("the rank needs memory for at least one chunk (examples: 12GiB, 25%)")
-	}
-	*m = memBudget{bytes: int64(b), positive: m.positive, allowCgroup: m.allowCgroup}
+	*m = memBudget{bytes: b.n, positive: m.positive, allowCgroup: m.allowCgroup}
 	return nil
 }
 
+// byteSize is the range of m's bytes: 1 (0 unless positive) to
+// maxMemory.
+func (m *memBudget) byteSize() byteSize {
+	b := byteSize{hi: maxMemory, why: whyMemory}
+	if m.positive {
+		b.lo = 1
+	}
+	return b
+}
+
+// Get returns the bytes, or the share as String writes it, for
+// cli.Context.Value.
+func (m *memBudget) Get() any {
+	if m.fraction > 0 {
+		return m.String()
+	}
+	return m.bytes
+}
+
+// bounds returns the least and the most bytes m takes.
+func (m *memBudget) bounds() (string, string) {
+	b := m.byteSize()
+	return b.bounds()
+}
+
+// String writes the value for the help.
 func (m *memBudget) String() string {
 	if m.bytes < 0 {
 		return "a tenth of --mem"
@@ -144,7 +172,7 @@ func (m *memBudget) String() string {
 	if m.fraction > 0 {
 		return strconv.FormatFloat(m.fraction*100, 'g', -1, 64) + "%"
 	}
-	b := byteSize(m.bytes)
+	b := byteSize{n: m.bytes}
 	return b.String()
 }
 
@@ -217,7 +245,7 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 	}
 	name := c.String("order-out")
 	if name != "" && firstRank() {
-		if err := refuseOverwrite(c, name); err != nil { // before the run, not after it
+		if _, err := checkOut(c, "--order-out", name); err != nil { // before the run, not after it
 			return err
 		}
 	}
@@ -226,7 +254,7 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 		if err != nil {
 			return nil, err
 		}
-		stopProfiles, err := startProfiles(rankDir(c.String("cpuprofile"), comm.Rank()), rankDir(c.String("memprofile"), comm.Rank()))
+		stopProfiles, err := startProfiles(c, rankDir(c.String("cpuprofile"), comm.Rank()), rankDir(c.String("memprofile"), comm.Rank()))
 		if err != nil {
 			return nil, err
 		}
@@ -234,7 +262,7 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 		after := func() error {
 			err := errors.Join(stopProfiles(), closeReport())
 			if order != nil && comm.Rank() == 0 {
-				err = errors.Join(writeOut(c, name, order.Bytes()), err)
+				err = errors.Join(writeOut(c, "--order-out", name, order.Bytes()), err)
 			}
 			return err
 		}
@@ -318,9 +346,9 @@ func reporter(c *cli.Context, rank, epochs int) (func(rt.EpochStats), func() err
 	var werr error
 	closeFn := func() error { return nil }
 	if name := c.String("stats-json"); name != "" {
-		f, err := createOut(name)
+		f, err := createOut(c, "--stats-json", name)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--stats-json: %w", err)
+			return nil, nil, err
 		}
 		js = json.NewEncoder(f)
 		closeFn = func() error {

@@ -23,7 +23,7 @@ import (
 
 func simulateCommand() *cli.Command {
 	d := sim.DefaultConfig()
-	files, size := count(d.Files), byteSize(d.FileSize)
+	size := byteSize{n: d.FileSize, lo: 1, hi: chunk.MaxFileSize, why: "the largest file pack takes"}
 	return &cli.Command{
 		Name:  "simulate",
 		Usage: "run whole epochs of the protocol for N ranks in one process on a synthetic dataset",
@@ -42,28 +42,28 @@ func simulateCommand() *cli.Command {
 			"Example: brandrt simulate --compare --files 1.28M --ranks 3 --chunk-files 64 --mem-fraction 0.25",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Usage: "simulate this packed dataset (brandrt pack --out): its shards, K and file sizes, instead of generated ones"},
-			&cli.GenericFlag{Name: "files", Value: &files, Usage: "files in the dataset (1281167, 40k, 1.28M)"},
-			&cli.IntFlag{Name: "chunk-files", Value: d.ChunkFiles, Usage: fmt.Sprintf("K, files per chunk: 1 to %d, and at most the files", chunk.MaxK)},
-			&cli.IntFlag{Name: "ranks", Value: d.Ranks, Usage: "ranks (nodes); files are split evenly; with --chunks, its shards are split over them as serve splits them (default: one rank per shard)"},
-			&cli.Float64Flag{Name: "mem-fraction", Value: d.MemFraction, Usage: "each rank's memory as a fraction of its shard, in (0, 1]"},
-			&cli.Float64Flag{Name: "remote-fraction", Value: d.RemoteFraction, Usage: "each rank's prefetch buffer as a fraction of its memory"},
-			&cli.IntFlag{Name: "window", Value: d.Window, Usage: "P, how far ahead files are prefetched, in positions (paper: those an owner considers; window: how early a file is pushed)"},
+			&cli.GenericFlag{Name: "files", Value: fileCount(d.Files), Usage: "files in the dataset (1281167, 40k, 1.28M)"},
+			intFlag("chunk-files", int64(d.ChunkFiles), 1, chunk.MaxK, whyK, fmt.Sprintf("K, files per chunk: 1 to %d, and at most the files", chunk.MaxK)),
+			intFlag("ranks", int64(d.Ranks), 1, sim.MaxRanks, "sim's most", "ranks (nodes); files are split evenly; with --chunks, its shards are split over them as serve splits them (default: one rank per shard)"),
+			floatFlag("mem-fraction", d.MemFraction, 0, 1, true, "each rank's memory as a fraction of its shard, in (0, 1]"),
+			floatFlag("remote-fraction", d.RemoteFraction, 0, 1, false, "each rank's prefetch buffer as a fraction of its memory"),
+			intFlag("window", int64(d.Window), 0, maxFiles, whyFiles, "P, how far ahead files are prefetched, in positions (paper: those an owner considers; window: how early a file is pushed)"),
 			&cli.StringFlag{Name: "policy", Value: "window", Usage: "window or paper"},
 			&cli.StringFlag{Name: "variant", Value: proto.Full.String(), Usage: "the paper policy's variant: full, random-selection, no-prefetching or no-optimization"},
 			&cli.BoolFlag{Name: "compare", Usage: "run the paper policy's four variants and (unless --policy paper) the window policy on the same traces"},
-			&cli.IntFlag{Name: "lead", Value: d.Lead, Usage: "window: logical steps a chunk read takes (steps: positions of every rank)"},
-			&cli.IntFlag{Name: "ramp", Value: d.Ramp, Usage: "window: chunks each rank reads before the first epoch's first answer (later epochs read into the room the previous one's drain frees)"},
-			&cli.IntFlag{Name: "epochs", Value: d.Epochs, Usage: "epochs per variant"},
-			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the sizes, traces and refill choices"},
-			&cli.IntFlag{Name: "batch", Value: d.Batch, Usage: "batch size for distinct chunks per batch"},
+			intFlag("lead", int64(d.Lead), 0, maxFiles, whyFiles, "window: logical steps a chunk read takes (steps: positions of every rank)"),
+			intFlag("ramp", int64(d.Ramp), 0, maxFiles, whyFiles, "window: chunks each rank reads before the first epoch's first answer (later epochs read into the room the previous one's drain frees)"),
+			intFlag("epochs", int64(d.Epochs), 1, proto.MaxEpochs, whyEpochs, "epochs per variant"),
+			seedFlag("seed", d.Seed, "seed of the sizes, traces and refill choices"),
+			intFlag("batch", int64(d.Batch), 1, maxFiles, whyFiles, "batch size for distinct chunks per batch"),
 			&cli.GenericFlag{Name: "file-size", Value: &size, Usage: "mean file size (110KB, 1MiB)"},
 			&cli.StringFlag{Name: "size-dist", Value: "lognormal", Usage: "file sizes: lognormal or fixed"},
-			&cli.Float64Flag{Name: "sigma", Value: d.Sigma, Usage: "shape of the lognormal sizes"},
-			&cli.IntFlag{Name: "inflight", Value: d.Inflight, Usage: "requests each rank keeps outstanding"},
+			floatFlag("sigma", d.Sigma, 0, 4, false, "shape of the lognormal sizes"),
+			intFlag("inflight", int64(d.Inflight), 1, maxFiles, whyFiles, "requests each rank keeps outstanding"),
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per epoch and variant instead of a table"},
 			&cli.StringFlag{Name: "resume", Usage: "with --chunks, window policy: take up where a training job saved its place (a BrandSampler's state_dict as JSON: json.dump(sampler.state_dict(n), f)), as serve --resume does, on --ranks ranks; --epochs is the last epoch"},
-			&cli.StringFlag{Name: "order-out", Usage: "write the delivered order to this file: a line per position, \"epoch rank sn file\" (one policy: not with --compare)"},
-			&cli.BoolFlag{Name: "force", Usage: "overwrite the --order-out file if it exists"},
+			&cli.StringFlag{Name: "order-out", Usage: "write the delivered order to this file: a line per position, \"epoch rank sn file\" (one policy: not with --compare; " + outputNote + ")"},
+			&cli.BoolFlag{Name: "force", Usage: forceNote("--order-out")},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (cpu.pprof) into this directory"},
 			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile (mem.pprof) into this directory"},
 		},
@@ -73,12 +73,12 @@ func simulateCommand() *cli.Command {
 
 func simConfig(c *cli.Context) (sim.Config, error) {
 	cfg := sim.DefaultConfig()
-	cfg.Files = int(*c.Generic("files").(*count))
+	cfg.Files = int(c.Generic("files").(*count).n)
 	cfg.ChunkFiles, cfg.Ranks = c.Int("chunk-files"), c.Int("ranks")
 	cfg.MemFraction, cfg.RemoteFraction = c.Float64("mem-fraction"), c.Float64("remote-fraction")
 	cfg.Window, cfg.Epochs, cfg.Seed = c.Int("window"), c.Int("epochs"), c.Uint64("seed")
 	cfg.Batch, cfg.Inflight, cfg.Sigma = c.Int("batch"), c.Int("inflight"), c.Float64("sigma")
-	cfg.FileSize = int64(*c.Generic("file-size").(*byteSize))
+	cfg.FileSize = c.Generic("file-size").(*byteSize).n
 	switch c.String("size-dist") {
 	case "lognormal":
 		cfg.Lognormal = true
@@ -161,7 +161,7 @@ func runSimulate(c *cli.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	stopProfiles, err := startProfiles(c.String("cpuprofile"), c.String("memprofile"))
+	stopProfiles, err := startProfiles(c, c.String("cpuprofile"), c.String("memprofile"))
 	if err != nil {
 		return err
 	}
@@ -179,7 +179,7 @@ func runSimulate(c *cli.Context) (err error) {
 		if c.Bool("compare") {
 			return fmt.Errorf("--order-out writes one policy's order; drop --compare")
 		}
-		if err := refuseOverwrite(c, name); err != nil { // before the run, not after it
+		if _, err := checkOut(c, "--order-out", name); err != nil { // before the run, not after it
 			return err
 		}
 		order = bytes.NewBuffer(orderfile.Header{Policy: policyLabel(cfg.Policies[0]), Seed: cfg.Seed}.Append(nil))
@@ -202,7 +202,7 @@ func runSimulate(c *cli.Context) (err error) {
 		writeTable(out, cfg, results, time.Since(start))
 	}
 	if order != nil {
-		return writeOut(c, c.String("order-out"), order.Bytes())
+		return writeOut(c, "--order-out", c.String("order-out"), order.Bytes())
 	}
 	return nil
 }

@@ -47,9 +47,9 @@ func stageCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "the packed dataset on shared storage"},
 			&cli.StringFlag{Name: "to", Required: true, Usage: "node-local directory to hold the copies (created if missing)"},
-			&cli.IntFlag{Name: "rank", Usage: "the rank whose shards to copy", DefaultText: "the launcher's rank, or 0"},
-			&cli.IntFlag{Name: "ranks", Usage: "the ranks of the job that will serve the copies", DefaultText: "the launcher's number of ranks, or one per shard"},
-			&cli.IntFlag{Name: "workers", Value: stage.DefaultConfig().Workers, Usage: "files copied, or chunk files checked, at once"},
+			withDefault(intFlag("rank", 0, 0, maxRanks-1, whyRanks, "the rank whose shards to copy"), "the launcher's rank, or 0"),
+			withDefault(intFlag("ranks", 0, 1, maxRanks, whyRanks, "the ranks of the job that will serve the copies"), "the launcher's number of ranks, or one per shard"),
+			intFlag("workers", int64(stage.DefaultConfig().Workers), 1, maxWorkers, whyWorkers, "files copied, or chunk files checked, at once"),
 		},
 		Action: runStage,
 	}

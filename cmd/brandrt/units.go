@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -11,10 +12,11 @@ import (
 	"github.com/brandrt/brandrt/internal/human"
 )
 
-// count is a flag value for a number of things, written plainly (1281167)
-// or with a decimal suffix: 40k, 1.28M, 2G.
-type count int64
+// count is a flag value for a number of things from lo to hi, written
+// plainly (1281167) or with a decimal suffix: 40k, 1.28M, 2G.
+type count struct{ n, lo, hi int64 }
 
+// Set parses s, refusing what count does not take.
 func (c *count) Set(s string) error {
 	mult := 1.0
 	t := strings.TrimSpace(s)
@@ -29,35 +31,79 @@ func (c *count) Set(s string) error {
 		}
 	}
 	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v < 0 || math.IsInf(v, 0) || v*mult > math.MaxInt64/2 {
+	lo, hi := c.bounds()
+	switch {
+	case err != nil && !errors.Is(err, strconv.ErrRange), math.IsNaN(v):
 		return fmt.Errorf("%q is not a count (examples: 40000, 40k, 1.28M)", s)
+	case v*mult < float64(c.lo):
+		return tooSmall(s, lo)
+	case v*mult > float64(c.hi):
+		return tooBig(s, hi, whyFiles)
 	}
 	if r := math.Round(v * mult); math.Abs(r-v*mult) > 1e-6 {
 		return fmt.Errorf("%q is not a whole number", s)
 	}
-	*c = count(math.Round(v * mult))
+	c.n = int64(math.Round(v * mult))
 	return nil
 }
 
-func (c *count) String() string { return strconv.FormatInt(int64(*c), 10) }
+// String writes the value as Set reads it.
+func (c *count) String() string { return strconv.FormatInt(c.n, 10) }
 
-// byteSize is a flag value for a number of bytes: 110000, 110KB, 1.5GiB.
-type byteSize int64
+// Get returns the count, for cli.Context.Value.
+func (c *count) Get() any { return c.n }
 
+// bounds returns the least and the most c takes.
+func (c *count) bounds() (string, string) {
+	return strconv.FormatInt(c.lo, 10), strconv.FormatInt(c.hi, 10)
+}
+
+// fileCount is a count of files, n unless set: at least one, at most a
+// dataset's most.
+func fileCount(n int) *count { return &count{n: int64(n), lo: 1, hi: maxFiles} }
+
+// byteSize is a flag value for a number of bytes from lo to hi: 110000,
+// 110KB, 1.5GiB; why says where hi comes from.
+type byteSize struct {
+	n, lo, hi int64
+	why       string
+}
+
+// Set parses s, refusing what byteSize does not take.
 func (b *byteSize) Set(s string) error {
 	v, err := humanize.ParseBytes(s)
-	if err != nil || v > math.MaxInt64 {
+	lo, hi := b.bounds()
+	switch {
+	case err != nil && negative(s):
+		if _, err := humanize.ParseBytes(strings.TrimSpace(s)[1:]); err == nil {
+			return tooSmall(s, lo)
+		}
+	case err != nil && strings.HasPrefix(err.Error(), "too large"), err == nil && v > uint64(b.hi):
+		return tooBig(s, hi, b.why)
+	case err == nil && v < uint64(b.lo):
+		return tooSmall(s, lo)
+	}
+	if err != nil {
 		return fmt.Errorf("%q is not a size in bytes (examples: 110KB, 12GiB)", s)
 	}
-	*b = byteSize(v)
+	b.n = int64(v)
 	return nil
 }
 
+// String writes the value for the help.
 func (b *byteSize) String() string {
-	if *b == 0 {
+	if b.n == 0 {
 		return "0"
 	}
-	return humanize.Bytes(uint64(*b))
+	return humanize.Bytes(uint64(b.n))
+}
+
+// Get returns the bytes, for cli.Context.Value.
+func (b *byteSize) Get() any { return b.n }
+
+// bounds returns the least and the most b takes.
+func (b *byteSize) bounds() (string, string) {
+	return strconv.FormatInt(b.lo, 10), strconv.FormatInt(b.hi, 10)
 }
 
 // Short names for the formats of internal/human.
@@ -68,13 +114,14 @@ var (
 	percent = human.Percent
 )
 
-// countOrShare is a flag value for a number of files (count's forms) or a
-// percentage of them (0.1%).
+// countOrShare is a flag value for a number of files (count's forms, up
+// to a dataset's most) or a percentage of them (0.1%).
 type countOrShare struct {
 	n        int64
 	fraction float64
 }
 
+// Set parses s, refusing what countOrShare does not take.
 func (c *countOrShare) Set(s string) error {
 	if p, ok := strings.CutSuffix(strings.TrimSpace(s), "%"); ok {
 		v, err := strconv.ParseFloat(p, 64)
@@ -84,17 +131,30 @@ func (c *countOrShare) Set(s string) error {
 		*c = countOrShare{fraction: v / 100}
 		return nil
 	}
-	var n count
+	n := count{lo: 0, hi: maxFiles}
 	if err := n.Set(s); err != nil {
-		return fmt.Errorf("%q is not a count or a percentage (examples: 30, 0.1%%)", s)
+		return fmt.Errorf("%w (a count or a percentage: 30, 0.1%%)", err)
 	}
-	*c = countOrShare{n: int64(n)}
+	*c = countOrShare{n: n.n}
 	return nil
 }
 
+// String writes the value for the help.
 func (c *countOrShare) String() string {
 	if c.n > 0 || c.fraction == 0 {
 		return strconv.FormatInt(c.n, 10)
 	}
 	return strconv.FormatFloat(100*c.fraction, 'g', -1, 64) + "%"
 }
+
+// Get returns the count, or the share as a percentage, for
+// cli.Context.Value.
+func (c *countOrShare) Get() any {
+	if c.fraction > 0 {
+		return c.String()
+	}
+	return c.n
+}
+
+// bounds returns the least and the most count c takes.
+func (c *countOrShare) bounds() (string, string) { return "0", strconv.FormatInt(maxFiles, 10) }

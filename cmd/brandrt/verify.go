@@ -22,7 +22,7 @@ func verifyCommand() *cli.Command {
 			"process checks the shard in its own directory.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "dataset directory ({rank} is replaced by the process's rank)"},
-			&cli.IntFlag{Name: "workers", Value: defaultWorkers(), Usage: "chunks checked at once"},
+			intFlag("workers", int64(defaultWorkers()), 1, maxWorkers, whyWorkers, "chunks checked at once"),
 			&cli.BoolFlag{Name: "local", Usage: "accept shards whose directory is missing (node-local datasets)"},
 		},
 		Action: runVerify,

@@ -21,6 +21,7 @@ looks like. --simulate passes flags to simulate (--ramp 8, --lead 2).
 """
 
 import argparse
+import ast
 import json
 import math
 import os
@@ -58,6 +59,8 @@ def training_set(a):
     tf, xs, ys = transform(), [], []
     for line in listing.splitlines()[1:]:  # id, label, size, rank, path
         fid, label, _, _, path = line.split("\t")
+        if path.startswith('"'):  # a name with a control character or a backslash, quoted as Go quotes it
+            path = ast.literal_eval(path)
         if int(fid) != len(xs):
             raise SystemExit("%s: file ids out of order at %s" % (a.chunks, fid))
         xs.append(tf(Image.open(os.path.join(a.data, "train", path)).convert("L")))

@@ -86,6 +86,9 @@ type Resume struct {
 	Delivered []bool
 }
 
+// MaxRanks is the most ranks a simulation runs.
+const MaxRanks = 1 << 16
+
 // DefaultConfig is an ImageNet-1k-sized run: 1,281,167 files of 110 KB on
 // average (lognormal), 3 ranks, K=64, a quarter of each shard in memory,
 // a tenth of that for the buffer, a window of 64, the full protocol.
@@ -107,7 +110,7 @@ func (c Config) Validate() error {
 	}
 	check(c.Files < 1 || c.Files > proto.MaxFiles, "files = %d, want 1 to %d", c.Files, proto.MaxFiles)
 	check(c.ChunkFiles < 1, "chunk files = %d, want ≥ 1", c.ChunkFiles)
-	check(c.Ranks < 1 || c.Ranks > 1<<16, "ranks = %d, want 1 to 65536", c.Ranks)
+	check(c.Ranks < 1 || c.Ranks > MaxRanks, "ranks = %d, want 1 to %d", c.Ranks, MaxRanks)
 	check(c.Ranks > c.Files, "%d ranks for %d files: every rank needs a file", c.Ranks, c.Files)
 	check(!(c.MemFraction > 0 && c.MemFraction <= 1), "memory fraction = %g, want in (0, 1]", c.MemFraction)
 	check(!(c.RemoteFraction >= 0), "remote fraction = %g, want ≥ 0", c.RemoteFraction)
@@ -120,7 +123,7 @@ func (c Config) Validate() error {
 	}
 	check(c.Labels != nil && len(c.Labels) != c.Files, "labels for %d files, config %d", len(c.Labels), c.Files)
 	check(c.Lead < 0 || c.Ramp < 0, "lead %d and ramp %d, want ≥ 0", c.Lead, c.Ramp)
-	check(c.Epochs < 1, "epochs = %d, want ≥ 1", c.Epochs)
+	check(c.Epochs < 1 || c.Epochs > proto.MaxEpochs, "epochs = %d, want 1 to %d", c.Epochs, proto.MaxEpochs)
 	if r := c.Resume; r != nil {
 		check(r.Epoch < 1 || int(r.Epoch) > c.Epochs, "resuming epoch %d, want 1 to %d (epochs)", r.Epoch, c.Epochs)
 		check(!slices.Equal(c.Policies, []string{"window"}), "resuming runs the window policy alone, not %v", c.Policies)

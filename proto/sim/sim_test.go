@@ -66,6 +66,16 @@ func TestPoliciesAreRegistered(t *testing.T) {
 	}
 }
 
+// Epochs are numbered in a uint32: a count past proto.MaxEpochs is
+// refused, not cut.
+func TestEpochsBounded(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Epochs = 1 << 32
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "epochs = 4294967296, want 1 to 2147483647") {
+		t.Fatalf("2^32 epochs: %v", err)
+	}
+}
+
 // Changing the rank count or K changes the window policy's traffic and
 // order, never the set of files delivered (each exactly once) nor that
 // each chunk is read once.

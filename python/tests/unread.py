@@ -9,8 +9,10 @@ local rank once it serves epoch 1:
   stall PERIOD  asks for every PERIOD-th position from 0 and never reads
                 (a process stopped in a debugger); prints how many it
                 asked before request() raised, then sleeps until killed
-  read PERIOD   reads the positions a staller with PERIOD leaves (all
-                with PERIOD 0) and prints how many and how fast
+  read PERIOD [QUIET]
+                reads the positions a staller with PERIOD leaves (all
+                with PERIOD 0) and prints how many and how fast; with
+                QUIET, stops once no file came for QUIET seconds
 """
 
 import os
@@ -25,7 +27,8 @@ from brandrt import BrandError, Client  # noqa: E402
 def main():
     mode, local = sys.argv[1], int(sys.argv[2])
     period = int(sys.argv[3]) if len(sys.argv) > 3 else 0
-    c = attach(local)
+    quiet = float(sys.argv[4]) if len(sys.argv) > 4 else None
+    c = attach(local, quiet)
     n = c.wait_epoch(1)
     if mode == "ask-all":
         ask_all(c, n)
@@ -35,12 +38,13 @@ def main():
         read(c, n, period)
 
 
-def attach(local):
-    """A Client of the rank, once it listens (within a minute)."""
+def attach(local, quiet=None):
+    """A Client of the rank, once it listens (within a minute), whose
+    next() gives up after quiet seconds (None: never)."""
     end = time.monotonic() + 60
     while True:
         try:
-            return Client(local_rank=local)
+            return Client(local_rank=local, timeout=quiet)
         except BrandError:
             if time.monotonic() > end:
                 raise
@@ -78,11 +82,21 @@ def stall(c, n, period):
 
 def read(c, n, period):
     sns = [sn for sn in range(n) if period == 0 or sn % period != 0]
-    t0 = time.monotonic()
+    t0 = last = time.monotonic()
     got = []
-    c.read_many(sns, 1, lambda sn, fid, label, data: got.append(sn))
-    dt = time.monotonic() - t0
-    print("read %d of %d in %.2f s: %.0f files/s" % (len(got), len(sns), dt, len(got) / dt), flush=True)
+
+    def use(sn, fid, label, data):
+        nonlocal last
+        got.append(sn)
+        last = time.monotonic()
+
+    why = ""
+    try:
+        c.read_many(sns, 1, use)
+    except BrandError as e:
+        why = " (then stopped: %s)" % e
+    dt = last - t0
+    print("read %d of %d in %.2f s: %.0f files/s%s" % (len(got), len(sns), dt, len(got) / max(dt, 1e-9), why), flush=True)
 
 
 if __name__ == "__main__":
