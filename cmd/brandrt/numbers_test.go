@@ -83,6 +83,7 @@ var serveRanges = map[string]flagRange{
 	"peer-warn":      {">0s", "2562047h47m16.854775807s", "s", big},
 	"peer-timeout":   {"0s", "2562047h47m16.854775807s", "s", zeroBig},
 	"client-wait":    {"0s", "2562047h47m16.854775807s", "s", zeroBig},
+	"training-wait":  {"0s", "2562047h47m16.854775807s", "s", zeroBig},
 	"pause":          {"0s", "2562047h47m16.854775807s", "s", zeroBig},
 	"nproc-per-node": {"1", "1024", "", nil},
 	"io-workers":     {"1", "1024", "", nil},
