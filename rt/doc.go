@@ -64,6 +64,10 @@
 //     read in place of a chunk damaged in a copy.
 //   - peers.go: peerWatch, for peers that send nothing while awaited
 //     (Node.peers).
+//   - training.go: trainingWatch, which ranks have had training beside
+//     them (Node.training).
+//   - training.go: trainingWatch, which ranks have had training beside
+//     them (Node.training).
 //   - stats.go: EpochStats, Node.reduce across the ranks, EpochStats.OK;
 //     the deliveries per file (Node.tally).
 //   - report.go: EpochStats.Report and Verdict, the lines serve prints.
@@ -255,6 +259,24 @@
 //     off, as rt/job then judges its processes by their exit.
 //     TrainingOver ends each epoch once the requests in flight are
 //     answered; Serve returns once every rank's training is over.
+//   - Training that never came: each rank tells its peers (tagTraining)
+//     when its first client attached; trainingWatch names the ranks
+//     without one every PeerWarn, tells the clients (TellClients), and
+//     ends the job after Config.TrainingWait. A rank outside the loop,
+//     waiting for its clients' trace or start, judges itself alone.
+//   - A client that stops reading: rt/shm takes no more of its reads past
+//     a bound (see its Rings section), so the loop, which never waits on a
+//     Reply channel (a full one panics), serves on; WatchClients counts it
+//     out of the readers, so that ClientWait covers it.
+//   - Training that never came: each rank tells its peers (tagTraining)
+//     when its first client attached; trainingWatch names the ranks
+//     without one every PeerWarn, tells the clients (TellClients), and
+//     ends the job after Config.TrainingWait. A rank outside the loop,
+//     waiting for its clients' trace or start, judges itself alone.
+//   - A client that stops reading: rt/shm takes no more of its reads past
+//     a bound (see its Rings section), so the loop, which never waits on a
+//     Reply channel (a full one panics), serves on; WatchClients counts it
+//     out of the readers, so that ClientWait covers it.
 //   - Every rank or one: Open's errors (after Config.Validate), skipped
 //     files summed past the limit, and a resumption every rank fails to
 //     compute are returned by all ranks together (EveryRank), and rt/job

@@ -30,10 +30,6 @@ type trainingWatch struct {
 	told int
 }
 
-// tagTraining is an empty message a rank sends each peer when its first
-// client attached.
-const tagTraining = 6
-
 func newTrainingWatch(n *Node) *trainingWatch {
 	return &trainingWatch{n: n, have: make([]bool, n.size), told: -1}
 }

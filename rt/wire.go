@@ -21,6 +21,9 @@ const (
 	tagData = 4
 	// tagSync is an empty message of quietBarrier, between epochs.
 	tagSync = 5
+	// tagTraining is an empty message a rank sends each peer when its
+	// first client attached (trainingWatch).
+	tagTraining = 6
 )
 
 // Frame of a tagMsg message, little-endian:

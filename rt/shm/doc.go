@@ -249,6 +249,17 @@
 // Waits spin briefly, then sleep on the futex with a timeout, so that a
 // dead peer is noticed.
 //
+// The rank takes a client's reads (kind 1) while fewer than
+// unread_slots × R of them (2 × R, in layout.golden) are unanswered or
+// answered and not yet released (data tail short of the record's end),
+// and while the files of those answered take less than D (a file in the
+// arena counts as if copied); past that its requests wait in its ring, and
+// the rank serves everyone else. A client whose request slots are full
+// and whose reads not yet released reach (unread_slots + 1) × R can only
+// make room by reading: the Python and Go clients raise then rather than
+// wait for ever. A client that leaves answers unread for the rank's
+// --peer-warn is named in the rank's log.
+//
 // ring_test.go and python/tests read testdata/layout.golden, which pins
 // these offsets on both sides.
 //
@@ -261,7 +272,8 @@
 // messages on its socket: traces, starts, verdicts), forward.go (its
 // ring's requests, taken to the loop as rt.Ask, rt.End and rt.Session),
 // deliver.go (the loop's deliveries, written into its ring or lent in
-// the arena), arena.go (the memory shared with every client), hand.go
+// the arena), unread.go (what a client was answered and has not read:
+// the bound on it, and the client named when it stops reading), arena.go (the memory shared with every client), hand.go
 // (files handed on by DataLoader workers), lineage.go (which processes
 // may read), secure.go (the attach directory's and the peers' checks).
 // Both sides: ring.go (the ring layout, and a mapped ring pair) and
