@@ -116,7 +116,7 @@ func decodeHeader(b []byte, rank, chunk, files int) (*ChunkHeader, error) {
 	h := &ChunkHeader{Rank: int(le.Uint32(b[12:])), Chunk: int(le.Uint32(b[16:])),
 		FirstFile: int64(le.Uint64(b[24:])), Length: int64(le.Uint64(b[chunkLengthAt:])), Files: make([]FileExtent, n)}
 	if h.Rank != rank || h.Chunk != chunk {
-		return nil, fmt.Errorf("%w: header names rank %d chunk %d", errCorrupt, h.Rank, h.Chunk)
+		return nil, fmt.Errorf("%w: header names shard %d chunk %d", errCorrupt, h.Rank, h.Chunk)
 	}
 	end := HeaderSize(n)
 	for i := range h.Files {

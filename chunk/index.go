@@ -145,7 +145,7 @@ func parseIndex(b []byte, rank int) (*Index, error) {
 	}
 	if ix.rank != rank || le.Uint32(b[36:]) != recordSize || ix.k < 1 || ix.n < 0 ||
 		int64(len(b)) != indexHeader+recordSize*int64(ix.n)+plen {
-		return nil, fmt.Errorf("%w: header (rank %d, %d files, K=%d) does not fit the file (%d bytes)", errCorrupt, ix.rank, ix.n, ix.k, len(b))
+		return nil, fmt.Errorf("%w: header (shard %d, %d files, K=%d) does not fit the file (%d bytes)", errCorrupt, ix.rank, ix.n, ix.k, len(b))
 	}
 	ix.records = b[indexHeader : indexHeader+recordSize*ix.n]
 	ix.paths = b[indexHeader+recordSize*ix.n:]

@@ -152,7 +152,7 @@ func (m *Manifest) check() error {
 // checkShard checks shard r, which should start at file first.
 func (m *Manifest) checkShard(r int, s ShardInfo, first int64, p *problems) {
 	if s.Rank != r {
-		p.add("%w: shard %d in the list says it is rank %d", errCorrupt, r, s.Rank)
+		p.add("%w: shard %d in the list says it is shard %d", errCorrupt, r, s.Rank)
 	}
 	if s.Files < 0 || s.Bytes < 0 {
 		p.add("%w: shard %d has %d files and %d bytes", errCorrupt, r, s.Files, s.Bytes)

@@ -117,7 +117,7 @@ func TestManifestNamesTheInconsistency(t *testing.T) {
 	name = editManifest(t, out2, `"k": 7,`, `"k": 8,`) // 40 files in chunks of 8 make 5
 	editManifest(t, out2, `"chunks": 6,`, `"chunks": 5,`)
 	_, rep, err := chunk.Verify(chunk.VerifyConfig{FS: chunk.OS, Dir: out2})
-	want = name + ": K=8 but rank 0's index has chunks of 7 files"
+	want = name + ": K=8 but shard 0's index has chunks of 7 files"
 	if err != nil || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0].Error(), want) {
 		t.Errorf("verify, K and chunks edited: %v %v, want %q", err, rep, want)
 	}

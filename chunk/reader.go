@@ -89,19 +89,19 @@ func (c *Chunk) Release() {
 func (s *Shard) path(c int) string { return join(s.dir, ChunkName(c)) }
 
 func (s *Shard) errorf(c int, format string, args ...any) error {
-	return fmt.Errorf("chunk: rank %d chunk %d (%s): %w", s.idx.rank, c, s.path(c), fmt.Errorf(format, args...))
+	return fmt.Errorf("chunk: shard %d chunk %d (%s): %w", s.idx.rank, c, s.path(c), fmt.Errorf(format, args...))
 }
 
 // entries returns the index entries of chunk c.
 func (s *Shard) entries(c int) ([]Entry, error) {
 	if c < 0 || c >= s.idx.Chunks() {
-		return nil, fmt.Errorf("chunk: rank %d has no chunk %d (it has %d)", s.idx.rank, c, s.idx.Chunks())
+		return nil, fmt.Errorf("chunk: shard %d has no chunk %d (it has %d)", s.idx.rank, c, s.idx.Chunks())
 	}
 	es := make([]Entry, s.idx.ChunkFiles(c))
 	for i := range es {
 		es[i] = s.idx.Record(c*s.idx.k + i)
 		if es[i].Chunk != c || es[i].Slot != i {
-			return nil, fmt.Errorf("chunk: rank %d index: %w: file %d names chunk %d slot %d, expected %d/%d",
+			return nil, fmt.Errorf("chunk: shard %d index: %w: file %d names chunk %d slot %d, expected %d/%d",
 				s.idx.rank, errCorrupt, es[i].ID, es[i].Chunk, es[i].Slot, c, i)
 		}
 	}
@@ -145,7 +145,7 @@ func (d *Damage) Error() string {
 	if d.Slot < 0 {
 		what = "header"
 	}
-	return fmt.Sprintf("chunk: rank %d chunk %d (%s): %v: %s, bytes %d–%d: %s", d.Rank, d.Chunk, d.File, errCorrupt, what, d.Lo, d.Hi, d.Reason)
+	return fmt.Sprintf("chunk: shard %d chunk %d (%s): %v: %s, bytes %d–%d: %s", d.Rank, d.Chunk, d.File, errCorrupt, what, d.Lo, d.Hi, d.Reason)
 }
 
 // Unwrap makes damage count as corruption (ErrCorrupt).

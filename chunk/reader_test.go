@@ -39,7 +39,7 @@ func TestCorruptionIsNamed(t *testing.T) {
 	}
 	name := filepath.Join(out, "rank-00001", "chunk-00000002.brc")
 	testkit.Flip(t, name, e.Offset+int64(e.Size)/2)
-	want := []string{"rank 1 chunk 2", name, "slot 3", e.Path, "checksum"}
+	want := []string{"shard 1 chunk 2", name, "slot 3", e.Path, "checksum"}
 	_, err = s.ReadChunk(2)
 	mustContain(t, "whole read", err, want...)
 	if !chunk.ErrCorrupt(err) {
@@ -78,7 +78,7 @@ func TestDamagedIndexAndMissingPieces(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, rep, _ = chunk.Verify(chunk.VerifyConfig{FS: chunk.OS, Dir: out, Workers: 1})
-	mustContain(t, "missing chunk", joinErrs(rep.Problems), "rank 1 chunk 0", "no such file")
+	mustContain(t, "missing chunk", joinErrs(rep.Problems), "shard 1 chunk 0", "no such file")
 	if err := os.RemoveAll(filepath.Join(out, "rank-00001")); err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestInjectedReadErrors(t *testing.T) {
 	}
 	defer s.Close()
 	_, err = s.ReadChunk(1)
-	mustContain(t, "flipped byte in transit", err, "rank 0 chunk 1", "checksum")
+	mustContain(t, "flipped byte in transit", err, "shard 0 chunk 1", "checksum")
 	if ch, err := s.ReadChunk(0); err != nil {
 		t.Fatal(err)
 	} else {
@@ -256,7 +256,7 @@ func TestReadWholeKeepsWhatIsIntact(t *testing.T) {
 		var got []int
 		for _, d := range damage {
 			got = append(got, d.Slot)
-			want := []string{"rank 0 chunk", name(tc.c), tc.why}
+			want := []string{"shard 0 chunk", name(tc.c), tc.why}
 			if d.Slot >= 0 {
 				x := entry(tc.c, d.Slot)
 				want = append(want, x.Path, fmt.Sprintf("bytes %d–%d", x.Offset, x.Offset+int64(x.Size)))
@@ -286,7 +286,7 @@ func TestReadWholeKeepsWhatIsIntact(t *testing.T) {
 		func() error { _, err := s.ReadChunk(4); return err },
 	} {
 		err := read()
-		mustContain(t, "chunk 4", err, "rank 0 chunk 4", "storage unreachable: open "+name(4), "no such file or directory (ENOENT)")
+		mustContain(t, "chunk 4", err, "shard 0 chunk 4", "storage unreachable: open "+name(4), "no such file or directory (ENOENT)")
 		if !chunk.Unreachable(err) || chunk.ErrCorrupt(err) {
 			t.Errorf("chunk 4: %v: unreachable %v, corrupt %v", err, chunk.Unreachable(err), chunk.ErrCorrupt(err))
 		}

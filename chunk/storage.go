@@ -15,7 +15,7 @@ import (
 // network file system's server failing over, a mount coming back. Bytes
 // that were read and are wrong are damage (Damage, ErrCorrupt) instead.
 type StorageError struct {
-	// Of says whose file it is ("rank 1 chunk 7"), File is its path, Op
+	// Of says whose file it is ("shard 1 chunk 7"), File is its path, Op
 	// what failed ("open", "read", "stat"), and Err the system's error,
 	// without the path.
 	Of, File, Op string
@@ -64,5 +64,5 @@ func Unreachable(err error) bool {
 // storageError wraps the error of op on chunk c's file, dropping its
 // *PathError (StorageError names the path).
 func (s *Shard) storageError(c int, op string, err error) *StorageError {
-	return &StorageError{Of: fmt.Sprintf("rank %d chunk %d", s.idx.rank, c), File: s.path(c), Op: op, Err: UnwrapPath(err)}
+	return &StorageError{Of: fmt.Sprintf("shard %d chunk %d", s.idx.rank, c), File: s.path(c), Op: op, Err: UnwrapPath(err)}
 }

@@ -92,13 +92,13 @@ func indexAgrees(ix *Index, m *Manifest, man string, r int) error {
 	info := m.Shards[r]
 	var errs []error
 	if ix.K() != m.K {
-		errs = append(errs, fmt.Errorf("chunk: %s: K=%d but rank %d's index has chunks of %d files", man, m.K, r, ix.K()))
+		errs = append(errs, fmt.Errorf("chunk: %s: K=%d but shard %d's index has chunks of %d files", man, m.K, r, ix.K()))
 	}
 	if ix.First() != info.FirstFile || int64(ix.Len()) != info.Files {
-		errs = append(errs, fmt.Errorf("chunk: %s: says rank %d holds files [%d, +%d) but its index holds [%d, +%d)", man, r, info.FirstFile, info.Files, ix.First(), ix.Len()))
+		errs = append(errs, fmt.Errorf("chunk: %s: says shard %d holds files [%d, +%d) but its index holds [%d, +%d)", man, r, info.FirstFile, info.Files, ix.First(), ix.Len()))
 	}
 	if ix.CRC() != info.IndexCRC {
-		errs = append(errs, fmt.Errorf("chunk: %s: records checksum %08x for rank %d's index, which has %08x", man, info.IndexCRC, r, ix.CRC()))
+		errs = append(errs, fmt.Errorf("chunk: %s: records checksum %08x for shard %d's index, which has %08x", man, info.IndexCRC, r, ix.CRC()))
 	}
 	return errors.Join(errs...)
 }

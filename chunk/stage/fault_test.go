@@ -30,10 +30,10 @@ func TestStageReplacesADamagedCopy(t *testing.T) {
 	}{
 		{"byte flipped in a file", func(t *testing.T, dir string) {
 			testkit.Flip(t, filepath.Join(dir, "rank-00000", "chunk-00000002.brc"), fileOffset(t, dir, 2)+1)
-		}, []string{"rank 0 chunk 2", "chunk-00000002.brc", "checksum"}},
+		}, []string{"shard 0 chunk 2", "chunk-00000002.brc", "checksum"}},
 		{"byte flipped in a chunk header", func(t *testing.T, dir string) {
 			testkit.Flip(t, filepath.Join(dir, "rank-00000", "chunk-00000001.brc"), 13)
-		}, []string{"rank 0 chunk 1", "chunk-00000001.brc", "header"}},
+		}, []string{"shard 0 chunk 1", "chunk-00000001.brc", "header"}},
 		{"chunk file cut", func(t *testing.T, dir string) {
 			name := filepath.Join(dir, "rank-00000", "chunk-00000003.brc")
 			fi, _ := os.Stat(name)
@@ -145,7 +145,7 @@ func TestStageInterrupted(t *testing.T) {
 		}, []string{"write ", "rank-00001/index.bri", "input/output error"}},
 		{"damaged on every read", func(chan struct{}) chunk.FS {
 			return chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpRead, Path: chunk4, Flip: 300})
-		}, []string{"failed verification twice", "rank 1 chunk 4", "chunk-00000004.brc", "checksum"}},
+		}, []string{"failed verification twice", "shard 1 chunk 4", "chunk-00000004.brc", "checksum"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			local := t.TempDir()

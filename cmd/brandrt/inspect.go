@@ -88,7 +88,7 @@ func runInspect(c *cli.Context) error {
 	if err := writeOut(c, "--out", c.String("out"), data); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.App.ErrWriter, "file %d (%s, label %d): %s from rank %d chunk %d slot %d, checksum ok\n",
+	fmt.Fprintf(c.App.ErrWriter, "file %d (%s, label %d): %s from shard %d chunk %d slot %d, checksum ok\n",
 		e.ID, e.Path, e.Label, ibytes(int64(len(data))), e.Rank, e.Chunk, e.Slot)
 	return nil
 }

@@ -52,7 +52,7 @@ func TestStageCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, errs, status = runCLI(t, stage...)
-	for _, want := range []string{"the copy of shard 1 was not reused: chunk: rank 1 chunk 2 (" + filepath.Join(dir, "rank-00001", "chunk-00000002.brc") + "): corrupt: slot",
+	for _, want := range []string{"the copy of shard 1 was not reused: chunk: shard 1 chunk 2 (" + filepath.Join(dir, "rank-00001", "chunk-00000002.brc") + "): corrupt: slot",
 		"checksum", "staged shard 1 of "} {
 		if status != 0 || !strings.Contains(out, want) {
 			t.Fatalf("stage of a damaged copy lacks %q: status %d\n%s%s", want, status, out, errs)
@@ -204,7 +204,7 @@ func TestServeStage(t *testing.T) {
 		t.Fatal(err)
 	}
 	out = serve()
-	if !strings.Contains(out, "brandrt: rank 1: its staged copy of shard 1 was not reused: chunk: rank 1 chunk 2") || !strings.Contains(out, "; copying it again from "+shared+"\n") ||
+	if !strings.Contains(out, "brandrt: rank 1: its staged copy of shard 1 was not reused: chunk: shard 1 chunk 2") || !strings.Contains(out, "; copying it again from "+shared+"\n") ||
 		!strings.Contains(out, "brandrt: rank 1: staged shard 1 to") || !strings.Contains(out, "brandrt: rank 0: reusing its staged copy of shard 0") ||
 		!strings.Contains(out, "every file delivered exactly once") {
 		t.Fatalf("job 3, a byte of rank 1's copy flipped:\n%s", out)

@@ -190,8 +190,8 @@ func TestVerifyReportsDamage(t *testing.T) {
 	}
 	stdout, errs, status := runCLI(t, "verify", "--chunks", out)
 	for _, want := range []string{
-		fmt.Sprintf("damaged: chunk: rank 1 chunk 2 (%s): corrupt: slot 5 (%s), bytes %d–%d: checksum", name, e.Path, e.Offset, e.Offset+int64(e.Size)),
-		fmt.Sprintf("unreachable: chunk: rank 0 chunk 1: storage unreachable: open %s: no such file or directory (ENOENT)", gone),
+		fmt.Sprintf("damaged: chunk: shard 1 chunk 2 (%s): corrupt: slot 5 (%s), bytes %d–%d: checksum", name, e.Path, e.Offset, e.Offset+int64(e.Size)),
+		fmt.Sprintf("unreachable: chunk: shard 0 chunk 1: storage unreachable: open %s: no such file or directory (ENOENT)", gone),
 	} {
 		if status != 1 || !strings.Contains(stdout, want) || !strings.Contains(errs, "verify: 2 problem(s)") || !strings.Contains(errs, "1 damaged, 1 unreachable") {
 			t.Fatalf("status %d, want %q\n%s%s", status, want, stdout, errs)
