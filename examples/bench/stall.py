@@ -2,11 +2,12 @@
 
 Runs `brandrt serve` on 2 ranks of this machine over a packed dataset,
 one epoch, with readers beside it (python/tests/unread.py): rank 0's
-reader reads every other position, rank 1's its whole trace. Each round
-runs the job twice, in alternating order: alone, and with a staller on
-rank 0 that asks for the positions rank 0's reader leaves and never
-reads them. Prints each run's files/s and the ratio of each reader's rate
-with the staller to its rate alone in the same round.
+reader reads every other position (the odd ones), rank 1's its whole
+trace. Each round runs the job twice, in alternating order: with a
+staller on rank 0 that asks for the even positions and never reads them,
+and without it, a client reading the even positions in its place. Prints
+each run's files/s for the two readers, and the ratio of each one's rate
+with the staller to its rate without it in the same round.
 
   /usr/bin/python3 examples/bench/stall.py --chunks DIR --mem 100%,25% --rounds 3
 
@@ -39,10 +40,10 @@ def run(args, mem, staller):
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     procs = []
     try:
-        if staller:
-            procs.append(subprocess.Popen([sys.executable, UNREAD, "stall", "0", "2"], env=env, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL, start_new_session=True))
-            time.sleep(1)  # it asks before the readers start
+        other = ["stall", "0", "2"] if staller else ["stand-in", "0", "2", str(args.quiet)]
+        procs.append(subprocess.Popen([sys.executable, UNREAD] + other, env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, start_new_session=True))
+        time.sleep(1)  # it asks before the readers start
         readers = [subprocess.Popen([sys.executable, UNREAD, "read", str(r), p, str(args.quiet)], env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, start_new_session=True) for r, p in ((0, "2"), (1, "0"))]
         procs += readers

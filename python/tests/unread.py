@@ -13,6 +13,9 @@ local rank once it serves epoch 1:
                 reads the positions a staller with PERIOD leaves (all
                 with PERIOD 0) and prints how many and how fast; with
                 QUIET, stops once no file came for QUIET seconds
+  stand-in PERIOD [QUIET]
+                reads the positions a staller with PERIOD would ask for
+                (what it would have done had it not stopped), as read
 """
 
 import os
@@ -34,6 +37,8 @@ def main():
         ask_all(c, n)
     elif mode == "stall":
         stall(c, n, period)
+    elif mode == "stand-in":
+        read(c, n, period, [sn for sn in range(0, n, period)])
     else:
         read(c, n, period)
 
@@ -80,8 +85,9 @@ def stall(c, n, period):
     time.sleep(3600)
 
 
-def read(c, n, period):
-    sns = [sn for sn in range(n) if period == 0 or sn % period != 0]
+def read(c, n, period, sns=None):
+    if sns is None:
+        sns = [sn for sn in range(n) if period == 0 or sn % period != 0]
     t0 = last = time.monotonic()
     got = []
 
