@@ -223,7 +223,7 @@ func TestStageLeftoversOfACrash(t *testing.T) {
 	if res.Reused || res.Replaced != "" || res.CopiedBytes != res.Bytes {
 		t.Fatalf("after a crash: %+v", res)
 	}
-	if got := listing(t, local); !slices.Equal(got, []string{filepath.Base(res.Dir)}) {
+	if got := testkit.Entries(t, local); !slices.Equal(got, []string{filepath.Base(res.Dir)}) {
 		t.Fatalf("%s holds %v, want the copy alone", local, got)
 	}
 	checkCopy(t, src, res.Dir, 1)
@@ -245,7 +245,7 @@ func TestStageDiskFillsUp(t *testing.T) {
 			t.Fatalf("error %v, want it to contain %q", err, w)
 		}
 	}
-	if left := listing(t, local); len(left) != 0 {
+	if left := testkit.Entries(t, local); len(left) != 0 {
 		t.Fatalf("the failed stage left %v in %s", left, local)
 	}
 }

@@ -153,25 +153,11 @@ func checkCopy(t *testing.T, src, dir string, rank int) {
 	}
 }
 
-// listing names the entries of dir.
-func listing(t *testing.T, dir string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	return names
-}
-
 // nothingLeft checks that local holds nothing: no copy, no temporary
 // directory, no lock.
 func nothingLeft(t *testing.T, local string) {
 	t.Helper()
-	if got := listing(t, local); len(got) != 0 {
+	if got := testkit.Entries(t, local); len(got) != 0 {
 		t.Fatalf("%s holds %v, want nothing", local, got)
 	}
 }
@@ -235,7 +221,7 @@ func TestStageThenReuse(t *testing.T) {
 	if wantSteps := []string{fmt.Sprintf("verify %d", chunks)}; !slices.Equal(steps, wantSteps) {
 		t.Fatalf("progress ended steps %v, want %v", steps, wantSteps)
 	}
-	if got := listing(t, local); !slices.Equal(got, []string{filepath.Base(res.Dir)}) {
+	if got := testkit.Entries(t, local); !slices.Equal(got, []string{filepath.Base(res.Dir)}) {
 		t.Fatalf("%s holds %v, want the copy alone", local, got)
 	}
 }

@@ -58,6 +58,21 @@ func startServeEnv(t *testing.T, env []string, np int, args ...string) (*exec.Cm
 	t.Helper()
 	all := mpirunArgv(t, np, append([]string{"serve"}, args...)...)
 	cmd := exec.Command("mpirun", all...)
+	out := startGroup(t, cmd, env, func() {
+		// mpirun puts its ranks in process groups of their own: a rank
+		// whose mpirun was killed would serve on, alone.
+		for _, pid := range ranks(t, binary(t)) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	return cmd, out
+}
+
+// startGroup starts cmd with env added, in a process group of its own,
+// its output in the returned log; when the test ends the group is
+// killed, and then, when set, after runs.
+func startGroup(t *testing.T, cmd *exec.Cmd, env []string, after func()) *testkit.Log {
+	t.Helper()
 	cmd.Env = append(os.Environ(), env...)
 	out := new(testkit.Log)
 	cmd.Stdout, cmd.Stderr = out, out
@@ -68,13 +83,11 @@ func startServeEnv(t *testing.T, env []string, np int, args ...string) (*exec.Cm
 	t.Cleanup(func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()
-		// mpirun puts its ranks in process groups of their own: a rank
-		// whose mpirun was killed would serve on, alone.
-		for _, pid := range ranks(t, binary(t)) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+		if after != nil {
+			after()
 		}
 	})
-	return cmd, out
+	return out
 }
 
 // packPaths packs a pathInput of files in classes for ranks ranks, k files

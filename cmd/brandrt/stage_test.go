@@ -131,7 +131,7 @@ func TestStageSignals(t *testing.T) {
 				if _, serr := os.Stat(tmp); status != 0 || !strings.Contains(out, "staged shard 0 of ") || !os.IsNotExist(serr) {
 					t.Fatalf("stage after SIGKILL: status %d, temporary directory: %v\n%s%s", status, serr, out, errs)
 				}
-				if left, want := leftOn(t, local), filepath.Base(stage.Dir(local, src, 0)); len(left) != 1 || left[0] != want {
+				if left, want := testkit.Entries(t, local), filepath.Base(stage.Dir(local, src, 0)); len(left) != 1 || left[0] != want {
 					t.Fatalf("after the stage that followed SIGKILL, %s holds %v, want the copy alone (%s)", local, left, want)
 				}
 				return
@@ -260,20 +260,6 @@ func shardBytes(t *testing.T, src string, lo, hi int) (bytes int64, files int) {
 	return bytes, files
 }
 
-// leftOn returns the names of the entries of dir, hidden ones too.
-func leftOn(t *testing.T, dir string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	return names
-}
-
 // TestStageOntoASmallDisk stages the 8 shards of a dataset that one rank
 // serves onto a tmpfs that holds about half of them: stage refuses before
 // it writes anything, with the space all of them need, the space free
@@ -288,7 +274,7 @@ func TestStageOntoASmallDisk(t *testing.T) {
 	if status == 0 || !refused.MatchString(errs) || strings.Contains(errs, "rank") {
 		t.Errorf("stage of 8 shards onto %d KiB: status %d, want the refusal %q\n%s%s", all/2>>10, status, refused, out, errs)
 	}
-	if left := leftOn(t, small); len(left) != 0 {
+	if left := testkit.Entries(t, small); len(left) != 0 {
 		t.Errorf("the refused stage left %v on %s", left, small)
 	}
 }
@@ -343,7 +329,7 @@ func TestStageTwoRanksOnASmallDisk(t *testing.T) {
 		want = append(want, filepath.Base(stage.Dir(small, src, s)))
 	}
 	slices.Sort(want)
-	if left := leftOn(t, small); !slices.Equal(left, want) {
+	if left := testkit.Entries(t, small); !slices.Equal(left, want) {
 		t.Errorf("left on %s: %v, want rank %d's copies alone: %v", small, left, w, want)
 	}
 }

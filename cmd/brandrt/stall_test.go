@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -55,18 +54,20 @@ func packedTiny(t *testing.T) string {
 func startPython(t *testing.T, env []string, name string, args ...string) (*exec.Cmd, *testkit.Log) {
 	t.Helper()
 	cmd := exec.Command(python, append([]string{"-W", "ignore", "../../python/tests/" + name}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	out := new(testkit.Log)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	return cmd, startGroup(t, cmd, env, nil)
+}
+
+// tinyJob is what the tests on tinyFiles share: they skip under -short,
+// clean Open MPI's leftovers, and attach under a directory of their own;
+// it returns the packed dataset and the environment naming that
+// directory.
+func tinyJob(t *testing.T) (dir string, env []string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("200,000 files; -short")
 	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-	})
-	return cmd, out
+	cleanVader(t)
+	return packedTiny(t), []string{"BRANDRT_ATTACH=" + t.TempDir()}
 }
 
 // TestClientThatStopsReading: on 2 ranks holding their shards, a client
@@ -78,13 +79,7 @@ func startPython(t *testing.T, env []string, name string, args ...string) (*exec
 // (Before, the rank took the staller's requests until its ring filled,
 // and then its loop waited on it: nobody else was served.)
 func TestClientThatStopsReading(t *testing.T) {
-	if testing.Short() {
-		t.Skip("200,000 files; -short")
-	}
-	cleanVader(t)
-	dir := packedTiny(t)
-	base := t.TempDir()
-	env := []string{"BRANDRT_ATTACH=" + base}
+	dir, env := tinyJob(t)
 	cmd, out := startServeEnv(t, env, 2, "--chunks", dir, "--mem", "100%", "--epochs", "1", "--peer-warn", "3s", "--client-wait", "10s")
 	stall, stallOut := startPython(t, env, "unread.py", "stall", "0", "2")
 	// It asks until request() refuses (or, before, until its ring was
@@ -121,13 +116,7 @@ func TestClientThatStopsReading(t *testing.T) {
 // with read_many().
 // (Before, request() waited for ever once the rank stopped taking.)
 func TestAskEverythingThenRead(t *testing.T) {
-	if testing.Short() {
-		t.Skip("200,000 files; -short")
-	}
-	cleanVader(t)
-	dir := packedTiny(t)
-	base := t.TempDir()
-	env := []string{"BRANDRT_ATTACH=" + base}
+	dir, env := tinyJob(t)
 	cmd, out := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "25%", "--epochs", "1")
 	got := trainers(t, env, [][]string{{"unread.py", "ask-all", "0"}})[0]
 	want := fmt.Sprintf("read the 192 asked, then read_many read %d of the %d positions left", 200000-192, 200000-192)

@@ -3,9 +3,25 @@
 package testkit
 
 import (
+	"os"
 	"strings"
 	"sync"
+	"testing"
 )
+
+// Entries returns the names of the entries of dir, hidden ones too.
+func Entries(t testing.TB, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
 
 // Log is a log that several goroutines (the ranks of one process, a
 // server's clients) write at once.
