@@ -102,14 +102,20 @@ const bufSize = 4 << 20
 // copyFiles copies files (paths relative to the dataset directory) from
 // the source into the temporary directory, the configured workers at
 // once, reporting progress against total bytes. The first error stops
-// them all.
+// them all; of the errors then, the one of the file earliest in files
+// is returned (a source gone names its index, whichever worker failed
+// first).
 func (sc *shardCopy) copyFiles(files []string, total int64) error {
 	start := time.Now()
 	defer func() { sc.res.CopyTime += time.Since(start) }()
 	sc.st.progress(sc.shard, Copy, 0, total)
 	var next, copied atomic.Int64
 	var failed atomic.Bool
-	errs := make(chan error, sc.st.cfg.Workers)
+	type failure struct {
+		i   int64
+		err error
+	}
+	errs := make(chan failure, sc.st.cfg.Workers)
 	var wg sync.WaitGroup
 	for range min(sc.st.cfg.Workers, len(files)) {
 		wg.Add(1)
@@ -119,7 +125,7 @@ func (sc *shardCopy) copyFiles(files []string, total int64) error {
 			buf, err := syscall.Mmap(-1, 0, bufSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 			if err != nil {
 				failed.Store(true)
-				errs <- fmt.Errorf("stage: allocate %d bytes: %w", bufSize, err)
+				errs <- failure{-1, fmt.Errorf("stage: allocate %d bytes: %w", bufSize, err)}
 				return
 			}
 			defer syscall.Munmap(buf)
@@ -128,7 +134,7 @@ func (sc *shardCopy) copyFiles(files []string, total int64) error {
 				copied.Add(n)
 				if err != nil {
 					failed.Store(true)
-					errs <- err
+					errs <- failure{i, err}
 					return
 				}
 			}
@@ -137,7 +143,13 @@ func (sc *shardCopy) copyFiles(files []string, total int64) error {
 	wg.Wait()
 	close(errs)
 	sc.res.CopiedBytes += copied.Load()
-	return <-errs
+	first := failure{i: int64(len(files))}
+	for f := range errs {
+		if f.i < first.i {
+			first = f
+		}
+	}
+	return first.err
 }
 
 // copyFile copies the source's file rel into the temporary directory
