@@ -98,10 +98,10 @@ type pendingSend struct {
 // nothing is in flight. While a client waits or a read or send is in
 // flight it spins, yielding, for up to busySpin after its last progress;
 // otherwise, and after that, it sleeps between polls of MPI, longer and
-// longer up to busyNap while busy and maxNap while idle: a rank that
-// waits on a peer that does not answer (stopped, its node hung) takes
-// next to no CPU, and says so after a while (peerWatch). Clients and I/O
-// workers wake it at once.
+// longer up to busyNap while busy (for busyWait after its last progress)
+// and maxNap while idle or stuck: a rank that waits on a peer that does
+// not answer (stopped, its node hung) takes next to no CPU, and says so
+// after a while (peerWatch). Clients and I/O workers wake it at once.
 func (l *loop) serve(ctx context.Context) error {
 	idle := 0
 	nap := minNap
@@ -138,7 +138,7 @@ func (l *loop) serve(ctx context.Context) error {
 		if err := l.wait(ctx, nap); err != nil {
 			return err
 		}
-		if nap = min(2*nap, maxNap); busy {
+		if nap = min(2*nap, maxNap); busy && time.Since(l.moved) < busyWait {
 			nap = min(nap, busyNap)
 		}
 	}
@@ -151,8 +151,10 @@ func (l *loop) serve(ctx context.Context) error {
 // spinning while something is in flight: a peer that answers within it
 // is heard at once. minNap, busyNap and maxNap bound the sleeps: a
 // peer's message waits at most busyNap for a busy rank, maxNap for an
-// idle one.
+// idle one, or for one where nothing moved for busyWait (a peer that does
+// not answer: polling every 2 ms then cost 4-8 % of a core, for nothing).
 const (
+	busyWait   = 250 * time.Millisecond
 	spinRounds = 20
 	busySpin   = 10 * time.Millisecond
 	minNap     = time.Millisecond
