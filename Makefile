@@ -16,6 +16,10 @@ MPIRUN    ?= mpirun --allow-run-as-root --oversubscribe --bind-to none
 # be the first python3 on PATH.
 PYTHON    ?= /usr/bin/python3
 
+# How long one package's tests may take: cmd/brandrt's, which run jobs
+# under mpirun, take about 10 minutes here (go test's default limit).
+TEST_TIMEOUT ?= 30m
+
 # Scratch space for make bench-storage, on the disk to measure.
 BENCH_DIR ?= /var/tmp/brandrt-bench
 DEMO_DIR  ?= /tmp/brandrt-demo
@@ -42,11 +46,11 @@ build: deps
 test: build
 	$(PYTHON) -m unittest discover -s python/tests -p 'test_*.py'
 	$(VENV_PY) -m unittest discover -s examples/bench -p 'test_*.py'
-	$(GO) test -tags invariants -count=1 ./...
-	$(GO) test -race -short -count=1 ./...
+	$(GO) test -tags invariants -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -race -short -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 race: deps
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 lint: deps
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
