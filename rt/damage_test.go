@@ -192,3 +192,34 @@ func lineWith(out, s string) string {
 	}
 	return ""
 }
+
+// TestChangedManifest: Node.changed, which tells a dataset packed again
+// from damage, says nothing when the manifest cannot be read (storage's
+// fault) and names a manifest gone or another one.
+func TestChangedManifest(t *testing.T) {
+	dir := packed(t, 40, 1, 8)
+	man, err := chunk.ReadManifest(chunk.OS, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{}
+	n.data.hash, n.data.man = man.Hash(), man
+	for _, tc := range []struct {
+		name string
+		fs   chunk.FS
+		want string
+	}{
+		{"the same", chunk.OS, ""},
+		{"unreadable", chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpOpen, Path: chunk.ManifestName, Err: syscall.EIO}), ""},
+		{"gone", chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpOpen, Path: chunk.ManifestName, Err: syscall.ENOENT}), "its manifest is gone"},
+	} {
+		n.cfg.FS = tc.fs
+		if got := n.changed(dir); tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	n.cfg.FS, n.data.hash = chunk.OS, man.Hash()+1
+	if got := n.changed(dir); !strings.Contains(got, "its manifest says it was packed at") {
+		t.Errorf("another manifest: %q", got)
+	}
+}

@@ -184,11 +184,10 @@ func (n *Node) replaced() error {
 // not the dataset's).
 func (n *Node) changed(dir string) string {
 	man, err := chunk.ReadManifest(n.cfg.FS, dir)
-	var unread *fs.PathError
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return "its manifest is gone (a pack under way, or the dataset removed)"
-	case errors.As(err, &unread):
+	case chunk.Unreachable(err):
 		return ""
 	case err != nil:
 		return fmt.Sprintf("its manifest is another now (%v)", err)
