@@ -47,7 +47,7 @@ func (w *trainingWatch) begin() {
 // WatchClients) counts as having it.
 func (w *trainingWatch) attached() bool {
 	c := &w.n.clients
-	if w.n.cfg.Consume > 0 || c.look == nil || len(c.sess.live) > 0 || c.isOver() {
+	if w.n.cfg.Consume > 0 || c.look == nil || len(c.sess.live) > 0 || w.n.trainingOver() {
 		return true
 	}
 	return c.look().Attached > 0
@@ -97,11 +97,10 @@ func (w *trainingWatch) missing() []int {
 // check looks, at most every peerCheckEvery, at the ranks without
 // training (judge), in an epoch's loop.
 func (w *trainingWatch) check(comm collectives.Comm) error {
-	now := time.Now()
-	if now.Sub(w.checked) < peerCheckEvery || w.start.IsZero() {
+	now, ok := w.due()
+	if !ok {
 		return nil
 	}
-	w.checked = now
 	if err := w.poll(comm); err != nil {
 		return err
 	}
@@ -112,15 +111,22 @@ func (w *trainingWatch) check(comm collectives.Comm) error {
 // clients to say something (a trace, where to resume): it hears no peer
 // then, and judges only itself.
 func (w *trainingWatch) checkSelf() error {
-	now := time.Now()
-	if now.Sub(w.checked) < peerCheckEvery || w.start.IsZero() {
-		return nil
-	}
-	w.checked = now
-	if w.attached() {
+	now, ok := w.due()
+	if !ok || w.attached() {
 		return nil
 	}
 	return w.judge(now, []int{w.n.me})
+}
+
+// due reports whether a check is due now (serving began, and
+// peerCheckEvery passed since the last), noting it as done.
+func (w *trainingWatch) due() (time.Time, bool) {
+	now := time.Now()
+	if now.Sub(w.checked) < peerCheckEvery || w.start.IsZero() {
+		return now, false
+	}
+	w.checked = now
+	return now, true
 }
 
 // judge tells the clients which ranks have had no training, says so
@@ -162,16 +168,6 @@ func (w *trainingWatch) tell(missing []int) {
 	}
 	w.told = len(missing)
 	w.n.clients.tell(missing)
-}
-
-// isOver reports whether TrainingOver was called.
-func (c *clientSide) isOver() bool {
-	select {
-	case <-c.over:
-		return true
-	default:
-		return false
-	}
 }
 
 // TellClients gives the rank a way to tell its clients which ranks have
