@@ -28,10 +28,8 @@ type damageLog struct {
 // left out than Config.MaxSkipped allows. A damaged header costs no file
 // (the index has its table): it is named once either way.
 func (n *Node) damaged(res *readResult) error {
-	if res.transient != nil || res.header != nil || len(res.damage) > 0 {
-		if err := n.replaced(); err != nil {
-			return err
-		}
+	if res.replaced != nil {
+		return res.replaced
 	}
 	n.stagedDamage(res)
 	if d := res.transient; d != nil && n.once(d) {

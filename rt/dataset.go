@@ -167,7 +167,9 @@ func distinct(dirs []string) []string {
 // one this rank opened: packed again (brandrt pack --force), or another
 // one put in its place, under the running job. Its chunk files then hold
 // other files than the index read at start says, which a read takes for
-// damage: Node.damaged asks here first.
+// damage: the I/O worker that found damage asks here (readResult.replaced),
+// and Node.damaged takes its answer first. Only fields fixed by open are
+// read, so any goroutine may ask.
 func (n *Node) replaced() error {
 	for _, dir := range n.data.opened {
 		if how := n.changed(dir); how != "" {

@@ -30,6 +30,10 @@ type readResult struct {
 	staged     *chunk.Damage
 	stagedFrom string
 	source     error
+	// replaced is set when a read found damage and the dataset on
+	// storage is no longer the one opened (Node.replaced, asked by the
+	// worker: it reads the manifests).
+	replaced error
 	// resident: the chunk came from memory, not storage.
 	resident bool
 	// kept are the files proto loaded from the chunk.
@@ -60,7 +64,7 @@ type ioPool struct {
 // newIOPool starts workers reading chunks of shard, and of src in place
 // of a damaged staged copy (nil: none); w says what they do while
 // storage cannot be reached.
-func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storageWatch) *ioPool {
+func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storageWatch, replaced func() error) *ioPool {
 	// done has no room: a finished read's buffer waits in its worker, so
 	// that no more than workers chunk buffers are ever held by reads
 	// (Node.Footprint counts them); the loop takes results at once.
@@ -70,11 +74,21 @@ func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storag
 		go func() {
 			defer p.wg.Done()
 			for r := range p.queue {
-				p.done <- readChunk(shard, src, r, r.PC-firstPC, w)
+				res := readChunk(shard, src, r, r.PC-firstPC, w)
+				if res.foundDamage() {
+					res.replaced = replaced()
+				}
+				p.done <- res
 			}
 		}()
 	}
 	return p
+}
+
+// foundDamage reports whether the read found damage, on a first read or
+// for good.
+func (r *readResult) foundDamage() bool {
+	return r.transient != nil || r.header != nil || len(r.damage) > 0
 }
 
 // readChunk reads chunk c whole. A read that finds a file damaged is

@@ -28,7 +28,7 @@ type nextEpoch struct {
 func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 	n.training.begin()
 	firstPC, _ := n.data.m.RankPCs(n.me)
-	io := newIOPool(n.data.shard, n.data.source, firstPC, n.cfg.IOWorkers, n.newStorageWatch())
+	io := newIOPool(n.data.shard, n.data.source, firstPC, n.cfg.IOWorkers, n.newStorageWatch(), n.replaced)
 	defer io.close()
 	if mem, shard := n.data.m.MemBytes(n.me), n.data.m.ShardBytes(n.me); mem >= shard {
 		io.resident = make(map[int]*chunkBuf)
