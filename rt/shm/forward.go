@@ -87,13 +87,22 @@ func (c *client) forward(batch []Request, reqs chan<- rt.ClientEvent, reads bool
 			}
 		case r.Kind != KindRead:
 			c.odd(r)
-		case reads && c.stray():
-			c.refuse(r.Sn)
 		case reads:
-			c.pending.Add(1)
-			reqs <- rt.Ask{Epoch: r.Epoch, Sn: r.Sn, Reply: c.replies, Pid: c.reader()}
+			c.ask(r, reqs)
 		}
 	}
+}
+
+// ask takes a read to the loop, or refuses it when the client is a
+// stray (see reader).
+func (c *client) ask(r Request, reqs chan<- rt.ClientEvent) {
+	pid, stray := c.reader()
+	if stray {
+		c.refuse(r.Sn)
+		return
+	}
+	c.pending.Add(1)
+	reqs <- rt.Ask{Epoch: r.Epoch, Sn: r.Sn, Reply: c.replies, Pid: pid}
 }
 
 // odd logs, once per client, a request the rank does not know or takes

@@ -58,39 +58,21 @@ func parentOf(pid int) (int, error) {
 	return strconv.Atoi(string(f[1]))
 }
 
-// stray reports whether c's reads are refused: training processes
-// declared themselves, and c's process is none of them nor started by
-// one.
-func (c *client) stray() bool {
+// reader returns the process c reads for, the nearest of its process
+// and its ancestors (its lineage, which begins with it) that declared
+// itself a training process, else its own; and whether c's reads are
+// refused (stray): training processes declared themselves, and c's
+// process is none of them nor started by one.
+func (c *client) reader() (pid int, stray bool) {
 	s := c.srv
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.sessions) == 0 || c.lineage == nil {
-		return false
-	}
 	for _, p := range c.lineage {
 		if s.sessions[p] > 0 {
-			return false
+			return p, false
 		}
 	}
-	return true
-}
-
-// reader returns the process c reads for: the nearest of its process and
-// its ancestors that declared itself a training process, else its own.
-func (c *client) reader() int {
-	s := c.srv
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.sessions[int(c.pid)] > 0 {
-		return int(c.pid)
-	}
-	for _, p := range c.lineage {
-		if s.sessions[p] > 0 {
-			return p
-		}
-	}
-	return int(c.pid)
+	return int(c.pid), len(s.sessions) > 0 && c.lineage != nil
 }
 
 // refuse answers a stray client's read with an error, and names the
