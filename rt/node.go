@@ -104,8 +104,8 @@ type Clients struct {
 	// Since is when the last client that read went away or stopped
 	// reading: the zero time while one reads, or before any attached.
 	Since time.Time
-	// Stalled names the clients attached that do not read ("" when
-	// none): for the message that ends the job.
+	// Stalled names the clients attached that do not read, when none
+	// reads ("" else): for the message that ends the job.
 	Stalled string
 }
 

@@ -61,11 +61,11 @@ type Server struct {
 		rest        bool
 	}
 	// sessions counts the session clients of each process (see lineage);
-	// awaited is how many ranks have had no training, and the first.
-	awaited [2]uint32
 	// alone is when the last client went.
-	sessions  map[int]int
-	alone     time.Time
+	sessions map[int]int
+	alone    time.Time
+	// awaited is how many ranks have had no training, and the first.
+	awaited   [2]uint32
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	// Gone counts the clients that went away.
@@ -235,14 +235,14 @@ func (s *Server) logf(format string, args ...any) {
 
 // Clients tells what the clients do (rt.Node.WatchClients): how many
 // are attached, how many of them read what they are answered (one that
-// left answers unread for stallGrace does not), since when none does,
-// and which do not.
+// left answers unread for stallGrace does not), and, when none does,
+// since when and which do not.
 func (s *Server) Clients() rt.Clients {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
 	c := rt.Clients{Attached: len(s.clients), Since: s.alone}
-	var stalled []string
+	var stalled []*client
 	for _, cl := range s.clients {
 		cl.unread.release(cl.ring.released(), now)
 		since := cl.unread.stalled(now)
@@ -250,16 +250,21 @@ func (s *Server) Clients() rt.Clients {
 			c.Reading++
 			continue
 		}
-		stalled = append(stalled, fmt.Sprintf("client %d, pid %d, since %s", cl.id, cl.pid, since.Format("15:04:05")))
+		stalled = append(stalled, cl)
 		if since.After(c.Since) {
 			c.Since = since
 		}
 	}
 	if c.Reading > 0 {
 		c.Since = time.Time{}
+		return c
 	}
-	slices.Sort(stalled)
-	c.Stalled = strings.Join(stalled, "; ")
+	named := make([]string, len(stalled))
+	for i, cl := range stalled {
+		named[i] = fmt.Sprintf("client %d, pid %d, since %s", cl.id, cl.pid, cl.unread.stalled(now).Format("15:04:05"))
+	}
+	slices.Sort(named)
+	c.Stalled = strings.Join(named, "; ")
 	return c
 }
 

@@ -25,7 +25,7 @@ import (
 // has taken is at most maxUnread, the room of the replies channel.
 
 // stallGrace is how long a client may leave answers unread before the
-// rank counts it as not reading (Server.Attached): a client that reads
+// rank counts it as not reading (Server.Clients): a client that reads
 // slowly still reads within it.
 const stallGrace = 5 * time.Second
 
