@@ -97,10 +97,11 @@ func (w *trainingWatch) missing() []int {
 // check looks, at most every peerCheckEvery, at the ranks without
 // training (judge), in an epoch's loop.
 func (w *trainingWatch) check(comm collectives.Comm) error {
-	now, ok := w.due()
-	if !ok {
+	now := time.Now()
+	if now.Sub(w.checked) < peerCheckEvery || w.start.IsZero() {
 		return nil
 	}
+	w.checked = now
 	if err := w.poll(comm); err != nil {
 		return err
 	}
@@ -108,25 +109,14 @@ func (w *trainingWatch) check(comm collectives.Comm) error {
 }
 
 // checkSelf is check for a rank outside an epoch's loop, waiting for its
-// clients to say something (a trace, where to resume): it hears no peer
-// then, and judges only itself.
+// clients to say something (a trace, where to resume), whose callers
+// call it every peerCheckEvery: it hears no peer then, and judges only
+// itself.
 func (w *trainingWatch) checkSelf() error {
-	now, ok := w.due()
-	if !ok || w.attached() {
+	if w.attached() {
 		return nil
 	}
-	return w.judge(now, []int{w.n.me})
-}
-
-// due reports whether a check is due now (serving began, and
-// peerCheckEvery passed since the last), noting it as done.
-func (w *trainingWatch) due() (time.Time, bool) {
-	now := time.Now()
-	if now.Sub(w.checked) < peerCheckEvery || w.start.IsZero() {
-		return now, false
-	}
-	w.checked = now
-	return now, true
+	return w.judge(time.Now(), []int{w.n.me})
 }
 
 // judge tells the clients which ranks have had no training, says so
