@@ -531,9 +531,8 @@ class Client:
     def _next(self, timeout):
         self.release()
         timeout = self.timeout if timeout is None else timeout
-        start = time.monotonic()
-        end = None if timeout is None else start + timeout
-        spins, told = 0, False
+        end = None if timeout is None else time.monotonic() + timeout
+        spins, told, start = 0, False, None  # start: the first slow round's clock
         while True:
             rec = self._record()
             if rec is not None:
@@ -552,10 +551,12 @@ class Client:
                 if rec is not None:
                     return rec
                 raise
-            if end is not None and time.monotonic() > end:
+            now = time.monotonic()
+            if end is not None and now > end:
                 raise BrandError("no reply from brandrt within %.1f s%s" % (timeout, self._awaited()))
-            if not told and time.monotonic() - start > _TELL_AFTER:
-                told = self._tell_awaited(time.monotonic() - start)
+            start = now if start is None else start
+            if not told and now - start > _TELL_AFTER:
+                told = self._tell_awaited(now - start)
             self._sleep()
 
     def _awaited(self):
