@@ -107,12 +107,8 @@ func writeIndexTo(f io.Writer, rank, k int, first int64, entries []Entry) (uint3
 // wrong is not.
 func OpenIndex(fsys FS, dir string, rank int) (*Index, error) {
 	name := join(dir, indexName)
-	data, release, err := mapFile(fsys, name)
+	data, release, err := mapFile(fsys, name, fmt.Sprintf("shard %d index", rank))
 	if err != nil {
-		var se *StorageError
-		if errors.As(err, &se) {
-			se.Of = fmt.Sprintf("shard %d index", rank)
-		}
 		return nil, err
 	}
 	ix, err := parseIndex(data, rank)
@@ -227,9 +223,11 @@ type mapper interface {
 }
 
 // mapFile maps name read-only, or reads it whole when the FS cannot map.
-// Its errors are StorageErrors.
-func mapFile(fsys FS, name string) ([]byte, func() error, error) {
-	unreachable := func(op string, err error) error { return &StorageError{File: name, Op: op, Err: UnwrapPath(err)} }
+// Its errors are StorageErrors of of ("shard 3 index").
+func mapFile(fsys FS, name, of string) ([]byte, func() error, error) {
+	unreachable := func(op string, err error) error {
+		return &StorageError{Of: of, File: name, Op: op, Err: UnwrapPath(err)}
+	}
 	f, err := fsys.Open(name, false)
 	if err != nil {
 		return nil, nil, unreachable("open", err)

@@ -61,9 +61,7 @@ func (n *Node) open() error {
 	lo, hi := n.data.homes[n.me], n.data.homes[n.me+1]
 	dirs := n.cfg.ShardDirs
 	if dirs == nil {
-		for range hi - lo {
-			dirs = append(dirs, n.data.dir)
-		}
+		dirs = slices.Repeat([]string{n.data.dir}, hi-lo)
 	}
 	if len(dirs) != hi-lo {
 		return fmt.Errorf("rt: rank %d serves shards %d–%d of %s, and was given %d directories for them", n.me, lo, hi-1, n.data.dir, len(dirs))

@@ -3,6 +3,7 @@ package rt
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/brandrt/brandrt/chunk"
@@ -33,11 +34,7 @@ func (n *Node) newFallback(mem chunk.Memory) *fallback {
 		return nil
 	}
 	lo, hi := n.data.homes[n.me], n.data.homes[n.me+1]
-	f := &fallback{fsys: n.cfg.FS, man: n.data.man, lo: lo, mem: mem}
-	for range hi - lo {
-		f.dirs = append(f.dirs, chunk.ForRank(n.cfg.Source, n.me))
-	}
-	return f
+	return &fallback{fsys: n.cfg.FS, man: n.data.man, lo: lo, mem: mem, dirs: slices.Repeat([]string{chunk.ForRank(n.cfg.Source, n.me)}, hi-lo)}
 }
 
 // standIn reads chunk c from the source in place of res, the copy's read
