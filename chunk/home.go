@@ -60,6 +60,16 @@ func AssignDir(chunks string, m *Manifest, ranks int) ([]int, error) {
 	return lo, nil
 }
 
+// Shards returns the shards rank r serves, from the runs Assign
+// returned: homes[r] up to homes[r+1].
+func Shards(homes []int, r int) []int {
+	var s []int
+	for shard := homes[r]; shard < homes[r+1]; shard++ {
+		s = append(s, shard)
+	}
+	return s
+}
+
 // Sizes reads a packed dataset's manifest and, from its indexes,
 // the size of every file, one list per rank of a job of ranks ranks (0:
 // one per shard) with the shards split as serve splits them

@@ -97,9 +97,7 @@ func runStage(c *cli.Context) error {
 	defer stop()
 	cfg.Stop = ctx.Done()
 	lo, hi := homes[rank], homes[rank+1]
-	for s := lo; s < hi; s++ {
-		cfg.Shards = append(cfg.Shards, s)
-	}
+	cfg.Shards = chunk.Shards(homes, rank)
 	res, err := stage.Stage(cfg)
 	if errors.Is(err, stage.ErrInterrupted) {
 		return fmt.Errorf("stage: interrupted; removed what it copied to %s", cfg.Local)

@@ -39,9 +39,7 @@ func stageHome(chunks string, rank, ranks int, local string, log io.Writer, stop
 		return nil, err
 	}
 	lo, hi := homes[rank], homes[rank+1]
-	for s := lo; s < hi; s++ {
-		cfg.Shards = append(cfg.Shards, s)
-	}
+	cfg.Shards = chunk.Shards(homes, rank)
 	cfg.Progress = stageProgress(log, rank)
 	cfg.Replacing = func(shard int, why string) {
 		fmt.Fprintf(log, "brandrt: rank %d: its staged copy of shard %d was not reused: %s; copying it again from %s\n", rank, shard, why, cfg.Source)
