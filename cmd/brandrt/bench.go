@@ -21,7 +21,7 @@ func rates(xs []float64) string {
 func benchCommand() *cli.Command {
 	d := chunkbench.DefaultConfig()
 	files := fileCount(d.Files)
-	size := byteSize{n: d.MeanSize, lo: 1, hi: chunk.MaxFileSize, why: "the largest file pack takes"}
+	size := fileSize(d.MeanSize)
 	return &cli.Command{
 		Name:  "bench",
 		Usage: "measure brandrt against the machine's own baselines, in one run",
@@ -46,7 +46,7 @@ func benchCommand() *cli.Command {
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "dir", Required: true, Usage: "scratch directory on the disk to measure"},
 				&cli.GenericFlag{Name: "files", Value: files, Usage: "files in the generated dataset"},
-				&cli.GenericFlag{Name: "file-size", Value: &size, Usage: "their mean size (lognormal, σ 0.6)"},
+				&cli.GenericFlag{Name: "file-size", Value: size, Usage: "their mean size (lognormal, σ 0.6)"},
 				intFlag("chunk-files", int64(d.K), 1, chunk.MaxK, whyK, "K"),
 				intFlag("ranks", int64(d.Ranks), 1, maxFiles, "each shard holds a chunk, each chunk a file", "shards"),
 				intFlag("workers", int64(defaultWorkers()), 1, maxWorkers, whyWorkers, "pack workers"),

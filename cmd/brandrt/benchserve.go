@@ -13,7 +13,7 @@ import (
 
 func benchServeCommand() *cli.Command {
 	serve := serveCommand()
-	msg := byteSize{n: 110_000, lo: 1, hi: math.MaxInt32, why: "an MPI message's count is a C int"}
+	msg := byteSize{intValue{n: 110_000, lo: 1, hi: math.MaxInt32, why: "an MPI message's count is a C int"}}
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "serve epochs and compare with MPI's own point-to-point bandwidth, in one run",

@@ -139,7 +139,7 @@ func (m *memBudget) Set(s string) error {
 // byteSize is the range of m's bytes: 1 (0 unless positive) to
 // maxMemory.
 func (m *memBudget) byteSize() byteSize {
-	b := byteSize{hi: maxMemory, why: whyMemory}
+	b := byteSize{intValue{hi: maxMemory, why: whyMemory}}
 	if m.positive {
 		b.lo = 1
 	}
@@ -172,7 +172,7 @@ func (m *memBudget) String() string {
 	if m.fraction > 0 {
 		return strconv.FormatFloat(m.fraction*100, 'g', -1, 64) + "%"
 	}
-	b := byteSize{n: m.bytes}
+	b := byteSize{intValue{n: m.bytes}}
 	return b.String()
 }
 

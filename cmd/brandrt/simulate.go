@@ -23,7 +23,7 @@ import (
 
 func simulateCommand() *cli.Command {
 	d := sim.DefaultConfig()
-	size := byteSize{n: d.FileSize, lo: 1, hi: chunk.MaxFileSize, why: "the largest file pack takes"}
+	size := fileSize(d.FileSize)
 	return &cli.Command{
 		Name:  "simulate",
 		Usage: "run whole epochs of the protocol for N ranks in one process on a synthetic dataset",
@@ -56,7 +56,7 @@ func simulateCommand() *cli.Command {
 			intFlag("epochs", int64(d.Epochs), 1, proto.MaxEpochs, whyEpochs, "epochs per variant"),
 			seedFlag("seed", d.Seed, "seed of the sizes, traces and refill choices"),
 			intFlag("batch", int64(d.Batch), 1, maxFiles, whyFiles, "batch size for distinct chunks per batch"),
-			&cli.GenericFlag{Name: "file-size", Value: &size, Usage: "mean file size (110KB, 1MiB)"},
+			&cli.GenericFlag{Name: "file-size", Value: size, Usage: "mean file size (110KB, 1MiB)"},
 			&cli.StringFlag{Name: "size-dist", Value: "lognormal", Usage: "file sizes: lognormal or fixed"},
 			floatFlag("sigma", d.Sigma, 0, 4, false, "shape of the lognormal sizes"),
 			intFlag("inflight", int64(d.Inflight), 1, maxFiles, whyFiles, "requests each rank keeps outstanding"),

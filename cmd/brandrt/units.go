@@ -9,12 +9,14 @@ import (
 
 	"github.com/dustin/go-humanize"
 
+	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/internal/human"
 )
 
 // count is a flag value for a number of things from lo to hi, written
-// plainly (1281167) or with a decimal suffix: 40k, 1.28M, 2G.
-type count struct{ n, lo, hi int64 }
+// plainly (1281167) or with a decimal suffix: 40k, 1.28M, 2G. It reads
+// as intValue does (String, Get, bounds).
+type count struct{ intValue }
 
 // Set parses s, refusing what count does not take.
 func (c *count) Set(s string) error {
@@ -38,7 +40,7 @@ func (c *count) Set(s string) error {
 	case v*mult < float64(c.lo):
 		return tooSmall(s, lo)
 	case v*mult > float64(c.hi):
-		return tooBig(s, hi, whyFiles)
+		return tooBig(s, hi, c.why)
 	}
 	if r := math.Round(v * mult); math.Abs(r-v*mult) > 1e-6 {
 		return fmt.Errorf("%q is not a whole number", s)
@@ -47,26 +49,21 @@ func (c *count) Set(s string) error {
 	return nil
 }
 
-// String writes the value as Set reads it.
-func (c *count) String() string { return strconv.FormatInt(c.n, 10) }
-
-// Get returns the count, for cli.Context.Value.
-func (c *count) Get() any { return c.n }
-
-// bounds returns the least and the most c takes.
-func (c *count) bounds() (string, string) {
-	return strconv.FormatInt(c.lo, 10), strconv.FormatInt(c.hi, 10)
-}
-
 // fileCount is a count of files, n unless set: at least one, at most a
 // dataset's most.
-func fileCount(n int) *count { return &count{n: int64(n), lo: 1, hi: maxFiles} }
+func fileCount(n int) *count {
+	return &count{intValue{n: int64(n), lo: 1, hi: maxFiles, why: whyFiles}}
+}
 
 // byteSize is a flag value for a number of bytes from lo to hi: 110000,
-// 110KB, 1.5GiB; why says where hi comes from.
-type byteSize struct {
-	n, lo, hi int64
-	why       string
+// 110KB, 1.5GiB; why says where hi comes from. It reads as intValue
+// does (Get, bounds), but for String.
+type byteSize struct{ intValue }
+
+// fileSize is the size of a file, n bytes unless set: at least one, at
+// most what pack takes.
+func fileSize(n int64) *byteSize {
+	return &byteSize{intValue{n: n, lo: 1, hi: chunk.MaxFileSize, why: "the largest file pack takes"}}
 }
 
 // Set parses s, refusing what byteSize does not take.
@@ -98,14 +95,6 @@ func (b *byteSize) String() string {
 	return humanize.Bytes(uint64(b.n))
 }
 
-// Get returns the bytes, for cli.Context.Value.
-func (b *byteSize) Get() any { return b.n }
-
-// bounds returns the least and the most b takes.
-func (b *byteSize) bounds() (string, string) {
-	return strconv.FormatInt(b.lo, 10), strconv.FormatInt(b.hi, 10)
-}
-
 // Short names for the formats of internal/human.
 var (
 	ibytes  = human.IBytes
@@ -131,7 +120,7 @@ func (c *countOrShare) Set(s string) error {
 		*c = countOrShare{fraction: v / 100}
 		return nil
 	}
-	n := count{lo: 0, hi: maxFiles}
+	n := count{shareCounts}
 	if err := n.Set(s); err != nil {
 		return fmt.Errorf("%w (a count or a percentage: 30, 0.1%%)", err)
 	}
@@ -157,4 +146,7 @@ func (c *countOrShare) Get() any {
 }
 
 // bounds returns the least and the most count c takes.
-func (c *countOrShare) bounds() (string, string) { return "0", strconv.FormatInt(maxFiles, 10) }
+func (c *countOrShare) bounds() (string, string) { return shareCounts.bounds() }
+
+// shareCounts is the range of countOrShare's counts.
+var shareCounts = intValue{lo: 0, hi: maxFiles, why: whyFiles}
