@@ -97,12 +97,8 @@ func onUsage(c *cli.Context, err error, _ bool) error {
 // command's help.
 func badUsage(c *cli.Context, err error) error {
 	name := "brandrt"
-	switch {
-	case c.Command == nil:
-	case c.Command.HelpName != "": // "brandrt bench serve"
+	if c.Command != nil && c.Command.HelpName != "" { // "brandrt bench serve"; cli sets it on every command
 		name = c.Command.HelpName
-	case c.Command.Name != "":
-		name += " " + c.Command.Name
 	}
 	return usageError{fmt.Errorf("%w\n(%s --help explains every flag)", err, name)}
 }

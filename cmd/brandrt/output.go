@@ -71,10 +71,13 @@ func lookOut(name string) (place, error) {
 	}
 	p.exists = true
 	link := lfi.Mode()&fs.ModeSymlink != 0
-	switch {
-	case lfi.Mode().IsRegular(), link && planted(name, lfi):
+	if lfi.Mode().IsRegular() {
 		return p, nil
-	case planted(name, lfi):
+	}
+	if planted(name, lfi) { // a link there is replaced; anything else refused
+		if link {
+			return p, nil
+		}
 		return p, fmt.Errorf("%s is %s of uid %d in a directory all may write to: brandrt does not write into it", name, kind(lfi.Mode()), owner(lfi))
 	}
 	if fd, ok := ownDescriptor(name); ok {
