@@ -143,6 +143,22 @@
 // files (MsgPush) as their chunks come in; the plan's other files of
 // other ranks it requests on demand.
 //
+// # Residency
+//
+// Memory carries chunks from one epoch into the next (windowkeep.go):
+// each epoch keeps in memory, whole, the chunks it reads last, as many as
+// fit Keep of the budget (KeepBytes: all of them when the budget holds
+// the shard), and their files stay once drawn (PlannedRead.Kept). The
+// next epoch's plan, given them as Resident (the previous plan's
+// Resident), puts them first in its order, due at once and without a
+// read (PlannedRead.Resident), so that it reads from storage only the
+// rest: the shard less KeepBytes. Keeping a run at the end of the order
+// leaves every chunk before it free to go as its files do, so the pool
+// is the whole budget all epoch long and a read always finds room; the
+// chunks kept change from epoch to epoch. Read.Keep tells the caller to
+// keep a chunk; a resident chunk read without it leaves memory file by
+// file. With Keep 0 nothing is kept unless the budget holds the shard.
+//
 // # Files
 //
 // What both policies share: types.go (FileID, and the papers' Variant),
@@ -160,7 +176,7 @@
 // rank_prefetch.go (the owner's pushes), rank_check.go and rank_dump.go.
 //
 // The window policy: windowplan.go (PlanWindow, the whole epoch's plan),
-// windowrank.go (WindowRank's state and Step), windowrank_epoch.go (each
+// windowkeep.go (the chunks kept into the next epoch), windowrank.go (WindowRank's state and Step), windowrank_epoch.go (each
 // epoch planned, or resumed), windowrank_own.go (its chunks read in plan
 // order, its files handed out), windowrank_positions.go (its clients'
 // positions, and the files fetched for them), windowrank_early.go (the

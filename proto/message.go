@@ -190,4 +190,8 @@ type Read struct {
 	PC    int
 	VC    int
 	Epoch uint32
+	// Keep: the chunk stays in memory once read, for the rest of the
+	// run (the window policy's kept chunks); later reads of it are
+	// answered from there.
+	Keep bool
 }

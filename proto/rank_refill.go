@@ -79,7 +79,10 @@ func (r *Rank) issue(pc, v int, x int32, rq req) {
 	r.waiter[x] = rq
 	r.topUp(rd, v, func(y int32) { r.fill(rd, y, true) })
 	lo, hi := r.pcRange(pc)
-	r.rd.Reads = append(r.rd.Reads, Read{PC: r.firstPC + pc, VC: r.firstVC + v, Epoch: r.epoch})
+	// a budget that holds the shard keeps every chunk it reads: later
+	// reads of it come from memory
+	keep := r.budget >= r.cfg.Mapping.ShardBytes(r.me)
+	r.rd.Reads = append(r.rd.Reads, Read{PC: r.firstPC + pc, VC: r.firstVC + v, Epoch: r.epoch, Keep: keep})
 	r.stats.ChunkReads++
 	r.stats.FilesRead += int64(hi - lo)
 	r.stats.ChunkBytes += r.pcBytes[pc]

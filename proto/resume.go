@@ -25,7 +25,7 @@ func FreshPlan(in WindowInput, e uint32) (*WindowPlan, error) {
 // planThrough plans epochs 1 to e on in with traces, each from the drains
 // of the one before it, and returns epoch e's plan (nil when e is 0).
 func planThrough(in WindowInput, e uint32, traces func(uint32) [][]FileID) (*WindowPlan, error) {
-	in.After, in.Delivered = nil, nil
+	in.After, in.Delivered, in.Resident = nil, nil, nil
 	var p *WindowPlan
 	for k := uint32(1); k <= e; k++ {
 		in.Epoch, in.Traces = k, traces(k)
@@ -33,7 +33,7 @@ func planThrough(in WindowInput, e uint32, traces func(uint32) [][]FileID) (*Win
 		if p, err = PlanWindow(in); err != nil {
 			return nil, fmt.Errorf("proto: epoch %d: %w", k, err)
 		}
-		in.After = p.Drains
+		in.After, in.Resident = p.Drains, p.Resident
 	}
 	return p, nil
 }
@@ -48,13 +48,13 @@ func RestPlan(in WindowInput, e uint32, delivered []bool) (*WindowPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	in.Epoch, in.After, in.Delivered = e, nil, delivered
+	in.Epoch, in.After, in.Delivered, in.Resident = e, nil, delivered, nil
 	in.Traces = RestTraces(in.Mapping.Files(), in.Mapping.Ranks(), in.Seed, e, delivered)
 	p, err := PlanWindow(in)
 	if err != nil {
 		return nil, fmt.Errorf("proto: the rest of epoch %d: %w", e, err)
 	}
-	p.Drains = fresh.Drains
+	p.Drains, p.Resident = fresh.Drains, fresh.Resident
 	return p, nil
 }
 

@@ -46,7 +46,7 @@ func shardedInput(t *testing.T, seed uint64, shards, ranks, k int) proto.WindowI
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := proto.WindowInput{Mapping: m, Sizes: sizes, Seed: seed, Lead: proto.DefaultLead, Ramp: 4}
+	in := proto.WindowInput{Mapping: m, Sizes: sizes, Seed: seed, Lead: proto.DefaultLead, Ramp: 4, Keep: float64(seed%3) / 2}
 	for h := range ranks {
 		in.Budget = append(in.Budget, m.MemBytes(h))
 	}

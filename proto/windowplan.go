@@ -60,6 +60,16 @@ type WindowInput struct {
 	// RestTraces): they answer no position, and a chunk left with none of
 	// its files to answer is not read. Indexed by file id.
 	Delivered []bool
+	// Keep is the share of a budget that the chunks an epoch reads last
+	// may take to stay in memory into the next epoch, in [0, 1]
+	// (windowkeep.go). A rank whose budget holds its shard keeps it all,
+	// whatever Keep.
+	Keep float64
+	// Resident marks, per chunk (global id), the chunks in memory when
+	// the epoch begins (the previous plan's Resident): they come first in
+	// its order, cost no read, and their files may be drawn from the
+	// first step. Nil: none.
+	Resident []bool
 }
 
 // Drain is what one rank's pool leaves the next epoch: once its last read
@@ -85,6 +95,10 @@ type PlannedRead struct {
 	// Due is the step from which its files answer positions: the read
 	// must be done by then.
 	Due int32
+	// Kept says the chunk stays in memory, whole, to the epoch's end and
+	// into the next; Resident that it was in memory as the epoch began:
+	// it is not read from storage.
+	Kept, Resident bool
 }
 
 // WindowPlan is one epoch of the window policy: each rank reads each of
@@ -112,6 +126,9 @@ type WindowPlan struct {
 	PeakBytes []int64
 	// Drains[h] is what h's pool leaves the next epoch (its After).
 	Drains []Drain
+	// Resident is the next epoch's Resident: the chunks kept to this
+	// epoch's end. Nil when none is.
+	Resident []bool
 	// Steps is the length of the longest trace.
 	Steps int
 }
@@ -125,9 +142,12 @@ type pool struct {
 	pending []PlannedRead // issued, not yet due, in issue order
 	ready   []FileID      // files due and not yet drawn
 	since   []int32       // per ready file, the step it became due
-	held    int64         // bytes of pending and ready
+	held    int64         // bytes of pending and ready, and of kept chunks issued
+	kept    int64         // bytes of kept chunks issued
+	keep    []bool        // per chunk, kept to the epoch's end (retained)
+	stored  int           // reads from storage issued
 	lastDue int32
-	drain   []int64 // held at each step's start once every read is issued
+	drain   []int64 // held less kept at each step's start once every read is issued
 	reads   []PlannedRead
 	waits   int64
 	peak    int64
@@ -140,9 +160,10 @@ func PlanWindow(in WindowInput) (*WindowPlan, error) {
 		return nil, err
 	}
 	m := in.Mapping
+	kept := make([]bool, m.PCs())
 	pools := make([]*pool, m.Ranks())
 	for h := range pools {
-		pools[h] = in.newPool(h)
+		pools[h] = in.newPool(h, kept)
 		if in.After != nil {
 			in.fillDrain(h, pools[h], in.After[h])
 		}
@@ -158,7 +179,7 @@ func PlanWindow(in WindowInput) (*WindowPlan, error) {
 			in.issue(h, pl, t, 0)
 			in.admit(pl, t)
 			if pl.next == len(pl.order) {
-				pl.drain = append(pl.drain, pl.held)
+				pl.drain = append(pl.drain, pl.held-pl.kept)
 			}
 		}
 		for r, tr := range in.Traces {
@@ -175,6 +196,7 @@ func PlanWindow(in WindowInput) (*WindowPlan, error) {
 		// reads still pending serve no position (the traces left files of
 		// that rank out) but were planned, and read
 		p.Reads = append(p.Reads, append(pl.reads, pl.pending...))
+		p.Resident = residentAfter(p.Resident, kept, p.Reads[len(p.Reads)-1])
 		p.WaitSteps = append(p.WaitSteps, pl.waits)
 		p.PeakBytes = append(p.PeakBytes, pl.peak)
 		p.Drains = append(p.Drains, Drain{Held: pl.drain, LastDue: pl.lastDue - int32(p.Steps)})
@@ -191,16 +213,49 @@ func (in WindowInput) fillDrain(h int, pl *pool, d Drain) {
 	}
 }
 
-func (in WindowInput) newPool(h int) *pool {
+// newPool returns rank h's pool at the epoch's start: its chunks in an
+// order drawn from the seed and the epoch, those resident first (they
+// cost no read: all are in from the start), and those it keeps to the
+// end marked in kept.
+func (in WindowInput) newPool(h int, kept []bool) *pool {
 	first, n := in.Mapping.RankPCs(h)
-	pl := &pool{rng: rand.New(rand.NewPCG(in.Seed^0x5749_4e44_4f57, uint64(in.Epoch)<<32|uint64(h)))}
+	pl := &pool{rng: rand.New(rand.NewPCG(in.Seed^0x5749_4e44_4f57, uint64(in.Epoch)<<32|uint64(h))), keep: kept}
 	pl.order, pl.bytes = make([]int, 0, n), make([]int64, 0, n)
+	var later []int
 	for _, j := range pl.rng.Perm(n) {
-		if b := in.restBytes(first + j); b >= 0 {
-			pl.order, pl.bytes = append(pl.order, first+j), append(pl.bytes, b)
+		pc := first + j
+		b := in.restBytes(pc)
+		switch {
+		case b < 0:
+			continue
+		case !in.resident(pc):
+			later = append(later, pc)
+			continue
+		}
+		pl.order, pl.bytes = append(pl.order, pc), append(pl.bytes, b)
+	}
+	for _, pc := range later {
+		pl.order, pl.bytes = append(pl.order, pc), append(pl.bytes, in.restBytes(pc))
+	}
+	in.retained(h, pl, kept)
+	return pl
+}
+
+// resident reports whether chunk pc is in memory as the epoch begins.
+func (in WindowInput) resident(pc int) bool { return in.Resident != nil && in.Resident[pc] }
+
+// residentAfter marks in res (made when nil and a chunk is kept) the
+// chunks of reads rds kept to the epoch's end.
+func residentAfter(res, kept []bool, rds []PlannedRead) []bool {
+	for _, rd := range rds {
+		if kept[rd.PC] {
+			if res == nil {
+				res = make([]bool, len(kept))
+			}
+			res[rd.PC] = true
 		}
 	}
-	return pl
+	return res
 }
 
 // restBytes returns the bytes of chunk pc's files not yet delivered
@@ -224,20 +279,29 @@ func (in WindowInput) restBytes(pc int) int64 {
 }
 
 // issue starts reads of h's next chunks while its budget, less other
-// bytes (the previous epoch's pool), has room.
+// bytes (what the previous epoch's pool holds beside the chunks it
+// keeps), has room. A resident chunk needs no read: its files are due at
+// once.
 func (in WindowInput) issue(h int, pl *pool, t int32, other int64) {
 	for pl.next < len(pl.order) {
 		pc, b := pl.order[pl.next], pl.bytes[pl.next]
+		rd := PlannedRead{PC: pc, Issue: t, Due: t, Kept: pl.keep[pc], Resident: in.resident(pc)}
 		if other+pl.held+b > in.Budget[h] {
 			return
 		}
-		due := max(t, pl.lastDue) + int32(in.Lead)
-		if pl.next < in.Ramp && t <= 0 {
-			due = min(due, 0) // read before the epoch's first answer
+		if !rd.Resident {
+			rd.Due = max(t, pl.lastDue) + int32(in.Lead)
+			if pl.stored < in.Ramp && t <= 0 {
+				rd.Due = min(rd.Due, 0) // read before the epoch's first answer
+			}
+			pl.lastDue = rd.Due
+			pl.stored++
 		}
-		pl.lastDue = due
-		pl.pending = append(pl.pending, PlannedRead{PC: pc, Issue: t, Due: due})
+		pl.pending = append(pl.pending, rd)
 		pl.held += b
+		if rd.Kept {
+			pl.kept += b
+		}
 		pl.peak = max(pl.peak, pl.held)
 		pl.next++
 	}
@@ -267,6 +331,7 @@ func (in WindowInput) land(pl *pool) {
 
 // draw answers a position whose file has home h at step t with a file
 // drawn uniformly from h's pool; an empty pool takes its next read now.
+// A drawn file leaves memory, unless its chunk is kept to the end.
 func (in WindowInput) draw(h int, pl *pool, t int32) (FileID, int32) {
 	if len(pl.ready) == 0 {
 		if len(pl.pending) == 0 {
@@ -283,7 +348,9 @@ func (in WindowInput) draw(h int, pl *pool, t int32) (FileID, int32) {
 	last := len(pl.ready) - 1
 	pl.ready[i], pl.since[i] = pl.ready[last], pl.since[last]
 	pl.ready, pl.since = pl.ready[:last], pl.since[:last]
-	pl.held -= in.size(h, f)
+	if !pl.keep[in.Mapping.PC(f)] {
+		pl.held -= in.size(h, f)
+	}
 	return f, at
 }
 
@@ -291,7 +358,7 @@ func (in WindowInput) draw(h int, pl *pool, t int32) (FileID, int32) {
 // lead allowed: the position waits d steps for storage, and the reader,
 // busy meanwhile, brings every later read d steps closer too.
 func (pl *pool) stall(t int32) {
-	d := pl.pending[0].Due - t
+	d := max(pl.pending[0].Due-t, 0)
 	pl.waits += int64(d)
 	for i := range pl.pending {
 		pl.pending[i].Due -= d
@@ -377,6 +444,9 @@ func (in WindowInput) validate() error {
 		return fmt.Errorf("proto: window plan for %d ranks given %d size lists, %d budgets and %d traces",
 			m.Ranks(), len(in.Sizes), len(in.Budget), len(in.Traces))
 	}
+	if !(in.Keep >= 0 && in.Keep <= 1) {
+		errs = append(errs, fmt.Errorf("proto: window keep %g of the budget, want 0 to 1", in.Keep))
+	}
 	if in.Lead < 0 || in.Ramp < 0 || in.Window < 0 {
 		errs = append(errs, fmt.Errorf("proto: window lead %d, ramp %d and push window %d, want ≥ 0",
 			in.Lead, in.Ramp, in.Window))
@@ -454,15 +524,27 @@ func (in WindowInput) validateTraces() error {
 	return nil
 }
 
+// mark is "k" after a kept chunk's read, "r" after a resident one's.
+func (rd PlannedRead) mark() string {
+	switch {
+	case rd.Resident:
+		return "r"
+	case rd.Kept:
+		return "k"
+	}
+	return ""
+}
+
 // String dumps the plan in a stable text form, for golden tests: per
-// rank its reads (chunk@issue→due), the file answering each position,
+// rank its reads (chunk@issue→due, then k when the chunk is kept, r when
+// it was resident), the file answering each position,
 // the positions answered by pushes ahead (sn@step) and its drain.
 func (p *WindowPlan) String() string {
 	var b strings.Builder
 	for h, rds := range p.Reads {
 		fmt.Fprintf(&b, "rank %d reads (waits %d, peak %d B):", h, p.WaitSteps[h], p.PeakBytes[h])
 		for _, rd := range rds {
-			fmt.Fprintf(&b, " %d@%d→%d", rd.PC, rd.Issue, rd.Due)
+			fmt.Fprintf(&b, " %d@%d→%d%s", rd.PC, rd.Issue, rd.Due, rd.mark())
 		}
 		b.WriteByte('\n')
 	}

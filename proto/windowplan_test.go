@@ -69,6 +69,9 @@ func windowCase(t *testing.T, seed uint64) proto.WindowInput {
 		}
 		in.Traces = append(in.Traces, tr)
 	}
+	if rng.IntN(2) == 0 { // partial residency, in half the cases
+		in.Keep = rng.Float64()
+	}
 	return in
 }
 

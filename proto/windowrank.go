@@ -26,6 +26,9 @@ type WindowConfig struct {
 	// every rank plans every rank's pushes).
 	Window int
 	Remote []int64
+	// Keep is the share of each budget that keeps chunks in memory
+	// across epochs (WindowInput.Keep).
+	Keep float64
 	// Traces, when set, gives the traces of any epoch: each epoch's plan
 	// starts from the previous one's (WindowInput.After), so a rank that
 	// starts at a later epoch than 1 (a resumed job) plans the epochs
@@ -56,6 +59,10 @@ type WindowRank struct {
 	in    WindowInput // what every epoch is planned from, less its traces
 	me    int
 	first FileID
+	// keep marks, per own chunk, those the plan keeps in memory to the
+	// epoch's end; kept is the bytes of those issued, part of held
+	keep  []bool
+	kept  int64
 	rd    Ready
 	stats Stats
 
@@ -154,7 +161,7 @@ func NewWindowRank(cfg WindowConfig) (*WindowRank, error) {
 		}
 	}
 	w := &WindowRank{cfg: cfg, me: cfg.Rank, in: WindowInput{Mapping: m, Sizes: cfg.Sizes, Seed: cfg.Seed,
-		Lead: cfg.Lead, Ramp: cfg.Ramp, Window: cfg.Window, Remote: cfg.Remote, Traces: make([][]FileID, m.Ranks())}}
+		Lead: cfg.Lead, Ramp: cfg.Ramp, Window: cfg.Window, Remote: cfg.Remote, Keep: cfg.Keep, Traces: make([][]FileID, m.Ranks())}}
 	for h := range m.Ranks() {
 		w.in.Budget = append(w.in.Budget, m.MemBytes(h))
 	}
@@ -233,3 +240,28 @@ func (w *WindowRank) Advance(Ready) { w.rd.clear() }
 func (w *WindowRank) Stats() Stats { return w.stats }
 
 func (w *WindowRank) size(f FileID) int64 { return w.in.FileSize(f) }
+
+// leaves is what own file f gives back of the budget as it leaves
+// memory in an epoch that keeps the chunks marked in keep: its size, or
+// nothing when its chunk stays to the end.
+func (w *WindowRank) leaves(keep []bool, f FileID) int64 {
+	if keep[w.cfg.Mapping.PC(f)-w.firstPC()] {
+		return 0
+	}
+	return w.size(f)
+}
+
+func (w *WindowRank) firstPC() int {
+	pc, _ := w.cfg.Mapping.RankPCs(w.me)
+	return pc
+}
+
+// keptOf marks the own chunks plan p keeps to its epoch's end.
+func (w *WindowRank) keptOf(p *WindowPlan) []bool {
+	_, n := w.cfg.Mapping.RankPCs(w.me)
+	keep := make([]bool, n)
+	for _, rd := range p.Reads[w.me] {
+		keep[rd.PC-w.firstPC()] = rd.Kept
+	}
+	return keep
+}

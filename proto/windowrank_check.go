@@ -3,9 +3,10 @@ package proto
 import "fmt"
 
 // CheckInvariants returns the first broken internal invariant of the
-// window rank, or nil: the bytes of its own files being read or in memory
-// add up to the held total, which with the next epoch's reads ahead stays
-// within the budget; the bytes of files arrived ahead of their positions
+// window rank, or nil: the bytes of its own files being read or in memory,
+// and those of the chunks it keeps to the epoch's end, add up to the held
+// total, which stays within the budget, with the next epoch's reads
+// ahead beside what it keeps for that epoch; the bytes of files arrived ahead of their positions
 // add up to the buffered total, and those of the pushes granted and not
 // yet asked for to grantBytes, both within its Remote limit; only
 // positions of files of other ranks are fetched, planned as pushed,
@@ -17,29 +18,22 @@ func (w *WindowRank) CheckInvariants() error {
 	if !w.started {
 		return nil
 	}
-	var held int64
-	for i, s := range w.state {
-		if s == reading || s == inMemory {
-			held += w.size(w.first + FileID(i))
-		}
-	}
+	held := w.kept + w.heldBeside(w.state, w.keep)
 	if held != w.held {
 		return fmt.Errorf("own files being read or in memory hold %d bytes, counted %d", held, w.held)
 	}
-	if x := w.early; x != nil {
-		var early int64
-		for i, s := range x.state {
-			if s == reading || s == inMemory {
-				early += w.size(w.first + FileID(i))
-			}
-		}
-		if early != x.held {
+	budget := w.cfg.Mapping.MemBytes(w.me)
+	if held > budget {
+		return fmt.Errorf("holds %d bytes of its own files, over its budget of %d", held, budget)
+	}
+	if x := w.early; x != nil && x.plan != nil {
+		if early := x.kept + w.heldBeside(x.state, x.keep); early != x.held {
 			return fmt.Errorf("epoch %d's files read ahead hold %d bytes, counted %d", x.epoch, early, x.held)
 		}
-		held += x.held
-	}
-	if budget := w.cfg.Mapping.MemBytes(w.me); held > budget {
-		return fmt.Errorf("holds %d bytes of its own files, over its budget of %d", held, budget)
+		if held-w.kept+x.held > budget {
+			return fmt.Errorf("holds %d bytes of its own files, and %d of the next epoch's beside the %d it keeps for it, over its budget of %d",
+				held-w.kept, x.held, w.kept, budget)
+		}
 	}
 	files := w.plan.Files[w.me]
 	var buffered, granted int64
@@ -106,4 +100,16 @@ func (s fileState) String() string {
 		return "lost"
 	}
 	return fmt.Sprintf("fileState(%d)", s)
+}
+
+// heldBeside counts the bytes of own files being read or in memory in
+// state whose chunks keep does not mark.
+func (w *WindowRank) heldBeside(state []fileState, keep []bool) int64 {
+	var held int64
+	for i, s := range state {
+		if f := w.first + FileID(i); (s == reading || s == inMemory) && !keep[w.cfg.Mapping.PC(f)-w.firstPC()] {
+			held += w.size(f)
+		}
+	}
+	return held
 }

@@ -18,6 +18,8 @@ type earlyEpoch struct {
 	damaged []bool      // per own file, as WindowRank.damaged
 	held    int64
 	nextRd  int
+	keep    []bool // as WindowRank.keep, kept its kept
+	kept    int64
 	stats   Stats // its reads, counted in its own epoch
 }
 
@@ -31,14 +33,14 @@ func (w *WindowRank) issueEarly() {
 	if w.early == nil {
 		e := w.epoch + 1
 		in := w.input(e, w.cfg.Traces(e))
-		in.After = w.plan.Drains
+		in.After, in.Resident = w.plan.Drains, w.plan.Resident
 		w.early = &earlyEpoch{epoch: e, traces: in.Traces}
 		p, err := PlanWindow(in)
 		if err != nil {
 			return // nothing read ahead (tried once, not on every call); the epoch's start plans again and reports it
 		}
 		_, n := w.cfg.Mapping.RankFiles(w.me)
-		w.early.plan, w.early.state, w.early.damaged = p, make([]fileState, n), make([]bool, n)
+		w.early.plan, w.early.state, w.early.damaged, w.early.keep = p, make([]fileState, n), make([]bool, n), w.keptOf(p)
 	}
 	x := w.early
 	if x.plan == nil {
@@ -47,13 +49,21 @@ func (w *WindowRank) issueEarly() {
 	for rds := x.plan.Reads[w.me]; x.nextRd < len(rds); x.nextRd++ {
 		pc := rds[x.nextRd].PC
 		b := w.in.ChunkBytes(pc)
-		if w.held+x.held+b > w.cfg.Mapping.MemBytes(w.me) {
+		if w.held-w.kept+x.held+b > w.cfg.Mapping.MemBytes(w.me) { // the chunks this epoch keeps are the next one's first
+			return
+		}
+		if rds[x.nextRd].Resident && !x.keep[pc-w.firstPC()] {
+			// its files leave memory one by one next epoch, copied out of
+			// the chunk, which this epoch's still hold: not before it ends
 			return
 		}
 		x.held += b
-		w.stats.PeakHeld = max(w.stats.PeakHeld, w.held+x.held)
-		w.stats.PeakMem = max(w.stats.PeakMem, w.held+x.held+w.buffered)
-		w.startRead(pc, x.epoch, x.state, &x.stats)
+		if x.keep[pc-w.firstPC()] {
+			x.kept += b
+		}
+		w.stats.PeakHeld = max(w.stats.PeakHeld, w.held-w.kept+x.held)
+		w.stats.PeakMem = max(w.stats.PeakMem, w.held-w.kept+x.held+w.buffered)
+		w.startRead(pc, x.epoch, x.state, x.keep, &x.stats)
 		x.stats.EarlyReads++
 	}
 }
@@ -75,6 +85,9 @@ func (w *WindowRank) earlyDone(e ReadDone) error {
 		if e.Failed {
 			x.state[f-w.first] = lost
 			x.held -= w.size(f)
+			if x.keep[e.PC-w.firstPC()] {
+				x.kept -= w.size(f)
+			}
 			continue
 		}
 		x.state[f-w.first] = inMemory

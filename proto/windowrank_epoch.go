@@ -40,11 +40,11 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 		if p, err = w.planEpoch(e); err != nil {
 			return err
 		}
-		x = &earlyEpoch{state: make([]fileState, n), damaged: make([]bool, n)}
+		x = &earlyEpoch{state: make([]fileState, n), damaged: make([]bool, n), keep: w.keptOf(p)}
 	}
 	steps := len(p.Files[w.me])
 	*w = WindowRank{cfg: w.cfg, in: w.in, me: w.me, first: w.first, rd: w.rd, epoch: e.Epoch, started: true, plan: p,
-		deferred: w.deferred, state: x.state, held: x.held, nextRd: x.nextRd, damaged: x.damaged, stats: x.stats, dropped: make([]bool, n),
+		deferred: w.deferred, state: x.state, held: x.held, keep: x.keep, kept: x.kept, nextRd: x.nextRd, damaged: x.damaged, stats: x.stats, dropped: make([]bool, n),
 		done: make([]bool, w.cfg.Mapping.Ranks()), waiters: map[FileID][]waiter{},
 		asked: make([]bool, steps), fetched: make([]bool, steps), arrived: make([]bool, steps), arrivedAs: make([]Status, steps),
 		failed: make([]bool, steps)}
@@ -77,11 +77,13 @@ func sameTraces(a, b [][]FileID) bool {
 func (w *WindowRank) planEpoch(e EpochStart) (*WindowPlan, error) {
 	in := w.input(e.Epoch, e.Traces)
 	if e.Delivered == nil {
-		after, err := w.after(e.Epoch)
+		before, err := w.before(e.Epoch)
 		if err != nil {
 			return nil, err
 		}
-		in.After = after
+		if before != nil {
+			in.After, in.Resident = before.Drains, before.Resident
+		}
 		return PlanWindow(in)
 	}
 	in.Delivered = e.Delivered
@@ -91,28 +93,30 @@ func (w *WindowRank) planEpoch(e EpochStart) (*WindowPlan, error) {
 	}
 	// the epochs after it are planned as a job that was not interrupted
 	// plans them
-	if p.Drains, err = w.drainsOf(e.Epoch); err != nil {
+	fresh, err := w.planOf(e.Epoch)
+	if err != nil {
 		return nil, err
 	}
+	p.Drains, p.Resident = fresh.Drains, fresh.Resident
 	return p, nil
 }
 
-// after returns the drains epoch e's plan starts from: the previous
-// epoch's. A rank that did not just plan that epoch plans the epochs
-// before e again, from epoch 1, on cfg.Traces.
-func (w *WindowRank) after(e uint32) ([]Drain, error) {
+// before returns the plan epoch e's starts from, for its drains and the
+// chunks it left resident: the previous epoch's (nil before epoch 2). A
+// rank that did not just plan that epoch plans the epochs before e
+// again, from epoch 1, on cfg.Traces.
+func (w *WindowRank) before(e uint32) (*WindowPlan, error) {
 	switch {
 	case e <= 1:
 		return nil, nil
 	case w.plan != nil && w.epoch == e-1:
-		return w.plan.Drains, nil
+		return w.plan, nil
 	}
-	return w.drainsOf(e - 1)
+	return w.planOf(e - 1)
 }
 
-// drainsOf plans epochs 1 to e on cfg.Traces and returns epoch e's
-// drains.
-func (w *WindowRank) drainsOf(e uint32) ([]Drain, error) {
+// planOf plans epochs 1 to e on cfg.Traces and returns epoch e's plan.
+func (w *WindowRank) planOf(e uint32) (*WindowPlan, error) {
 	if w.cfg.Traces == nil {
 		return nil, fmt.Errorf("proto: rank %d: epoch %d plans from epoch %d's, whose traces it does not know", w.me, e+1, e)
 	}
@@ -120,10 +124,7 @@ func (w *WindowRank) drainsOf(e uint32) ([]Drain, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proto: rank %d: planning the epochs before epoch %d again: %w", w.me, e+1, err)
 	}
-	if p == nil {
-		return nil, nil
-	}
-	return p.Drains, nil
+	return p, nil
 }
 
 // skip takes the positions before start (a resumed epoch) as delivered:

@@ -22,21 +22,50 @@ func (w *WindowRank) issue() {
 			}
 			continue
 		}
-		b := w.in.ChunkBytes(pc)
+		b := w.wanted(lo, hi) // as the plan counts a chunk resumed mid-epoch
 		if w.held+b > m.MemBytes(w.me) {
 			return
 		}
 		w.held += b
+		if w.keep[pc-w.firstPC()] {
+			w.kept += b
+		}
 		w.stats.PeakHeld = max(w.stats.PeakHeld, w.held)
 		w.stats.PeakMem = max(w.stats.PeakMem, w.held+w.buffered)
-		w.startRead(pc, w.epoch, w.state, &w.stats)
+		w.startRead(pc, w.epoch, w.state, w.keep, &w.stats)
+		for f := lo; f < hi; f++ {
+			if w.dropped[f-w.first] {
+				w.state[f-w.first] = gone // not counted: nothing to unhold
+			}
+		}
 	}
 	w.issueEarly()
 }
 
+// wanted returns the bytes of own files in [lo, hi) not dropped.
+func (w *WindowRank) wanted(lo, hi FileID) int64 {
+	var b int64
+	for f := lo; f < hi; f++ {
+		if !w.dropped[f-w.first] {
+			b += w.size(f)
+		}
+	}
+	return b
+}
+
+// unhold takes own file f, not in memory, out of the bytes held, and
+// out of those kept when its chunk is.
+func (w *WindowRank) unhold(f FileID) {
+	w.held -= w.size(f)
+	if w.keep[w.cfg.Mapping.PC(f)-w.firstPC()] {
+		w.kept -= w.size(f)
+	}
+}
+
 // startRead asks for chunk pc's read for epoch e: its files are being
-// read in state (the epoch's own files), and st counts the read.
-func (w *WindowRank) startRead(pc int, e uint32, state []fileState, st *Stats) {
+// read in state (the epoch's own files), keep says which chunks the
+// epoch keeps to its end, and st counts the read.
+func (w *WindowRank) startRead(pc int, e uint32, state []fileState, keep []bool, st *Stats) {
 	lo, hi := w.cfg.Mapping.PCFiles(pc)
 	for f := lo; f < hi; f++ {
 		state[f-w.first] = reading
@@ -44,7 +73,7 @@ func (w *WindowRank) startRead(pc int, e uint32, state []fileState, st *Stats) {
 	st.ChunkReads++
 	st.FilesRead += int64(hi - lo)
 	st.ChunkBytes += w.in.ChunkBytes(pc)
-	w.rd.Reads = append(w.rd.Reads, Read{PC: pc, VC: -1, Epoch: e})
+	w.rd.Reads = append(w.rd.Reads, Read{PC: pc, VC: -1, Epoch: e, Keep: keep[pc-w.firstPC()]})
 }
 
 // unwanted reports whether every own file in [lo, hi) was dropped: its
@@ -66,7 +95,7 @@ func (w *WindowRank) readDone(e ReadDone) error {
 		return fmt.Errorf("proto: rank %d: read of chunk %d done for epoch %d in epoch %d", w.me, e.PC, e.Epoch, w.epoch)
 	}
 	lo, hi := w.cfg.Mapping.PCFiles(e.PC)
-	if w.cfg.Mapping.Home(lo) != w.me || w.state[lo-w.first] != reading {
+	if w.cfg.Mapping.Home(lo) != w.me || !slices.Contains(w.state[lo-w.first:hi-w.first], reading) {
 		return fmt.Errorf("proto: rank %d: read of chunk %d done, which it is not reading", w.me, e.PC)
 	}
 	if err := e.checkDamaged(w.me, lo, hi); err != nil {
@@ -77,12 +106,13 @@ func (w *WindowRank) readDone(e ReadDone) error {
 	}
 	for f := lo; f < hi; f++ {
 		switch {
+		case w.state[f-w.first] != reading: // dropped before its read
 		case w.dropped[f-w.first]:
 			w.state[f-w.first] = gone
-			w.held -= w.size(f)
-		case e.Failed:
+			w.unhold(f)
+		case e.Failed: // not in memory, kept or not
 			w.state[f-w.first] = lost
-			w.held -= w.size(f)
+			w.unhold(f)
 		default:
 			w.state[f-w.first] = inMemory
 			w.damaged[f-w.first] = slices.Contains(e.Damaged, f)
@@ -140,7 +170,7 @@ func (w *WindowRank) local(f FileID, q waiter) {
 func (w *WindowRank) answer(f FileID, q waiter, src Source) {
 	st := w.status(f)
 	w.state[f-w.first] = gone
-	w.held -= w.size(f)
+	w.held -= w.leaves(w.keep, f)
 	if q.from < 0 {
 		w.deliver(q.sn, f, src, st)
 	} else {
@@ -183,7 +213,7 @@ func (w *WindowRank) drop(r int) {
 		switch w.state[i] {
 		case inMemory:
 			w.state[i] = gone
-			w.held -= w.size(f)
+			w.held -= w.leaves(w.keep, f)
 			w.rd.Forget = append(w.rd.Forget, f)
 		case notRead, reading:
 			w.dropped[i] = true
@@ -249,7 +279,7 @@ func (w *WindowRank) push(r int, sn int32, f FileID) {
 	case inMemory:
 		w.pushedOut[i] = true
 		w.state[i] = gone
-		w.held -= w.size(f)
+		w.held -= w.leaves(w.keep, f)
 		w.stats.Prefetched++
 		w.stats.PrefetchedBytes += w.size(f)
 		w.pushing[r] = append(w.pushing[r], Pushed{Sn: sn, File: f, Size: w.size(f), Status: w.status(f)})

@@ -24,7 +24,7 @@ func newWindowCluster(t *testing.T, in proto.WindowInput, remote int64, window i
 	}
 	c, err := prototest.New(prototest.Options{Files: files, K: in.Mapping.K(), Sizes: in.Sizes, MemBytes: in.Budget,
 		RemoteMemBytes: remote, Window: window, Seed: in.Seed, Policy: prototest.Window, Lead: in.Lead, Ramp: in.Ramp,
-		Traces: traces, Epochs: epochs})
+		Keep: in.Keep, Traces: traces, Epochs: epochs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,14 +114,14 @@ func TestWindowRankResumes(t *testing.T) {
 			for e := uint32(1); e <= 1+uint32(seed%3); e++ {
 				in.Epoch, in.Traces = e, traces(e)
 				if want != nil {
-					in.After = want.Drains
+					in.After, in.Resident = want.Drains, want.Resident
 				}
 				var err error
 				if want, err = proto.PlanWindow(in); err != nil {
 					t.Fatal(err)
 				}
 			}
-			in.After = nil
+			in.After, in.Resident = nil, nil
 			rng := rand.New(rand.NewPCG(seed, 9))
 			start := make([]int32, m.Ranks())
 			for r := range start {
@@ -227,9 +227,9 @@ func TestWindowRankOverlaps(t *testing.T) {
 		traces := func(e uint32) [][]proto.FileID { return proto.Traces(m.Files(), m.Ranks(), seed, e) }
 		var want []*proto.WindowPlan
 		for e := uint32(1); e <= epochs; e++ {
-			in.Epoch, in.Traces, in.After = e, traces(e), nil
+			in.Epoch, in.Traces, in.After, in.Resident = e, traces(e), nil, nil
 			if e > 1 {
-				in.After = want[e-2].Drains
+				in.After, in.Resident = want[e-2].Drains, want[e-2].Resident
 			}
 			p, err := proto.PlanWindow(in)
 			if err != nil {

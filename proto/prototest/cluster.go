@@ -38,6 +38,9 @@ type Options struct {
 	// within RemoteMemBytes, on plans shaped by Lead and Ramp.
 	Policy     string
 	Lead, Ramp int
+	// Keep is the share of each window rank's budget that keeps chunks
+	// in memory across epochs (proto.WindowConfig).
+	Keep float64
 	// Traces, with the window policy, gives any epoch's traces: a rank
 	// resumed past epoch 1 plans the epochs before again from them, and
 	// with Epochs (the job's last), ranks read the next epoch's first
@@ -143,7 +146,7 @@ func newMachine(opts Options, m *proto.Mapping, r int) (proto.Machine, error) {
 			remote[h] = opts.RemoteMemBytes
 		}
 		return proto.NewWindowRank(proto.WindowConfig{Rank: r, Mapping: m, Sizes: opts.Sizes, Seed: opts.Seed,
-			Lead: opts.Lead, Ramp: opts.Ramp, Window: opts.Window, Remote: remote, Traces: opts.Traces, Epochs: opts.Epochs})
+			Lead: opts.Lead, Ramp: opts.Ramp, Window: opts.Window, Remote: remote, Keep: opts.Keep, Traces: opts.Traces, Epochs: opts.Epochs})
 	}
 	return nil, fmt.Errorf("prototest: unknown policy %q", opts.Policy)
 }

@@ -395,6 +395,14 @@ func argInt(cmd *script.Cmd, key string, def int) int {
 	return v
 }
 
+func argFloat(cmd *script.Cmd, key string, def float64) float64 {
+	v, err := strconv.ParseFloat(arg(cmd, key, strconv.FormatFloat(def, 'g', -1, 64)), 64)
+	if err != nil {
+		panic(badArg(fmt.Sprintf("%s: %s=%q is not a number", cmd.Name, key, cmd.Args[key])))
+	}
+	return v
+}
+
 func ints(s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {

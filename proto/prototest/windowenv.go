@@ -12,13 +12,15 @@ import (
 // WindowEnv interprets datadriven commands over window plans:
 //
 //	plan files=6,6 k=2 budget=4,4 [lead=1] [ramp=1] [window=2]
-//	     [remote=2,2] [seed=1] [e=1] [size=1 | size-seed=5]
+//	     [remote=2,2] [seed=1] [e=1] [size=1 | size-seed=5] [keep=0.9]
 //	                 plan epoch e (sizes as for Env's init; budgets and
 //	                 remote budgets in bytes) on the traces given as
 //	                 input lines "rank: file file …", or on
 //	                 proto.Traces of the seed and epoch; print the plan
+//	                 (keep: WindowInput.Keep)
 //	next             plan the next epoch into the previous one's drain,
-//	                 on the traces given or drawn
+//	                 with the chunks it kept resident, on the traces
+//	                 given or drawn
 //	check            CheckWindowPlan, and the plan equals ReferencePlan
 //
 // Every file id, step and byte count in the output is the plan's own.
@@ -28,7 +30,7 @@ type WindowEnv struct {
 }
 
 var windowArgs = map[string]string{
-	"plan": "files k budget lead ramp window remote seed e size size-seed", "next": "", "check": "",
+	"plan": "files k budget lead ramp window remote seed e size size-seed keep", "next": "", "check": "",
 }
 
 // Handle runs one command and returns its output.
@@ -66,7 +68,7 @@ func (w *WindowEnv) handle(cmd *script.Cmd) (string, error) {
 		return w.run(cmd)
 	case "next":
 		w.in.Epoch++
-		w.in.After = w.plan.Drains
+		w.in.After, w.in.Resident = w.plan.Drains, w.plan.Resident
 		return w.run(cmd)
 	case "check":
 		if err := w.check(); err != nil {
@@ -92,7 +94,7 @@ func (w *WindowEnv) setup(cmd *script.Cmd) error {
 	}
 	w.in = proto.WindowInput{Mapping: m, Sizes: sizes, Seed: uint64(argInt(cmd, "seed", 1)),
 		Epoch: uint32(argInt(cmd, "e", 1)), Lead: argInt(cmd, "lead", 1), Ramp: argInt(cmd, "ramp", 1),
-		Window: argInt(cmd, "window", 2)}
+		Window: argInt(cmd, "window", 2), Keep: argFloat(cmd, "keep", 0)}
 	if w.in.Budget, err = int64s(cmd, "budget"); err != nil {
 		return err
 	}

@@ -15,11 +15,12 @@ import (
 // plan from proto.PlanWindow must equal it; a file that is not in its
 // home's pool when it answers is an error.
 func ReferencePlan(in proto.WindowInput, files [][]proto.FileID, order [][]int) (*proto.WindowPlan, error) {
-	ref := &refPlan{in: in, drawn: make([]bool, in.Mapping.Files())}
+	ref := &refPlan{in: in, drawn: make([]bool, in.Mapping.Files()), kept: make([]bool, in.Mapping.PCs())}
 	for h := range in.Mapping.Ranks() {
 		ref.ranks = append(ref.ranks, &refRank{order: order[h], due: make([]int32, len(order[h])), landed: make([]bool, len(order[h]))})
+		ref.keepTail(h)
 	}
-	p := &proto.WindowPlan{Files: files, Reads: make([][]proto.PlannedRead, len(ref.ranks))}
+	p := &proto.WindowPlan{Files: files, Reads: make([][]proto.PlannedRead, len(ref.ranks)), Resident: ref.residentAfter(order)}
 	for _, fs := range files {
 		p.Steps = max(p.Steps, len(fs))
 		p.At = append(p.At, make([]int32, len(fs)))
@@ -39,7 +40,8 @@ func ReferencePlan(in proto.WindowInput, files [][]proto.FileID, order [][]int) 
 	}
 	for h, rk := range ref.ranks {
 		for i := range rk.next {
-			p.Reads[h] = append(p.Reads[h], proto.PlannedRead{PC: rk.order[i], Issue: rk.issue[i], Due: rk.due[i]})
+			pc := rk.order[i]
+			p.Reads[h] = append(p.Reads[h], proto.PlannedRead{PC: pc, Issue: rk.issue[i], Due: rk.due[i], Kept: ref.isKept(pc), Resident: ref.isResident(pc)})
 		}
 		p.WaitSteps = append(p.WaitSteps, rk.waits)
 		p.PeakBytes = append(p.PeakBytes, rk.peak)
@@ -79,6 +81,50 @@ type refPlan struct {
 	in    proto.WindowInput
 	ranks []*refRank
 	drawn []bool
+	kept  []bool
+}
+
+func (ref *refPlan) isKept(pc int) bool     { return ref.kept[pc] }
+func (ref *refPlan) isResident(pc int) bool { return ref.in.Resident != nil && ref.in.Resident[pc] }
+
+// keepTail marks the chunks h keeps to the epoch's end: the longest run
+// at the end of its order whose bytes (those not delivered before) fit
+// KeepBytes.
+func (ref *refPlan) keepTail(h int) {
+	room := ref.in.KeepBytes(h)
+	order := ref.ranks[h].order
+	for i := len(order) - 1; i >= 0; i-- {
+		b := ref.restBytes(order[i])
+		if b > room {
+			return
+		}
+		room -= b
+		ref.kept[order[i]] = true
+	}
+}
+
+// restBytes is the bytes of chunk pc's files not delivered before.
+func (ref *refPlan) restBytes(pc int) int64 {
+	var b int64
+	lo, hi := ref.in.Mapping.PCFiles(pc)
+	for f := lo; f < hi; f++ {
+		if ref.in.Delivered == nil || !ref.in.Delivered[f] {
+			b += ref.in.FileSize(f)
+		}
+	}
+	return b
+}
+
+// residentAfter is the next epoch's Resident: the chunks kept, or nil.
+func (ref *refPlan) residentAfter(order [][]int) []bool {
+	for _, pcs := range order {
+		for _, pc := range pcs {
+			if ref.isKept(pc) {
+				return ref.kept
+			}
+		}
+	}
+	return nil
 }
 
 type refRank struct {
@@ -88,6 +134,7 @@ type refRank struct {
 	due     []int32
 	landed  []bool
 	lastDue int32
+	stored  int // reads from storage issued
 	waits   int64
 	peak    int64
 	drain   []int64
@@ -100,7 +147,7 @@ func (ref *refPlan) step(p *proto.WindowPlan, t int32) error {
 			rk.landed[i] = rk.landed[i] || rk.due[i] <= t
 		}
 		if rk.next == len(rk.order) {
-			rk.drain = append(rk.drain, ref.held(h))
+			rk.drain = append(rk.drain, ref.held(h)-ref.keptIssued(h))
 		}
 	}
 	for r, fs := range p.Files {
@@ -147,25 +194,49 @@ func (ref *refPlan) draw(f proto.FileID, t int32) (int, error) {
 }
 
 // issue starts h's next reads at step t while the budget, less other,
-// has room.
+// has room; a resident one is due at once, without a read.
 func (ref *refPlan) issue(h int, t int32, other int64) {
 	rk := ref.ranks[h]
-	for rk.next < len(rk.order) && other+ref.held(h)+ref.in.ChunkBytes(rk.order[rk.next]) <= ref.in.Budget[h] {
-		due := max(t, rk.lastDue) + int32(ref.in.Lead)
-		if rk.next < ref.in.Ramp && t <= 0 {
-			due = min(due, 0)
+	for rk.next < len(rk.order) {
+		pc := rk.order[rk.next]
+		if other+ref.held(h)+ref.restBytes(pc) > ref.in.Budget[h] {
+			return
+		}
+		due := t
+		if !ref.isResident(pc) {
+			due = max(t, rk.lastDue) + int32(ref.in.Lead)
+			if rk.stored < ref.in.Ramp && t <= 0 {
+				due = min(due, 0)
+			}
+			rk.lastDue = due
+			rk.stored++
 		}
 		rk.issue = append(rk.issue, t)
-		rk.due[rk.next], rk.lastDue = due, due
+		rk.due[rk.next] = due
 		rk.next++
 		rk.peak = max(rk.peak, ref.held(h))
 	}
 }
 
-// held counts the bytes of h's issued reads not yet drawn.
-func (ref *refPlan) held(h int) int64 {
+// keptIssued counts the bytes of h's issued reads of kept chunks.
+func (ref *refPlan) keptIssued(h int) int64 {
 	var b int64
 	for _, pc := range ref.ranks[h].order[:ref.ranks[h].next] {
+		if ref.isKept(pc) {
+			b += ref.restBytes(pc)
+		}
+	}
+	return b
+}
+
+// held counts the bytes of h's issued reads not yet drawn, and all of
+// those of kept chunks.
+func (ref *refPlan) held(h int) int64 {
+	b := ref.keptIssued(h)
+	for _, pc := range ref.ranks[h].order[:ref.ranks[h].next] {
+		if ref.isKept(pc) {
+			continue
+		}
 		lo, hi := ref.in.Mapping.PCFiles(pc)
 		for f := lo; f < hi; f++ {
 			if !ref.drawn[f] {

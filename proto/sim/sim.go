@@ -41,6 +41,9 @@ type Config struct {
 	// Lead and Ramp are the window policy's read time in logical steps and
 	// the chunks read before the first epoch's first answer.
 	Lead, Ramp int
+	// Keep is the share of each budget that the window policy keeps
+	// chunks in across epochs (proto.WindowInput.Keep).
+	Keep float64
 	// Epochs is the number of epochs per policy.
 	Epochs int
 	// Seed drives the file sizes, the traces and the protocol's choices.
@@ -95,7 +98,7 @@ const MaxRanks = 1 << 16
 func DefaultConfig() Config {
 	return Config{
 		Files: 1281167, ChunkFiles: 64, Ranks: 3, MemFraction: 0.25, RemoteFraction: 0.1,
-		Window: 64, Policies: []string{"window"}, Lead: proto.DefaultLead, Ramp: proto.DefaultRamp, Epochs: 1, Seed: 1, Batch: 256,
+		Window: 64, Policies: []string{"window"}, Lead: proto.DefaultLead, Ramp: proto.DefaultRamp, Keep: proto.KeepShare, Epochs: 1, Seed: 1, Batch: 256,
 		FileSize: 110_000, Lognormal: true, Sigma: 0.6, Inflight: 8,
 	}
 }
@@ -123,6 +126,7 @@ func (c Config) Validate() error {
 	}
 	check(c.Labels != nil && len(c.Labels) != c.Files, "labels for %d files, config %d", len(c.Labels), c.Files)
 	check(c.Lead < 0 || c.Ramp < 0, "lead %d and ramp %d, want ≥ 0", c.Lead, c.Ramp)
+	check(c.Keep < 0 || c.Keep > 1, "keep %g of the budget, want 0 to 1", c.Keep)
 	check(c.Epochs < 1 || c.Epochs > proto.MaxEpochs, "epochs = %d, want 1 to %d", c.Epochs, proto.MaxEpochs)
 	if r := c.Resume; r != nil {
 		check(r.Epoch < 1 || int(r.Epoch) > c.Epochs, "resuming epoch %d, want 1 to %d (epochs)", r.Epoch, c.Epochs)
@@ -163,12 +167,16 @@ type Result struct {
 	MemBytes       int64 `json:"mem_bytes"`
 	RemoteMemBytes int64 `json:"remote_mem_bytes"`
 
-	Requests          int64   `json:"requests"`
-	Delivered         int64   `json:"delivered"`
-	LocalHits         int64   `json:"local_hits"`
-	Misses            int64   `json:"misses"`
-	ChunkReads        int64   `json:"chunk_reads"`
-	ChunkBytes        int64   `json:"chunk_bytes"`
+	Requests   int64 `json:"requests"`
+	Delivered  int64 `json:"delivered"`
+	LocalHits  int64 `json:"local_hits"`
+	Misses     int64 `json:"misses"`
+	ChunkReads int64 `json:"chunk_reads"`
+	ChunkBytes int64 `json:"chunk_bytes"`
+	// ResidentReads counts, for the window policy, the reads of kept
+	// chunks answered from memory: not in ChunkReads or ChunkBytes, which
+	// count what storage gives.
+	ResidentReads     int64   `json:"resident_reads"`
 	BytesDelivered    int64   `json:"bytes_delivered"`
 	ReadAmplification float64 `json:"read_amplification"`
 	FillRate          float64 `json:"fill_rate"`

@@ -24,7 +24,7 @@ func TestSmallRunAllVariants(t *testing.T) {
 
 func TestWindowPolicyReadsEachChunkOnce(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Files, cfg.Ranks, cfg.Epochs = 60000, 3, 2
+	cfg.Files, cfg.Ranks, cfg.Epochs, cfg.Keep = 60000, 3, 2, 0 // nothing carried: every chunk read every epoch
 	cfg.Policies = []string{"window"}
 	var got []Result
 	if err := Run(cfg, func(r Result) { got = append(got, r) }); err != nil {
@@ -83,7 +83,7 @@ func TestWindowMetamorphicRanksAndK(t *testing.T) {
 	var orders []string
 	for _, c := range []struct{ ranks, k int }{{1, 16}, {2, 16}, {3, 8}, {3, 64}} {
 		cfg := DefaultConfig()
-		cfg.Files, cfg.Ranks, cfg.ChunkFiles, cfg.Epochs = 5000, c.ranks, c.k, 2
+		cfg.Files, cfg.Ranks, cfg.ChunkFiles, cfg.Epochs, cfg.Keep = 5000, c.ranks, c.k, 2, 0
 		var order strings.Builder
 		cfg.Order = func(_ string, e int, files [][]proto.FileID) {
 			seen := make([]bool, cfg.Files)

@@ -19,7 +19,7 @@ type window struct {
 
 func init() {
 	register("window", "window", func(cfg Config, sizes [][]int64, m *proto.Mapping) (Policy, error) {
-		in := proto.WindowInput{Mapping: m, Sizes: sizes, Seed: cfg.Seed, Lead: cfg.Lead, Ramp: cfg.Ramp, Window: cfg.Window}
+		in := proto.WindowInput{Mapping: m, Sizes: sizes, Seed: cfg.Seed, Lead: cfg.Lead, Ramp: cfg.Ramp, Window: cfg.Window, Keep: cfg.Keep}
 		for r := range sizes {
 			in.Budget = append(in.Budget, m.MemBytes(r))
 			in.Remote = append(in.Remote, int64(cfg.RemoteFraction*float64(m.MemBytes(r)))) // as serve's --remote-mem default
@@ -39,7 +39,7 @@ func (w *window) Epoch(e int, traces [][]proto.FileID, _ func(done, total int64)
 	}
 	res := w.result(p)
 	res.PlanBytes = int64(after.TotalAlloc - before.TotalAlloc)
-	w.in.After = p.Drains
+	w.in.After, w.in.Resident = p.Drains, p.Resident
 	return p.Files, res, nil
 }
 
@@ -48,6 +48,10 @@ func (w *window) result(p *proto.WindowPlan) Result {
 	res := Result{FillRate: 1}
 	for r := range in.Mapping.Ranks() {
 		for _, rd := range p.Reads[r] {
+			if rd.Resident {
+				res.ResidentReads++
+				continue
+			}
 			res.ChunkReads++
 			if rd.Issue < 0 {
 				res.ReadsAhead++
@@ -97,7 +101,7 @@ func (w *window) Resume(r Resume) ([][]proto.FileID, [][]proto.FileID, Result, e
 	if err != nil {
 		return nil, nil, Result{}, err
 	}
-	w.in.Epoch, w.in.After = r.Epoch, p.Drains
+	w.in.Epoch, w.in.After, w.in.Resident = r.Epoch, p.Drains, p.Resident
 	res := w.result(p)
 	files := make([][]proto.FileID, len(p.Files))
 	for h, fs := range p.Files {
