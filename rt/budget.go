@@ -45,8 +45,9 @@ func (n *Node) Footprint() int64 {
 // footprint returns the rank's budget, its own files' memory (as far as
 // its shard fills the budget), other ranks' (none without them), and the
 // chunk reads in flight: an I/O worker's buffer each, as large as the
-// shard's largest chunk (see chunk's buffer pool; in the arena they are
-// part of the budget instead, when it holds the shard).
+// shard's largest chunk (see chunk's buffer pool), rounded up to a MiB.
+// A chunk kept in memory whole is moved out of its buffer into the
+// budget's (chunk.Chunk.MoveTo).
 func (n *Node) footprint() (budget, own, remote, reads int64) {
 	budget = n.data.m.MemBytes(n.me)
 	own, remote = min(budget, n.data.m.ShardBytes(n.me)), n.remoteBytes()

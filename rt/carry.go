@@ -66,16 +66,18 @@ func (l *loop) load(f proto.FileID, files map[proto.FileID]*file) {
 	files[f] = kf
 }
 
-// keepOrCopy lets go of the chunk just read. The files kept from it are
-// copied out, so that its buffer can go at once, unless they fill at
-// least 7/8 of it: memory then stays within 8/7 of what proto accounts
-// for. (At half, the rule before, a quarter of the data in memory cost
-// up to twice the budget.) With Config.Memory (shared with the clients)
-// they are always copied, each into its own buffer from it, so that they
-// still reach the clients in place and each file's memory goes back as
-// soon as the file goes: files of one chunk read leave one by one over
-// the epoch, and a buffer shared by them all cost what its last one held
-// up (three times the budget, measured).
+// keepOrCopy lets go of the chunk just read. A chunk kept to the
+// epoch's end (proto.Read.Keep) stays whole, its files in it. Otherwise
+// the files kept from it are copied out, so that its buffer can go at
+// once, unless they fill at least 7/8 of it: memory then stays within 8/7
+// of what proto accounts for. (At half, the rule before, a quarter of the
+// data in memory cost up to twice the budget.) With Config.Memory (shared
+// with the clients), or from a resident chunk, they are always copied,
+// each into its own buffer from it, so that they still reach the clients
+// in place and each file's memory goes back as soon as the file goes:
+// files of one chunk read leave one by one over the epoch, and a buffer
+// shared by them all cost what its last one held up (three times the
+// budget, measured).
 func (l *loop) keepOrCopy() {
 	res := l.just
 	if res == nil || res.buf == nil {
@@ -83,8 +85,8 @@ func (l *loop) keepOrCopy() {
 	}
 	defer func() { res.buf = nil }()
 	mem := l.n.cfg.Memory
-	full := res.keptBytes*8 >= res.ch.BytesRead*7
-	if l.io.resident == nil && (!full || mem != nil) {
+	full := res.keptBytes*8 >= res.ch.BytesRead*7 && !res.resident
+	if !res.read.Keep && (!full || mem != nil) {
 		for _, f := range res.kept {
 			f.data, f.buf = copyOut(f.data, mem)
 			res.buf.release()

@@ -61,6 +61,10 @@ type Config struct {
 	// the first epoch's first answer (proto.WindowInput.Ramp): simulate's
 	// --ramp, which changes the order delivered.
 	Ramp int
+	// Keep is, for the window policy, the share of a rank's budget that
+	// keeps chunks in memory across epochs when the budget holds part of
+	// its shard, in [0, 1] (proto.WindowInput.Keep): simulate's --keep.
+	Keep float64
 	// Seed drives the traces (with the epoch) and the refill choices.
 	Seed uint64
 	// ClientTraces makes every epoch wait for its trace from the clients
@@ -167,7 +171,7 @@ const (
 // DefaultConfig returns the defaults; the caller sets Chunks and the
 // memory.
 func DefaultConfig() Config {
-	return Config{Policy: "window", Variant: proto.Full, Window: 64, Ramp: proto.DefaultRamp, RemoteMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 0, Depth: 4,
+	return Config{Policy: "window", Variant: proto.Full, Window: 64, Ramp: proto.DefaultRamp, Keep: proto.KeepShare, RemoteMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 0, Depth: 4,
 		ClientWait: time.Minute, TrainingWait: 10 * time.Minute, OnDamage: "fail", MaxSkippedFraction: 0.001, StorageWait: 2 * time.Minute, PeerWarn: 30 * time.Second,
 		Log: io.Discard, FS: chunk.OS}
 }
@@ -188,6 +192,7 @@ func (c Config) Validate() error {
 	add(int(c.Variant) < len(proto.Variants), "unknown variant %d", c.Variant)
 	add(c.Window >= 0, "window %d, want ≥ 0", c.Window)
 	add(c.Ramp >= 0, "ramp %d chunks, want ≥ 0", c.Ramp)
+	add(c.Keep >= 0 && c.Keep <= 1, "keep %g of the budget, want 0 to 1", c.Keep)
 	add(c.MixBatch >= 0, "batch %d, want ≥ 0 (0 measures no order)", c.MixBatch)
 	add(c.Epochs >= 1 && c.Epochs <= proto.MaxEpochs, "%d epochs, want 1 to %d", c.Epochs, proto.MaxEpochs)
 	add(c.IOWorkers >= 1 && c.IOWorkers <= MaxIOWorkers, "%d I/O workers, want 1 to %d", c.IOWorkers, MaxIOWorkers)

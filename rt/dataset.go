@@ -101,20 +101,17 @@ func (n *Node) open() error {
 	if err := n.fitsCgroup(); err != nil {
 		return err
 	}
-	// Chunks are read into the memory shared with the clients only when
-	// they stay there whole (the budget holds the shard: see ioPool's
-	// resident). Otherwise the files kept from a chunk are copied out of
-	// it into that memory one by one, and the chunk's buffer is reused
-	// for the next read: lent from the shared memory too, the chunk-sized
-	// buffers cut into the places freed files leave and the arena kept
-	// growing past its slack and giving pages back to the kernel (16 % of
-	// the rank's CPU in fallocate, measured, and page faults after).
-	var mem chunk.Memory
-	if n.cfg.Memory != nil && n.data.m.MemBytes(n.me) >= n.data.m.ShardBytes(n.me) {
-		mem = n.cfg.Memory
-		n.data.shard.SetMemory(mem)
-	}
-	n.data.source = n.newFallback(mem)
+	// Chunks are read into the shard's own buffers, reused read after
+	// read. The files kept from a chunk are copied out of it into the
+	// memory shared with the clients one by one, or, when the chunk stays
+	// in memory whole (ioPool's resident), moved there together, each
+	// at a page when that costs little (keepGrain). Chunk-sized buffers
+	// lent from the shared memory cut into the places freed files leave:
+	// the arena kept growing past its slack and giving pages back to the
+	// kernel (16 % of the rank's CPU in fallocate, measured, and page
+	// faults after), and a file inside a chunk read there seldom starts
+	// a page, so it could not be handed on in place.
+	n.data.source = n.newFallback(nil)
 	return nil
 }
 

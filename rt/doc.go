@@ -40,7 +40,7 @@
 //   - carry.go: loop.carry, which carries out a proto.Ready.
 //   - wire.go: the MPI tags and the frame of a message between ranks.
 //   - io.go: ioPool, the I/O workers that read chunks whole, and the
-//     chunks kept resident when the budget holds the shard.
+//     chunks kept resident from one epoch into the next (proto.Read.Keep).
 //   - file.go: the file type, and chunkBuf, the holds on a buffer.
 //   - recvpool.go: recvPool, the buffers files from other ranks land in.
 //   - budget.go: the memory a rank takes beside its budget (MemAllowance,
@@ -156,13 +156,18 @@
 // A chunk read's buffer is a chunkBuf around the chunk.Chunk, freed by
 // Chunk.Release after its last hold. It comes from the shard's own
 // buffers, or from Config.Memory when the budget holds the whole shard
-// (Node.open calls chunk.Home.SetMemory then); ioPool.resident then holds
-// every chunk until ioPool.close and answers later reads from memory.
-// loop.load gives each file kept from the chunk (Ready.Loaded or Early)
-// a hold; loop.keepOrCopy drops the read's own. Unless chunks stay
-// resident, keepOrCopy first copies the kept files out (copyOut) when
-// they fill less than 7/8 of the bytes read, and always with
-// Config.Memory: each into its own buffer from it, or into Go memory.
+// (Node.open calls chunk.Home.SetMemory then). A read that keeps its
+// chunk (proto.Read.Keep: the window policy's last chunks of an epoch,
+// every chunk when the budget holds the shard) moves it into
+// Config.Memory (chunk.Chunk.MoveTo) unless it is there, and
+// ioPool.resident holds it, answering the next read of it from memory; a
+// read that does not keep it takes it out, and ioPool.close lets go of
+// the rest. loop.load gives each file kept from the chunk (Ready.Loaded
+// or Early) a hold; loop.keepOrCopy drops the read's own. Unless the read
+// keeps the chunk, keepOrCopy first copies the kept files out (copyOut)
+// when they fill less than 7/8 of the bytes read, and always with
+// Config.Memory or from a resident chunk: each into its own buffer from
+// Config.Memory, or into Go memory.
 //
 // A file (the type file) is in one place at a time: loop.files,
 // Node.next.files, a pendingSend or a Delivery. file.release drops its hold on

@@ -7,6 +7,11 @@ import (
 	"github.com/brandrt/brandrt/proto"
 )
 
+// keepGrain is where each file of a chunk moved into the memory shared
+// with the clients starts, when that costs little: at a page, so that a
+// DataLoader worker can hand it on to its training process in place.
+const keepGrain = 4 << 10
+
 // readResult is a finished chunk read, and then what the loop kept of it.
 type readResult struct {
 	read proto.Read
@@ -49,26 +54,32 @@ type ioPool struct {
 	backlog  []proto.Read
 	inflight int // reads added and not yet stepped back
 	wg       sync.WaitGroup
-	// resident keeps every chunk read, for the rest of the run, when the
-	// rank's budget holds its whole shard: later epochs are then served
-	// from memory. Reads of kept chunks wait in ready. nil otherwise.
+	// resident holds the chunks read to be kept (proto.Read.Keep): the
+	// chunks an epoch reads last stay for the next, which begins with
+	// them (proto.WindowInput.Resident). A read of a resident chunk is
+	// answered from memory, and waits in ready; one that does not keep
+	// it takes it out. keepIn, when set, is the memory kept chunks are
+	// moved into (chunk.Chunk.MoveTo): that shared with the clients.
 	resident map[int]*chunkBuf
+	keepIn   chunk.Memory
 	ready    []readResult
-	// reading holds, per chunk being read from storage while the pool
-	// keeps chunks, the later reads of it that wait for that read (the
-	// next epoch's, read ahead): they are answered from memory.
+	// reading holds, per chunk being read from storage to be kept, the
+	// later reads of it that wait for that read (the next epoch's, read
+	// ahead): they are answered from memory.
 	reading map[int][]proto.Read
 	watch   *storageWatch
 }
 
 // newIOPool starts workers reading chunks of shard, and of src in place
 // of a damaged staged copy (nil: none); w says what they do while
-// storage cannot be reached.
-func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storageWatch, replaced func() error) *ioPool {
+// storage cannot be reached. Chunks read to be kept move into keepIn
+// (nil: they stay where they were read).
+func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storageWatch, replaced func() error, keepIn chunk.Memory) *ioPool {
 	// done has no room: a finished read's buffer waits in its worker, so
 	// that no more than workers chunk buffers are ever held by reads
 	// (Node.Footprint counts them); the loop takes results at once.
-	p := &ioPool{queue: make(chan proto.Read, workers), done: make(chan readResult), watch: w}
+	p := &ioPool{queue: make(chan proto.Read, workers), done: make(chan readResult), watch: w,
+		resident: make(map[int]*chunkBuf), reading: make(map[int][]proto.Read), keepIn: keepIn}
 	for range workers {
 		p.wg.Add(1)
 		go func() {
@@ -77,6 +88,9 @@ func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storag
 				res := readChunk(shard, src, r, r.PC-firstPC, w)
 				if res.foundDamage() {
 					res.replaced = replaced()
+				}
+				if r.Keep && keepIn != nil && res.ch != nil {
+					_ = res.ch.MoveTo(keepIn, keepGrain) // where it was read, if keepIn has no room
 				}
 				p.done <- res
 			}
@@ -141,26 +155,34 @@ func readOnce(shard *chunk.Home, r proto.Read, c int) readResult {
 	return res
 }
 
-// add queues a read, or answers it from a resident chunk.
+// add queues a read, or answers it from a resident chunk, or has it wait
+// for the read of it under way that keeps it.
 func (p *ioPool) add(r proto.Read) {
 	p.inflight++
 	if b := p.resident[r.PC]; b != nil {
-		b.hold()
-		p.ready = append(p.ready, readResult{read: r, ch: b.ch, buf: b, resident: true})
+		p.fromMemory(r, b)
 		return
 	}
-	if p.resident != nil {
-		if p.reading == nil {
-			p.reading = make(map[int][]proto.Read)
-		}
-		if waits, ok := p.reading[r.PC]; ok {
-			p.reading[r.PC] = append(waits, r)
-			return
-		}
+	if waits, ok := p.reading[r.PC]; ok {
+		p.reading[r.PC] = append(waits, r)
+		return
+	}
+	if r.Keep {
 		p.reading[r.PC] = nil
 	}
 	p.backlog = append(p.backlog, r)
 	p.flush()
+}
+
+// fromMemory answers r from resident chunk b. A read that does not keep
+// the chunk takes it out: its files then leave memory one by one.
+func (p *ioPool) fromMemory(r proto.Read, b *chunkBuf) {
+	b.hold()
+	if !r.Keep {
+		delete(p.resident, r.PC)
+		b.release() // the pool's own hold
+	}
+	p.ready = append(p.ready, readResult{read: r, ch: b.ch, buf: b, resident: true})
 }
 
 // flush hands queued reads to the workers while they have room.
@@ -195,20 +217,23 @@ func (p *ioPool) next() (readResult, bool) {
 	}
 }
 
-// keep makes res's chunk resident, if the pool keeps chunks and has not
-// already, and answers from it the reads that waited for it.
+// keep makes res's chunk resident when its read keeps it, and then
+// takes the reads that waited for it: from memory, or from storage again
+// when the read failed.
 func (p *ioPool) keep(res *readResult) {
-	if p.resident != nil && res.buf != nil && !res.resident && p.resident[res.read.PC] == nil {
-		res.buf.hold()
-		p.resident[res.read.PC] = res.buf
+	if res.resident {
+		return
 	}
-	waits := p.reading[res.read.PC]
-	delete(p.reading, res.read.PC)
+	pc := res.read.PC
+	if res.read.Keep && res.buf != nil && res.err == nil && p.resident[pc] == nil {
+		res.buf.hold()
+		p.resident[pc] = res.buf
+	}
+	waits := p.reading[pc]
+	delete(p.reading, pc)
 	for _, w := range waits {
-		if b := p.resident[res.read.PC]; b != nil {
-			b.hold()
-			p.ready = append(p.ready, readResult{read: w, ch: b.ch, buf: b, resident: true})
-		}
+		p.inflight-- // counted when it was added
+		p.add(w)
 	}
 }
 
@@ -229,5 +254,5 @@ func (p *ioPool) close() {
 	for _, b := range p.resident {
 		b.release()
 	}
-	p.resident = nil
+	clear(p.resident)
 }

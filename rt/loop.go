@@ -349,8 +349,8 @@ func (l *loop) readDone(res readResult) error {
 	if !res.resident && res.ch != nil {
 		st.storageReads++
 		st.storageBytes += res.ch.BytesRead
-		l.io.keep(&res)
 	}
+	l.io.keep(&res)
 	if res.err != nil { // not the data's fault: no memory to read into, say
 		return fmt.Errorf("rt: rank %d: %w", l.n.me, res.err)
 	}

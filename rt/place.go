@@ -47,6 +47,9 @@ type PlanRule struct {
 	MemBytes    int64   `json:"mem_bytes"`
 	MemFraction float64 `json:"mem_fraction"`
 	Ramp        int     `json:"ramp"`
+	// Keep is the share of the budget kept across epochs (Config.Keep);
+	// 0 in a place saved before partial residency.
+	Keep float64 `json:"keep,omitempty"`
 }
 
 // A Stretch is one job's part of an epoch resumed after it: the rule it
@@ -69,7 +72,7 @@ func (n *Node) JobPlace() Place {
 
 // rule returns this job's plan rule.
 func (n *Node) rule() PlanRule {
-	return PlanRule{Ranks: n.size, MemBytes: n.cfg.MemBytes, MemFraction: n.cfg.MemFraction, Ramp: n.cfg.Ramp}
+	return PlanRule{Ranks: n.size, MemBytes: n.cfg.MemBytes, MemFraction: n.cfg.MemFraction, Ramp: n.cfg.Ramp, Keep: n.cfg.Keep}
 }
 
 // DatasetID names a dataset in a saved state: its manifest's hash.
@@ -219,7 +222,7 @@ func windowInput(man *chunk.Manifest, sizes []int64, seed uint64, r PlanRule) (p
 	if len(sizes) != m.Files() {
 		return proto.WindowInput{}, fmt.Errorf("rt: %d file sizes for a dataset of %d files", len(sizes), m.Files())
 	}
-	in := proto.WindowInput{Mapping: m, Seed: seed, Lead: proto.DefaultLead, Ramp: r.Ramp}
+	in := proto.WindowInput{Mapping: m, Seed: seed, Lead: proto.DefaultLead, Ramp: r.Ramp, Keep: r.Keep}
 	for h := range r.Ranks {
 		first, c := m.RankFiles(h)
 		in.Sizes = append(in.Sizes, sizes[first:int(first)+c])

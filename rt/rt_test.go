@@ -253,7 +253,7 @@ func TestServeWindowReadsEachChunkOnce(t *testing.T) {
 		t.Run(fmt.Sprintf("%d ranks, %.0f%% in memory, window %d", tc.ranks, 100*tc.mem, tc.window), func(t *testing.T) {
 			dir := packed(t, 700, tc.ranks, 8)
 			cfg := DefaultConfig()
-			cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes = dir, tc.mem, 20_000
+			cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes, cfg.Keep = dir, tc.mem, 20_000, 0 // nothing carried (TestPartialResidency)
 			cfg.Window, cfg.Epochs, cfg.Consume, cfg.Depth = tc.window, 2, 3, 3
 			for _, st := range serveLocal(t, tc.ranks, cfg) {
 				if !st.OK() || st.FilesExpected != 700 || st.ChunkBytes != st.BytesDelivered {
@@ -323,29 +323,80 @@ func TestBudgetLargerThanNode(t *testing.T) {
 	}
 }
 
-// TestNearlyWholeShardSaysSo: a rank whose budget holds 95 % of its shard
-// reads the whole shard every epoch, and says what --mem would keep it in
-// memory; one whose budget holds all of it reads it once.
-func TestNearlyWholeShardSaysSo(t *testing.T) {
+// TestPartialResidency: a rank whose budget holds part of its shard
+// begins each epoch after the first with the chunks the one before read
+// last, and reads from storage exactly the chunks the plan reads
+// (proto.FreshPlan, as simulate plans): with 99.7 % of the shard in
+// memory, at most 0.3 % of it and a chunk. It says so at start-up; one
+// whose budget holds all of it reads it once, and --keep 0 reads the
+// whole shard every epoch.
+func TestPartialResidency(t *testing.T) {
 	dir := packed(t, 300, 1, 8)
 	m, err := chunk.ReadManifest(chunk.OS, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	sizes, chunkMax := fileSizes(t, dir, 300, 8)
 	shard := m.Shards[0].Bytes
 	for _, tc := range []struct {
-		mem   int64
-		reads int64 // chunks read from storage in epoch 2
-		say   bool
-	}{{shard * 95 / 100, (300 + 7) / 8, true}, {shard, 0, false}} {
+		mem  int64
+		keep float64
+		most int64 // bytes read from storage in epoch 2, at most
+	}{
+		{shard * 997 / 1000, proto.KeepShare, shard*3/1000 + chunkMax},
+		{shard * 95 / 100, proto.KeepShare, shard},
+		{shard / 4, proto.KeepShare, shard},
+		{shard / 4, 0, shard},
+		{shard, proto.KeepShare, 0},
+	} {
 		log := new(testkit.Log)
 		cfg := DefaultConfig()
-		cfg.Chunks, cfg.MemBytes, cfg.Epochs, cfg.Consume, cfg.Log = dir, tc.mem, 2, 2, log
+		cfg.Chunks, cfg.MemBytes, cfg.Keep, cfg.Epochs, cfg.Consume, cfg.Log = dir, tc.mem, tc.keep, 3, 2, log
 		stats := serveLocal(t, 1, cfg)
-		said := strings.Contains(log.String(), fmt.Sprintf("it reads the whole shard every epoch; with --mem %d", shard))
-		if said != tc.say || stats[1].StorageReads != tc.reads {
-			t.Errorf("--mem %d of a %d-byte shard: epoch 2 read %d chunks from storage, want %d; said so %v, want %v:\n%s",
-				tc.mem, shard, stats[1].StorageReads, tc.reads, said, tc.say, log)
+		in, err := windowInput(m, sizes, cfg.Seed, PlanRule{Ranks: 1, MemBytes: tc.mem, Ramp: cfg.Ramp, Keep: tc.keep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for e := uint32(2); e <= 3; e++ {
+			p, err := proto.FreshPlan(in, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var reads, bytes int64
+			for _, rd := range p.Reads[0] {
+				if !rd.Resident {
+					reads, bytes = reads+1, bytes+in.ChunkBytes(rd.PC)
+				}
+			}
+			got := stats[e-1]
+			if !got.OK() || got.StorageReads != reads || bytes > tc.most || tc.keep == 0 && bytes != shard {
+				t.Errorf("--mem %d of a %d-byte shard, --keep %g: epoch %d read %d chunks from storage, the plan %d of %d bytes (at most %d)",
+					tc.mem, shard, tc.keep, e, got.StorageReads, reads, bytes, tc.most)
+			}
+		}
+		said := strings.Contains(log.String(), "each epoch after the first begins with up to")
+		if said != (tc.mem < shard) {
+			t.Errorf("--mem %d of a %d-byte shard: said %v what it keeps:\n%s", tc.mem, shard, said, log)
 		}
 	}
+}
+
+// fileSizes returns the sizes of the files of the one-rank dataset in
+// dir (files of them, k per chunk), and its largest chunk's bytes.
+func fileSizes(t *testing.T, dir string, files, k int) ([]int64, int64) {
+	t.Helper()
+	s, err := chunk.OpenShard(chunk.OS, dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sizes := make([]int64, files)
+	var chunkMax, c int64
+	for i := range sizes {
+		sizes[i] = int64(s.Index().Record(i).Size)
+		if c += sizes[i]; (i+1)%k == 0 || i == files-1 {
+			chunkMax, c = max(chunkMax, c), 0
+		}
+	}
+	return sizes, chunkMax
 }

@@ -28,17 +28,9 @@ type nextEpoch struct {
 func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 	n.training.begin()
 	firstPC, _ := n.data.m.RankPCs(n.me)
-	io := newIOPool(n.data.shard, n.data.source, firstPC, n.cfg.IOWorkers, n.newStorageWatch(), n.replaced)
+	io := newIOPool(n.data.shard, n.data.source, firstPC, n.cfg.IOWorkers, n.newStorageWatch(), n.replaced, n.cfg.Memory)
 	defer io.close()
-	if mem, shard := n.data.m.MemBytes(n.me), n.data.m.ShardBytes(n.me); mem >= shard {
-		io.resident = make(map[int]*chunkBuf)
-	} else if mem*10 >= shard*9 {
-		// Memory for nearly the whole shard still reads all of it every
-		// epoch: say what would keep it.
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: --mem holds %.1f%% of its shard (%s of %s): it reads the whole shard every epoch; "+
-			"with --mem %d (%s) it would keep the shard in memory and read nothing after epoch 1\n",
-			n.me, 100*float64(mem)/float64(shard), mib(mem), mib(shard), shard, mib(shard))
-	}
+	n.sayResidency()
 	reqs := n.clients.events
 	pool := &recvPool{mem: n.cfg.Memory}
 	defer pool.drain()
@@ -224,4 +216,18 @@ func startSum(start []int32) int64 {
 		n += int64(sn)
 	}
 	return n
+}
+
+// sayResidency says how much of its shard the rank keeps in memory from
+// one epoch to the next, and what it reads every epoch, when its budget
+// holds part of the shard.
+func (n *Node) sayResidency() {
+	mem, shard := n.data.m.MemBytes(n.me), n.data.m.ShardBytes(n.me)
+	if mem >= shard || n.cfg.Policy != "window" {
+		return
+	}
+	keep := int64(n.cfg.Keep * float64(mem))
+	fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: --mem holds %.1f%% of its shard (%s of %s): each epoch after the first begins with up to %s "+
+		"of the chunks the one before read last (--keep %g), and reads about %s from storage; --mem %d (%s) would keep the whole shard and read nothing after epoch 1\n",
+		n.me, 100*float64(mem)/float64(shard), mib(mem), mib(shard), mib(keep), n.cfg.Keep, mib(shard-keep), shard, mib(shard))
 }

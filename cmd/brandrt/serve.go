@@ -66,6 +66,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "policy", Value: d.Policy, Usage: "window (read each chunk once, every epoch planned ahead, as brandrt simulate does) or paper (the Brand/Redox protocol)"},
 			&cli.StringFlag{Name: "variant", Value: d.Variant.String(), Usage: "the paper policy's variant: full, random-selection, no-prefetching or no-optimization"},
 			intFlag("ramp", int64(d.Ramp), 0, maxFiles, whyFiles, "window: chunks each rank reads before the first epoch's first answer (as brandrt simulate --ramp: the same value gives the same order)"),
+			floatFlag("keep", d.Keep, 0, 1, false, "window: the share of --mem that keeps chunks in memory from one epoch to the next when --mem holds part of the shard; the rest is the window the other chunks are read through every epoch, whose files are mixed into fewer batches. 0 keeps nothing (every chunk read every epoch); a budget that holds its shard keeps it all, whatever --keep"),
 			intFlag("batch", 256, 0, maxFiles, whyFiles, "window: a training process's batch size, in which rank 0 measures how random each epoch's order is beside a shuffle of the same files (the \"order\" line; as brandrt simulate --batch); 0 measures nothing"),
 			intFlag("window", int64(d.Window), 0, maxFiles, whyFiles, "P, upcoming trace positions a file may be pushed ahead of (window policy: the plan's pushes, granted within --remote-mem; paper: what an owner considers) (0: none)"),
 			seedFlag("seed", d.Seed, "seed of the traces and refill choices"),
@@ -205,7 +206,7 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 		return cfg, err
 	}
 	cfg.Window, cfg.Ramp, cfg.Seed, cfg.Epochs = c.Int("window"), c.Int("ramp"), c.Uint64("seed"), c.Int("epochs")
-	cfg.MixBatch = c.Int("batch")
+	cfg.MixBatch, cfg.Keep = c.Int("batch"), c.Float64("keep")
 	switch t := c.String("traces"); t {
 	case "seed":
 	case "clients":

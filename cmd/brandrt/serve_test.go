@@ -68,9 +68,10 @@ func readStats(t *testing.T, name string) []rt.EpochStats {
 // TestServeUnderMpirun runs three ranks for two epochs and proves from the
 // statistics that every file was delivered exactly once per epoch, with
 // the bytes and label its index records: with a quarter of the data in
-// memory (the window policy, reading each chunk once and the second
-// epoch's first chunks while the first drains, and the paper's, with and
-// without prefetch), and with everything in memory.
+// memory (the window policy keeping nothing, reading each chunk once and
+// the second epoch's first chunks while the first drains; keeping what
+// its budget holds into the second epoch, which reads the rest; and the
+// paper's, with and without prefetch), and with everything in memory.
 func TestServeUnderMpirun(t *testing.T) {
 	const files = 3000
 	dir := servePack(t, files, 3, filepath.Join(t.TempDir(), "chunks"))
@@ -79,7 +80,8 @@ func TestServeUnderMpirun(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"quarter", []string{"--mem", "25%"}},
+		{"quarter", []string{"--mem", "25%", "--keep", "0"}},
+		{"kept", []string{"--mem", "25%"}},
 		{"no-prefetch", []string{"--mem", "25%", "--policy", "paper", "--variant", "no-prefetching"}},
 		{"paper", []string{"--mem", "25%", "--policy", "paper"}},
 		{"in-memory", []string{"--mem", "100%"}},
@@ -114,6 +116,11 @@ func TestServeUnderMpirun(t *testing.T) {
 				// while the first drains
 				if window := tc.name == "quarter" || tc.name == "in-memory"; (window && s.Epoch > 1) != (s.EarlyReads > 0) {
 					t.Errorf("epoch %d: %d chunk reads while the previous epoch drained", s.Epoch, s.EarlyReads)
+				}
+				// kept: the second epoch reads the shard less 95 % of
+				// the budget: 76 % of it, and the chunk files' own index
+				if tc.name == "kept" && s.Epoch == 2 && (s.StorageBytes > s.BytesDelivered*78/100 || s.StorageBytes < s.BytesDelivered*3/4) {
+					t.Errorf("epoch %d: %d bytes read from storage for %d delivered, keeping 95 %% of a quarter", s.Epoch, s.StorageBytes, s.BytesDelivered)
 				}
 				if tc.name == "in-memory" && s.ReadAmplification > 1.01 {
 					t.Errorf("epoch %d: everything fits, yet read amplification %.2f", s.Epoch, s.ReadAmplification)

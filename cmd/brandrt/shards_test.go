@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/brandrt/brandrt/chunk"
+	"github.com/brandrt/brandrt/proto"
 	"github.com/brandrt/brandrt/rt"
 )
 
@@ -199,7 +200,7 @@ func TestSimulateResume(t *testing.T) {
 	}
 	state := func(change func(map[string]any)) string {
 		s := map[string]any{"epoch": 1, "position": 10, "ranks": 3, "seed": 1, "dataset": rt.DatasetID(m), "policy": "window",
-			"traces": "seed", "plan": map[string]any{"ranks": 3, "mem_bytes": 0, "mem_fraction": 0.25, "ramp": 64}}
+			"traces": "seed", "plan": map[string]any{"ranks": 3, "mem_bytes": 0, "mem_fraction": 0.25, "ramp": 64, "keep": proto.KeepShare}}
 		change(s)
 		b, err := json.Marshal(s)
 		if err != nil {

@@ -53,6 +53,7 @@ func simulateCommand() *cli.Command {
 			&cli.BoolFlag{Name: "compare", Usage: "run the paper policy's four variants and (unless --policy paper) the window policy on the same traces"},
 			intFlag("lead", int64(d.Lead), 0, maxFiles, whyFiles, "window: logical steps a chunk read takes (steps: positions of every rank)"),
 			intFlag("ramp", int64(d.Ramp), 0, maxFiles, whyFiles, "window: chunks each rank reads before the first epoch's first answer (later epochs read into the room the previous one's drain frees)"),
+			floatFlag("keep", d.Keep, 0, 1, false, "window: the share of the memory that keeps chunks in memory from one epoch to the next when the memory holds part of the shard; the rest is the window the other chunks are read through every epoch, whose files are mixed into fewer batches. 0 keeps nothing (every chunk read every epoch); a budget that holds its shard keeps it all, whatever --keep"),
 			intFlag("epochs", int64(d.Epochs), 1, proto.MaxEpochs, whyEpochs, "epochs per variant"),
 			seedFlag("seed", d.Seed, "seed of the sizes, traces and refill choices"),
 			intFlag("batch", int64(d.Batch), 1, maxFiles, whyFiles, "batch size for distinct chunks per batch"),
@@ -87,7 +88,7 @@ func simConfig(c *cli.Context) (sim.Config, error) {
 	default:
 		return cfg, fmt.Errorf("--size-dist %q: want lognormal or fixed", c.String("size-dist"))
 	}
-	cfg.Lead, cfg.Ramp = c.Int("lead"), c.Int("ramp")
+	cfg.Lead, cfg.Ramp, cfg.Keep = c.Int("lead"), c.Int("ramp"), c.Float64("keep")
 	if dir := c.String("chunks"); dir != "" {
 		for _, f := range []string{"files", "chunk-files", "file-size", "size-dist", "sigma"} {
 			if c.IsSet(f) {
@@ -321,7 +322,7 @@ func simResume(name string, m *chunk.Manifest, sizes [][]int64, cfg sim.Config) 
 	case int(p.Epoch) > cfg.Epochs:
 		return nil, fmt.Errorf("--resume %s: the state resumes epoch %d, past --epochs %d", name, p.Epoch, cfg.Epochs)
 	}
-	rule := rt.PlanRule{Ranks: cfg.Ranks, MemFraction: cfg.MemFraction, Ramp: cfg.Ramp}
+	rule := rt.PlanRule{Ranks: cfg.Ranks, MemFraction: cfg.MemFraction, Ramp: cfg.Ramp, Keep: cfg.Keep}
 	if p.SamePlan(cfg.Ranks, rule, "window") {
 		start := make([]int32, cfg.Ranks)
 		for r := range start {
