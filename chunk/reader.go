@@ -86,52 +86,11 @@ func (c *Chunk) Release() {
 	}
 }
 
-// MoveTo copies the chunk's files into a buffer from m, where they then
-// are, and gives back the buffer it was read into: a chunk that stays in
-// memory for long can so live in memory shared with other processes,
-// while reads go on reusing buffers of their own. Each file starts at a
-// multiple of grain bytes (a page, say, so that another process can map
-// it where it lies) when that costs at most an eighth more than the
-// files' bytes; else they follow each other. On error (m has no room)
-// the chunk stays where it was.
-func (c *Chunk) MoveTo(m Memory, grain int64) error {
-	if c.buf == nil || c.mem == m {
-		return nil
-	}
-	at, size := c.layout(grain)
-	b, err := m.Alloc(max(size, 1))
-	if err != nil {
-		return err
-	}
-	for i, f := range c.files {
-		if f != nil {
-			n := int64(copy(b[at[i]:], f))
-			c.files[i] = b[at[i] : at[i]+n : at[i]+n]
-		}
-	}
-	c.mem.Free(c.buf)
-	c.buf, c.mem = b, m
-	return nil
-}
-
-// layout places the chunk's files one after another, each at a multiple
-// of grain if that costs at most an eighth more bytes, and returns where
-// each starts and the bytes they take.
-func (c *Chunk) layout(grain int64) (at []int64, size int64) {
-	var bytes, padded int64
-	for _, f := range c.files {
-		bytes, padded = bytes+int64(len(f)), padded+alignUp(int64(len(f)), max(grain, 1))
-	}
-	if padded > bytes+bytes/8 {
-		grain = 1
-	}
-	at = make([]int64, len(c.files))
-	for i, f := range c.files {
-		if f != nil {
-			at[i], size = size, size+alignUp(int64(len(f)), max(grain, 1))
-		}
-	}
-	return at, size
+// Held returns a chunk of files whose bytes live elsewhere (copies the
+// caller keeps), a nil one for a slot not read: it has no buffer of its
+// own, and Release gives nothing back.
+func Held(rank, index int, files [][]byte) *Chunk {
+	return &Chunk{Rank: rank, Index: index, files: files}
 }
 
 func (s *Shard) path(c int) string { return join(s.dir, ChunkName(c)) }

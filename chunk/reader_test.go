@@ -293,108 +293,12 @@ func TestReadWholeKeepsWhatIsIntact(t *testing.T) {
 	}
 }
 
-// countMem is a Memory that counts what is lent and not given back.
-type countMem struct {
-	lent, allocs int
-	asked        int64
-	last         []byte
-}
-
-func (m *countMem) Alloc(n int64) ([]byte, error) {
-	m.lent, m.allocs, m.asked = m.lent+1, m.allocs+1, m.asked+n
-	m.last = make([]byte, (n+1<<20-1)>>20<<20) // whole MiBs, as a shard's own buffers are
-	return m.last, nil
-}
-
-// Free zeroes what it takes back, so that a file left pointing into it
-// shows.
-func (m *countMem) Free(b []byte) {
-	clear(b)
-	m.lent--
-}
-
-// A chunk moved into other memory keeps every file's bytes, gives back
-// the buffer it was read into, and is given back to its new memory.
-func TestChunkMoves(t *testing.T) {
-	out, _ := packed(t, 100)
-	s, err := chunk.OpenShard(chunk.OS, out, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	read, into := &countMem{}, &countMem{}
-	s.SetMemory(read)
-	ch, err := s.ReadChunk(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want [][]byte
-	for i := range ch.Slots() {
-		want = append(want, bytes.Clone(ch.File(i)))
-	}
-	if err := ch.MoveTo(into, 1); err != nil {
-		t.Fatal(err)
-	}
-	if read.lent != 0 || into.lent != 1 {
-		t.Fatalf("after the move %d buffers of the reads' memory and %d of the other are lent, want 0 and 1", read.lent, into.lent)
-	}
-	var files int64
-	for i := range ch.Slots() {
-		files += int64(len(ch.File(i)))
-	}
-	if into.asked != files {
-		t.Fatalf("the move asked for %d bytes for %d bytes of files", into.asked, files)
-	}
-	for i := range ch.Slots() {
-		if !bytes.Equal(ch.File(i), want[i]) {
-			t.Fatalf("slot %d: %d bytes differ from what was read", i, len(ch.File(i)))
-		}
-	}
-	if err := ch.MoveTo(into, 1); err != nil || into.allocs != 1 {
-		t.Fatalf("a move into the memory it is in: %v, %d allocations, want none", err, into.allocs)
-	}
+// A held chunk gives its files as given, and nothing back on Release.
+func TestHeldChunk(t *testing.T) {
+	files := [][]byte{[]byte("a"), nil, []byte("cc")}
+	ch := chunk.Held(2, 7, files)
 	ch.Release()
-	if into.lent != 0 {
-		t.Fatalf("%d buffers still lent after Release", into.lent)
-	}
-}
-
-// A chunk moved with a grain puts each file at a multiple of it when
-// that costs at most an eighth more (files of ~4 KB on 256 bytes), and
-// else packs them (on pages).
-func TestChunkMovesOnAGrain(t *testing.T) {
-	out, _ := packed(t, 100)
-	s, err := chunk.OpenShard(chunk.OS, out, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	for _, tc := range []struct {
-		grain   int64
-		aligned bool
-	}{{256, true}, {4096, false}} {
-		ch, err := s.ReadChunk(1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		into := &countMem{}
-		if err := ch.MoveTo(into, tc.grain); err != nil {
-			t.Fatal(err)
-		}
-		at := int64(0)
-		for i := range ch.Slots() {
-			f := ch.File(i)
-			if &into.last[at] != &f[0] {
-				t.Fatalf("grain %d: file %d is not at %d, where a layout aligned %v puts it", tc.grain, i, at, tc.aligned)
-			}
-			at += int64(len(f))
-			if tc.aligned {
-				at = (at + tc.grain - 1) / tc.grain * tc.grain
-			}
-		}
-		if into.asked != at {
-			t.Errorf("grain %d: asked for %d bytes, the files take %d", tc.grain, into.asked, at)
-		}
-		ch.Release()
+	if ch.Rank != 2 || ch.Index != 7 || ch.Slots() != 3 || string(ch.File(0)) != "a" || ch.File(1) != nil || string(ch.File(2)) != "cc" {
+		t.Fatalf("held chunk %d/%d of %d slots: %q %q %q", ch.Rank, ch.Index, ch.Slots(), ch.File(0), ch.File(1), ch.File(2))
 	}
 }

@@ -18,7 +18,7 @@ type earlyEpoch struct {
 	damaged []bool      // per own file, as WindowRank.damaged
 	held    int64
 	nextRd  int
-	keep    []bool // as WindowRank.keep, kept its kept
+	keep    []bool // as WindowRank.keep and kept
 	kept    int64
 	stats   Stats // its reads, counted in its own epoch
 }
@@ -50,11 +50,6 @@ func (w *WindowRank) issueEarly() {
 		pc := rds[x.nextRd].PC
 		b := w.in.ChunkBytes(pc)
 		if w.held-w.kept+x.held+b > w.cfg.Mapping.MemBytes(w.me) { // the chunks this epoch keeps are the next one's first
-			return
-		}
-		if rds[x.nextRd].Resident && !x.keep[pc-w.firstPC()] {
-			// its files leave memory one by one next epoch, copied out of
-			// the chunk, which this epoch's still hold: not before it ends
 			return
 		}
 		x.held += b

@@ -46,8 +46,8 @@ func (n *Node) Footprint() int64 {
 // its shard fills the budget), other ranks' (none without them), and the
 // chunk reads in flight: an I/O worker's buffer each, as large as the
 // shard's largest chunk (see chunk's buffer pool), rounded up to a MiB.
-// A chunk kept in memory whole is moved out of its buffer into the
-// budget's (chunk.Chunk.MoveTo).
+// The files of a chunk kept in memory are copied out of its buffer into
+// the budget's (ioPool.keep).
 func (n *Node) footprint() (budget, own, remote, reads int64) {
 	budget = n.data.m.MemBytes(n.me)
 	own, remote = min(budget, n.data.m.ShardBytes(n.me)), n.remoteBytes()

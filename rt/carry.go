@@ -54,39 +54,57 @@ func (l *loop) load(f proto.FileID, files map[proto.FileID]*file) {
 		panic(fmt.Sprintf("rt: rank %d: file %d loaded without its chunk", l.n.me, f))
 	}
 	e := l.n.data.shard.Record(li)
-	data := res.ch.File(li % l.n.data.k)
+	data, buf := res.ch.File(li%l.n.data.k), res.buf
+	if res.kc != nil { // a kept chunk: its own copy
+		data, buf = res.kc.ch.File(li%l.n.data.k), res.kc.bufs[li%l.n.data.k]
+	}
 	if data == nil { // damaged on storage (Node.damaged): proto knows (ReadDone.Damaged); it has no bytes
 		files[f] = &file{id: f, label: e.Label, crc: e.CRC}
 		return
 	}
-	res.buf.hold()
-	kf := &file{id: f, data: data, label: e.Label, crc: e.CRC, buf: res.buf}
+	if buf != nil {
+		buf.hold()
+	}
+	kf := &file{id: f, data: data, label: e.Label, crc: e.CRC, buf: buf}
 	res.kept = append(res.kept, kf)
 	res.keptBytes += int64(len(kf.data))
 	files[f] = kf
 }
 
-// keepOrCopy lets go of the chunk just read. A chunk kept to the
-// epoch's end (proto.Read.Keep) stays whole, its files in it. Otherwise
-// the files kept from it are copied out, so that its buffer can go at
-// once, unless they fill at least 7/8 of it: memory then stays within 8/7
-// of what proto accounts for. (At half, the rule before, a quarter of the
-// data in memory cost up to twice the budget.) With Config.Memory (shared
-// with the clients), or from a resident chunk, they are always copied,
-// each into its own buffer from it, so that they still reach the clients
-// in place and each file's memory goes back as soon as the file goes:
-// files of one chunk read leave one by one over the epoch, and a buffer
-// shared by them all cost what its last one held up (three times the
-// budget, measured).
+// keepOrCopy lets go of the chunk just read. The files of a chunk kept
+// into the next epoch, or read from memory, are in copies of their own
+// already (ioPool.keep): the read lets go of those and of its buffer.
+// Otherwise the files kept from it are copied out, so that its buffer can
+// go at once, unless they fill at least 7/8 of it: memory then stays
+// within 8/7 of what proto accounts for. (At half, the rule before, a
+// quarter of the data in memory cost up to twice the budget.) With
+// Config.Memory (shared with the clients) they are always copied, each
+// into its own buffer from it, so that they still reach the clients in
+// place and each file's memory goes back as soon as the file goes: files
+// of one chunk read leave one by one over the epoch, and a buffer shared
+// by them all cost what its last one held up (three times the budget,
+// measured).
 func (l *loop) keepOrCopy() {
 	res := l.just
-	if res == nil || res.buf == nil {
+	if res == nil {
+		return
+	}
+	if res.kc != nil {
+		res.kc.release() // the read's: its files hold theirs
+		res.kc = nil
+		if res.buf != nil {
+			res.buf.release()
+			res.buf = nil
+		}
+		return
+	}
+	if res.buf == nil {
 		return
 	}
 	defer func() { res.buf = nil }()
 	mem := l.n.cfg.Memory
-	full := res.keptBytes*8 >= res.ch.BytesRead*7 && !res.resident
-	if !res.read.Keep && (!full || mem != nil) {
+	full := res.keptBytes*8 >= res.ch.BytesRead*7
+	if !full || mem != nil {
 		for _, f := range res.kept {
 			f.data, f.buf = copyOut(f.data, mem)
 			res.buf.release()
@@ -96,8 +114,12 @@ func (l *loop) keepOrCopy() {
 }
 
 // copyOut copies data into a buffer of its own from mem (the buffer that
-// holds it), or into Go memory without mem or should mem fail.
+// holds it), or into Go memory without mem or should mem fail. An empty
+// file stays non-nil: nil bytes are a damaged file's.
 func copyOut(data []byte, mem chunk.Memory) ([]byte, *chunkBuf) {
+	if len(data) == 0 {
+		return []byte{}, nil
+	}
 	if mem != nil {
 		if b, err := mem.Alloc(int64(len(data))); err == nil {
 			n := copy(b, data)

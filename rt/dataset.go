@@ -103,14 +103,14 @@ func (n *Node) open() error {
 	}
 	// Chunks are read into the shard's own buffers, reused read after
 	// read. The files kept from a chunk are copied out of it into the
-	// memory shared with the clients one by one, or, when the chunk stays
-	// in memory whole (ioPool's resident), moved there together, each
-	// at a page when that costs little (keepGrain). Chunk-sized buffers
-	// lent from the shared memory cut into the places freed files leave:
-	// the arena kept growing past its slack and giving pages back to the
-	// kernel (16 % of the rank's CPU in fallocate, measured, and page
-	// faults after), and a file inside a chunk read there seldom starts
-	// a page, so it could not be handed on in place.
+	// memory shared with the clients one by one, also those of a chunk
+	// that stays in memory from one epoch to the next (ioPool's
+	// resident). Chunk-sized buffers lent from the shared memory cut into
+	// the places freed files leave: the arena kept growing past its slack
+	// and giving pages back to the kernel (16 % of the rank's CPU in
+	// fallocate, measured, and page faults after), and a file inside a
+	// chunk read there seldom starts a page, so it could not be handed on
+	// in place.
 	n.data.source = n.newFallback(nil)
 	return nil
 }

@@ -158,16 +158,17 @@
 // buffers, or from Config.Memory when the budget holds the whole shard
 // (Node.open calls chunk.Home.SetMemory then). A read that keeps its
 // chunk (proto.Read.Keep: the window policy's last chunks of an epoch,
-// every chunk when the budget holds the shard) moves it into
-// Config.Memory (chunk.Chunk.MoveTo) unless it is there, and
-// ioPool.resident holds it, answering the next read of it from memory; a
-// read that does not keep it takes it out, and ioPool.close lets go of
-// the rest. loop.load gives each file kept from the chunk (Ready.Loaded
-// or Early) a hold; loop.keepOrCopy drops the read's own. Unless the read
-// keeps the chunk, keepOrCopy first copies the kept files out (copyOut)
-// when they fill less than 7/8 of the bytes read, and always with
-// Config.Memory or from a resident chunk: each into its own buffer from
-// Config.Memory, or into Go memory.
+// every chunk when the budget holds the shard) copies each of its files
+// out into a buffer of its own (ioPool.keep, a keptChunk), which
+// ioPool.resident holds: the next read of the chunk is answered from
+// those copies, without another; a read that does not keep it takes it
+// out, and ioPool.close lets go of the rest. loop.load gives each file
+// kept from the chunk (Ready.Loaded or Early) a hold, on the chunk's
+// buffer or on its own copy's; loop.keepOrCopy drops the read's own.
+// Unless the files are in copies already, keepOrCopy first copies them
+// out (copyOut) when they fill less than 7/8 of the bytes read, and
+// always with Config.Memory: each into its own buffer from it, or into Go
+// memory.
 //
 // A file (the type file) is in one place at a time: loop.files,
 // Node.next.files, a pendingSend or a Delivery. file.release drops its hold on

@@ -7,11 +7,6 @@ import (
 	"github.com/brandrt/brandrt/proto"
 )
 
-// keepGrain is where each file of a chunk moved into the memory shared
-// with the clients starts, when that costs little: at a page, so that a
-// DataLoader worker can hand it on to its training process in place.
-const keepGrain = 4 << 10
-
 // readResult is a finished chunk read, and then what the loop kept of it.
 type readResult struct {
 	read proto.Read
@@ -39,8 +34,11 @@ type readResult struct {
 	// storage is no longer the one opened (Node.replaced, asked by the
 	// worker: it reads the manifests).
 	replaced error
-	// resident: the chunk came from memory, not storage.
+	// resident: the chunk came from memory, not storage. kc, set for a
+	// read that keeps its chunk and for one answered from memory, holds
+	// the files' own buffers, which its files take (loop.load).
 	resident bool
+	kc       *keptChunk
 	// kept are the files proto loaded from the chunk.
 	kept      []*file
 	keptBytes int64
@@ -56,12 +54,12 @@ type ioPool struct {
 	wg       sync.WaitGroup
 	// resident holds the chunks read to be kept (proto.Read.Keep): the
 	// chunks an epoch reads last stay for the next, which begins with
-	// them (proto.WindowInput.Resident). A read of a resident chunk is
-	// answered from memory, and waits in ready; one that does not keep
-	// it takes it out. keepIn, when set, is the memory kept chunks are
-	// moved into (chunk.Chunk.MoveTo): that shared with the clients.
-	resident map[int]*chunkBuf
-	keepIn   chunk.Memory
+	// them (proto.WindowInput.Resident), their files copied out of the
+	// read into mem, each into a buffer of its own. A read of a resident
+	// chunk is answered from memory, and waits in ready; one that does
+	// not keep it takes it out.
+	resident map[int]*keptChunk
+	mem      chunk.Memory
 	ready    []readResult
 	// reading holds, per chunk being read from storage to be kept, the
 	// later reads of it that wait for that read (the next epoch's, read
@@ -72,14 +70,14 @@ type ioPool struct {
 
 // newIOPool starts workers reading chunks of shard, and of src in place
 // of a damaged staged copy (nil: none); w says what they do while
-// storage cannot be reached. Chunks read to be kept move into keepIn
-// (nil: they stay where they were read).
-func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storageWatch, replaced func() error, keepIn chunk.Memory) *ioPool {
+// storage cannot be reached. The files of chunks read to be kept are
+// copied into mem (nil: Go memory).
+func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storageWatch, replaced func() error, mem chunk.Memory) *ioPool {
 	// done has no room: a finished read's buffer waits in its worker, so
 	// that no more than workers chunk buffers are ever held by reads
 	// (Node.Footprint counts them); the loop takes results at once.
 	p := &ioPool{queue: make(chan proto.Read, workers), done: make(chan readResult), watch: w,
-		resident: make(map[int]*chunkBuf), reading: make(map[int][]proto.Read), keepIn: keepIn}
+		resident: make(map[int]*keptChunk), reading: make(map[int][]proto.Read), mem: mem}
 	for range workers {
 		p.wg.Add(1)
 		go func() {
@@ -88,9 +86,6 @@ func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storag
 				res := readChunk(shard, src, r, r.PC-firstPC, w)
 				if res.foundDamage() {
 					res.replaced = replaced()
-				}
-				if r.Keep && keepIn != nil && res.ch != nil {
-					_ = res.ch.MoveTo(keepIn, keepGrain) // where it was read, if keepIn has no room
 				}
 				p.done <- res
 			}
@@ -159,8 +154,8 @@ func readOnce(shard *chunk.Home, r proto.Read, c int) readResult {
 // for the read of it under way that keeps it.
 func (p *ioPool) add(r proto.Read) {
 	p.inflight++
-	if b := p.resident[r.PC]; b != nil {
-		p.fromMemory(r, b)
+	if kc := p.resident[r.PC]; kc != nil {
+		p.fromMemory(r, kc)
 		return
 	}
 	if waits, ok := p.reading[r.PC]; ok {
@@ -174,15 +169,15 @@ func (p *ioPool) add(r proto.Read) {
 	p.flush()
 }
 
-// fromMemory answers r from resident chunk b. A read that does not keep
+// fromMemory answers r from resident chunk kc. A read that does not keep
 // the chunk takes it out: its files then leave memory one by one.
-func (p *ioPool) fromMemory(r proto.Read, b *chunkBuf) {
-	b.hold()
+func (p *ioPool) fromMemory(r proto.Read, kc *keptChunk) {
+	kc.hold() // the read's, until its files took theirs
 	if !r.Keep {
 		delete(p.resident, r.PC)
-		b.release() // the pool's own hold
+		kc.release() // the pool's
 	}
-	p.ready = append(p.ready, readResult{read: r, ch: b.ch, buf: b, resident: true})
+	p.ready = append(p.ready, readResult{read: r, ch: kc.ch, kc: kc, resident: true})
 }
 
 // flush hands queued reads to the workers while they have room.
@@ -217,17 +212,18 @@ func (p *ioPool) next() (readResult, bool) {
 	}
 }
 
-// keep makes res's chunk resident when its read keeps it, and then
-// takes the reads that waited for it: from memory, or from storage again
-// when the read failed.
+// keep makes res's chunk resident when its read keeps it, its files
+// copied out (res.kc), and then takes the reads that waited for it: from
+// memory, or from storage again when the read failed.
 func (p *ioPool) keep(res *readResult) {
 	if res.resident {
 		return
 	}
 	pc := res.read.PC
-	if res.read.Keep && res.buf != nil && res.err == nil && p.resident[pc] == nil {
-		res.buf.hold()
-		p.resident[pc] = res.buf
+	if res.read.Keep && res.ch != nil && res.err == nil && p.resident[pc] == nil {
+		res.kc = newKeptChunk(res.ch, p.mem)
+		res.kc.hold() // the read's
+		p.resident[pc] = res.kc
 	}
 	waits := p.reading[pc]
 	delete(p.reading, pc)
@@ -251,8 +247,47 @@ func (p *ioPool) close() {
 	}()
 	p.wg.Wait()
 	close(p.done)
-	for _, b := range p.resident {
-		b.release()
+	for _, kc := range p.resident {
+		kc.release()
 	}
 	clear(p.resident)
+}
+
+// keptChunk is a chunk kept in memory from one epoch into the next, each
+// of its files copied out of the read into a buffer of its own
+// (copyOut): a file's memory goes back as soon as the last epoch that
+// keeps it lets it go, and later reads of the chunk hand out the same
+// buffers, without a copy.
+type keptChunk struct {
+	ch   *chunk.Chunk // chunk.Held over the copies: nil for a damaged file
+	bufs []*chunkBuf  // per slot, its copy's buffer (nil: Go memory, or none)
+}
+
+// newKeptChunk copies the files of ch into buffers of their own from mem,
+// each with one hold: the pool's.
+func newKeptChunk(ch *chunk.Chunk, mem chunk.Memory) *keptChunk {
+	files, bufs := make([][]byte, ch.Slots()), make([]*chunkBuf, ch.Slots())
+	for i := range files {
+		if data := ch.File(i); data != nil {
+			files[i], bufs[i] = copyOut(data, mem)
+		}
+	}
+	return &keptChunk{ch: chunk.Held(ch.Rank, ch.Index, files), bufs: bufs}
+}
+
+// hold takes a hold on each file's buffer, release lets go of one.
+func (kc *keptChunk) hold() {
+	for _, b := range kc.bufs {
+		if b != nil {
+			b.hold()
+		}
+	}
+}
+
+func (kc *keptChunk) release() {
+	for _, b := range kc.bufs {
+		if b != nil {
+			b.release()
+		}
+	}
 }

@@ -90,8 +90,8 @@ func (c *client) put(d *rt.Delivery) (end uint64, k kept) {
 	case lent:
 		rec.Kind = RecShared
 		// Set only for a client with a parent; only a file that starts a
-		// page can be mapped where it lies (a file of a chunk kept whole in
-		// the arena, when the budget holds the shard, seldom does).
+		// page can be mapped where it lies (each file the rank keeps in
+		// the arena has a buffer of its own, which does).
 		if c.handing.Load() && rec.Off%arenaGrain == 0 {
 			if token, ok := c.srv.hand(d, rec.Off, c.lineage[1]); ok {
 				rec.Kind, rec.Token = RecHanded, token
