@@ -53,7 +53,7 @@ func simulateCommand() *cli.Command {
 			&cli.BoolFlag{Name: "compare", Usage: "run the paper policy's four variants and (unless --policy paper) the window policy on the same traces"},
 			intFlag("lead", int64(d.Lead), 0, maxFiles, whyFiles, "window: logical steps a chunk read takes (steps: positions of every rank)"),
 			intFlag("ramp", int64(d.Ramp), 0, maxFiles, whyFiles, "window: chunks each rank reads before the first epoch's first answer (later epochs read into the room the previous one's drain frees)"),
-			floatFlag("keep", d.Keep, 0, 1, false, "window: the share of the memory that keeps chunks in memory from one epoch to the next when the memory holds part of the shard; the rest is the window the other chunks are read through every epoch, whose files are mixed into fewer batches. 0 keeps nothing (every chunk read every epoch); a budget that holds its shard keeps it all, whatever --keep"),
+			floatFlag("keep", d.Keep, 0, 1, false, "window, memory below the shard: the share of each rank's memory (of what it lacks of the shard, when less) that keeps the chunks an epoch read last for the next, as serve --keep; 0 keeps nothing, and memory that holds the shard keeps it all"),
 			intFlag("epochs", int64(d.Epochs), 1, proto.MaxEpochs, whyEpochs, "epochs per variant"),
 			seedFlag("seed", d.Seed, "seed of the sizes, traces and refill choices"),
 			intFlag("batch", int64(d.Batch), 1, maxFiles, whyFiles, "batch size for distinct chunks per batch"),
