@@ -17,9 +17,9 @@ import "math"
 
 // KeepShare is WindowInput.Keep's default: with a quarter of the shard
 // in memory, the bytes read per epoch fall from the shard's to 0.76 of
-// it, the distinct chunks per batch by 2 % and the pairs of files that
-// share a batch again in the next epoch rise by 14 % (simulate, 60,000
-// files of 110 KB, 3 ranks, K=64; BENCHMARKS.md has the sweep).
+// it, the distinct chunks per batch by 2.8 % and the pairs of files that
+// share a batch again in the next epoch rise by 16 % (simulate, 60,000
+// files of 110 KB, 3 ranks, K=64, epoch 3; BENCHMARKS.md has the sweep).
 const KeepShare = 0.95
 
 // KeepBytes returns how many bytes of its chunks rank h carries into the
@@ -42,7 +42,7 @@ func (in WindowInput) KeepBytes(h int) int64 {
 
 // retained marks, in kept (per chunk), the chunks of pool order that
 // stay in memory to the end of the epoch: the longest run at its end
-// whose bytes fit keepBytes. A run at the end keeps every chunk read
+// whose bytes fit KeepBytes. A run at the end keeps every chunk read
 // before it free to leave as its files do, so the budget always has room
 // for the next read (see PlanWindow).
 func (in WindowInput) retained(h int, pl *pool, kept []bool) {

@@ -222,21 +222,19 @@ func (in WindowInput) newPool(h int, kept []bool) *pool {
 	pl := &pool{rng: rand.New(rand.NewPCG(in.Seed^0x5749_4e44_4f57, uint64(in.Epoch)<<32|uint64(h))), keep: kept}
 	pl.order, pl.bytes = make([]int, 0, n), make([]int64, 0, n)
 	var later []int
+	var laterBytes []int64
 	for _, j := range pl.rng.Perm(n) {
 		pc := first + j
 		b := in.restBytes(pc)
 		switch {
 		case b < 0:
-			continue
-		case !in.resident(pc):
-			later = append(later, pc)
-			continue
+		case in.resident(pc):
+			pl.order, pl.bytes = append(pl.order, pc), append(pl.bytes, b)
+		default:
+			later, laterBytes = append(later, pc), append(laterBytes, b)
 		}
-		pl.order, pl.bytes = append(pl.order, pc), append(pl.bytes, b)
 	}
-	for _, pc := range later {
-		pl.order, pl.bytes = append(pl.order, pc), append(pl.bytes, in.restBytes(pc))
-	}
+	pl.order, pl.bytes = append(pl.order, later...), append(pl.bytes, laterBytes...)
 	in.retained(h, pl, kept)
 	return pl
 }

@@ -242,10 +242,9 @@ func (w *WindowRank) Stats() Stats { return w.stats }
 func (w *WindowRank) size(f FileID) int64 { return w.in.FileSize(f) }
 
 // leaves is what own file f gives back of the budget as it leaves
-// memory in an epoch that keeps the chunks marked in keep: its size, or
-// nothing when its chunk stays to the end.
-func (w *WindowRank) leaves(keep []bool, f FileID) int64 {
-	if keep[w.cfg.Mapping.PC(f)-w.firstPC()] {
+// memory: its size, or nothing when the epoch keeps its chunk to the end.
+func (w *WindowRank) leaves(f FileID) int64 {
+	if w.keep[w.cfg.Mapping.PC(f)-w.firstPC()] {
 		return 0
 	}
 	return w.size(f)

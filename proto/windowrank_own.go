@@ -170,7 +170,7 @@ func (w *WindowRank) local(f FileID, q waiter) {
 func (w *WindowRank) answer(f FileID, q waiter, src Source) {
 	st := w.status(f)
 	w.state[f-w.first] = gone
-	w.held -= w.leaves(w.keep, f)
+	w.held -= w.leaves(f)
 	if q.from < 0 {
 		w.deliver(q.sn, f, src, st)
 	} else {
@@ -213,7 +213,7 @@ func (w *WindowRank) drop(r int) {
 		switch w.state[i] {
 		case inMemory:
 			w.state[i] = gone
-			w.held -= w.leaves(w.keep, f)
+			w.held -= w.leaves(f)
 			w.rd.Forget = append(w.rd.Forget, f)
 		case notRead, reading:
 			w.dropped[i] = true
@@ -279,7 +279,7 @@ func (w *WindowRank) push(r int, sn int32, f FileID) {
 	case inMemory:
 		w.pushedOut[i] = true
 		w.state[i] = gone
-		w.held -= w.leaves(w.keep, f)
+		w.held -= w.leaves(f)
 		w.stats.Prefetched++
 		w.stats.PrefetchedBytes += w.size(f)
 		w.pushing[r] = append(w.pushing[r], Pushed{Sn: sn, File: f, Size: w.size(f), Status: w.status(f)})
