@@ -7,6 +7,7 @@ PNG plots.
 
     make bench-loaders                                   # the default run
     .venv/bin/python examples/bench/loaders.py --input /data/train --mem 10%,25%,50% --storage local,nas
+    .venv/bin/python examples/bench/loaders.py --storage nas --file-size 8KB,110KB,1MB
 
 Systems (--systems), each reading raw bytes (no decoding) through a torch
 DataLoader with the same workers, batch size and collate:
@@ -72,6 +73,10 @@ ALL = ["threads", "random", "coordl", "webdataset", "mosaic", "litdata", "brandr
 POLICIES = {"window": ["--policy", "window"], "paper": ["--policy", "paper"]}
 NAS_IF = "brnas-h"
 NAS_MOUNT = "/run/brandrt-nas-mnt"
+# The datasets of a list of --file-size: each as large as the default one
+# (30,000 files of 110 KB) unless that takes more files than this.
+SIZES_BYTES = 30000 * 110000
+SIZES_FILES = 60000
 
 
 def log(msg):
@@ -116,8 +121,13 @@ def args_parser():
     d = p.add_argument_group("dataset")
     d.add_argument("--input", help="your dataset: an ImageFolder tree (a directory per class) or any tree of "
                                    "files; default: generate --files files of --file-size in WORK/input")
-    d.add_argument("--files", type=int, default=30000, help="files to generate (default 30000)")
-    d.add_argument("--file-size", type=parse_size, default=110000, help="their mean size (default 110KB)")
+    d.add_argument("--file-size", type=listed(parse_size), default=[110000],
+                   help="their mean size, or a list (8KB,110KB,1MB): one dataset, table and plot per size, "
+                        "each in WORK/size-<SIZE> and OUT/<SIZE> (default 110KB)")
+    d.add_argument("--files", type=listed(int),
+                   help="files to generate, one count or one per --file-size (default 30000 for one size; "
+                        "for a list, as many as %s holds, at most %s)" % (report.human_bytes(SIZES_BYTES),
+                                                                          report.comma(SIZES_FILES)))
     d.add_argument("--classes", type=int, default=100, help="classes to generate (default 100)")
     d.add_argument("--work", default="/var/tmp/brandrt-bench/loaders",
                    help="where the formats are built and kept between runs (default %(default)s); on the disk "
@@ -185,8 +195,17 @@ def check_args(p, a):
         problems.append("--chunk-files must be ≥ 1")
     if not a.mem:
         problems.append("--mem names no budget")
-    if a.input is None and (a.files < 1 or a.classes < 1 or a.classes > a.files or a.file_size < 1):
+    a.files = file_counts(a.files, a.file_size)
+    if len(a.files) != len(a.file_size):
+        problems.append("--files gives %d counts for %d --file-size values: give one, or one per size" %
+                        (len(a.files), len(a.file_size)))
+    elif a.input is None and (min(a.files, default=0) < 1 or a.classes < 1 or a.classes > min(a.files) or
+                              min(a.file_size, default=0) < 1):
         problems.append("need --files ≥ 1, 1 ≤ --classes ≤ --files and a --file-size")
+    if a.input is not None and len(a.file_size) > 1:
+        problems.append("--input is one dataset: a list of --file-size is for generated ones")
+    if len(set(a.file_size)) != len(a.file_size):
+        problems.append("--file-size names a size twice")
     if any(s.startswith("brandrt") for s in a.systems) and not os.access(a.brandrt, os.X_OK):
         problems.append("%s: no brandrt binary (make build)" % a.brandrt)
     if a.nodes:
@@ -205,6 +224,16 @@ def check_args(p, a):
         problems.append(why + ": every system must run under the same kernel-enforced memory limit")
     if problems:
         p.error("\n  ".join(problems))
+
+
+def file_counts(files, sizes):
+    """The files of each size of --file-size: --files (one count for
+    every size, or one per size), else 30,000 for one size and, for a
+    list, as many as SIZES_BYTES holds, at most SIZES_FILES."""
+    if files is None:
+        return [30000] if len(sizes) == 1 else [min(SIZES_FILES, max(1, round(SIZES_BYTES / max(1, s))))
+                                                for s in sizes]
+    return files * len(sizes) if len(files) == 1 else files
 
 
 def budget_bytes(mem, cat):
@@ -460,15 +489,51 @@ def main():
     # current system started and remove its cgroup.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     remove_stale()
+    a.out = a.out or os.path.join(a.work, "results-" + time.strftime("%Y%m%d-%H%M%S"))
+    command = " ".join([os.path.relpath(sys.argv[0], REPO) if sys.argv[0].startswith(REPO) else sys.argv[0]] +
+                       sys.argv[1:])
+    if len(a.file_size) == 1:
+        a.files, a.file_size = a.files[0], a.file_size[0]
+        return run_dataset(a, command)
+    # one dataset per size, each a run of its own with its own tables and
+    # plots; then brandrt's ratios by size
+    failed, summary = 0, []
+    for size, files in zip(a.file_size, a.files):
+        b = argparse.Namespace(**vars(a))
+        b.file_size, b.files = size, files
+        b.work = os.path.join(a.work, "size-" + size_label(size))
+        b.out = os.path.join(a.out, size_label(size))
+        log("files of %s: %s files in %s" % (size_label(size), report.comma(files), b.work))
+        records, n = run_dataset(b, command)
+        failed += n
+        summary += ["%s (%s files): %s" % (size_label(size), report.comma(files), line)
+                    for line in report.versus(records)]
+    text = "== by file size\n" + "\n".join(summary) + "\n"
+    print(text)
+    with open(os.path.join(a.out, "sizes.txt"), "w") as f:
+        f.write(text)
+    return records, failed
+
+
+def size_label(n):
+    """110000 → 110KB, 1048576 → 1MiB: a file size as a short name."""
+    for unit, div in (("MB", 10**6), ("MiB", 1 << 20), ("KB", 10**3), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return "%d%s" % (n // div, unit)
+    return "%dB" % n
+
+
+def run_dataset(a, command):
+    """Every round of every system on one dataset (a.files of
+    a.file_size, or a.input); writes a.out's results, tables and plots.
+    Returns the records and how many runs failed."""
     try:
         cat = prepare_all(a)
     except prepare.PrepareError as e:
         sys.exit("bench: %s" % e)
-    out = a.out = a.out or os.path.join(a.work, "results-" + time.strftime("%Y%m%d-%H%M%S"))
+    out = a.out
     os.makedirs(out, exist_ok=True)
     results = os.path.join(out, "results.jsonl")
-    command = " ".join([os.path.relpath(sys.argv[0], REPO) if sys.argv[0].startswith(REPO) else sys.argv[0]] +
-                       sys.argv[1:])
     meta = {"command": command, "machine": report.machine(), "files": len(cat["files"]), "bytes": cat["bytes"],
             "input": cat["input"], "allowance_bytes": a.allowance, "workers": a.workers,
             "batch_size": a.batch_size, "epochs": a.epochs, "threads": a.threads, "pipe_size": a.pipe_size,
@@ -509,6 +574,7 @@ def main():
     failed = [r for r in records if r["status"] != "ok"]
     if failed:
         log("%d of %d runs failed (shown in the table)" % (len(failed), len(records)))
+    return records, len(failed)
 
 
 def run_cluster(a, cat, runs, jf):

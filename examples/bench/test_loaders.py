@@ -45,6 +45,13 @@ def bench(work, *args, timeout=300):
         raise AssertionError("loaders.py %s: no result in %d s\n%s" % (" ".join(args), timeout, stderr[-3000:]))
     p = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     p.pid = proc.pid
+    _, meta, recs = bench_results(out)
+    return p, meta, recs
+
+
+def bench_results(out):
+    """(out, meta, records) of out/results.jsonl; no meta and no records
+    when it is not there."""
     meta, recs = None, []
     path = os.path.join(out, "results.jsonl")
     if os.path.exists(path):
@@ -55,7 +62,7 @@ def bench(work, *args, timeout=300):
                     meta = r
                 else:
                     recs.append(r)
-    return p, meta, recs
+    return out, meta, recs
 
 
 def need_root(test):
@@ -129,6 +136,30 @@ class EndToEnd(unittest.TestCase):
             self.assertTrue(os.path.getsize(path) > 0, path)
         with open(os.path.join(Work.get(), "out", "files-per-s-local.png"), "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+    @need_root
+    def test_file_sizes(self):
+        # a list of sizes: a dataset, a table and plots each, then the ratios by size
+        work = os.path.join(Work.get(), "sizes")
+        tiny = [x for x in TINY if x not in ("--file-size", "24KB")]
+        p, _, _ = bench(work, "--systems", "random,brandrt-window", "--mem", "25%", "--chunk-files", "16",
+                        "--file-size", "8KB,24KB", *tiny)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        for size, mean in (("8KB", 8000), ("24KB", 24000)):
+            with open(os.path.join(work, "size-" + size, "input.json")) as f:
+                self.assertEqual(json.load(f)["mean_size"], mean)
+            _, meta, recs = bench_results(os.path.join(work, "out", size))
+            self.assertEqual(meta["files"], FILES)
+            self.assertEqual([r["system"] for r in recs], ["random", "brandrt-window"])
+            for r in recs:
+                self.check_ok(r, p)
+            self.assertTrue(os.path.getsize(os.path.join(work, "out", size, "files-per-s-local.png")) > 0)
+        with open(os.path.join(work, "out", "sizes.txt")) as f:
+            text = f.read()
+        for size in ("8KB", "24KB"):
+            self.assertRegex(text, r"(?m)^%s \(240 files\): brandrt-window K=16 against each .*random [0-9.]+×/"
+                             % size)
+        self.assertIn(text.strip(), p.stdout)
 
     @need_root
     def test_every_other_system(self):
@@ -262,6 +293,20 @@ class Arguments(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         for what in ("unknown system 'tfdata'", "unknown storage 's3'", "--epochs"):
             self.assertIn(what, p.stderr)
+        p = subprocess.run([sys.executable, os.path.join(HERE, "loaders.py"), "--file-size", "8KB,1MB,8KB",
+                            "--files", "10,20"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        for what in ("--files gives 2 counts for 3 --file-size values", "--file-size names a size twice"):
+            self.assertIn(what, p.stderr)
+
+    def test_file_size_lists(self):
+        # as large as the default dataset (30,000 files of 110 KB), at most 60,000 files
+        self.assertEqual(loaders.file_counts(None, [8000, 110000, 10**6]), [60000, 30000, 3300])
+        self.assertEqual(loaders.file_counts(None, [24000]), [30000])
+        self.assertEqual(loaders.file_counts([500], [8000, 10**6]), [500, 500])
+        self.assertEqual(loaders.file_counts([5, 6], [8000, 10**6]), [5, 6])
+        self.assertEqual([loaders.size_label(n) for n in (8000, 110000, 10**6, 1 << 20, 1536, 777)],
+                         ["8KB", "110KB", "1MB", "1MiB", "1536B", "777B"])
 
     def test_sizes(self):
         self.assertEqual(loaders.parse_size("110KB"), 110000)
