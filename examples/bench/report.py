@@ -47,7 +47,10 @@ def phase(epochs, storage):
             # CPU µs per file by process (runner.CPUSplit), when recorded
             "cpu_by": {k: 1e6 * sum(e["cpu_by"][k] for e in epochs) / max(files, 1) for k in epochs[0]["cpu_by"]}
             if all("cpu_by" in e for e in epochs) else None,
-            "first_batch_s": epochs[0].get("first_batch_s") or 0.0}
+            "first_batch_s": epochs[0].get("first_batch_s") or 0.0,
+            # the share of the machine's cores busy, over the epochs' time
+            "busy": sum(e["machine_busy"] * e["seconds"] for e in epochs) / secs
+            if all("machine_busy" in e for e in epochs) else None}
 
 
 def summary(rec):
@@ -187,6 +190,7 @@ def tables(meta, records):
                 line += "  (%d of %d rounds failed: %s)" % (row["runs"] - row["ok"], row["runs"], row["errors"][0][:80])
             out.append(line)
         out += cpu_split(recs)
+        out += busy(recs)
         out += versus(recs)
         if nodes and nodes > 1:
             out += links_check(recs)
@@ -219,6 +223,18 @@ def cpu_split(records):
             cells.append("%15s" % " / ".join(v))
         out.append("%-20s " % r["label"] + " ".join(cells))
     return out
+
+
+def busy(records):
+    """A line giving the share of the machine's cores that were busy
+    while each system ran (every process and the kernel: the NAS's server
+    and the emulated links too), epoch 1 / epochs 2 on; none when the
+    runs did not record it. Near 100 %, the machine's cores bound every
+    figure of the table."""
+    cells = ["%s %s" % (r["label"], " / ".join("-" if not r[ph] or r[ph]["busy"] is None else
+                                               "%.0f %%" % (100 * r[ph]["busy"]) for ph in ("e1", "steady")))
+             for r in rows(records) if r["ok"] and r["e1"] and r["e1"].get("busy") is not None]
+    return ["machine's cores busy (epoch 1 / epochs 2 on): " + ", ".join(cells)] if cells else []
 
 
 def links_check(records):

@@ -60,6 +60,7 @@ class Counters:
 
     def read(self):
         out = {"read_bytes": 0, "cpu_ns": 0, "net_bytes": 0, "into_nodes": 0}
+        out["busy_ticks"], out["all_ticks"] = machine_ticks()
         for g in self.groups:
             for k, v in g.counters().items():
                 out[k] += v
@@ -71,6 +72,20 @@ class Counters:
 
 
 HZ = os.sysconf("SC_CLK_TCK")
+
+
+def machine_ticks():
+    """(busy, all) clock ticks of every core of the machine (/proc/stat):
+    whatever ran, the kernel's network and FUSE work and the emulated
+    NAS's server included; idle and I/O wait are not busy."""
+    with open("/proc/stat") as f:
+        t = [int(x) for x in f.readline().split()[1:]]
+    return sum(t[:8]) - t[3] - t[4], sum(t[:8])
+
+
+def machine_busy(c0, c1):
+    """The share of the machine's cores busy between two Counters reads."""
+    return (c1["busy_ticks"] - c0["busy_ticks"]) / max(1, c1["all_ticks"] - c0["all_ticks"])
 
 # What each process of a run is, for the split of its CPU seconds.
 KINDS = ("main", "workers", "rank", "other")
@@ -171,7 +186,8 @@ def run(spec):
             emit(event="epoch", epoch=e + 1, files=got["files"], bytes=got["bytes"], seconds=t1 - t0,
                  first_batch_s=got["first_batch_s"], read_bytes=c1["read_bytes"] - c0["read_bytes"],
                  net_bytes=c1["net_bytes"] - c0["net_bytes"], cpu_s=(c1["cpu_ns"] - c0["cpu_ns"]) / 1e9,
-                 cpu_by=CPUSplit.between(s0, s1), check=verdict(got["seen"], want, sizes_only))
+                 cpu_by=CPUSplit.between(s0, s1), machine_busy=machine_busy(c0, c1),
+                 check=verdict(got["seen"], want, sizes_only))
     finally:
         system.close()
     emit(event="end", own=system.own())
@@ -258,7 +274,8 @@ def run_node(spec, cat, start):
                      first_batch_s=max(m["first_batch_s"] or 0 for m, _ in every), read_bytes=0,
                      net_bytes=c1["net_bytes"] - c0["net_bytes"],
                      between_nodes_bytes=max(0, (c1["into_nodes"] - c0["into_nodes"]) - (c1["net_bytes"] - c0["net_bytes"])),
-                     cpu_s=(c1["cpu_ns"] - c0["cpu_ns"]) / 1e9, nodes=[m for m, _ in every],
+                     cpu_s=(c1["cpu_ns"] - c0["cpu_ns"]) / 1e9, machine_busy=machine_busy(c0, c1),
+                     nodes=[m for m, _ in every],
                      check=verdict(total, want, sizes_only))
     finally:
         system.close()

@@ -432,6 +432,23 @@ class Checks(unittest.TestCase):
         self.assertAlmostEqual(b["steady"]["amp"], 2.0)
         self.assertAlmostEqual(b["steady"]["cpu_k"], 10.0)
 
+    def test_machine_busy(self):
+        # the share of the cores busy, weighted by each epoch's time
+        def rec(system, busy):
+            eps = [{"files": 100, "bytes": 1000, "seconds": s, "read_bytes": 0, "net_bytes": 0, "cpu_s": 1,
+                    "machine_busy": b, "check": "ok"} for s, b in zip((1.0, 1.0, 3.0), busy)]
+            return {"system": system, "round": 1, "status": "ok", "epochs": eps, "storage": "local",
+                    "memory": {"peak_bytes": 1}}
+
+        lines = report.busy([rec("random", (0.5, 1.0, 0.6)), rec("brandrt", (1.0, 0.2, 1.0))])
+        self.assertEqual(lines, ["machine's cores busy (epoch 1 / epochs 2 on): random 50 % / 70 %, "
+                                 "brandrt 100 % / 80 %"])
+        ticks = runner.machine_ticks()
+        self.assertTrue(0 <= ticks[0] <= ticks[1], ticks)
+        self.assertEqual(report.busy([dict(rec("random", (1, 1, 1)), epochs=[{"files": 1, "bytes": 1, "seconds": 1,
+                                                                               "read_bytes": 0, "net_bytes": 0,
+                                                                               "cpu_s": 1, "check": "ok"}] * 2)]), [])
+
 
 if __name__ == "__main__":
     unittest.main()
