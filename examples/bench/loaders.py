@@ -148,9 +148,11 @@ def args_parser():
     r.add_argument("--pipe-size", type=parse_size, default=1 << 20,
                    help="the pipe that carries every DataLoader's batches from its workers (default 1MiB; 0: "
                         "Linux's 64 KiB, which caps a DataLoader at ~600 MB/s of raw bytes on 2 cores)")
-    r.add_argument("--allowance", type=parse_size, default=parse_size("768MiB"),
+    r.add_argument("--allowance", type=parse_size,
                    help="memory for each run's processes on top of the budget (default 768MiB: a plain "
-                        "DataLoader's 4 workers and libraries take ~620 MiB, Mosaic's ~720 MiB)")
+                        "DataLoader's 4 workers and libraries take ~620 MiB, Mosaic's ~720 MiB; with large "
+                        "files, 620MiB and three batches in flight per worker when that is more: 1.4 GiB "
+                        "for 1 MB files)")
     r.add_argument("--repeat", type=int, default=1, help="rounds; each runs every system, in a rotated order; "
                                                          "tables give medians (default 1)")
     r.add_argument("--timeout", type=float, default=3600, help="seconds a run may take before it is killed and "
@@ -234,6 +236,17 @@ def file_counts(files, sizes):
         return [30000] if len(sizes) == 1 else [min(SIZES_FILES, max(1, round(SIZES_BYTES / max(1, s))))
                                                 for s in sizes]
     return files * len(sizes) if len(files) == 1 else files
+
+
+def allowance(a, cat):
+    """--allowance, or its default for the dataset: 768 MiB, or the
+    processes' ~620 MiB and, per DataLoader worker, three batches in
+    flight (two prefetched, the pickled copy of one) when that is more;
+    a batch of 64 files of 1 MB is 64 MB in every copy."""
+    if a.allowance is not None:
+        return a.allowance
+    batch = a.batch_size * cat["bytes"] / max(1, len(cat["files"]))
+    return max(768 << 20, int((620 << 20) + 3 * max(1, a.workers) * batch))
 
 
 def budget_bytes(mem, cat):
@@ -531,6 +544,7 @@ def run_dataset(a, command):
         cat = prepare_all(a)
     except prepare.PrepareError as e:
         sys.exit("bench: %s" % e)
+    a.allowance = allowance(a, cat)
     out = a.out
     os.makedirs(out, exist_ok=True)
     results = os.path.join(out, "results.jsonl")

@@ -308,6 +308,16 @@ class Arguments(unittest.TestCase):
         self.assertEqual([loaders.size_label(n) for n in (8000, 110000, 10**6, 1 << 20, 1536, 777)],
                          ["8KB", "110KB", "1MB", "1MiB", "1536B", "777B"])
 
+    def test_allowance(self):
+        a = loaders.args_parser().parse_args([])
+        small = {"bytes": 30000 * 110000, "files": [None] * 30000}
+        big = {"bytes": 3300 * 10**6, "files": [None] * 3300}
+        self.assertEqual(loaders.allowance(a, small), 768 << 20)
+        # 620 MiB and three batches of 64 files of 1 MB per worker (4)
+        self.assertEqual(loaders.allowance(a, big), (620 << 20) + 3 * 4 * 64 * 10**6)
+        a = loaders.args_parser().parse_args(["--allowance", "1GiB"])
+        self.assertEqual(loaders.allowance(a, big), 1 << 30)
+
     def test_sizes(self):
         self.assertEqual(loaders.parse_size("110KB"), 110000)
         self.assertEqual(loaders.parse_size("1.5GiB"), 3 << 29)
