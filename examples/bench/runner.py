@@ -146,6 +146,28 @@ class CPUSplit:
         return out
 
 
+class NodeSplit:
+    """A cluster node's CPU seconds by kind: its processes' (CPUSplit
+    over the node's cgroup) and its NAS client's (sshfs, in a cgroup of
+    its own)."""
+
+    KINDS = KINDS + ("nas client",)
+
+    def __init__(self, node, fs):
+        self.split, self.fs = CPUSplit(node), fs
+
+    def read(self):
+        try:
+            fs = self.fs.counters()["cpu_ns"]
+        except OSError:  # a node without a NAS client of its own
+            fs = 0
+        return self.split.read(), fs
+
+    @staticmethod
+    def between(a, b):
+        return dict(CPUSplit.between(a[0], b[0]), **{"nas client": (b[1] - a[1]) / 1e9})
+
+
 def verdict(seen, want, sizes_only):
     """'ok', or what differs between the delivered and the expected files."""
     if seen == want:
@@ -230,10 +252,11 @@ def run_node(spec, cat, start):
     me = spec["rank"]
     counters = Counters(spec) if me == 0 else None
     own = cgroups.Group.existing(spec["group"])
+    split = NodeSplit(own, cgroups.Group.existing(spec["group"] + "-fs"))
     # Epoch 1 counts from before the systems are made (see run): rank 0
     # says "go", on which the driver starts brandrt's ranks.
     dist.barrier()
-    made = counters.read() if counters else None, own.counters()["cpu_ns"], time.monotonic()
+    made = counters.read() if counters else None, own.counters()["cpu_ns"], time.monotonic(), split.read()
     if me == 0:
         emit(event="go")
     system = systems.make(spec, cat)
@@ -251,7 +274,8 @@ def run_node(spec, cat, start):
         c1 = None
         for e in range(spec["epochs"]):
             dist.barrier()
-            c0, cpu0, t0 = made if e == 0 else (counters.read() if counters else None, own.counters()["cpu_ns"], time.monotonic())
+            c0, cpu0, t0, s0 = made if e == 0 else (counters.read() if counters else None, own.counters()["cpu_ns"],
+                                                    time.monotonic(), split.read())
             if c1 is not None:
                 # the byte counters' windows touch: what moved between two
                 # epochs (a system that starts the next one early, as
@@ -259,7 +283,8 @@ def run_node(spec, cat, start):
                 c0 = dict(c0, net_bytes=c1["net_bytes"], into_nodes=c1["into_nodes"])
             got = read_epoch(system, e, progress, sizes_only)
             seen = got.pop("seen")
-            mine = dict(got, seconds=time.monotonic() - t0, cpu_s=(own.counters()["cpu_ns"] - cpu0) / 1e9)
+            mine = dict(got, seconds=time.monotonic() - t0, cpu_s=(own.counters()["cpu_ns"] - cpu0) / 1e9,
+                        cpu_by=NodeSplit.between(s0, split.read()))
             dist.barrier()
             t1 = time.monotonic()
             c1 = counters.read() if counters else None
@@ -275,6 +300,7 @@ def run_node(spec, cat, start):
                      net_bytes=c1["net_bytes"] - c0["net_bytes"],
                      between_nodes_bytes=max(0, (c1["into_nodes"] - c0["into_nodes"]) - (c1["net_bytes"] - c0["net_bytes"])),
                      cpu_s=(c1["cpu_ns"] - c0["cpu_ns"]) / 1e9, machine_busy=machine_busy(c0, c1),
+                     cpu_by={k: sum(m["cpu_by"][k] for m, _ in every) for k in NodeSplit.KINDS},
                      nodes=[m for m, _ in every],
                      check=verdict(total, want, sizes_only))
     finally:

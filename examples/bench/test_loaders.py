@@ -443,6 +443,13 @@ class Checks(unittest.TestCase):
         self.assertAlmostEqual(b["steady"]["amp"], 2.0)
         self.assertAlmostEqual(b["steady"]["cpu_k"], 10.0)
 
+    def test_node_split(self):
+        # a node's kinds, and its NAS client's CPU from its own cgroup
+        a = ((10**9, {1: ("main", 1.0), 2: ("rank", 2.0)}), 5 * 10**9)
+        b = ((5 * 10**9, {1: ("main", 2.0), 2: ("rank", 3.5)}), 7 * 10**9)
+        self.assertEqual(runner.NodeSplit.between(a, b),
+                         {"main": 1.0, "workers": 0.0, "rank": 1.5, "other": 1.5, "nas client": 2.0})
+
     def test_machine_busy(self):
         # the share of the cores busy, weighted by each epoch's time
         def rec(system, busy):
