@@ -95,9 +95,10 @@ type pendingSend struct {
 
 // serve runs the epoch until every position of the rank's trace was
 // answered (or a client ended the epoch), every peer said it is done, and
-// nothing is in flight. While a client waits or a read or send is in
-// flight it spins, yielding, for up to busySpin after its last progress;
-// otherwise, and after that, it sleeps between polls of MPI, longer and
+// nothing is in flight. With peers, after a few empty rounds (yielding),
+// it polls MPI every spinNap while a client waits or a read or send is
+// in flight, for up to busySpin after its last progress; otherwise, and
+// after that, it sleeps between polls of MPI, longer and
 // longer up to busyNap while busy (for busyWait after its last progress)
 // and maxNap while idle or stuck: a rank that waits on a peer that does
 // not answer (stopped, its node hung) takes next to no CPU, and says so
@@ -130,8 +131,16 @@ func (l *loop) serve(ctx context.Context) error {
 			if err := l.n.training.check(l.comm); err != nil {
 				return err
 			}
-			if idle++; idle < spinRounds || busy && time.Since(l.moved) < busySpin {
+			if idle++; idle < spinRounds {
 				runtime.Gosched()
+				continue
+			}
+			if busy && time.Since(l.moved) < busySpin {
+				// poll MPI every spinNap, not in a loop: a spinning rank
+				// takes the core from the training processes beside it
+				if err := l.wait(ctx, spinNap); err != nil {
+					return err
+				}
 				continue
 			}
 		}
@@ -148,8 +157,13 @@ func (l *loop) serve(ctx context.Context) error {
 // sleeps; a round takes a few microseconds. It is short: clients and I/O
 // workers wake a sleeping loop through channels at once, and spinning
 // takes CPU from the training processes on the node. busySpin bounds the
-// spinning while something is in flight: a peer that answers within it
-// is heard at once. minNap, busyNap and maxNap bound the sleeps: a
+// polling every spinNap while something is in flight: a peer that
+// answers within it is heard within spinNap. Spinning there instead (a
+// call of MPI_Iprobe every few µs) took 37 % of the rank's CPU on 3
+// emulated nodes at a quarter, and polling every 50 µs delivered 1.12–1.28x
+// its files/s in epoch 1 and 1.05–1.22x after, 1.12x with the dataset in
+// memory (BENCHMARKS.md, "The rank's polling"; 200 µs: no better).
+// minNap, busyNap and maxNap bound the sleeps: a
 // peer's message waits at most busyNap for a busy rank, maxNap for an
 // idle one, or for one where nothing moved for busyWait (a peer that does
 // not answer: polling every 2 ms then cost 4-8 % of a core, for nothing).
@@ -157,6 +171,7 @@ const (
 	busyWait   = 250 * time.Millisecond
 	spinRounds = 20
 	busySpin   = 10 * time.Millisecond
+	spinNap    = 50 * time.Microsecond
 	minNap     = time.Millisecond
 	busyNap    = 2 * time.Millisecond
 	maxNap     = 16 * time.Millisecond

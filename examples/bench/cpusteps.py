@@ -45,6 +45,10 @@ PY_RULES = [
 # Go steps, by the function a sample was in (pprof -top, flat).
 GO_RULES = [
     ("runtime.memmove", "copy files into shared memory"),
+    ("_ExternalCode", "C: MPI and its TCP (cgo)"),
+    ("runtime.cgocall", "C: MPI and its TCP (cgo)"),
+    ("gompi", "C: MPI and its TCP (cgo)"),
+    ("collectives.", "C: MPI and its TCP (cgo)"),
     ("crc32", "checksums"),
     ("Syscall", "system calls (reads, wake-ups)"),
     ("syscall.", "system calls (reads, wake-ups)"),
@@ -102,6 +106,8 @@ def _seconds(v):
 def breakdown(rec, binary):
     """{(process kind, step): CPU µs per file} of a profiled run."""
     files = sum(e["files"] for e in rec["epochs"])
+    if "go_ranks" in rec["profile"]:
+        return cluster_breakdown(rec, binary, files)
     measured = {k: sum(e["cpu_by"][k] for e in rec["epochs"]) for k in ("main", "workers", "rank", "other")}
     out = {}
     for kind, steps in py_steps(rec["profile"]["py"]).items():
@@ -114,6 +120,23 @@ def breakdown(rec, binary):
             out[("rank", step)] = 1e6 * secs / files
     out[("other", "mpirun and the rest")] = 1e6 * measured["other"] / files
     return out
+
+
+def cluster_breakdown(rec, binary, files):
+    """{(process kind, step): CPU µs per file} of a profiled run on a
+    cluster: the ranks' steps from their profiles, summed over the nodes,
+    and every other kind of process whole (the kernel's counts)."""
+    out = collections.Counter()
+    for d in rec["profile"]["go_ranks"]:
+        if os.path.exists(os.path.join(d, "cpu.pprof")):
+            for step, secs in go_steps(binary, os.path.join(d, "cpu.pprof")).items():
+                out[("rank", step)] += 1e6 * secs / files
+    for kind in rec["epochs"][0]["cpu_by"]:
+        if kind != "rank":
+            secs = sum(e["cpu_by"][kind] for e in rec["epochs"])
+            out[("other" if kind == "nas client" else kind, "all" if kind != "nas client" else "NAS client (sshfs)")] += \
+                1e6 * secs / files
+    return dict(out)
 
 
 def table(records, binary):

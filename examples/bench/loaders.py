@@ -169,6 +169,7 @@ def args_parser():
     r.add_argument("--profile", action="store_true",
                    help="sample every run's Python processes with py-spy and its brandrt rank with serve "
                         "--cpuprofile (in --out), and print the CPU µs per file of each step (cpusteps.py); "
+                        "with --nodes, every rank's alone, beside the CPU of each kind of process; "
                         "sampling slows the runs: their speeds are not for comparing")
     o = p.add_argument_group("output")
     o.add_argument("--out", help="directory for results.jsonl, the tables and the plots (default "
@@ -603,7 +604,16 @@ def run_cluster(a, cat, runs, jf):
                         n += 1
                         log("%d nodes, %s, round %d: %s%s" % (nodes, mem_label(mem), rnd + 1, system, " K=%d" % k if k else ""))
                         flags = POLICIES.get(system[8:], []) if system.startswith("brandrt") else []
+                        prof = None
+                        if a.profile and system.startswith("brandrt"):
+                            # every rank profiles itself; the Python side is
+                            # not sampled on a cluster (its CPU is split by
+                            # process all the same)
+                            prof = os.path.join(a.out, "profile-%d-%s-k%d" % (n, system, k))
+                            flags = flags + ["--cpuprofile", os.path.join(prof, "rank-{rank}")]
                         rec = cluster.run(a, cl, cat, mem, mem_label(mem), system, k, n, flags)
+                        if prof:
+                            rec["profile"] = {"go_ranks": [os.path.join(prof, "rank-%d" % r) for r in range(nodes)]}
                         rec["round"] = rnd + 1
                         records.append(rec)
                         jf.write(json.dumps(rec) + "\n")

@@ -420,6 +420,13 @@ class Checks(unittest.TestCase):
         self.assertAlmostEqual(got[("workers", "pickle batches")], 1000)
         self.assertAlmostEqual(got[("other", "mpirun and the rest")], 500)
         self.assertIn("pipe: receive batches", cpusteps.table([rec], "/nonexistent"))
+        # on a cluster: the ranks' profiles, and every other kind whole
+        rec = {"system": "brandrt-window", "chunk_files": 64, "status": "ok", "profile": {"go_ranks": ["/nonexistent"]},
+               "epochs": [{"files": 1000, "cpu_by": {"main": 1.0, "workers": 0.5, "rank": 2.0, "other": 0.0,
+                                                     "nas client": 0.25}}]}
+        got = cpusteps.breakdown(rec, "/nonexistent")
+        self.assertEqual(got, {("main", "all"): 1000, ("workers", "all"): 500, ("other", "all"): 0,
+                               ("other", "NAS client (sshfs)"): 250})
 
     def test_verdict(self):
         want = collections.Counter({1: 1, 2: 1, 3: 1})
