@@ -151,7 +151,7 @@ def args_parser():
     r.add_argument("--allowance", type=parse_size,
                    help="memory for each run's processes on top of the budget (default 768MiB: a plain "
                         "DataLoader's 4 workers and libraries take ~620 MiB, Mosaic's ~720 MiB; with large "
-                        "files, 620MiB and three batches in flight per worker when that is more: 1.4 GiB "
+                        "files, 620MiB and three batches in flight per worker when that is more: 1.3 GiB "
                         "for 1 MB files)")
     r.add_argument("--repeat", type=int, default=1, help="rounds; each runs every system, in a rotated order; "
                                                          "tables give medians (default 1)")
