@@ -133,9 +133,8 @@ def cluster_breakdown(rec, binary, files):
                 out[("rank", step)] += 1e6 * secs / files
     for kind in rec["epochs"][0]["cpu_by"]:
         if kind != "rank":
-            secs = sum(e["cpu_by"][kind] for e in rec["epochs"])
-            out[("other" if kind == "nas client" else kind, "all" if kind != "nas client" else "NAS client (sshfs)")] += \
-                1e6 * secs / files
+            row = ("other", "NAS client (sshfs)") if kind == "nas client" else (kind, "all")
+            out[row] += 1e6 * sum(e["cpu_by"][kind] for e in rec["epochs"]) / files
     return dict(out)
 
 

@@ -138,7 +138,8 @@ def args_parser():
     r.add_argument("--storage", type=lambda s: [x.strip() for x in s.split(",")], default=["local"],
                    help="local, nas or both (local,nas); nas starts the emulated NAS of nas.sh and stops it")
     r.add_argument("--mem", type=listed(parse_mem), default=[("%", 25.0)],
-                   help="memory budgets, comma-separated: percentages of the dataset (over 100 %%: more than it) or sizes (default 25%%)")
+                   help="memory budgets, comma-separated: percentages of the dataset (over 100 %%: more than it) "
+                        "or sizes (default 25%%)")
     r.add_argument("--chunk-files", type=listed(int), default=[64], help="brandrt's K values (default 64)")
     r.add_argument("--epochs", type=int, default=3, help="epochs per run (default 3; epoch 1 is reported "
                                                          "apart from epochs 2 on)")
@@ -508,25 +509,24 @@ def main():
                        sys.argv[1:])
     if len(a.file_size) == 1:
         a.files, a.file_size = a.files[0], a.file_size[0]
-        return run_dataset(a, command)
+        run_dataset(a, command)
+        return
     # one dataset per size, each a run of its own with its own tables and
     # plots; then brandrt's ratios by size
-    failed, summary = 0, []
+    summary = []
     for size, files in zip(a.file_size, a.files):
         b = argparse.Namespace(**vars(a))
         b.file_size, b.files = size, files
         b.work = os.path.join(a.work, "size-" + size_label(size))
         b.out = os.path.join(a.out, size_label(size))
         log("files of %s: %s files in %s" % (size_label(size), report.comma(files), b.work))
-        records, n = run_dataset(b, command)
-        failed += n
+        records = run_dataset(b, command)
         summary += ["%s (%s files): %s" % (size_label(size), report.comma(files), line)
                     for line in report.versus(records)]
     text = "== by file size\n" + "\n".join(summary) + "\n"
     print(text)
     with open(os.path.join(a.out, "sizes.txt"), "w") as f:
         f.write(text)
-    return records, failed
 
 
 def size_label(n):
@@ -540,7 +540,7 @@ def size_label(n):
 def run_dataset(a, command):
     """Every round of every system on one dataset (a.files of
     a.file_size, or a.input); writes a.out's results, tables and plots.
-    Returns the records and how many runs failed."""
+    Returns the records."""
     try:
         cat = prepare_all(a)
     except prepare.PrepareError as e:
@@ -589,7 +589,7 @@ def run_dataset(a, command):
     failed = [r for r in records if r["status"] != "ok"]
     if failed:
         log("%d of %d runs failed (shown in the table)" % (len(failed), len(records)))
-    return records, len(failed)
+    return records
 
 
 def run_cluster(a, cat, runs, jf):

@@ -167,6 +167,12 @@ class NodeSplit:
     def between(a, b):
         return dict(CPUSplit.between(a[0], b[0]), **{"nas client": (b[1] - a[1]) / 1e9})
 
+    @staticmethod
+    def node_seconds(a, b):
+        """The CPU seconds of the node's cgroup (its NAS client's not
+        included) between two readings."""
+        return (b[0][0] - a[0][0]) / 1e9
+
 
 def verdict(seen, want, sizes_only):
     """'ok', or what differs between the delivered and the expected files."""
@@ -251,12 +257,11 @@ def run_node(spec, cat, start):
     dist = join_cluster(spec)
     me = spec["rank"]
     counters = Counters(spec) if me == 0 else None
-    own = cgroups.Group.existing(spec["group"])
-    split = NodeSplit(own, cgroups.Group.existing(spec["group"] + "-fs"))
+    split = NodeSplit(cgroups.Group.existing(spec["group"]), cgroups.Group.existing(spec["group"] + "-fs"))
     # Epoch 1 counts from before the systems are made (see run): rank 0
     # says "go", on which the driver starts brandrt's ranks.
     dist.barrier()
-    made = counters.read() if counters else None, own.counters()["cpu_ns"], time.monotonic(), split.read()
+    made = counters.read() if counters else None, time.monotonic(), split.read()
     if me == 0:
         emit(event="go")
     system = systems.make(spec, cat)
@@ -274,8 +279,7 @@ def run_node(spec, cat, start):
         c1 = None
         for e in range(spec["epochs"]):
             dist.barrier()
-            c0, cpu0, t0, s0 = made if e == 0 else (counters.read() if counters else None, own.counters()["cpu_ns"],
-                                                    time.monotonic(), split.read())
+            c0, t0, s0 = made if e == 0 else (counters.read() if counters else None, time.monotonic(), split.read())
             if c1 is not None:
                 # the byte counters' windows touch: what moved between two
                 # epochs (a system that starts the next one early, as
@@ -283,8 +287,9 @@ def run_node(spec, cat, start):
                 c0 = dict(c0, net_bytes=c1["net_bytes"], into_nodes=c1["into_nodes"])
             got = read_epoch(system, e, progress, sizes_only)
             seen = got.pop("seen")
-            mine = dict(got, seconds=time.monotonic() - t0, cpu_s=(own.counters()["cpu_ns"] - cpu0) / 1e9,
-                        cpu_by=NodeSplit.between(s0, split.read()))
+            s1 = split.read()
+            mine = dict(got, seconds=time.monotonic() - t0, cpu_s=NodeSplit.node_seconds(s0, s1),
+                        cpu_by=NodeSplit.between(s0, s1))
             dist.barrier()
             t1 = time.monotonic()
             c1 = counters.read() if counters else None

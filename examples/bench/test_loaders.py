@@ -45,13 +45,13 @@ def bench(work, *args, timeout=300):
         raise AssertionError("loaders.py %s: no result in %d s\n%s" % (" ".join(args), timeout, stderr[-3000:]))
     p = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     p.pid = proc.pid
-    _, meta, recs = bench_results(out)
+    meta, recs = bench_results(out)
     return p, meta, recs
 
 
 def bench_results(out):
-    """(out, meta, records) of out/results.jsonl; no meta and no records
-    when it is not there."""
+    """(meta, records) of out/results.jsonl; no meta and no records when
+    it is not there."""
     meta, recs = None, []
     path = os.path.join(out, "results.jsonl")
     if os.path.exists(path):
@@ -62,7 +62,7 @@ def bench_results(out):
                     meta = r
                 else:
                     recs.append(r)
-    return out, meta, recs
+    return meta, recs
 
 
 def need_root(test):
@@ -148,7 +148,7 @@ class EndToEnd(unittest.TestCase):
         for size, mean in (("8KB", 8000), ("24KB", 24000)):
             with open(os.path.join(work, "size-" + size, "input.json")) as f:
                 self.assertEqual(json.load(f)["mean_size"], mean)
-            _, meta, recs = bench_results(os.path.join(work, "out", size))
+            meta, recs = bench_results(os.path.join(work, "out", size))
             self.assertEqual(meta["files"], FILES)
             self.assertEqual([r["system"] for r in recs], ["random", "brandrt-window"])
             for r in recs:
