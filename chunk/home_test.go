@@ -128,6 +128,10 @@ func TestHomeReadsItsShards(t *testing.T) {
 	if c != h.Chunks() {
 		t.Fatalf("%d chunks, the home says %d", c, h.Chunks())
 	}
+	// one read at a time: the shards share one buffer, kept for the next
+	if home, shards := chunk.PoolFree(h); home != 1 || shards != 0 {
+		t.Fatalf("after reading one chunk at a time, the home keeps %d read buffers and its shards %d, want 1 and 0", home, shards)
+	}
 	if _, _, err := h.ReadWhole(c); err == nil {
 		t.Fatal("a chunk past the home's last was read")
 	}

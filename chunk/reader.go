@@ -363,14 +363,16 @@ type bufPool struct {
 }
 
 // poolKeep bounds the buffers kept. A buffer is only made when none is
-// free, so those kept were all in use at one time: they cost no more than
-// the reads once in flight together (a caller with W workers reading
+// free (a free one too small for the read is unmapped first), so the
+// buffers, lent and kept, were all in use at one time: they cost no more
+// than the reads once in flight together (a caller with W workers reading
 // chunks keeps at most W: rt counts them, Node.Footprint).
 const poolKeep = 8
 
 // Alloc returns a buffer of at least n bytes.
 func (p *bufPool) Alloc(n int64) ([]byte, error) {
 	p.mu.Lock()
+	var small []byte
 	for i, b := range p.free {
 		if int64(len(b)) >= n {
 			p.free = slices.Delete(p.free, i, i+1)
@@ -378,7 +380,13 @@ func (p *bufPool) Alloc(n int64) ([]byte, error) {
 			return b, nil
 		}
 	}
+	if last := len(p.free) - 1; last >= 0 {
+		small, p.free = p.free[last], p.free[:last]
+	}
 	p.mu.Unlock()
+	if small != nil {
+		_ = syscall.Munmap(small)
+	}
 	size := alignUp(max(n, 1), 1<<20)
 	m, err := syscall.Mmap(-1, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
