@@ -46,6 +46,15 @@ func TestArenaLendsAndMerges(t *testing.T) {
 		if int64(len(b)) < n || len(b)%arenaGrain != 0 {
 			t.Fatalf("step %d: asked %d bytes, got %d", step, n, len(b))
 		}
+		// a file's place costs at most an eighth more than its bytes
+		// and a page; a chunk's (2 MiB on), a MiB for the page
+		most := n + n/8 + arenaGrain
+		if n >= 2<<20 {
+			most += 1 << 20
+		}
+		if int64(len(b)) > most {
+			t.Fatalf("step %d: asked %d bytes, got %d, more than %d", step, n, len(b), most)
+		}
 		if off, ok := a.Offset(b); ok {
 			if off%arenaGrain != 0 {
 				t.Fatalf("step %d: offset %d not on the grain", step, off)
