@@ -9,7 +9,7 @@ import (
 
 // MemAllowance is the memory a rank with budget (its --mem) takes beyond
 // its files (the budget, and --remote-mem with other ranks) and its chunk
-// reads in flight (--io-workers chunks), in bytes:
+// reads in flight (--read-mem), in bytes:
 // what the kernel counts against the rank's memory cgroup is at most
 // Node.Footprint. It is HandCap(budget), the files DataLoader workers handed on
 // to their training processes that those still hold (beyond it they get
@@ -57,11 +57,23 @@ func (n *Node) footprint() (budget, own, remote, reads int64) {
 	return budget, own, remote, n.readBytes()
 }
 
-// readBytes is what the chunk reads in flight take at most: IOWorkers
-// buffers of the largest chunk, each rounded up to a MiB.
-func (n *Node) readBytes() int64 {
-	return int64(n.cfg.IOWorkers) * ((n.data.maxChunk + 1<<20 - 1) >> 20 << 20)
+// readBytes is what the chunk reads in flight take at most: their
+// bound (readMem), or the largest chunk, which may go alone.
+func (n *Node) readBytes() int64 { return max(n.readMem(), mibUp(n.data.maxChunk)) }
+
+// readMem bounds the bytes of the chunk reads in flight (ioPool.flush):
+// Config.ReadMemBytes, or IOWorkers buffers of the largest chunk, at most
+// DefaultReadMem. A read's buffer is its chunk rounded up to a MiB (see
+// chunk's buffer pool).
+func (n *Node) readMem() int64 {
+	if n.cfg.ReadMemBytes > 0 {
+		return n.cfg.ReadMemBytes
+	}
+	return min(int64(n.cfg.IOWorkers)*mibUp(n.data.maxChunk), DefaultReadMem)
 }
+
+// mibUp rounds n bytes up to a MiB.
+func mibUp(n int64) int64 { return (n + 1<<20 - 1) >> 20 << 20 }
 
 // fitsCgroup refuses a rank whose memory (Footprint) exceeds its memory
 // cgroup's limit (Config.MemLimitBytes): the kernel would kill it later.
@@ -76,9 +88,9 @@ func (n *Node) fitsCgroup() error {
 	if least := remote + reads + MemAllowance(0); limit <= least {
 		do = fmt.Sprintf("that leaves nothing for its files: run it with more memory than %s", mib(least))
 	}
-	return fmt.Errorf("rt: the rank needs %s of memory: %s of its own files (--mem %s), %s of other ranks' (--remote-mem), %s for its chunk reads in flight (--io-workers %d of chunks up to %s) and %s beside them (brandrt's allowance: the runtime and files handed on to training processes); "+
+	return fmt.Errorf("rt: the rank needs %s of memory: %s of its own files (--mem %s), %s of other ranks' (--remote-mem), %s for its chunk reads in flight (--read-mem %s; chunks up to %s) and %s beside them (brandrt's allowance: the runtime and files handed on to training processes); "+
 		"its memory cgroup allows %s (%s): %s",
-		mib(need), mib(own), mib(budget), mib(remote), mib(reads), n.cfg.IOWorkers, mib(n.data.maxChunk), mib(MemAllowance(budget)), mib(limit), n.cfg.MemLimitFrom, do)
+		mib(need), mib(own), mib(budget), mib(remote), mib(reads), mib(n.readMem()), mib(n.data.maxChunk), mib(MemAllowance(budget)), mib(limit), n.cfg.MemLimitFrom, do)
 }
 
 // cgroupBudget is the budget that Config.MemCgroupFraction gives the rank

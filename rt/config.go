@@ -85,8 +85,11 @@ type Config struct {
 	// with the file delivered at every position of every rank's trace
 	// (proto.NoFile where none was).
 	Order func(epoch uint32, files [][]proto.FileID)
-	// IOWorkers bounds the chunk reads in flight.
-	IOWorkers int
+	// IOWorkers bounds the chunk reads in flight, ReadMemBytes the bytes
+	// they read into (0: IOWorkers of the largest chunk, at most
+	// DefaultReadMem; one read goes ahead whatever its size).
+	IOWorkers    int
+	ReadMemBytes int64
 	// Consume is the number of in-process consumers per rank, each reading
 	// its share of the rank's trace and verifying every file; Depth is
 	// the requests each keeps in flight. With none, other clients (shared
@@ -166,6 +169,10 @@ const (
 	MaxConsumers = 1024
 	MaxDepth     = 1024
 	MaxIOWorkers = 1024
+	// DefaultReadMem bounds the bytes of the chunk reads in flight,
+	// unless Config.ReadMemBytes says otherwise: four chunks of 64 files
+	// of 110 KB fit; of 1 MB files, one.
+	DefaultReadMem = 64 << 20
 )
 
 // DefaultConfig returns the defaults; the caller sets Chunks and the
@@ -196,6 +203,7 @@ func (c Config) Validate() error {
 	add(c.MixBatch >= 0, "batch %d, want ≥ 0 (0 measures no order)", c.MixBatch)
 	add(c.Epochs >= 1 && c.Epochs <= proto.MaxEpochs, "%d epochs, want 1 to %d", c.Epochs, proto.MaxEpochs)
 	add(c.IOWorkers >= 1 && c.IOWorkers <= MaxIOWorkers, "%d I/O workers, want 1 to %d", c.IOWorkers, MaxIOWorkers)
+	add(c.ReadMemBytes >= 0, "read memory %d bytes, want ≥ 0 (0: the default)", c.ReadMemBytes)
 	add(c.Consume >= 0 && c.Consume <= MaxConsumers, "%d consumers, want 0 to %d", c.Consume, MaxConsumers)
 	add(c.Depth >= 1 && c.Depth <= MaxDepth, "depth %d, want 1 to %d", c.Depth, MaxDepth)
 	add(!c.ClientTraces || c.Consume == 0, "in-process consumers read generated traces: client traces need 0 consumers, not %d", c.Consume)

@@ -37,6 +37,9 @@ type dataset struct {
 	crcSum, labelSum int64
 	maxSize          int64
 	maxChunk         int64 // the bytes of the shard's largest chunk file
+	// chunkBytes are the bytes of each of the shard's chunks, by its
+	// number in the shard
+	chunkBytes []int64
 	// sizes are this rank's file sizes, from its opening until the window
 	// policy's rank is built from every rank's; allSizes are then every
 	// file's, by file id (a job resumed on another plan replans the
@@ -75,11 +78,14 @@ func (n *Node) open() error {
 		return err
 	}
 	sizes := make([]int64, n.data.shard.Len())
+	n.data.chunkBytes = make([]int64, n.data.shard.Chunks())
 	for i := range sizes {
 		e := n.data.shard.Record(i)
 		sizes[i] = int64(e.Size)
 		n.data.maxSize = max(n.data.maxSize, sizes[i])
-		n.data.maxChunk = max(n.data.maxChunk, e.Offset+int64(e.Size))
+		c := &n.data.chunkBytes[i/n.data.k] // shards hold whole chunks but the last
+		*c = max(*c, e.Offset+int64(e.Size))
+		n.data.maxChunk = max(n.data.maxChunk, *c)
 		n.data.crcSum += int64(e.CRC)
 		n.data.labelSum += int64(e.Label)
 	}

@@ -133,7 +133,9 @@
 //     proto.Read from ioPool.queue, read the chunk through
 //     storageWatch.retry and hand the readResult over on ioPool.done,
 //     which has no room: a worker keeps its buffer until the loop takes
-//     it. ioPool.close starts one more, to release late results.
+//     it. The loop gives them reads within Config.ReadMemBytes
+//     (ioPool.flush), counted until it has stepped each. ioPool.close
+//     starts one more, to release late results.
 //   - The consumers (Config.Consume) of each epoch, and one that closes
 //     consumers.done after them, send Asks, check and release what
 //     comes back, and add their counts under consumers.mu.

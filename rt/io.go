@@ -44,13 +44,18 @@ type readResult struct {
 	keptBytes int64
 }
 
-// ioPool runs chunk reads in worker goroutines, at most workers at once.
-// Only the loop calls its methods.
+// ioPool runs chunk reads in worker goroutines, at most workers at once,
+// and within readMem bytes. Only the loop calls its methods.
 type ioPool struct {
 	queue    chan proto.Read
 	done     chan readResult
 	backlog  []proto.Read
 	inflight int // reads added and not yet stepped back
+	// reading is the bytes of the reads given to the workers that the
+	// loop has not yet let go of (readDone): at most readMem, or one read
+	// of any size. bytes gives a chunk's, as its buffer takes them.
+	reading, readMem int64
+	bytes            func(pc int) int64
 	wg       sync.WaitGroup
 	// resident holds the chunks read to be kept (proto.Read.Keep): the
 	// chunks an epoch reads last stay for the next, which begins with
@@ -61,10 +66,10 @@ type ioPool struct {
 	resident map[int]*keptChunk
 	mem      chunk.Memory
 	ready    []readResult
-	// reading holds, per chunk being read from storage to be kept, the
+	// waits holds, per chunk being read from storage to be kept, the
 	// later reads of it that wait for that read (the next epoch's, read
 	// ahead): they are answered from memory.
-	reading map[int][]proto.Read
+	waits map[int][]proto.Read
 	watch   *storageWatch
 }
 
@@ -74,10 +79,11 @@ type ioPool struct {
 // copied into mem (nil: Go memory).
 func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storageWatch, replaced func() error, mem chunk.Memory) *ioPool {
 	// done has no room: a finished read's buffer waits in its worker, so
-	// that no more than workers chunk buffers are ever held by reads
-	// (Node.Footprint counts them); the loop takes results at once.
+	// that no more than workers chunk buffers are ever held by reads; the
+	// loop takes results at once, and flush keeps them within readMem
+	// bytes (Node.Footprint counts them).
 	p := &ioPool{queue: make(chan proto.Read, workers), done: make(chan readResult), watch: w,
-		resident: make(map[int]*keptChunk), reading: make(map[int][]proto.Read), mem: mem}
+		resident: make(map[int]*keptChunk), waits: make(map[int][]proto.Read), mem: mem}
 	for range workers {
 		p.wg.Add(1)
 		go func() {
@@ -158,12 +164,12 @@ func (p *ioPool) add(r proto.Read) {
 		p.fromMemory(r, kc)
 		return
 	}
-	if waits, ok := p.reading[r.PC]; ok {
-		p.reading[r.PC] = append(waits, r)
+	if waits, ok := p.waits[r.PC]; ok {
+		p.waits[r.PC] = append(waits, r)
 		return
 	}
 	if r.Keep {
-		p.reading[r.PC] = nil
+		p.waits[r.PC] = nil
 	}
 	p.backlog = append(p.backlog, r)
 	p.flush()
@@ -180,19 +186,33 @@ func (p *ioPool) fromMemory(r proto.Read, kc *keptChunk) {
 	p.ready = append(p.ready, readResult{read: r, ch: kc.ch, kc: kc, resident: true})
 }
 
-// flush hands queued reads to the workers while they have room.
+// flush hands queued reads to the workers while they have room, and
+// the bytes in flight too (readMem; one read goes whatever its size).
 func (p *ioPool) flush() bool {
 	moved := false
 	for len(p.backlog) > 0 {
+		n := p.bytes(p.backlog[0].PC)
+		if p.reading > 0 && p.reading+n > p.readMem {
+			return moved
+		}
 		select {
 		case p.queue <- p.backlog[0]:
 			p.backlog = p.backlog[1:]
+			p.reading += n
 			moved = true
 		default:
 			return moved
 		}
 	}
 	return moved
+}
+
+// stepped lets go of the bytes of a read from storage that the loop has
+// stepped (readDone): its buffer is gone by then (loop.keepOrCopy).
+func (p *ioPool) stepped(res *readResult) {
+	if !res.resident {
+		p.reading -= p.bytes(res.read.PC)
+	}
 }
 
 func (p *ioPool) idle() bool { return p.inflight == 0 }
@@ -225,8 +245,8 @@ func (p *ioPool) keep(res *readResult) {
 		res.kc.hold() // the read's
 		p.resident[pc] = res.kc
 	}
-	waits := p.reading[pc]
-	delete(p.reading, pc)
+	waits := p.waits[pc]
+	delete(p.waits, pc)
 	for _, w := range waits {
 		p.inflight-- // counted when it was added
 		p.add(w)

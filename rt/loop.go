@@ -357,6 +357,7 @@ func (l *loop) ask(r Ask) error {
 // readDone steps a finished chunk read.
 func (l *loop) readDone(res readResult) error {
 	l.io.inflight--
+	defer l.io.stepped(&res) // its buffer is gone by then
 	st := &l.stats
 	if res.read.Epoch > l.epoch { // read ahead while this epoch drains
 		st = &l.n.next.stats

@@ -29,6 +29,7 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 	n.training.begin()
 	firstPC, _ := n.data.m.RankPCs(n.me)
 	io := newIOPool(n.data.shard, n.data.source, firstPC, n.cfg.IOWorkers, n.newStorageWatch(), n.replaced, n.cfg.Memory)
+	io.readMem, io.bytes = n.readMem(), func(pc int) int64 { return mibUp(n.data.chunkBytes[pc-firstPC]) }
 	defer io.close()
 	n.sayResidency()
 	reqs := n.clients.events

@@ -61,7 +61,7 @@ func serveCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "dataset directory ({rank} is replaced by the rank, for node-local copies)"},
 			&cli.GenericFlag{Name: "mem", Value: &mem, Usage: "memory for this rank's own files: bytes (12GiB), a percentage of its shard (25%), or a percentage of what its memory cgroup (Slurm's, a container's) leaves beside --remote-mem and brandrt's allowance (90%cgroup); the default is half this node's RAM. " +
-				"The rank takes at most --mem, --remote-mem (with other ranks), its chunk reads in flight (--io-workers buffers of its largest chunk) and an allowance of 64 MiB for the runtime plus an eighth of --mem (at least 32 MiB, at most 256 MiB) for files handed to training processes: 96 to 320 MiB; one whose memory cgroup allows less is refused at start-up, with the numbers"},
+				"The rank takes at most --mem, --remote-mem (with other ranks), its chunk reads in flight (--read-mem) and an allowance of 64 MiB for the runtime plus an eighth of --mem (at least 32 MiB, at most 256 MiB) for files handed to training processes: 96 to 320 MiB; one whose memory cgroup allows less is refused at start-up, with the numbers"},
 			&cli.GenericFlag{Name: "remote-mem", Value: &memBudget{bytes: -1}, Usage: "memory for files other ranks push ahead of time, in bytes"},
 			&cli.StringFlag{Name: "policy", Value: d.Policy, Usage: "window (read each chunk once, every epoch planned ahead, as brandrt simulate does) or paper (the Brand/Redox protocol)"},
 			&cli.StringFlag{Name: "variant", Value: d.Variant.String(), Usage: "the paper policy's variant: full, random-selection, no-prefetching or no-optimization"},
@@ -83,6 +83,7 @@ func serveCommand() *cli.Command {
 			durationFlag("client-wait", d.ClientWait, false, "how long a rank whose training processes all went away in the middle of an epoch, or stopped reading what they asked for, waits for one to come back before it ends the job (0: for ever); a process with a BrandSampler that dies ends the job within 5 s"),
 			durationFlag("training-wait", d.TrainingWait, false, "how long after serving begins the job waits for a training process to attach to every rank (a launch that failed on some nodes) before it ends, naming the ranks and nodes that had none; meanwhile the ranks say which every --peer-warn (0: for ever)"),
 			intFlag("io-workers", int64(d.IOWorkers), 1, rt.MaxIOWorkers, whyWorkers, "chunk reads in flight at once"),
+			&cli.GenericFlag{Name: "read-mem", Value: &memBudget{bytes: -1}, Usage: fmt.Sprintf("the most memory chunk reads in flight take at once, in bytes (a read's buffer is its chunk rounded up to a MiB; one read goes ahead whatever its size); the default is --io-workers buffers of the largest chunk, at most %s: four chunks of 64 files of 110 KB, one of 64 files of 1 MB", humanize.IBytes(rt.DefaultReadMem))},
 			intFlag("consume", int64(d.Consume), 0, rt.MaxConsumers, "rt's most", "in-process readers per rank; 0: serve training processes through shared memory"),
 			intFlag("depth", int64(d.Depth), 1, rt.MaxDepth, "rt's most", "requests each in-process reader keeps in flight"),
 			durationFlag("pause", 0, false, "in-process readers wait this long at the start of each epoch (the rank's idle CPU use is then printed)"),
@@ -215,6 +216,13 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 		return cfg, fmt.Errorf("--traces %q: want seed or clients", t)
 	}
 	cfg.IOWorkers, cfg.Consume, cfg.Depth, cfg.Pause = c.Int("io-workers"), c.Int("consume"), c.Int("depth"), c.Duration("pause")
+	if c.IsSet("read-mem") {
+		rm := c.Generic("read-mem").(*memBudget)
+		if rm.fraction > 0 || rm.bytes < 1 {
+			return cfg, fmt.Errorf("--read-mem %s: want bytes (e.g. 64MiB)", rm.String())
+		}
+		cfg.ReadMemBytes = rm.bytes
+	}
 	cfg.Resume = c.Bool("resume")
 	cfg.OnDamage, cfg.ClientWait, cfg.TrainingWait = c.String("on-damage"), c.Duration("client-wait"), c.Duration("training-wait")
 	ms := c.Generic("max-skipped").(*countOrShare)
