@@ -2,6 +2,7 @@ package shm
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"syscall"
@@ -15,56 +16,68 @@ import (
 
 // TestArenaLendsAndMerges: random allocations and frees never overlap,
 // stay inside the arena until it is full, overflow into anonymous memory
-// after, and once all is freed the free list is one extent again.
+// after, and once all is freed the free list is one extent again. Small
+// buffers take slots in shared pages, others pages of their own.
 func TestArenaLendsAndMerges(t *testing.T) {
-	a, err := NewArena(64 << 20)
+	a, err := NewArena(32 << 20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
 	rng := rand.New(rand.NewPCG(1, 2))
 	var held [][]byte
-	owner := make([]int, a.Size()/arenaGrain) // grain -> 1 + index into held, 0 free
-	for step := range 4000 {
+	const unit = 16                      // the smallest slot
+	owner := make([]bool, a.Size()/unit) // lent or not, by unit
+	mark := func(b []byte, to bool, step int) {
+		off, ok := a.Offset(b)
+		if !ok {
+			return
+		}
+		for u := off / unit; u < (off+uint64(len(b)))/unit; u++ {
+			if to && owner[u] {
+				t.Fatalf("step %d: byte %d lent twice", step, u*unit)
+			}
+			owner[u] = to
+		}
+	}
+	for step := range 6000 {
 		if len(held) > 0 && rng.IntN(2) == 0 {
 			i := rng.IntN(len(held))
-			b := held[i]
-			if off, ok := a.Offset(b); ok {
-				for g := off / arenaGrain; g < (off+uint64(len(b)))/arenaGrain; g++ {
-					owner[g] = 0
-				}
-			}
-			a.Free(b)
+			mark(held[i], false, step)
+			a.Free(held[i])
 			held = slices.Delete(held, i, i+1)
 			continue
 		}
 		n := int64(1 + rng.IntN(3<<20))
+		switch rng.IntN(3) {
+		case 0:
+			n = int64(1 + rng.IntN(slabMax)) // small files
+		case 1:
+			n = int64(1+rng.IntN(16)) * arenaGrain // whole pages
+		}
 		b, err := a.Alloc(n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if int64(len(b)) < n || len(b)%arenaGrain != 0 {
-			t.Fatalf("step %d: asked %d bytes, got %d", step, n, len(b))
-		}
+		pages := n >= slabMax || n%arenaGrain == 0
 		// a file's place costs at most an eighth more than its bytes
-		// and a page; a chunk's (2 MiB on), a MiB for the page
+		// and a page (a slot: a sixteenth and 15 bytes); a chunk's (2
+		// MiB on), a MiB for the page
 		most := n + n/8 + arenaGrain
-		if n >= 2<<20 {
+		switch {
+		case !pages:
+			most = n + n/16 + 15
+		case n >= 2<<20:
 			most += 1 << 20
 		}
-		if int64(len(b)) > most {
-			t.Fatalf("step %d: asked %d bytes, got %d, more than %d", step, n, len(b), most)
+		if int64(len(b)) < n || int64(len(b)) > most || (pages && len(b)%arenaGrain != 0) {
+			t.Fatalf("step %d: asked %d bytes, got %d (at most %d)", step, n, len(b), most)
 		}
 		if off, ok := a.Offset(b); ok {
-			if off%arenaGrain != 0 {
-				t.Fatalf("step %d: offset %d not on the grain", step, off)
+			if pages && off%arenaGrain != 0 {
+				t.Fatalf("step %d: %d bytes at offset %d, not on a page", step, n, off)
 			}
-			for g := off / arenaGrain; g < (off+uint64(len(b)))/arenaGrain; g++ {
-				if owner[g] != 0 {
-					t.Fatalf("step %d: grain %d lent twice", step, g)
-				}
-				owner[g] = 1
-			}
+			mark(b, true, step)
 			b[0], b[len(b)-1] = 1, 2 // the pages are writable
 		} else {
 			b[len(b)-1] = 3 // overflow: anonymous memory
@@ -72,13 +85,13 @@ func TestArenaLendsAndMerges(t *testing.T) {
 		held = append(held, b)
 	}
 	if a.Overflows.Load() == 0 {
-		t.Error("4000 allocations of up to 3 MiB never filled a 64 MiB arena")
+		t.Error("6000 allocations of up to 3 MiB never filled a 32 MiB arena")
 	}
 	for _, b := range held {
 		a.Free(b)
 	}
-	if len(a.free) != 1 || a.free[0] != (extent{0, a.Size()}) {
-		t.Fatalf("free list after freeing everything: %v", a.free)
+	if len(a.free) != 1 || a.free[0] != (extent{0, a.Size()}) || a.lent != 0 || len(a.slabOf) != 0 {
+		t.Fatalf("after freeing everything: free list %v, %d bytes lent, %d pages in slabs", a.free, a.lent, len(a.slabOf))
 	}
 	if _, ok := a.Offset(make([]byte, 10)); ok {
 		t.Error("Go memory taken for the arena's")
@@ -270,4 +283,48 @@ func memfdBytes(t *testing.T, a *Arena) uint64 {
 		t.Fatal(err)
 	}
 	return uint64(st.Blocks) * 512
+}
+
+// TestArenaSmallFilesSharePages: files of 61 bytes take 64 each in shared
+// pages, not a page each; a file freed leaves its slot to the next, and
+// the pages go back with their last file.
+func TestArenaSmallFilesSharePages(t *testing.T) {
+	if !rt.Handable(slabMax) || rt.Handable(slabMax-1) || !rt.Handable(arenaGrain) {
+		t.Fatalf("rt.Handable and the arena disagree on the files with pages of their own (from %d bytes, and whole pages)", slabMax)
+	}
+	a, err := NewArena(16 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	const files = 10000
+	held := make([][]byte, files)
+	for i := range held {
+		if held[i], err = a.Alloc(61); err != nil {
+			t.Fatal(err)
+		}
+		copy(held[i], fmt.Sprintf("file %d", i))
+	}
+	if r := a.Resident(); r > files*64+arenaGrain {
+		t.Fatalf("%d files of 61 bytes: %d bytes of pages, want at most %d", files, r, files*64+arenaGrain)
+	}
+	for i := 0; i < files; i += 2 { // every other one goes, and comes back
+		a.Free(held[i])
+		if held[i], err = a.Alloc(61); err != nil {
+			t.Fatal(err)
+		}
+		copy(held[i], fmt.Sprintf("file %d", i))
+	}
+	if r := a.Resident(); r > files*64+arenaGrain {
+		t.Fatalf("freed and lent again: %d bytes of pages, want at most %d", r, files*64+arenaGrain)
+	}
+	for i, b := range held {
+		if want := fmt.Sprintf("file %d", i); string(b[:len(want)]) != want {
+			t.Fatalf("file %d holds %q: another's slot overlapped it", i, b[:len(want)])
+		}
+		a.Free(b)
+	}
+	if a.lent != 0 || len(a.slabOf) != 0 || len(a.free) != 1 {
+		t.Fatalf("all freed: %d bytes lent, %d pages in slabs, free list %v", a.lent, len(a.slabOf), a.free)
+	}
 }
