@@ -273,6 +273,15 @@ func (r *Ring) room(n uint64) bool {
 	return r.dataBytes-(head-tail) >= n
 }
 
+// RewindAt is how far into its data ring the rank writes before, finding
+// the ring empty (the client has read every record), it starts again at
+// its beginning: a pad record takes the rest. The ring's pages are the
+// rank's memory once written; most records are small (a file's place in
+// the arena), so a ring written through would cost its whole size for
+// the few records in flight at once. With the rewind a ring costs what it
+// held at once, and RewindAt.
+const RewindAt = 256 << 10
+
 // putRecord writes rec into the data ring, waiting (while alive says
 // so) for the client to release room, and returns where the record ends:
 // once the client's data tail passes that, it is done with the record.
@@ -282,7 +291,10 @@ func (r *Ring) putRecord(rec Record, alive func() bool) (uint64, error) {
 		return 0, fmt.Errorf("%w: a file of %d bytes, a ring of %d (a file may take half)", errTooBig, len(rec.Data), r.dataBytes)
 	}
 	head := atomic.LoadUint64(r.u64(offDataHead))
-	if pad := r.dataBytes - head%r.dataBytes; pad < n { // no wrapping inside a record
+	pos := head % r.dataBytes
+	rewind := pos >= RewindAt && head == r.released() // the client read all
+	// no wrapping inside a record
+	if pad := r.dataBytes - pos; pad < n || rewind {
 		if err := r.waitRoom(pad, alive); err != nil {
 			return 0, err
 		}

@@ -434,3 +434,53 @@ func TestRingShowsEpochAtWelcome(t *testing.T) {
 		}
 	}
 }
+
+// TestRingRewinds: a client that reads each record as it comes leaves
+// the ring empty; the rank then starts again at its beginning once it is
+// RewindAt in, so a ring of small records costs RewindAt and a few pages,
+// not its size. Records that do not fit the rest of the ring wrap as
+// before, and every record reads back whole.
+func TestRingRewinds(t *testing.T) {
+	const data = 4 << 20
+	r, fd, err := newRing(64, data, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	alive := func() bool { return true }
+	for i := range 100000 {
+		rec := Record{Kind: RecFile, Sn: int32(i), Data: []byte(fmt.Sprintf("file %d", i))}
+		if i%1000 == 999 {
+			rec.Data = make([]byte, 300<<10) // now and then a large copy
+		}
+		end, err := r.putRecord(rec, alive)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// the client: skips pads, reads the record, releases it
+		for tail := r.released(); tail < end; {
+			h := r.mem[r.dataOff+tail%r.dataBytes:]
+			n, kind := binary.LittleEndian.Uint32(h), binary.LittleEndian.Uint32(h[4:])
+			if kind == RecFile {
+				if sn := int32(binary.LittleEndian.Uint32(h[8:])); sn != int32(i) || tail+uint64(n) != end {
+					t.Fatalf("record %d: found %d ending at %d, want one ending at %d", i, sn, tail+uint64(n), end)
+				}
+				if size := binary.LittleEndian.Uint32(h[20:]); int(size) != len(rec.Data) || !bytes.Equal(h[recordHeader:recordHeader+size], rec.Data) {
+					t.Fatalf("record %d: %d bytes read back, %d written, or other bytes", i, size, len(rec.Data))
+				}
+			}
+			tail += uint64(n)
+			atomic.StoreUint64(r.u64(offDataTail), tail)
+		}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	if RewindAt != rt.RingRewind {
+		t.Fatalf("shm.RewindAt is %d, rt.RingRewind %d: rt counts rings by it", RewindAt, rt.RingRewind)
+	}
+	if got, most := st.Blocks*512, int64(r.dataOff+RewindAt+2*(300<<10)+8192); got > most {
+		t.Fatalf("100,000 records read one by one: the ring holds %d bytes of pages, want at most %d of its %d", got, most, data)
+	}
+}
