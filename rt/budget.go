@@ -2,64 +2,247 @@ package rt
 
 import (
 	"fmt"
+	"math/bits"
+	"strings"
 )
 
-// How much memory a rank uses beside its budget, and what fits its node
-// (fitsNode) and its cgroup (fitsCgroup).
+// What a rank costs in memory, as the kernel counts it (its Footprint,
+// term by term), what fits its node (fitsNode) and its cgroup
+// (fitsCgroup), and the budget --mem N%cgroup leaves (cgroupBudget).
 
-// MemAllowance is the memory a rank with budget (its --mem) takes beyond
-// its files (the budget, and --remote-mem with other ranks) and its chunk
-// reads in flight (--read-mem), in bytes:
-// what the kernel counts against the rank's memory cgroup is at most
-// Node.Footprint. It is HandCap(budget), the files DataLoader workers handed on
-// to their training processes that those still hold (beyond it they get
-// copies), and processAllowance: from 96 MiB to 320 MiB.
-//
-// Not in it: the arena lends each file its pages, and a file of more
-// than 32 KiB up to an eighth more (about 4 % of the files kept, with
-// 110 KB files), and the files a training process holds while it reads
-// them (a DataLoader's prefetched batches).
-func MemAllowance(budget int64) int64 { return HandCap(budget) + processAllowance }
+// Footprint is the most memory a rank takes, term by term, in bytes:
+// what its memory cgroup must allow. Each term is bounded by the flag
+// it names; the constants beside them (processBytes, shardFileBytes,
+// heldFileBytes) were measured (README, "Memory is what the kernel
+// counts").
+type Footprint struct {
+	// Budget is --mem, Shard the bytes of the rank's shard.
+	Budget, Shard int64
+	// Own is the rank's own files in memory: as much of its shard as the
+	// budget holds, in the pages the arena lends them (OwnRatio: the
+	// shard's files rounded up to their slots and size classes, against
+	// their bytes, and the arena's slack), and Records the runtime's
+	// record of each (Held of them).
+	Own, Records int64
+	OwnRatio     float64
+	Held         int
+	// Remote is files of other ranks held ahead of their requests:
+	// --remote-mem (RemoteMem) in the buffers they are received into,
+	// and a record of each. None with one rank.
+	Remote, RemoteMem int64
+	// Reads is the chunk reads in flight: --read-mem (ReadMem), or the
+	// largest chunk (MaxChunk), which may go alone.
+	Reads, ReadMem, MaxChunk int64
+	// Rings is the shared-memory rings of RingClients training processes
+	// and DataLoader workers, what each holds at once (ringCost); Handed
+	// the files their workers handed on to training processes (HandCap).
+	// Neither with in-process readers (--consume).
+	Rings, Handed int64
+	RingClients   int
+	// Tables is what grows with the files of the shard (its index, the
+	// plan, per-file tables: shardFileBytes each), Files their number;
+	// Process the rest of the process (processBytes).
+	Tables, Process int64
+	Files           int
+}
 
-// processAllowance is what the rank's process takes beside its files and
-// its chunk reads in flight: Go's runtime and heap, the binary and MPI's
-// libraries, mpirun's share, and the arena's slack (its free places
-// between files). Measured at 30–60 MiB with 110 KB files.
-const processAllowance = 64 << 20
+// Total is the whole footprint, in whole pages (as a cgroup's limit).
+func (f Footprint) Total() int64 {
+	return pageUp(f.Own + f.Records + f.Remote + f.Reads + f.Rings + f.Handed + f.Tables + f.Process)
+}
+
+// String says the footprint term by term: "the rank needs 208 MiB of
+// memory: …".
+func (f Footprint) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "the rank needs %s (%d bytes) of memory: %s for its own files in shared memory (--mem %s", mib(f.Total()), f.Total(), mib(f.Own), mib(f.Budget))
+	if f.Shard < f.Budget {
+		fmt.Fprintf(&b, ", its shard has %s", mib(f.Shard))
+	}
+	fmt.Fprintf(&b, "; %.2f× their bytes), %s for the records of the %s files that holds", f.OwnRatio, mib(f.Records), count(f.Held))
+	if f.RemoteMem > 0 {
+		fmt.Fprintf(&b, ", %s of other ranks' (--remote-mem %s)", mib(f.Remote), mib(f.RemoteMem))
+	}
+	fmt.Fprintf(&b, ", %s for its chunk reads in flight (--read-mem %s; chunks up to %s)", mib(f.Reads), mib(f.ReadMem), mib(f.MaxChunk))
+	if f.RingClients > 0 {
+		fmt.Fprintf(&b, ", %s for the rings of %d training processes and DataLoader workers (%s each; more take more)",
+			mib(f.Rings), f.RingClients, mib(f.Rings/int64(f.RingClients)))
+	}
+	if f.Handed > 0 {
+		fmt.Fprintf(&b, ", %s for files DataLoader workers handed on to training processes", mib(f.Handed))
+	}
+	fmt.Fprintf(&b, ", %s for the tables of its %s files and %s for the process (the runtime, MPI and mpirun)", mib(f.Tables), count(f.Files), mib(f.Process))
+	return b.String()
+}
+
+// count writes n with thousands separators.
+func count(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// The measured constants of the footprint (one rank, cgroup v1, page
+// cache dropped; README, "Memory is what the kernel counts"):
+// processBytes is a rank's process with a shard of a few files (53 MiB
+// under mpirun: its libraries and mpirun's are page cache charged to the
+// cgroup); shardFileBytes what each file of the shard adds (its index,
+// the epoch's plan and traces, per-file tables: 300 B per file with
+// 200,000 files), heldFileBytes what each file held in memory adds
+// beside its bytes (its record, and Go's heap around it: 530 B);
+// arenaSlack the arena's pages touched beyond those it lends at once
+// (its free places between files: 3 % with 100 KB files, 5 % with 1 MB).
+const (
+	processBytes   = 57 << 20
+	shardFileBytes = 320
+	heldFileBytes  = 560
+	arenaSlack     = 0.06
+)
+
+// RingClients is the training processes and DataLoader workers a
+// footprint counts rings for: a training process with 4 workers, and
+// 3 more.
+const RingClients = 8
+
+// RingBytes is the data ring of each client, for files of at most
+// largest bytes. A file in the arena reaches the client as its place (a
+// record of 64 bytes); only files in Go memory are copied into the ring:
+// those of other ranks under 64 KiB (recvLentMin), and a file the arena
+// had no room for. So the ring has room for a copy of such a small file
+// in every slot (64) and one more (a record: a 32-byte header, the
+// bytes, rounded up to 64), at least 4 MiB, and always twice the largest
+// record (one may take half the ring). The ring's pages are the rank's
+// memory once written, and a ring in use long enough writes them all: it
+// is no larger than what it has to hold. (Sized for 64 copies of the
+// largest file, as it was, each ring of 1 MB files took 64 MiB.)
+func RingBytes(largest int64) int64 {
+	const grain = 4096
+	record := func(n int64) int64 { return (32 + n + 63) &^ 63 }
+	b := max(65*record(min(largest, 64<<10)), 4<<20, 2*record(largest))
+	return (b + grain - 1) / grain * grain
+}
+
+// ringCost is what a client's ring costs once written: the rank rewinds
+// a ring it finds empty past its first RingRewind bytes (shm.RewindAt),
+// so it holds that, its header, and the records in flight at once: one
+// per slot (64) and one more, each a file's place in the arena (64
+// bytes) or a copy of another rank's file of less than 32 KiB. At most
+// RingBytes.
+func ringCost(largest int64, ranks int) int64 {
+	rec := int64(64)
+	if ranks > 1 {
+		rec = (32 + min(largest, 32<<10) + 63) &^ 63
+	}
+	return min(RingBytes(largest), RingRewind+65*rec+8<<10)
+}
+
+// RingRewind is shm.RewindAt (rt cannot import shm; a test holds them
+// equal).
+const RingRewind = 256 << 10
 
 // HandCap bounds the bytes of the files handed on by DataLoader workers
 // that the training processes of a rank with budget hold, all together
-// (shm.Options.HandCap): an eighth of the budget, at least 32 MiB and at
+// (shm.Options.HandCap): an eighth of the budget, at least 8 MiB and at
 // most 256 MiB. A few batches in flight fit (the loader benchmark's held
-// at most 150 MiB).
-func HandCap(budget int64) int64 { return min(max(budget/8, 32<<20), 256<<20) }
+// at most 150 MiB); beyond it the training processes get copies.
+func HandCap(budget int64) int64 { return min(max(budget/8, 8<<20), 256<<20) }
 
-// Footprint is the most memory this rank costs, what its memory cgroup
-// must allow: its own files, other ranks', its chunk reads in flight
-// (footprint) and MemAllowance, reckoned on the whole budget.
-func (n *Node) Footprint() int64 {
-	budget, own, remote, reads := n.footprint()
-	return own + remote + reads + MemAllowance(budget)
+// Handable reports whether a DataLoader worker may hand a file of size
+// bytes on to its training process in place: one of 32 KiB or more, or
+// of whole pages, has pages of its own in the arena (shm's slabMax);
+// smaller ones share theirs, and the training process gets a copy.
+func Handable(size int64) bool { return size >= 32<<10 || (size > 0 && size%4096 == 0) }
+
+// placer is a Config.Memory that says what it lends for n bytes.
+type placer interface{ Placed(n int64) int64 }
+
+// memFacts are what the footprint needs of the shard, from its file
+// sizes: their number and bytes, and the bytes the memory lends them
+// (placed) and lends them when received from other ranks (received).
+type memFacts struct {
+	files                         int
+	bytes, placed, recvd, maxSize int64
+	// handable: some file is one a DataLoader worker can hand on in
+	// place (Handable)
+	handable bool
 }
 
-// footprint returns the rank's budget, its own files' memory (as far as
-// its shard fills the budget), other ranks' (none without them), and the
-// chunk reads in flight: an I/O worker's buffer each, as large as the
-// shard's largest chunk (see chunk's buffer pool), rounded up to a MiB.
-// The files of a chunk kept in memory are copied out of its buffer into
-// the budget's (ioPool.keep).
-func (n *Node) footprint() (budget, own, remote, reads int64) {
-	budget = n.data.m.MemBytes(n.me)
-	own, remote = min(budget, n.data.m.ShardBytes(n.me)), n.remoteBytes()
-	if n.size == 1 {
-		remote = 0 // no other rank pushes it anything
+// newMemFacts sums the shard's file sizes as mem lends them.
+func newMemFacts(sizes []int64, mem any) memFacts {
+	f := memFacts{files: len(sizes)}
+	p, ok := mem.(placer)
+	for _, s := range sizes {
+		f.bytes += s
+		f.maxSize = max(f.maxSize, s)
+		f.handable = f.handable || Handable(s)
+		placed := s
+		if ok {
+			placed = p.Placed(s)
+		}
+		f.placed += placed
+		c := int64(1) << bits.Len64(uint64(max(s, 1)-1)) // recvPool's class
+		if ok && c >= int64(recvLentMin) {
+			c = p.Placed(c)
+		}
+		f.recvd += c
 	}
-	return budget, own, remote, n.readBytes()
+	return f
 }
 
-// readBytes is what the chunk reads in flight take at most: their
-// bound (readMem), or the largest chunk, which may go alone.
-func (n *Node) readBytes() int64 { return max(n.readMem(), mibUp(n.data.maxChunk)) }
+// ratio is placed bytes per byte of the shard's files (1 when it has none).
+func ratio(placed, bytes int64) float64 {
+	if bytes <= 0 {
+		return 1
+	}
+	return float64(placed) / float64(bytes)
+}
+
+// footprintAt is the rank's footprint with budget bytes of its own
+// files and remote of other ranks'.
+func (n *Node) footprintAt(budget, remote int64) Footprint {
+	mf := n.data.facts
+	f := Footprint{Budget: budget, Shard: mf.bytes, Files: mf.files, OwnRatio: ratio(mf.placed, mf.bytes),
+		ReadMem: n.readMem(), Reads: n.readsHeld(), MaxChunk: n.data.maxChunk, Process: processBytes}
+	held := min(budget, mf.bytes)
+	mean := max(float64(mf.bytes)/float64(max(mf.files, 1)), 1)
+	records := func(b int64) int64 { return int64(float64(b) / mean * heldFileBytes) }
+	f.OwnRatio = f.OwnRatio * (1 + arenaSlack)
+	inArena := func(b int64) int64 { return int64(float64(b) * f.OwnRatio) }
+	f.Own, f.Records, f.Held = inArena(held), records(held), int(float64(held)/mean)
+	if n.size > 1 {
+		f.RemoteMem = remote
+		f.Remote = int64(float64(remote)*ratio(mf.recvd, mf.bytes)) + records(remote)
+	}
+	if n.cfg.Consume == 0 {
+		f.RingClients = RingClients
+		f.Rings = RingClients * ringCost(mf.maxSize, n.size)
+		if mf.handable {
+			f.Handed = inArena(HandCap(budget))
+		}
+	}
+	f.Tables = int64(mf.files) * shardFileBytes
+	return f
+}
+
+// Footprint is this rank's footprint, on its budget.
+func (n *Node) Footprint() Footprint {
+	return n.footprintAt(n.data.m.MemBytes(n.me), n.remoteBytes())
+}
+
+// readsHeld is what the chunk reads in flight hold at most: as many
+// buffers as readMem allows at once (each a chunk rounded up to a MiB;
+// at least one, at most one per I/O worker and the one the loop steps),
+// of which each holds the pages of the largest chunk read into it (its
+// mapping's pages are taken as written).
+func (n *Node) readsHeld() int64 {
+	bufs := min(max(n.readMem()/mibUp(n.data.maxChunk), 1), int64(n.cfg.IOWorkers)+1)
+	return bufs * pageUp(n.data.maxChunk)
+}
+
+// pageUp rounds n bytes up to a page.
+func pageUp(n int64) int64 { return (n + 4095) &^ 4095 }
 
 // readMem bounds the bytes of the chunk reads in flight (ioPool.flush):
 // Config.ReadMemBytes, or IOWorkers buffers of the largest chunk, at most
@@ -75,61 +258,68 @@ func (n *Node) readMem() int64 {
 // mibUp rounds n bytes up to a MiB.
 func mibUp(n int64) int64 { return (n + 1<<20 - 1) >> 20 << 20 }
 
-// fitsCgroup refuses a rank whose memory (Footprint) exceeds its memory
-// cgroup's limit (Config.MemLimitBytes): the kernel would kill it later.
+// fitsCgroup says the rank's footprint and what its memory cgroup
+// allows (Config.MemLimitBytes), and refuses a rank whose footprint
+// exceeds it: the kernel would kill it later.
 func (n *Node) fitsCgroup() error {
-	limit := n.cfg.MemLimitBytes
-	budget, own, remote, reads := n.footprint()
-	need := n.Footprint()
-	if limit <= 0 || need <= limit {
+	f, limit := n.Footprint(), n.cfg.MemLimitBytes
+	if limit <= 0 {
+		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; its memory cgroup sets no limit\n", n.me, f)
 		return nil
 	}
-	do := fmt.Sprintf("give it --mem %s or less (--mem 100%%cgroup takes what the cgroup leaves), or run it with more memory", mib(fitBudget(limit-remote-reads)))
-	if least := remote + reads + MemAllowance(0); limit <= least {
-		do = fmt.Sprintf("that leaves nothing for its files: run it with more memory than %s", mib(least))
+	if f.Total() <= limit {
+		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; its memory cgroup allows %s (%s)\n", n.me, f, mib(limit), n.cfg.MemLimitFrom)
+		return nil
 	}
-	return fmt.Errorf("rt: the rank needs %s of memory: %s of its own files (--mem %s), %s of other ranks' (--remote-mem), %s for its chunk reads in flight (--read-mem %s; chunks up to %s) and %s beside them (brandrt's allowance: the runtime and files handed on to training processes); "+
-		"its memory cgroup allows %s (%s): %s",
-		mib(need), mib(own), mib(budget), mib(remote), mib(reads), mib(n.readMem()), mib(n.data.maxChunk), mib(MemAllowance(budget)), mib(limit), n.cfg.MemLimitFrom, do)
+	do := "that leaves nothing for its files: run it with more memory than " + mib(n.footprintAt(0, n.remoteAt(0)).Total())
+	if b := n.fitBudget(limit); b > 0 {
+		do = fmt.Sprintf("give it --mem %s or less (--mem 100%%cgroup takes what the cgroup leaves), or run it with more memory", mib(b))
+	}
+	return fmt.Errorf("rt: %s; its memory cgroup allows %s (%s): %s", f, mib(limit), n.cfg.MemLimitFrom, do)
+}
+
+// remoteAt is --remote-mem with budget bytes of the rank's own: a tenth
+// of it by default.
+func (n *Node) remoteAt(budget int64) int64 {
+	if n.cfg.RemoteMemBytes < 0 {
+		return budget / 10
+	}
+	return n.cfg.RemoteMemBytes
+}
+
+// fitBudget is the largest budget whose footprint fits limit bytes, or 0
+// when none does.
+func (n *Node) fitBudget(limit int64) int64 {
+	fits := func(b int64) bool { return n.footprintAt(b, n.remoteAt(b)).Total() <= limit }
+	if !fits(1) {
+		return 0
+	}
+	lo, hi := int64(1), limit // fits(lo), and no budget above limit fits
+	for hi-lo > 1<<10 {
+		mid := lo + (hi-lo)/2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 // cgroupBudget is the budget that Config.MemCgroupFraction gives the rank
-// in its memory cgroup (Config.MemLimitBytes): that share of what the
-// cgroup leaves beside MemAllowance, the chunk reads in flight and the
-// files of other ranks (RemoteMemBytes, or a tenth of the budget when it
-// is −1), so that 100 % just fits (fitsCgroup).
+// in its memory cgroup (Config.MemLimitBytes): that share of the largest
+// budget whose footprint fits it, so that 100 % just fits (fitsCgroup).
 func (n *Node) cgroupBudget() (int64, error) {
 	frac, limit := n.cfg.MemCgroupFraction, n.cfg.MemLimitBytes
 	if limit <= 0 {
 		return 0, fmt.Errorf("rt: --mem %g%%cgroup: the rank's memory cgroup sets no limit: give --mem in bytes or as a share of its shard", 100*frac)
 	}
-	avail := limit - n.readBytes()
-	switch remote := n.cfg.RemoteMemBytes; {
-	case n.size > 1 && remote >= 0:
-		avail -= remote
-	case n.size > 1:
-		avail = avail * 10 / 11
-	}
-	b := int64(frac * float64(fitBudget(avail)))
+	b := int64(frac * float64(n.fitBudget(limit)))
 	if b <= 0 {
-		return 0, fmt.Errorf("rt: --mem %g%%cgroup: the rank's memory cgroup allows %s, which leaves nothing beside the allowance (%s), its chunk reads in flight (%s) and --remote-mem",
-			100*frac, mib(limit), mib(MemAllowance(0)), mib(n.readBytes()))
+		return 0, fmt.Errorf("rt: --mem %g%%cgroup: the rank's memory cgroup allows %s, which leaves nothing for its files beside the rest of its footprint (%s)",
+			100*frac, mib(limit), n.footprintAt(0, n.remoteAt(0)))
 	}
 	return b, nil
-}
-
-// fitBudget is the largest budget b with b + MemAllowance(b) ≤ room, or
-// a negative number when none fits.
-func fitBudget(room int64) int64 {
-	// b + max(b/8, 32 MiB) capped at 256 MiB, + 64 MiB: piecewise linear in b
-	b := room - MemAllowance(0)
-	if b/8 > 32<<20 {
-		b = (room - processAllowance) * 8 / 9
-	}
-	if b/8 > 256<<20 {
-		b = room - MemAllowance(1<<62)
-	}
-	return b
 }
 
 // fitsNode refuses a budget larger than the node's memory

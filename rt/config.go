@@ -81,6 +81,10 @@ type Config struct {
 	// window policy plans the epochs before it again and serves the rest
 	// of the epoch exactly as the interrupted job would have.
 	Resume bool
+	// FootprintOnly opens the dataset, says the rank's footprint (the
+	// memory it would take: Node.Footprint) and what its memory cgroup
+	// allows, and serves nothing.
+	FootprintOnly bool
 	// Order, when set, is called on every rank at the end of each epoch
 	// with the file delivered at every position of every rank's trace
 	// (proto.NoFile where none was).

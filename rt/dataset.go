@@ -37,6 +37,7 @@ type dataset struct {
 	crcSum, labelSum int64
 	maxSize          int64
 	maxChunk         int64 // the bytes of the shard's largest chunk file
+	facts            memFacts
 	// chunkBytes are the bytes of each of the shard's chunks, by its
 	// number in the shard
 	chunkBytes []int64
@@ -89,6 +90,7 @@ func (n *Node) open() error {
 		n.data.crcSum += int64(e.CRC)
 		n.data.labelSum += int64(e.Label)
 	}
+	n.data.facts = newMemFacts(sizes, n.cfg.Memory)
 	if n.cfg.MemCgroupFraction > 0 {
 		if n.cfg.MemBytes, err = n.cgroupBudget(); err != nil {
 			return err

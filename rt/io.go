@@ -56,7 +56,7 @@ type ioPool struct {
 	// of any size. bytes gives a chunk's, as its buffer takes them.
 	reading, readMem int64
 	bytes            func(pc int) int64
-	wg       sync.WaitGroup
+	wg               sync.WaitGroup
 	// resident holds the chunks read to be kept (proto.Read.Keep): the
 	// chunks an epoch reads last stay for the next, which begins with
 	// them (proto.WindowInput.Resident), their files copied out of the
@@ -70,7 +70,7 @@ type ioPool struct {
 	// later reads of it that wait for that read (the next epoch's, read
 	// ahead): they are answered from memory.
 	waits map[int][]proto.Read
-	watch   *storageWatch
+	watch *storageWatch
 }
 
 // newIOPool starts workers reading chunks of shard, and of src in place

@@ -61,7 +61,7 @@ func serveCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "dataset directory ({rank} is replaced by the rank, for node-local copies)"},
 			&cli.GenericFlag{Name: "mem", Value: &mem, Usage: "memory for this rank's own files: bytes (12GiB), a percentage of its shard (25%), or a percentage of what its memory cgroup (Slurm's, a container's) leaves beside --remote-mem and brandrt's allowance (90%cgroup); the default is half this node's RAM. " +
-				"The rank takes at most --mem, --remote-mem (with other ranks), its chunk reads in flight (--read-mem) and an allowance of 64 MiB for the runtime plus an eighth of --mem (at least 32 MiB, at most 256 MiB) for files handed to training processes: 96 to 320 MiB; one whose memory cgroup allows less is refused at start-up, with the numbers"},
+				"The rank takes at most its footprint, which it says at start-up term by term (--footprint says it and stops): --mem in shared memory and a record per file it holds, --remote-mem (with other ranks), its chunk reads in flight (--read-mem), the rings of its training processes and files handed on to them (an eighth of --mem, at least 8 MiB, at most 256 MiB), tables that grow with its shard's files (320 B each) and 57 MiB for the process; one whose memory cgroup allows less is refused at start-up, with the numbers"},
 			&cli.GenericFlag{Name: "remote-mem", Value: &memBudget{bytes: -1}, Usage: "memory for files other ranks push ahead of time, in bytes"},
 			&cli.StringFlag{Name: "policy", Value: d.Policy, Usage: "window (read each chunk once, every epoch planned ahead, as brandrt simulate does) or paper (the Brand/Redox protocol)"},
 			&cli.StringFlag{Name: "variant", Value: d.Variant.String(), Usage: "the paper policy's variant: full, random-selection, no-prefetching or no-optimization"},
@@ -87,6 +87,7 @@ func serveCommand() *cli.Command {
 			intFlag("consume", int64(d.Consume), 0, rt.MaxConsumers, "rt's most", "in-process readers per rank; 0: serve training processes through shared memory"),
 			intFlag("depth", int64(d.Depth), 1, rt.MaxDepth, "rt's most", "requests each in-process reader keeps in flight"),
 			durationFlag("pause", 0, false, "in-process readers wait this long at the start of each epoch (the rank's idle CPU use is then printed)"),
+			&cli.BoolFlag{Name: "footprint", Usage: "say the memory each rank would take, term by term (the start-up line \"the rank needs …\", with the settings given), and what its memory cgroup allows, then stop: size a job's memory (Slurm's --mem) before asking for it"},
 			&cli.BoolFlag{Name: "resume", Usage: "wait for the training processes to say which epoch and position the job takes up (a checkpoint's BrandSampler state), then serve from there: exactly as the interrupted job would have on its ranks, --mem and --ramp; on others (a node lost; window policy), every file of the epoch not yet trained on, once"},
 			&cli.StringFlag{Name: "order-out", Usage: "write the delivered order to this file at the end (rank 0): a line per position, \"epoch rank sn file\", as brandrt simulate --order-out writes it (" + outputNote + ")"},
 			&cli.BoolFlag{Name: "force", Usage: forceNote("--order-out")},
@@ -223,7 +224,7 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 		}
 		cfg.ReadMemBytes = rm.bytes
 	}
-	cfg.Resume = c.Bool("resume")
+	cfg.Resume, cfg.FootprintOnly = c.Bool("resume"), c.Bool("footprint")
 	cfg.OnDamage, cfg.ClientWait, cfg.TrainingWait = c.String("on-damage"), c.Duration("client-wait"), c.Duration("training-wait")
 	ms := c.Generic("max-skipped").(*countOrShare)
 	cfg.MaxSkipped, cfg.MaxSkippedFraction = ms.n, ms.fraction

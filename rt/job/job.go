@@ -163,7 +163,7 @@ func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) er
 	// The files the rank keeps live in the arena, each in a buffer of its
 	// own, with in-process readers too: a chunk's buffer then goes back
 	// as soon as its files are copied out, and the rank's memory stays
-	// within its budget (rt.MemAllowance). As large as the node's memory:
+	// within its footprint (rt.Footprint). As large as the node's memory:
 	// it costs only the pages used.
 	arena, err := shm.NewArena(uint64(node))
 	if err != nil {
@@ -176,6 +176,9 @@ func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) er
 		return err
 	}
 	defer n.Close()
+	if rc.FootprintOnly { // Open said it
+		return nil
+	}
 	goodbye, err := startWatch(n, cg, comm.Rank())
 	if err != nil {
 		return err
@@ -305,24 +308,6 @@ func recoverPanic(err *error) {
 	}
 }
 
-// ringBytes is the data ring of each client, for files of at most
-// largest bytes. A file in the arena reaches the client as its place (a
-// record of 64 bytes); only files in Go memory are copied into the ring:
-// those of other ranks under 64 KiB (recvLentMin), and a file the arena
-// had no room for. So the ring has room for a copy of such a small file
-// in every slot (64) and one more (a record: a 32-byte header, the
-// bytes, rounded up to 64), at least 4 MiB, and always twice the largest
-// record (one may take half the ring). The ring's pages are the rank's
-// memory once written, and a ring in use long enough writes them all: it
-// is no larger than what it has to hold. (Sized for 64 copies of the
-// largest file, as it was, each ring of 1 MB files took 64 MiB.)
-func ringBytes(largest int64) uint64 {
-	const grain = 4096
-	record := func(n int64) int64 { return (32 + n + 63) &^ 63 }
-	b := max(65*record(min(largest, 64<<10)), 4<<20, 2*record(largest))
-	return uint64((b + grain - 1) / grain * grain)
-}
-
 // panicForTests panics when $BRANDRT_TEST_PANIC names this rank: how the
 // tests check that a panic ends the job.
 func panicForTests(rank int) {
@@ -332,16 +317,16 @@ func panicForTests(rank int) {
 }
 
 // listen opens the rank's attach point for training processes (see
-// ringBytes for their rings). Files read into the arena reach them
+// rt.RingBytes for their rings). Files read into the arena reach them
 // without a copy.
 func listen(n *rt.Node, env launch.Env, rank int, arena *shm.Arena, log io.Writer) (*shm.Server, error) {
-	o := shm.Options{Slots: 64, Data: ringBytes(n.MaxFileSize()), Events: n.ClientEvents(), Arena: arena,
+	o := shm.Options{Slots: 64, Data: uint64(rt.RingBytes(n.MaxFileSize())), Events: n.ClientEvents(), Arena: arena,
 		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed, Epochs: uint32(n.Config().Epochs), MaxTrace: n.Mapping().Files(),
 		StallWarn: n.Config().PeerWarn}
 	// What DataLoader workers have handed to their training processes and
 	// those still hold (a few batches, unless they keep files) may take
-	// rt.HandCap beyond the budget: it is part of the rank's allowance
-	// (rt.MemAllowance). Beyond it, the processes get copies.
+	// rt.HandCap beyond the budget: a term of the rank's footprint
+	// (rt.Footprint.Handed). Beyond it, the processes get copies.
 	o.HandCap = uint64(rt.HandCap(n.Mapping().MemBytes(rank)))
 	job, err := json.Marshal(n.JobPlace())
 	if err != nil {

@@ -161,7 +161,7 @@ func memCgroup(rc *rt.Config) (launch.MemCgroup, error) {
 // startWatch starts the rank's OOM watcher (watchOOM). The function
 // returned says goodbye to it.
 func startWatch(n *rt.Node, cg launch.MemCgroup, rank int) (func(), error) {
-	return watchOOM(oomWatch{rank: rank, pid: os.Getpid(), cg: cg, mem: n.Mapping().MemBytes(rank), footprint: n.Footprint()})
+	return watchOOM(oomWatch{rank: rank, pid: os.Getpid(), cg: cg, mem: n.Mapping().MemBytes(rank), footprint: n.Footprint().Total()})
 }
 
 // hogForTests takes memory, a MiB at a time, until the kernel kills the

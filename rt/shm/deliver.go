@@ -89,10 +89,10 @@ func (c *client) put(d *rt.Delivery) (end uint64, k kept) {
 		lent = false
 	case lent:
 		rec.Kind = RecShared
-		// Set only for a client with a parent; only a file that starts a
-		// page can be mapped where it lies (each file the rank keeps in
-		// the arena has a buffer of its own, which does).
-		if c.handing.Load() && rec.Off%arenaGrain == 0 {
+		// Set only for a client with a parent; only a file with pages
+		// of its own can be mapped where it lies (rt.Handable: a small
+		// file shares its pages with others, in a slab).
+		if c.handing.Load() && rt.Handable(int64(len(d.Data))) && rec.Off%arenaGrain == 0 {
 			if token, ok := c.srv.hand(d, rec.Off, c.lineage[1]); ok {
 				rec.Kind, rec.Token = RecHanded, token
 			}

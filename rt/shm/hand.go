@@ -31,7 +31,7 @@ import (
 //
 // Handed files keep their bytes from being reused for longer than a ring
 // record would, so their bytes are bounded (Options.HandCap, for all the
-// processes together: memory the rank's allowance holds, rt.MemAllowance):
+// processes together: a term of the rank's footprint, rt.Footprint.Handed):
 // past the bound a file goes as a shared record, as without handing.
 
 // handSweep is how often the table looks for owners that died.
