@@ -12,7 +12,7 @@ import (
 
 // Footprint is the most memory a rank takes, term by term, in bytes:
 // what its memory cgroup must allow. Each term is bounded by the flag
-// it names; the constants beside them (processBytes, shardFileBytes,
+// it names; the constants beside them (ProcessBytes, shardFileBytes,
 // heldFileBytes) were measured (README, "Memory is what the kernel
 // counts").
 type Footprint struct {
@@ -41,7 +41,7 @@ type Footprint struct {
 	RingClients   int
 	// Tables is what grows with the files of the shard (its index, the
 	// plan, per-file tables: shardFileBytes each), Files their number;
-	// Process the rest of the process (processBytes).
+	// Process the rest of the process (ProcessBytes).
 	Tables, Process int64
 	Files           int
 }
@@ -86,7 +86,7 @@ func count(n int) string {
 
 // The measured constants of the footprint (one rank, cgroup v1, page
 // cache dropped; README, "Memory is what the kernel counts"):
-// processBytes is a rank's process with a shard of a few files (53 MiB
+// ProcessBytes is a rank's process with a shard of a few files (53 MiB
 // under mpirun: its libraries and mpirun's are page cache charged to the
 // cgroup); shardFileBytes what each file of the shard adds (its index,
 // the epoch's plan and traces, per-file tables: 300 B per file with
@@ -95,7 +95,7 @@ func count(n int) string {
 // arenaSlack the arena's pages touched beyond those it lends at once
 // (its free places between files: 3 % with 100 KB files, 5 % with 1 MB).
 const (
-	processBytes   = 57 << 20
+	ProcessBytes   = 57 << 20
 	shardFileBytes = 320
 	heldFileBytes  = 560
 	arenaSlack     = 0.06
@@ -204,7 +204,7 @@ func ratio(placed, bytes int64) float64 {
 func (n *Node) footprintAt(budget, remote int64) Footprint {
 	mf := n.data.facts
 	f := Footprint{Budget: budget, Shard: mf.bytes, Files: mf.files, OwnRatio: ratio(mf.placed, mf.bytes),
-		ReadMem: n.readMem(), Reads: n.readsHeld(), MaxChunk: n.data.maxChunk, Process: processBytes}
+		ReadMem: n.readMem(), Reads: n.readsHeld(), MaxChunk: n.data.maxChunk, Process: ProcessBytes}
 	held := min(budget, mf.bytes)
 	mean := max(float64(mf.bytes)/float64(max(mf.files, 1)), 1)
 	records := func(b int64) int64 { return int64(float64(b) / mean * heldFileBytes) }

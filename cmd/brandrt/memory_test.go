@@ -15,6 +15,7 @@ import (
 
 	"github.com/brandrt/brandrt/internal/testkit"
 	"github.com/brandrt/brandrt/launch"
+	"github.com/brandrt/brandrt/rt"
 )
 
 // memCgroup makes a memory cgroup of limit bytes beside this process's
@@ -111,6 +112,39 @@ func cgroupPeak(dir string) int64 {
 	return -1
 }
 
+// heldPeak samples, every 50 ms until stop is called, the memory the
+// cgroup dir holds that the kernel cannot drop (anonymous and shared:
+// v1 total_rss and total_shmem, v2 anon and shmem), and stop returns the
+// most.
+func heldPeak(dir string) (stop func() int64) {
+	keys := map[string]bool{"total_rss": true, "total_shmem": true}
+	if _, err := os.Stat(filepath.Join(dir, "memory.events")); err == nil {
+		keys = map[string]bool{"anon": true, "shmem": true}
+	}
+	done, most := make(chan struct{}), make(chan int64)
+	go func() {
+		var peak int64
+		for {
+			b, _ := os.ReadFile(filepath.Join(dir, "memory.stat"))
+			var held int64
+			for _, line := range strings.Split(string(b), "\n") {
+				if k, v, ok := strings.Cut(line, " "); ok && keys[k] {
+					n, _ := strconv.ParseInt(v, 10, 64)
+					held += n
+				}
+			}
+			peak = max(peak, held)
+			select {
+			case <-done:
+				most <- peak
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return func() int64 { close(done); return <-most }
+}
+
 // dropCaches empties the page cache, so that what the rank's process
 // reads (its binary, MPI's libraries) is charged to its cgroup as on a
 // node that has not run it yet; false where it cannot (not root).
@@ -152,9 +186,15 @@ func sizedInput(t *testing.T, files, mean int) string {
 // the cgroup: what counts is the rank, with the shared memory it lends
 // them), serve runs 3 epochs, every file exactly once and no OOM kill,
 // in a memory cgroup of exactly the footprint that serve --footprint
-// says; the test prints the kernel's peak against it, and fails below
-// 85 %. In a cgroup 10 % smaller serve is refused at start-up, naming
-// the footprint; --mem 90%cgroup serves in one of the footprint.
+// says. The test prints the kernel's peak against it (88-99 % run alone,
+// page cache dropped); it checks what the rank holds that the kernel
+// cannot drop (anonymous and shared memory, sampled) against the
+// footprint less the process's 57 MiB, at least 80 % of it (84-109 %
+// measured; the index's pages are cache, the samples miss spikes): the page
+// cache of the binaries counts against whichever cgroup read them first,
+// and other tests running beside this one (go test runs packages at
+// once) may have. In a cgroup 10 % smaller serve is refused at start-up,
+// naming the footprint; --mem 90%cgroup serves in one of the footprint.
 func TestServeFootprint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("memory cgroups and 200,000 files: not in -short")
@@ -188,6 +228,7 @@ func TestServeFootprint(t *testing.T) {
 					fp := footprintOf(t, args...)
 					cg := memCgroup(t, fp)
 					dropped := dropCaches()
+					stop := heldPeak(cg)
 					if !dl {
 						out, err := testkit.Run(3*time.Minute, nil, "sh", inCgroup(cg, append([]string{"-np", "1", binary(t), "serve"}, args...)...)...)
 						if err != nil || strings.Count(string(out), "every file delivered exactly once") != 3 {
@@ -199,10 +240,11 @@ func TestServeFootprint(t *testing.T) {
 					if n := oomKills(t, cg); n != 0 {
 						t.Errorf("%d OOM kills in a cgroup of the footprint, %s", n, ibytes(fp))
 					}
-					peak := cgroupPeak(cg)
-					t.Logf("%s %s: footprint %s, the kernel's peak %s (%.0f%%)", d.name, name, ibytes(fp), ibytes(peak), 100*float64(peak)/float64(fp))
-					if dropped && peak >= 0 && peak < fp*85/100 {
-						t.Errorf("the kernel's peak, %s, is %.0f%% of the footprint serve said, %s: want at least 85%%", ibytes(peak), 100*float64(peak)/float64(fp), ibytes(fp))
+					held, peak := stop(), cgroupPeak(cg)
+					t.Logf("%s %s: footprint %s, the kernel's peak %s (%.0f%%; page cache dropped: %v), held %s", d.name, name, ibytes(fp), ibytes(peak), 100*float64(peak)/float64(fp), dropped, ibytes(held))
+					if rest := fp - rt.ProcessBytes; held < rest*80/100 {
+						t.Errorf("the rank held at most %s of anonymous and shared memory: %.0f%% of its footprint less the process's %s, %s; want at least 80%%",
+							ibytes(held), 100*float64(held)/float64(rest), ibytes(rt.ProcessBytes), ibytes(rest))
 					}
 				})
 			}

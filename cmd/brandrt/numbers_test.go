@@ -74,6 +74,7 @@ var numericFlags = map[string]flagRange{
 var serveRanges = map[string]flagRange{
 	"mem":            {"1", "1125899906842624", "", big},
 	"remote-mem":     {"0", "1125899906842624", "", zeroBig},
+	"read-mem":       {"1", "1125899906842624", "", big},
 	"ramp":           {"0", maxInt32, "", zero},
 	"keep":           {"0", "1", "", zero},
 	"batch":          {"0", maxInt32, "", zero},

@@ -477,3 +477,40 @@ class Checks(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Footprint(unittest.TestCase):
+    """footprint.py: serve's footprint and the kernel's peak in a cgroup of it."""
+
+    def test_parse(self):
+        import footprint
+        line = ("brandrt: rank 0: the rank needs 193 MiB (202571776 bytes) of memory: 111 MiB for its own files in shared memory "
+                "(--mem 100 MiB; 1.11× their bytes), 57 MiB for the process; its memory cgroup sets no limit")
+        n, terms = footprint.parse_footprint(line)
+        self.assertEqual(n, 202571776)
+        self.assertEqual(footprint.budget_mib({"terms": terms}), 100)
+        self.assertIsNone(footprint.parse_footprint("brandrt: rank 0 serves shards 0-3"))
+
+    @unittest.skipIf(cgroups.available() != "", "cgroups: " + cgroups.available())
+    def test_tiny_dataset(self):
+        import footprint
+        work = tempfile.mkdtemp(prefix="brandrt-footprint-test-")
+        self.addCleanup(shutil.rmtree, work, True)
+        inp = os.path.join(work, "input", "c")
+        os.makedirs(inp)
+        for i in range(300):
+            with open(os.path.join(inp, "f%03d" % i), "wb") as f:
+                f.write(os.urandom(500 + 7 * i))
+        chunks = os.path.join(work, "chunks")
+        subprocess.run([os.path.join(REPO, "bin", "brandrt"), "pack", "--input", os.path.dirname(inp), "--out", chunks,
+                        "--chunk-files", "16"], check=True, capture_output=True)
+        out = os.path.join(work, "out")
+        footprint.main(["--chunks", chunks, "--mem", "50%,100%", "--epochs", "1", "--out", out])
+        with open(os.path.join(out, "footprint.jsonl")) as f:
+            recs = [json.loads(line) for line in f]
+        self.assertEqual([r["mem"] for r in recs], ["50%", "100%"])
+        for r in recs:
+            self.assertEqual((r["exit"], r["once"], r["oom_kills"]), (0, 1, 0), r)
+            self.assertLessEqual(r["peak_bytes"], r["footprint_bytes"], r)
+            self.assertGreater(r["peak_bytes"], 0)
+        self.assertGreater(os.path.getsize(os.path.join(out, "footprint.png")), 1000)
