@@ -89,6 +89,10 @@ type Config struct {
 	// with the file delivered at every position of every rank's trace
 	// (proto.NoFile where none was).
 	Order func(epoch uint32, files [][]proto.FileID)
+	// HandMemBytes bounds the files DataLoader workers hand on to their
+	// training processes in place (−1: Node.HandCap's default; 0: none,
+	// copies).
+	HandMemBytes int64
 	// IOWorkers bounds the chunk reads in flight, ReadMemBytes the bytes
 	// they read into (0: IOWorkers of the largest chunk, at most
 	// DefaultReadMem; one read goes ahead whatever its size).
@@ -182,7 +186,7 @@ const (
 // DefaultConfig returns the defaults; the caller sets Chunks and the
 // memory.
 func DefaultConfig() Config {
-	return Config{Policy: "window", Variant: proto.Full, Window: 64, Ramp: proto.DefaultRamp, Keep: proto.KeepShare, RemoteMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 0, Depth: 4,
+	return Config{Policy: "window", Variant: proto.Full, Window: 64, Ramp: proto.DefaultRamp, Keep: proto.KeepShare, RemoteMemBytes: -1, HandMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 0, Depth: 4,
 		ClientWait: time.Minute, TrainingWait: 10 * time.Minute, OnDamage: "fail", MaxSkippedFraction: 0.001, StorageWait: 2 * time.Minute, PeerWarn: 30 * time.Second,
 		Log: io.Discard, FS: chunk.OS}
 }
@@ -208,6 +212,7 @@ func (c Config) Validate() error {
 	add(c.Epochs >= 1 && c.Epochs <= proto.MaxEpochs, "%d epochs, want 1 to %d", c.Epochs, proto.MaxEpochs)
 	add(c.IOWorkers >= 1 && c.IOWorkers <= MaxIOWorkers, "%d I/O workers, want 1 to %d", c.IOWorkers, MaxIOWorkers)
 	add(c.ReadMemBytes >= 0, "read memory %d bytes, want ≥ 0 (0: the default)", c.ReadMemBytes)
+	add(c.HandMemBytes >= -1, "hand memory %d bytes, want ≥ 0 (or −1 for the default)", c.HandMemBytes)
 	add(c.Consume >= 0 && c.Consume <= MaxConsumers, "%d consumers, want 0 to %d", c.Consume, MaxConsumers)
 	add(c.Depth >= 1 && c.Depth <= MaxDepth, "depth %d, want 1 to %d", c.Depth, MaxDepth)
 	add(!c.ClientTraces || c.Consume == 0, "in-process consumers read generated traces: client traces need 0 consumers, not %d", c.Consume)

@@ -44,7 +44,7 @@
 //   - file.go: the file type, and chunkBuf, the holds on a buffer.
 //   - recvpool.go: recvPool, the buffers files from other ranks land in.
 //   - budget.go: the memory a rank takes, term by term (Footprint,
-//     Node.Footprint, HandCap, RingBytes), and what fits its node and its
+//     Node.Footprint, Node.HandCap, RingBytes), and what fits its node and its
 //     cgroup (fitsNode, fitsCgroup, cgroupBudget).
 //   - traces.go: each epoch's traces, seeded or offered (TraceOffer).
 //   - barrier.go: quietBarrier, a barrier that sleeps while it waits.

@@ -182,7 +182,8 @@ func sizedInput(t *testing.T, files, mean int) string {
 
 // TestServeFootprint: for files of about 61 B, 100 KB and 1 MB, in
 // shards of 3,000 and 200,000 files (1,000 of 1 MB), with in-process
-// readers and with a DataLoader of 4 workers reading in place (outside
+// readers and with a DataLoader of 4 workers reading in place (--hand-mem
+// 16MiB, what it holds at once; outside
 // the cgroup: what counts is the rank, with the shared memory it lends
 // them), serve runs 3 epochs, every file exactly once and no OOM kill,
 // in a memory cgroup of exactly the footprint that serve --footprint
@@ -219,8 +220,12 @@ func TestServeFootprint(t *testing.T) {
 			for _, dl := range []bool{false, true} {
 				name, args := "consume", []string{"--chunks", dir, "--mem", d.mem, "--epochs", "3"}
 				if dl {
+					// loader.py holds a dozen files at once: --hand-mem
+					// bounds what it may hold in place to that, not to
+					// the default's four workers two batches of 64 ahead
 					name = "dataloader"
 					needTorch(t)
+					args = append(args, "--hand-mem", "16MiB")
 				} else {
 					args = append(args, "--consume", "4")
 				}

@@ -82,6 +82,7 @@ func serveCommand() *cli.Command {
 			&cli.BoolFlag{Name: "allow-shared-node", EnvVars: []string{"BRANDRT_ALLOW_SHARED_NODE"}, Usage: "let several ranks run on one node: the design is one rank per node, and a job whose ranks share one is refused (demos and tests on one machine use this)"},
 			durationFlag("client-wait", d.ClientWait, false, "how long a rank whose training processes all went away in the middle of an epoch, or stopped reading what they asked for, waits for one to come back before it ends the job (0: for ever); a process with a BrandSampler that dies ends the job within 5 s"),
 			durationFlag("training-wait", d.TrainingWait, false, "how long after serving begins the job waits for a training process to attach to every rank (a launch that failed on some nodes) before it ends, naming the ranks and nodes that had none; meanwhile the ranks say which every --peer-warn (0: for ever)"),
+			&cli.GenericFlag{Name: "hand-mem", Value: &memBudget{bytes: -1}, Usage: "the most memory the files DataLoader workers hand on to their training processes in place (BrandDataset(in_place=True)) may take while those hold them, in bytes; beyond it they get copies (0: always copies). The default covers a DataLoader's batches in flight (4 workers, 2 batches of 64 ahead, of the shard's mean file) or an eighth of --mem when that is more, at least 8 MiB, at most 1 GiB"},
 			intFlag("io-workers", int64(d.IOWorkers), 1, rt.MaxIOWorkers, whyWorkers, "chunk reads in flight at once"),
 			&cli.GenericFlag{Name: "read-mem", Value: &memBudget{bytes: -1, positive: true}, Usage: fmt.Sprintf("the most memory chunk reads in flight take at once, in bytes (a read's buffer is its chunk rounded up to a MiB; one read goes ahead whatever its size); the default is --io-workers buffers of the largest chunk, at most %s: four chunks of 64 files of 110 KB, one of 64 files of 1 MB", humanize.IBytes(rt.DefaultReadMem))},
 			intFlag("consume", int64(d.Consume), 0, rt.MaxConsumers, "rt's most", "in-process readers per rank; 0: serve training processes through shared memory"),
@@ -217,6 +218,13 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 		return cfg, fmt.Errorf("--traces %q: want seed or clients", t)
 	}
 	cfg.IOWorkers, cfg.Consume, cfg.Depth, cfg.Pause = c.Int("io-workers"), c.Int("consume"), c.Int("depth"), c.Duration("pause")
+	if c.IsSet("hand-mem") {
+		hm := c.Generic("hand-mem").(*memBudget)
+		if hm.fraction > 0 {
+			return cfg, fmt.Errorf("--hand-mem %s: want bytes (e.g. 256MiB)", hm.String())
+		}
+		cfg.HandMemBytes = hm.bytes
+	}
 	if c.IsSet("read-mem") {
 		rm := c.Generic("read-mem").(*memBudget)
 		if rm.fraction > 0 || rm.bytes < 1 {

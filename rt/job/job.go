@@ -327,7 +327,7 @@ func listen(n *rt.Node, env launch.Env, rank int, arena *shm.Arena, log io.Write
 	// those still hold (a few batches, unless they keep files) may take
 	// rt.HandCap beyond the budget: a term of the rank's footprint
 	// (rt.Footprint.Handed). Beyond it, the processes get copies.
-	o.HandCap = uint64(rt.HandCap(n.Mapping().MemBytes(rank)))
+	o.HandCap = uint64(n.HandCap())
 	job, err := json.Marshal(n.JobPlace())
 	if err != nil {
 		return nil, err
