@@ -152,13 +152,44 @@ const RingRewind = 256 << 10
 // the bound at an eighth of the budget (99 MiB), the loader benchmark's
 // DataLoader held 2.1 GiB and delivered 207 files/s; with it at half
 // (397 MiB), 1.5 GiB and 360 files/s.
+// What fitsCgroup may lower it to, to fit the memory cgroup (fitHanded),
+// is n.data.handFit.
 func (n *Node) handCapAt(budget int64) int64 {
 	if n.cfg.HandMemBytes >= 0 {
 		return n.cfg.HandMemBytes
 	}
+	if fit := n.data.handFit; fit > 0 {
+		return min(fit, n.handRule(budget))
+	}
+	return n.handRule(budget)
+}
+
+// handRule is handCapAt's default, for budget bytes.
+func (n *Node) handRule(budget int64) int64 {
 	mf := n.data.facts
 	inFlight := int64(handFiles * float64(mf.bytes) / float64(max(mf.files, 1)))
 	return min(max(budget/8, inFlight, 8<<20), 1<<30)
+}
+
+// fitHanded lowers the default bound on the files handed on (handCapAt)
+// so that footprint f fits limit bytes, as far as it can (to 8 MiB), and
+// returns the footprint then; false, and the bound as it was, when even
+// that does not fit or the bound was given (--hand-mem).
+func (n *Node) fitHanded(f Footprint, limit int64) (Footprint, bool) {
+	if n.cfg.HandMemBytes >= 0 || f.Handed == 0 {
+		return f, false
+	}
+	over := f.Total() - limit
+	h := n.handCapAt(f.Budget) - int64(float64(over)/f.OwnRatio) - 1<<20
+	if h < 8<<20 {
+		return f, false
+	}
+	n.data.handFit = h
+	if fit := n.Footprint(); fit.Total() <= limit {
+		return fit, true
+	}
+	n.data.handFit = 0
+	return f, false
 }
 
 // handFiles is the files a DataLoader has in flight: 4 workers, each 2
@@ -288,6 +319,11 @@ func (n *Node) fitsCgroup() error {
 	}
 	if f.Total() <= limit {
 		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; its memory cgroup allows %s (%s)\n", n.me, f, mib(limit), n.cfg.MemLimitFrom)
+		return nil
+	}
+	if fit, ok := n.fitHanded(f, limit); ok {
+		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; its memory cgroup allows %s (%s): the files handed on are bounded at %s to fit it, not %s (beyond it the training processes get copies; --hand-mem sets it)\n",
+			n.me, fit, mib(limit), n.cfg.MemLimitFrom, mib(n.HandCap()), mib(n.handRule(f.Budget)))
 		return nil
 	}
 	do := "that leaves nothing for its files: run it with more memory than " + mib(n.footprintAt(0, n.remoteAt(0)).Total())

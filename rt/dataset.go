@@ -38,6 +38,7 @@ type dataset struct {
 	maxSize          int64
 	maxChunk         int64 // the bytes of the shard's largest chunk file
 	facts            memFacts
+	handFit          int64 // fitHanded's bound on the files handed on (0: none)
 	// chunkBytes are the bytes of each of the shard's chunks, by its
 	// number in the shard
 	chunkBytes []int64

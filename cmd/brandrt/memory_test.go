@@ -195,7 +195,8 @@ func sizedInput(t *testing.T, files, mean int) string {
 // cache of the binaries counts against whichever cgroup read them first,
 // and other tests running beside this one (go test runs packages at
 // once) may have. In a cgroup 10 % smaller serve is refused at start-up,
-// naming the footprint; --mem 90%cgroup serves in one of the footprint.
+// naming the footprint, unless lowering the bound on the files handed on
+// fits it; --mem 90%cgroup serves in one of the footprint.
 func TestServeFootprint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("memory cgroups and 200,000 files: not in -short")
@@ -261,6 +262,19 @@ func TestServeFootprint(t *testing.T) {
 				want := fmt.Sprintf("rt: the rank needs %s (%d bytes) of memory: ", ibytes(fp), fp)
 				if err == nil || !strings.Contains(string(out), want) || !strings.Contains(string(out), fmt.Sprintf("its memory cgroup allows %s (%s/memory.", ibytes(fp*9/10), cg)) {
 					t.Errorf("in a cgroup 10%% under the footprint: want a refusal naming it (%s) and the cgroup's limit: %v\n%s", want, err, out)
+				}
+			})
+			t.Run("hand-fit", func(t *testing.T) {
+				// files handed on, bounded by default for a DataLoader's
+				// 512 files in flight, are bounded lower to fit a cgroup
+				if d.mean < 32<<10 {
+					t.Skip("files under 32 KiB are never handed on")
+				}
+				fp := footprintOf(t, "--chunks", dir, "--mem", d.mem)
+				cg := memCgroup(t, fp-8<<20)
+				out, err := testkit.Run(time.Minute, nil, "sh", inCgroup(cg, "-np", "1", binary(t), "serve", "--chunks", dir, "--mem", d.mem, "--footprint")...)
+				if err != nil || !strings.Contains(string(out), "the files handed on are bounded at ") {
+					t.Errorf("in a cgroup 8 MiB under the footprint (%s): want the files handed on bounded lower to fit it: %v\n%s", ibytes(fp), err, out)
 				}
 			})
 			t.Run("90%cgroup", func(t *testing.T) {
