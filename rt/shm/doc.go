@@ -40,7 +40,9 @@
 // its place in it rather than copied into the ring (a shared record,
 // below). The rank also receives files of more than 32 KiB from other
 // ranks into the arena. Smaller files from other ranks, and all files
-// when the arena is full, are copied.
+// when the arena is full, are copied. Files under 32 KiB share pages in
+// the arena (slots of a slab), so their places need not start a page;
+// only files with pages of their own (rt.Handable) are handed on.
 //
 // # Who may attach
 //
@@ -239,7 +241,10 @@
 //	32  …  data
 //
 // A record never wraps: when it does not fit before the end of the ring,
-// a padding record fills the rest. The rank writes the record, advances
+// a padding record fills the rest; so it does when the rank finds the
+// ring empty (data tail at data head) past its first 256 KiB (RewindAt),
+// so that the next record starts the ring again and a ring of small
+// records touches only its first pages. The rank writes the record, advances
 // data head and rep head (one per non-padding record), and wakes the
 // client if client sleeping is 1. The client reads records in order,
 // passes data on without copying it (a memoryview over the mapping), and
