@@ -107,19 +107,22 @@ const (
 const RingClients = 8
 
 // RingBytes is the data ring of each client, for files of at most
-// largest bytes: room for a record of such a file in every slot (64) and
-// one more (a 32-byte header, the bytes, rounded up to 64), at least 4
-// MiB and at most 64 MiB, and always twice the largest record (one may
-// take half the ring). A file in the arena reaches the client as its
-// place (a record of 64 bytes), but counts as if copied in the ring's
-// flow control (the answers a client has not released): a ring sized for
-// 64 small copies let a DataLoader worker have 37 files of 110 KB in
-// flight instead of 64, and served 5 % fewer files/s. What a ring costs
-// is what it holds at once (ringCost), since the rank rewinds it.
+// largest bytes: room for a record of such a file, or of 128 KiB when
+// that is less, in every slot (64) and one more (a 32-byte header, the
+// bytes, rounded up to 64), at least 4 MiB and at most 64 MiB, and always
+// twice the largest record (one may take half the ring). A file in the
+// arena reaches the client as its place (a record of 64 bytes), but
+// counts as if copied in the ring's flow control: the ring's size bounds
+// the files a client was answered and has not released, which stay in the
+// arena. So: 64 files of 110 KB in flight (a ring of 4 MiB let a
+// DataLoader worker have 37, and served 5 % fewer files/s), 8 of 1 MB
+// (64 of them, 64 MiB a client, would hold 320 MiB beside --mem for a
+// DataLoader of 4 workers). What a ring's own pages cost is what it holds
+// at once (ringCost), since the rank rewinds it.
 func RingBytes(largest int64) int64 {
 	const grain = 4096
-	record := (32 + largest + 63) &^ 63
-	b := max(min(max(65*record, 4<<20), 64<<20), 2*record)
+	record := func(n int64) int64 { return (32 + n + 63) &^ 63 }
+	b := max(65*record(min(largest, 128<<10)), 4<<20, 2*record(largest))
 	return (b + grain - 1) / grain * grain
 }
 
