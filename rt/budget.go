@@ -2,7 +2,6 @@ package rt
 
 import (
 	"fmt"
-	"math/bits"
 	"strings"
 )
 
@@ -121,10 +120,14 @@ const RingClients = 8
 // at once (ringCost), since the rank rewinds it.
 func RingBytes(largest int64) int64 {
 	const grain = 4096
-	record := func(n int64) int64 { return (32 + n + 63) &^ 63 }
-	b := max(65*record(min(largest, 128<<10)), 4<<20, 2*record(largest))
+	b := max(65*ringRecord(min(largest, 128<<10)), 4<<20, 2*ringRecord(largest))
 	return (b + grain - 1) / grain * grain
 }
+
+// ringRecord is the room a record of n bytes takes in a ring: a 32-byte
+// header and the bytes, rounded up to 64 (shm's recordHeader and
+// recordAlign).
+func ringRecord(n int64) int64 { return (32 + n + 63) &^ 63 }
 
 // ringCost is what a client's ring costs once written: the rank rewinds
 // a ring it finds empty past its first RingRewind bytes (shm.RewindAt),
@@ -135,7 +138,7 @@ func RingBytes(largest int64) int64 {
 func ringCost(largest int64, ranks int) int64 {
 	rec := int64(64)
 	if ranks > 1 {
-		rec = (32 + min(largest, 32<<10) + 63) &^ 63
+		rec = ringRecord(min(largest, 32<<10))
 	}
 	return min(RingBytes(largest), RingRewind+65*rec+8<<10)
 }
@@ -214,8 +217,8 @@ type placer interface{ Placed(n int64) int64 }
 // sizes: their number and bytes, and the bytes the memory lends them
 // (placed) and lends them when received from other ranks (received).
 type memFacts struct {
-	files                         int
-	bytes, placed, recvd, maxSize int64
+	files                int
+	bytes, placed, recvd int64
 	// handable: some file is one a DataLoader worker can hand on in
 	// place (Handable)
 	handable bool
@@ -227,14 +230,13 @@ func newMemFacts(sizes []int64, mem any) memFacts {
 	p, ok := mem.(placer)
 	for _, s := range sizes {
 		f.bytes += s
-		f.maxSize = max(f.maxSize, s)
 		f.handable = f.handable || Handable(s)
 		placed := s
 		if ok {
 			placed = p.Placed(s)
 		}
 		f.placed += placed
-		c := int64(1) << bits.Len64(uint64(max(s, 1)-1)) // recvPool's class
+		c := int64(1) << sizeClass(int(s)) // recvPool's buffer
 		if ok && c >= int64(recvLentMin) {
 			c = p.Placed(c)
 		}
@@ -269,7 +271,7 @@ func (n *Node) footprintAt(budget, remote int64) Footprint {
 	}
 	if n.cfg.Consume == 0 {
 		f.RingClients = RingClients
-		f.Rings = RingClients * ringCost(mf.maxSize, n.size)
+		f.Rings = RingClients * ringCost(n.data.maxSize, n.size)
 		if mf.handable {
 			f.Handed = inArena(n.handCapAt(budget))
 		}

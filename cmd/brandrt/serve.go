@@ -100,6 +100,20 @@ func serveCommand() *cli.Command {
 	}
 }
 
+// bytesOnly sets *into from the memBudget flag name when it is given,
+// refusing a percentage: the flag takes bytes (example, as in 1GiB).
+func bytesOnly(c *cli.Context, name, example string, into *int64) error {
+	if !c.IsSet(name) {
+		return nil
+	}
+	m := c.Generic(name).(*memBudget)
+	if m.fraction > 0 {
+		return fmt.Errorf("--%s takes bytes (e.g. %s), not a percentage", name, example)
+	}
+	*into = m.bytes
+	return nil
+}
+
 // memBudget is a flag value: bytes, or a percentage of the rank's shard;
 // with positive, 0 bytes is refused.
 type memBudget struct {
@@ -197,12 +211,8 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 	if mem.cgroup {
 		cfg.MemFraction, cfg.MemCgroupFraction = 0, mem.fraction
 	}
-	if c.IsSet("remote-mem") {
-		rm := c.Generic("remote-mem").(*memBudget)
-		if rm.fraction > 0 {
-			return cfg, errors.New("--remote-mem takes bytes (e.g. 1GiB), not a percentage")
-		}
-		cfg.RemoteMemBytes = rm.bytes
+	if err := bytesOnly(c, "remote-mem", "1GiB", &cfg.RemoteMemBytes); err != nil {
+		return cfg, err
 	}
 	cfg.Policy = c.String("policy")
 	if cfg.Variant, err = proto.ParseVariant(c.String("variant")); err != nil {
@@ -218,19 +228,11 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 		return cfg, fmt.Errorf("--traces %q: want seed or clients", t)
 	}
 	cfg.IOWorkers, cfg.Consume, cfg.Depth, cfg.Pause = c.Int("io-workers"), c.Int("consume"), c.Int("depth"), c.Duration("pause")
-	if c.IsSet("hand-mem") {
-		hm := c.Generic("hand-mem").(*memBudget)
-		if hm.fraction > 0 {
-			return cfg, fmt.Errorf("--hand-mem %s: want bytes (e.g. 256MiB)", hm.String())
-		}
-		cfg.HandMemBytes = hm.bytes
+	if err := bytesOnly(c, "hand-mem", "256MiB", &cfg.HandMemBytes); err != nil {
+		return cfg, err
 	}
-	if c.IsSet("read-mem") {
-		rm := c.Generic("read-mem").(*memBudget)
-		if rm.fraction > 0 || rm.bytes < 1 {
-			return cfg, fmt.Errorf("--read-mem %s: want bytes (e.g. 64MiB)", rm.String())
-		}
-		cfg.ReadMemBytes = rm.bytes
+	if err := bytesOnly(c, "read-mem", "64MiB", &cfg.ReadMemBytes); err != nil {
+		return cfg, err
 	}
 	cfg.Resume, cfg.FootprintOnly = c.Bool("resume"), c.Bool("footprint")
 	cfg.OnDamage, cfg.ClientWait, cfg.TrainingWait = c.String("on-damage"), c.Duration("client-wait"), c.Duration("training-wait")

@@ -128,7 +128,7 @@ func (a *Arena) Size() uint64 { return uint64(len(a.mem)) }
 // (chunk reads) always start a page, as O_DIRECT needs.
 func (a *Arena) Alloc(n int64) ([]byte, error) {
 	size := uint64(max(n, 1))
-	if size < slabMax && size%arenaGrain != 0 {
+	if slotted(size) {
 		a.mu.Lock()
 		b, ok := a.slot(slotClass(size))
 		a.mu.Unlock()
@@ -217,6 +217,11 @@ func (a *Arena) Free(b []byte) {
 // pages would waste up to a page (a file of 61 bytes took 4 KiB, one of
 // 8 KB about a quarter more); from it, at most an eighth (sizeClass).
 const slabMax = 32 << 10
+
+// slotted reports whether a buffer of size bytes takes a slot in a slab:
+// one under slabMax that is not whole pages (those, chunk reads among
+// them, start a page of their own).
+func slotted(size uint64) bool { return size < slabMax && size%arenaGrain != 0 }
 
 // slab is pages cut into slots of one size, each lent to one buffer.
 type slab struct {
@@ -435,7 +440,7 @@ func (a *Arena) Close() error {
 // take with it): a slot, or pages rounded up to their size class.
 func (a *Arena) Placed(n int64) int64 {
 	size := uint64(max(n, 1))
-	if size < slabMax && size%arenaGrain != 0 {
+	if slotted(size) {
 		return int64(slotClass(size))
 	}
 	want := sizeClass((size + arenaGrain - 1) &^ (arenaGrain - 1))
