@@ -34,6 +34,8 @@ type FS interface {
 type File interface {
 	io.ReaderAt
 	io.Writer
+	// WriteAt writes over bytes already written (a chunk's header, last).
+	io.WriterAt
 	// Sync makes the written data durable.
 	Sync() error
 	// DropCache asks the OS to drop the file's cached pages.
@@ -133,10 +135,13 @@ func (o *osFile) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (o *osFile) Write(p []byte) (int, error) { return o.f.Write(p) }
-func (o *osFile) Sync() error                 { return o.f.Sync() }
-func (o *osFile) Align() int                  { return o.align }
-func (o *osFile) Close() error                { return o.f.Close() }
-func (o *osFile) DropCache() error            { return fadvise(o.f, 0, 0, fadvDontNeed) }
+func (o *osFile) WriteAt(p []byte, off int64) (int, error) {
+	return o.f.WriteAt(p, off)
+}
+func (o *osFile) Sync() error      { return o.f.Sync() }
+func (o *osFile) Align() int       { return o.align }
+func (o *osFile) Close() error     { return o.f.Close() }
+func (o *osFile) DropCache() error { return fadvise(o.f, 0, 0, fadvDontNeed) }
 
 const fadvDontNeed = 4 // POSIX_FADV_DONTNEED on Linux
 

@@ -619,3 +619,30 @@ func TestUnreadableInputsReportedTogether(t *testing.T) {
 		})
 	}
 }
+
+// TestLargeFiles packs files larger than what a pack worker holds of a
+// chunk at once: such chunks are written in pieces, header last, and read
+// back whole and by slots as any other; a write that fails in the middle
+// of one leaves nothing behind.
+func TestLargeFiles(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "input")
+	files, err := chunktest.Generate(root, chunktest.GenConfig{Classes: 2, Files: 7, MeanSize: 9 << 20, Sigma: 0.5, MaxSize: 30 << 20, Zero: 1, Seed: genSeed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []int{1, 3} {
+		out := filepath.Join(t.TempDir(), "chunks")
+		if _, err := pack(t, root, out, packOpts{k: k, ranks: 2, workers: 2}); err != nil {
+			t.Fatalf("K=%d: %v", k, err)
+		}
+		checkDataset(t, chunk.OS, out, files)
+	}
+	parent := filepath.Join(t.TempDir(), "new")
+	out := filepath.Join(parent, "chunks")
+	rule := chunktest.Rule{Op: chunktest.OpWrite, Path: "chunk-", After: 9 << 20, Err: syscall.ENOSPC}
+	_, err = pack(t, root, out, packOpts{fsys: chunktest.New(chunk.OS, rule), k: 3, ranks: 1})
+	expectFailure(t, out, err, "no space left on device")
+	if _, err := os.Stat(parent); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the directories pack created are still there: %s", listTree(t, parent))
+	}
+}

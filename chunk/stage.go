@@ -131,28 +131,39 @@ func (s *stager) stopped() bool {
 	}
 }
 
+// packPiece is the most of one chunk a pack worker holds at once, in
+// each of its two buffers: a longer chunk (a chunk of large files) is
+// read and written in pieces, its header last, so that packing a 1 GiB
+// file holds 16 MiB, not the file twice.
+const packPiece = 8 << 20
+
 // writeChunk reads the inputs of global chunk c (chunk local of rank r)
-// through the scratch buffer in, assembles the chunk file in out, writes
-// it, and fills the entries of its files.
+// through the scratch buffer in, writes the chunk file through out, and
+// fills the entries of its files.
 func (s *stager) writeChunk(r, local, c int, in, out *scratch, entries []Entry) error {
 	ins, ext, length := s.plan.chunkLayout(c)
-	buf, err := out.get(length)
+	w, err := s.newChunkWriter(join(RankDir(r), ChunkName(local)), length, HeaderSize(len(ins)), out)
 	if err != nil {
-		return fmt.Errorf("chunk: %w", err)
+		return err
 	}
+	defer w.abort()
 	bad := false
 	for i, input := range ins {
-		data := buf[ext[i].Offset : ext[i].Offset+input.Size]
 		s.files.Add(1)
 		s.bytes.Add(input.Size)
-		if err := s.readInput(input, data, in); errors.As(err, new(inputError)) {
+		crc, put := uint32(0), w.write
+		if bad {
+			put = func([]byte) error { return nil } // the pack fails: only look for more unreadable inputs
+		}
+		err := s.readInput(input, in, func(p []byte) error { crc = crc32Update(crc, p); return put(p) })
+		if errors.As(err, new(inputError)) {
 			s.addBad(int64(c*s.plan.K+i), err)
 			bad = true
 			continue
 		} else if err != nil {
 			return err
 		}
-		ext[i].CRC = Checksum(data)
+		ext[i].CRC = crc
 		entries[i] = Entry{ID: int64(c*s.plan.K + i), Rank: r, Chunk: local, Slot: i, Offset: ext[i].Offset,
 			Size: ext[i].Size, CRC: ext[i].CRC, Label: input.Label, Path: input.Rel}
 	}
@@ -161,36 +172,136 @@ func (s *stager) writeChunk(r, local, c int, in, out *scratch, entries []Entry) 
 	}
 	_, _, first, _ := s.plan.Shard(r)
 	h := &ChunkHeader{Rank: r, Chunk: local, FirstFile: first + int64(local*s.plan.K), Length: length, Files: ext}
-	copy(buf, encodeHeader(h))
-	return s.writeFile(join(RankDir(r), ChunkName(local)), buf)
+	return w.finish(encodeHeader(h))
 }
 
-// readInput reads in whole into data, uncached (O_DIRECT where allowed,
-// through an aligned scratch buffer), and checks that the file still has
-// the size the scan found: it asks for more than that size, so one read
-// also tells whether the file grew.
-func (s *stager) readInput(in Input, data []byte, sc *scratch) error {
+// readInput reads in whole, uncached (O_DIRECT where allowed, through an
+// aligned scratch buffer), and gives put its bytes in order, in pieces of
+// at most packPiece. It checks that the file still has the size the scan
+// found: the last read asks for more than that size, so it also tells
+// whether the file grew.
+func (s *stager) readInput(in Input, sc *scratch, put func([]byte) error) error {
 	f, err := s.fsys.Open(in.Source, true)
 	if err != nil {
 		return inputError{fmt.Errorf("chunk: %w", err)}
 	}
 	defer f.Close()
-	want := alignUp(in.Size+1, int64(f.Align()))
-	b, err := sc.get(want)
+	b, err := sc.get(min(alignUp(in.Size+1, int64(f.Align())), packPiece))
 	if err != nil {
 		return fmt.Errorf("chunk: read %s: %w", in.Source, err)
 	}
-	n, err := f.ReadAt(b, 0)
-	switch {
-	case int64(n) > in.Size:
-		return inputError{fmt.Errorf("chunk: read %s: file grew while packing (was %d bytes)", in.Source, in.Size)}
-	case int64(n) < in.Size && (err == nil || errors.Is(err, io.EOF)):
-		return inputError{fmt.Errorf("chunk: read %s: file shrank to %d bytes while packing (was %d)", in.Source, n, in.Size)}
-	case int64(n) < in.Size:
-		return inputError{fmt.Errorf("chunk: read %s: %w", in.Source, UnwrapPath(err))}
+	for off := int64(0); ; {
+		n, err := f.ReadAt(b, off)
+		got := off + int64(n)
+		switch short := n < len(b); {
+		case got > in.Size:
+			return inputError{fmt.Errorf("chunk: read %s: file grew while packing (was %d bytes)", in.Source, in.Size)}
+		case short && err != nil && !errors.Is(err, io.EOF):
+			return inputError{fmt.Errorf("chunk: read %s: %w", in.Source, UnwrapPath(err))}
+		case short && got < in.Size:
+			return inputError{fmt.Errorf("chunk: read %s: file shrank to %d bytes while packing (was %d)", in.Source, got, in.Size)}
+		}
+		if err := put(b[:n]); err != nil {
+			return err
+		}
+		if n < len(b) {
+			return nil
+		}
+		off = got
 	}
-	copy(data, b[:n])
+}
+
+// chunkWriter writes one chunk file: a chunk of at most packPiece bytes
+// is assembled in memory and written at once; a longer one is written in
+// pieces behind a header of zeros, which finish overwrites.
+type chunkWriter struct {
+	s    *stager
+	name string // relative to the temporary directory
+	buf  []byte // what is not yet written
+	f    File   // open once a long chunk's first piece is written
+}
+
+// newChunkWriter starts the chunk file name, length bytes of which the
+// header and table of files take the first head.
+func (s *stager) newChunkWriter(name string, length, head int64, out *scratch) (*chunkWriter, error) {
+	buf, err := out.get(min(length, packPiece))
+	if err != nil {
+		return nil, fmt.Errorf("chunk: %w", err)
+	}
+	buf = buf[:head] // cap(buf) > min(length, packPiece) ≥ head
+	clear(buf)
+	return &chunkWriter{s: s, name: name, buf: buf}, nil
+}
+
+// write appends p to the chunk.
+func (w *chunkWriter) write(p []byte) error {
+	for len(p) > 0 {
+		if len(w.buf) == cap(w.buf) {
+			if err := w.flush(); err != nil {
+				return err
+			}
+		}
+		n := min(len(p), cap(w.buf)-len(w.buf))
+		w.buf = append(w.buf, p[:n]...)
+		p = p[n:]
+	}
 	return nil
+}
+
+// flush writes what the buffer holds to the chunk file, creating it first.
+func (w *chunkWriter) flush() error {
+	if w.f == nil {
+		f, err := w.s.fsys.Create(join(w.s.tmp, w.name))
+		if err != nil {
+			return w.fail(err)
+		}
+		w.f = f
+	}
+	if _, err := w.f.Write(w.buf); err != nil {
+		return w.fail(err)
+	}
+	w.buf = w.buf[:0]
+	return nil
+}
+
+// finish writes the chunk's header and table, and makes the file durable.
+func (w *chunkWriter) finish(header []byte) error {
+	if w.f == nil { // the whole chunk in memory: one write
+		copy(w.buf, header)
+		return writeDurable(w.s.fsys, w.s.tmp, w.s.out, w.name, w.buf)
+	}
+	if err := w.flush(); err != nil {
+		return err
+	}
+	f := w.f
+	w.f = nil
+	_, err := f.WriteAt(header, 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		err = f.DropCache()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return w.fail(err)
+	}
+	return nil
+}
+
+// abort closes a chunk file left unfinished (the pack fails, and removes
+// the temporary directory).
+func (w *chunkWriter) abort() {
+	if w.f != nil {
+		_ = w.f.Close()
+		w.f = nil
+	}
+}
+
+func (w *chunkWriter) fail(err error) error {
+	return fmt.Errorf("chunk: write %s: %w", join(w.s.out, w.name), UnwrapPath(err))
 }
 
 // scratch is a worker's page-aligned buffer (as O_DIRECT reads need),
@@ -283,13 +394,9 @@ func ReadInputs(fsys FS, inputs []Input, workers int) (int64, error) {
 		go func() {
 			sc := &scratch{pool: &s.pool}
 			defer sc.release()
-			var data []byte
 			for i := next.Add(1) - 1; i < int64(len(inputs)); i = next.Add(1) - 1 {
 				in := inputs[i]
-				if int64(cap(data)) < in.Size {
-					data = make([]byte, in.Size)
-				}
-				if err := s.readInput(in, data[:in.Size], sc); err != nil {
+				if err := s.readInput(in, sc, func([]byte) error { return nil }); err != nil {
 					next.Store(int64(len(inputs))) // the others stop too
 					errs <- err
 					return

@@ -168,6 +168,15 @@ func (f *file) Write(p []byte) (int, error) {
 	return n, pathErr(OpWrite, f.name, r.Err)
 }
 
+// WriteAt fails under a write rule when it would write past the rule's
+// After bytes.
+func (f *file) WriteAt(p []byte, off int64) (int, error) {
+	if r := f.fs.match(OpWrite, f.name); r != nil && off+int64(len(p)) > r.After {
+		return 0, pathErr(OpWrite, f.name, r.Err)
+	}
+	return f.File.WriteAt(p, off)
+}
+
 func (f *file) Sync() error {
 	if r := f.fs.match(OpSync, f.name); r != nil {
 		return pathErr(OpSync, f.name, r.Err)
