@@ -40,7 +40,7 @@ func (s *Shard) CheckSizes(most int) ([]error, int) {
 }
 
 func (s *Shard) checkSize(c int) error {
-	first := c * s.idx.k
+	first := s.idx.ChunkFirst(c)
 	last := s.idx.Record(first + s.idx.ChunkFiles(c) - 1)
 	want := last.Offset + int64(last.Size)
 	fi, err := s.fsys.Stat(s.path(c))
@@ -58,7 +58,7 @@ func (s *Shard) checkSize(c int) error {
 // lostFiles names the files of chunk c that a chunk file of size bytes
 // lacks: how many, and the first of them.
 func (s *Shard) lostFiles(c int, size int64) string {
-	first, n := c*s.idx.k, s.idx.ChunkFiles(c)
+	first, n := s.idx.ChunkFirst(c), s.idx.ChunkFiles(c)
 	for i := range n {
 		if e := s.idx.Record(first + i); e.Offset+int64(e.Size) > size {
 			return fmt.Sprintf("%d of its %d files are lost, from slot %d (%s, bytes %d–%d) on",

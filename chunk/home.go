@@ -119,15 +119,13 @@ func Sizes(fsys FS, dir string, ranks int) (*Manifest, [][]int64, []int32, error
 
 // Home reads the chunks of a run of consecutive shards as one shard: what
 // one rank serves. Its chunks and files are numbered from 0 over the run,
-// the shards' in order; every shard but the dataset's last holds whole
-// chunks of K files, so chunk c of the run holds its files c×K on. A Home
-// is safe for concurrent use.
+// the shards' in order (shards hold whole chunks). A Home is safe for
+// concurrent use.
 type Home struct {
 	shards []*Shard
 	lo     int     // the first shard's number
 	chunk0 []int   // the run's number of each shard's first chunk
 	file0  []int64 // the run's number of each shard's first file
-	k      int
 	chunks int
 	files  int
 	// pool lends the read buffers of every shard of the run: a shard's
@@ -144,7 +142,7 @@ func OpenHome(fsys FS, dirs []string, m *Manifest, lo int) (*Home, error) {
 	if lo < 0 || hi > len(m.Shards) || lo >= hi {
 		return nil, fmt.Errorf("chunk: shards %d–%d of a dataset of %d", lo, hi-1, len(m.Shards))
 	}
-	h := &Home{lo: lo, k: m.K}
+	h := &Home{lo: lo}
 	for s := lo; s < hi; s++ {
 		dir := dirs[s-lo]
 		sh, err := OpenShard(fsys, dir, s)
@@ -155,13 +153,9 @@ func OpenHome(fsys FS, dirs []string, m *Manifest, lo int) (*Home, error) {
 		sh.SetMemory(&h.pool)
 		h.shards = append(h.shards, sh)
 		idx, info := sh.Index(), m.Shards[s]
-		if idx.First() != info.FirstFile || int64(idx.Len()) != info.Files || idx.CRC() != info.IndexCRC || idx.K() != m.K {
+		if idx.First() != info.FirstFile || int64(idx.Len()) != info.Files || idx.CRC() != info.IndexCRC || idx.K() != m.K || !m.ChunksAgree(idx, s) {
 			h.Close()
 			return nil, fmt.Errorf("chunk: %s: the index of shard %d does not match the manifest; run brandrt verify", dir, s)
-		}
-		if s < hi-1 && idx.Len()%m.K != 0 {
-			h.Close()
-			return nil, fmt.Errorf("chunk: %s: shard %d has %d files, not whole chunks of %d, and is not the last one served", dir, s, idx.Len(), m.K)
 		}
 		h.chunk0 = append(h.chunk0, h.chunks)
 		h.file0 = append(h.file0, int64(h.files))
@@ -192,10 +186,33 @@ func (h *Home) at(c int) int {
 	return i
 }
 
+// holding returns the position in h.shards of the shard holding the
+// run's file i.
+func (h *Home) holding(i int) int {
+	s, found := slices.BinarySearch(h.file0, int64(i))
+	if !found {
+		s--
+	}
+	return s
+}
+
 // Record returns the index entry of the run's file i (see Index.Record).
 func (h *Home) Record(i int) Entry {
-	s := h.at(i / h.k)
+	s := h.holding(i)
 	return h.shards[s].Index().Record(i - int(h.file0[s]))
+}
+
+// Locate returns the run's chunk holding its file i, and i's slot in it.
+func (h *Home) Locate(i int) (c, slot int) {
+	s := h.holding(i)
+	e := h.shards[s].Index().Record(i - int(h.file0[s]))
+	return h.chunk0[s] + e.Chunk, e.Slot
+}
+
+// ChunkFirst returns the run's number of the first file of its chunk c.
+func (h *Home) ChunkFirst(c int) int {
+	s := h.at(c)
+	return int(h.file0[s]) + h.shards[s].Index().ChunkFirst(c-h.chunk0[s])
 }
 
 // ReadWhole reads the run's chunk c whole (see Shard.ReadWhole); the

@@ -60,6 +60,7 @@ type Index struct {
 	k       int
 	records []byte
 	paths   []byte
+	starts  []int32 // chunk c holds records [starts[c], starts[c+1])
 	release func() error
 }
 
@@ -149,7 +150,33 @@ func parseIndex(b []byte, rank int) (*Index, error) {
 		return nil, fmt.Errorf("%w: records checksum %08x, stored %08x", errCorrupt, got, le.Uint32(b[48:]))
 	}
 	ix.crc = le.Uint32(b[48:])
+	if err := ix.findChunks(); err != nil {
+		return nil, err
+	}
 	return ix, nil
+}
+
+// findChunks reads where each chunk starts from the records (chunk and
+// slot of each file), and checks that they number the chunks and slots
+// in order: chunk c's files take slots 0, 1, … of it, at most K.
+func (ix *Index) findChunks() error {
+	le := binary.LittleEndian
+	ix.starts = []int32{0}
+	for i := range ix.n {
+		r := ix.records[recordSize*i:]
+		c, slot := int(le.Uint32(r)), int(le.Uint32(r[4:]))
+		first := int(ix.starts[len(ix.starts)-1])
+		if i > first && slot == 0 {
+			ix.starts, first = append(ix.starts, int32(i)), i
+		}
+		if c != len(ix.starts)-1 || slot != i-first || slot >= ix.k {
+			return fmt.Errorf("%w: file %d's record says chunk %d slot %d, after files of %d chunks (at most K=%d files each)", errCorrupt, ix.first+int64(i), c, slot, len(ix.starts)-1, ix.k)
+		}
+	}
+	if ix.n > 0 {
+		ix.starts = append(ix.starts, int32(ix.n))
+	}
+	return nil
 }
 
 // CRC returns the checksum of the index's records and paths, which the
@@ -165,14 +192,18 @@ func (ix *Index) First() int64 { return ix.first }
 // Len returns the number of the rank's files.
 func (ix *Index) Len() int { return ix.n }
 
-// K returns the number of files per chunk.
+// K returns the number of files per chunk, or the most a chunk holds
+// (chunks cut by size).
 func (ix *Index) K() int { return ix.k }
 
 // Chunks returns the number of the rank's chunks.
-func (ix *Index) Chunks() int { return (ix.n + ix.k - 1) / ix.k }
+func (ix *Index) Chunks() int { return len(ix.starts) - 1 }
 
 // ChunkFiles returns the number of files in chunk c.
-func (ix *Index) ChunkFiles(c int) int { return min(ix.k, ix.n-c*ix.k) }
+func (ix *Index) ChunkFiles(c int) int { return int(ix.starts[c+1] - ix.starts[c]) }
+
+// ChunkFirst returns the index among the rank's files of chunk c's first.
+func (ix *Index) ChunkFirst(c int) int { return int(ix.starts[c]) }
 
 // Entry returns the i-th file of the rank (0 ≤ i < Len). Its path is
 // checked to lie inside the path table; a damaged record gives an entry

@@ -2,8 +2,10 @@ package chunk_test
 
 import (
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -120,5 +122,59 @@ func TestManifestNamesTheInconsistency(t *testing.T) {
 	want = name + ": K=8 but shard 0's index has chunks of 7 files"
 	if err != nil || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0].Error(), want) {
 		t.Errorf("verify, K and chunks edited: %v %v, want %q", err, rep, want)
+	}
+}
+
+// TestManifestChunkRuns: a manifest of chunks cut by size lists each
+// shard's chunks; a list that disagrees with the shard's counts, a chunk
+// of more than K files, or a version that does not fit how the chunks
+// were cut is refused, naming the shard; and an index whose chunks differ
+// from the list is refused when the shard is opened.
+func TestManifestChunkRuns(t *testing.T) {
+	input, _ := gen(t, 60)
+	out := filepath.Join(t.TempDir(), "out")
+	m, err := pack(t, input, out, packOpts{k: 60, ranks: 2, bytes: 20000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Version != 2 || len(m.Shards[0].ChunkFiles) == 0 || len(m.ChunkFiles(1)) != m.Shards[1].Chunks {
+		t.Fatalf("version %d, shard 0 lists %v, shard 1 has %d chunks listed of %d", m.Version, m.Shards[0].ChunkFiles, len(m.ChunkFiles(1)), m.Shards[1].Chunks)
+	}
+	b, err := os.ReadFile(filepath.Join(out, chunk.ManifestName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := m.Shards[0].ChunkFiles.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := m.Shards[0].ChunkFiles[0][0]
+	for _, c := range []struct{ from, to, want string }{
+		{string(runs), fmt.Sprintf(`"%d %s`, first+1, runs[1:]), "shard 0 lists chunks of"},
+		{string(runs), fmt.Sprintf(`"%d %s`, m.K+1, runs[1:]), fmt.Sprintf("chunks hold 1 to K=%d files", m.K)},
+		{string(runs), `"12 seven"`, `"seven" is not FILES or FILESxCHUNKS`},
+		{`"version": 2`, `"version": 1`, "version 2 is for chunks cut by size"},
+	} {
+		if err := os.WriteFile(filepath.Join(out, chunk.ManifestName), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		name := editManifest(t, out, c.from, c.to)
+		if _, err := chunk.ReadManifest(chunk.OS, out); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s → %s: %v, want %q", c.from, c.to, err, c.want)
+		}
+	}
+	// the same chunks in another order: the counts agree, the index not
+	toks := strings.Fields(strings.Trim(string(runs), `"`))
+	toks = append(toks[1:], toks[0])
+	if err := os.WriteFile(filepath.Join(out, chunk.ManifestName), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	editManifest(t, out, string(runs), `"`+strings.Join(toks, " ")+`"`)
+	m2, err := chunk.ReadManifest(chunk.OS, out)
+	if err != nil || slices.Equal(m2.ChunkFiles(0), m.ChunkFiles(0)) {
+		t.Fatalf("reversed runs %v: %v (the test needs chunks of different sizes)", toks, err)
+	}
+	if _, err := chunk.OpenHome(chunk.OS, []string{out}, m2, 0); err == nil || !strings.Contains(err.Error(), "does not match the manifest") {
+		t.Errorf("an index whose chunks the manifest lists in another order: %v", err)
 	}
 }

@@ -305,7 +305,7 @@ func (p *packer) gather(mine map[int]ShardInfo) ([]ShardInfo, error) {
 }
 
 func (p *packer) manifest(shards []ShardInfo) *Manifest {
-	m := &Manifest{Format: manifestFormat, Version: 1, K: p.plan.K, Ranks: p.plan.Ranks, Seed: p.plan.Seed,
+	m := &Manifest{Format: manifestFormat, Version: formatVersion(p.plan.Params), K: p.plan.K, Ranks: p.plan.Ranks, Seed: p.plan.Seed,
 		Classes: p.plan.Classes, Created: p.created, Params: p.plan.Params, Shards: shards}
 	if m.Classes == nil {
 		m.Classes = []string{}

@@ -36,6 +36,7 @@ type packOpts struct {
 	workers int
 	force   bool
 	layout  chunk.Layout
+	bytes   int64 // chunks cut by size (PackParams.ChunkBytes)
 }
 
 func pack(t *testing.T, input, out string, o packOpts) (*chunk.Manifest, error) {
@@ -50,7 +51,7 @@ func pack(t *testing.T, input, out string, o packOpts) (*chunk.Manifest, error) 
 	if err != nil {
 		return nil, err
 	}
-	plan, err := chunk.NewPlan(inputs, classes, o.k, o.ranks, 1, chunk.PackParams{Input: input, Layout: string(layout)})
+	plan, err := chunk.NewPlan(inputs, classes, o.k, o.ranks, 1, chunk.PackParams{Input: input, Layout: string(layout), ChunkBytes: o.bytes})
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +100,7 @@ func checkDataset(t *testing.T, fsys chunk.FS, out string, files []chunktest.Gen
 				t.Fatal(err)
 			}
 			for slot := 0; slot < whole.Slots(); slot++ {
-				e := ix.Entry(c*ix.K() + slot)
+				e := ix.Entry(ix.ChunkFirst(c) + slot)
 				i, ok := byPath[e.Path]
 				if !ok || seen[i] {
 					t.Fatalf("file %d: path %q unknown or seen twice", e.ID, e.Path)
@@ -129,9 +130,12 @@ func checkDataset(t *testing.T, fsys chunk.FS, out string, files []chunktest.Gen
 
 func TestRoundTrip(t *testing.T) {
 	input, files := gen(t, 301)
-	for _, c := range []struct{ k, ranks, workers int }{{4, 3, 3}, {64, 1, 1}, {1, 2, 2}, {7, 5, 4}} {
+	for _, c := range []struct {
+		k, ranks, workers int
+		bytes             int64
+	}{{4, 3, 3, 0}, {64, 1, 1, 0}, {1, 2, 2, 0}, {7, 5, 4, 0}, {64, 3, 2, 12000}, {5, 2, 2, 1 << 20}} {
 		out := filepath.Join(t.TempDir(), "chunks")
-		m, err := pack(t, input, out, packOpts{k: c.k, ranks: c.ranks, workers: c.workers})
+		m, err := pack(t, input, out, packOpts{k: c.k, ranks: c.ranks, workers: c.workers, bytes: c.bytes})
 		if err != nil {
 			t.Fatalf("K=%d ranks=%d: %v", c.k, c.ranks, err)
 		}
@@ -142,7 +146,7 @@ func TestRoundTrip(t *testing.T) {
 		for _, s := range m.Shards {
 			lo, hi = min(lo, s.Files), max(hi, s.Files)
 		}
-		if hi-lo > int64(c.k) {
+		if hi-lo > int64(c.k) && c.bytes == 0 {
 			t.Fatalf("K=%d: ranks hold between %d and %d files, more than a chunk apart", c.k, lo, hi)
 		}
 		checkDataset(t, chunk.OS, out, files)

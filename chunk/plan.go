@@ -4,7 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+
+	"github.com/dustin/go-humanize"
 )
+
+// DefaultChunkBytes is the most bytes of a chunk unless told (pack's
+// --chunk-size): from measured read rate against read size on the local
+// disk and the NAS (BENCHMARKS.md).
+const DefaultChunkBytes = 8 << 20
+
+// MaxChunkBytes is the most bytes a chunk may be asked to hold: a chunk is
+// read whole into memory.
+const MaxChunkBytes = 16 << 30
 
 // MaxK is the most files a chunk may hold: 65536. A chunk is read whole
 // and the runtime keeps per-chunk state sized by K, so a larger K buys
@@ -27,19 +38,27 @@ func CheckK(k int, files int64) error {
 }
 
 // Plan is what a pack writes: the inputs in file id order (a seeded
-// shuffle of the listing), cut into chunks of K files, the chunks split
-// over the ranks in runs whose lengths differ by at most one.
+// shuffle of the listing), cut into chunks, the chunks split over the
+// ranks in runs whose lengths differ by at most one.
+//
+// Chunks hold K files each (the last fewer), or, when Params.ChunkBytes is
+// set, as many files as fit in ChunkBytes and at most K: a chunk ends
+// before the file that would take it past ChunkBytes, so a file larger
+// than that is a chunk of its own.
 type Plan struct {
+	// K is the most files a chunk holds: the limit asked for, or with
+	// ChunkBytes the most any chunk got.
 	K       int
 	Ranks   int
 	Seed    uint64
 	Inputs  []Input
 	Classes []string
 	Params  PackParams
+	starts  []int // chunk c holds Inputs[starts[c]:starts[c+1]]
 }
 
-// NewPlan shuffles inputs with seed and checks K (see CheckK) and that
-// every rank gets at least one chunk.
+// NewPlan shuffles inputs with seed, checks K (see CheckK), cuts the
+// chunks (see Plan), and checks that every rank gets at least one chunk.
 func NewPlan(inputs []Input, classes []string, k, ranks int, seed uint64, params PackParams) (*Plan, error) {
 	var errs []error
 	if err := CheckK(k, int64(len(inputs))); err != nil {
@@ -48,28 +67,77 @@ func NewPlan(inputs []Input, classes []string, k, ranks int, seed uint64, params
 	if ranks < 1 {
 		errs = append(errs, fmt.Errorf("chunk: %d shards: there must be at least 1", ranks))
 	}
+	if params.ChunkBytes < 0 {
+		errs = append(errs, fmt.Errorf("chunk: chunk size %d bytes: want a positive size", params.ChunkBytes))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	p := &Plan{K: k, Ranks: ranks, Seed: seed, Inputs: append([]Input(nil), inputs...), Classes: classes, Params: params}
-	if c := p.Chunks(); c < ranks {
-		return nil, fmt.Errorf("chunk: %d files make %d chunks of %d, too few for %d shards", len(inputs), c, k, ranks)
-	}
+	p := &Plan{K: k, Seed: seed, Inputs: append([]Input(nil), inputs...), Classes: classes, Params: params}
 	rng := rand.New(rand.NewPCG(seed, 0x9ac4))
 	rng.Shuffle(len(p.Inputs), func(i, j int) { p.Inputs[i], p.Inputs[j] = p.Inputs[j], p.Inputs[i] })
+	p.cut()
+	if err := p.SetShards(ranks); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
+// SetShards splits the chunks into ranks shards (NewPlan's split, with
+// another number): each must get at least one chunk.
+func (p *Plan) SetShards(ranks int) error {
+	if c := p.Chunks(); c < ranks {
+		return fmt.Errorf("chunk: %d files make %d chunks%s, too few for %d shards", len(p.Inputs), c, p.chunkRule(), ranks)
+	}
+	p.Ranks = ranks
+	return nil
+}
+
+// cut sets the chunks' starts, and K to the most files a chunk got.
+func (p *Plan) cut() {
+	p.starts = []int{0}
+	if p.Params.ChunkBytes == 0 {
+		for i := p.K; i < len(p.Inputs); i += p.K {
+			p.starts = append(p.starts, i)
+		}
+		p.starts = append(p.starts, len(p.Inputs))
+		return
+	}
+	most, bytes := 0, int64(0)
+	for i, in := range p.Inputs {
+		first := p.starts[len(p.starts)-1]
+		if i > first && (i-first == p.K || bytes+in.Size > p.Params.ChunkBytes) {
+			most = max(most, i-first)
+			p.starts, bytes = append(p.starts, i), 0
+		}
+		bytes += in.Size
+	}
+	most = max(most, len(p.Inputs)-p.starts[len(p.starts)-1])
+	p.starts = append(p.starts, len(p.Inputs))
+	p.K = max(most, 1)
+}
+
+// chunkRule says how the chunks were cut, for messages.
+func (p *Plan) chunkRule() string {
+	if p.Params.ChunkBytes > 0 {
+		return fmt.Sprintf(" of at most %s", humanize.IBytes(uint64(p.Params.ChunkBytes)))
+	}
+	return fmt.Sprintf(" of %d", p.K)
+}
+
 // Chunks returns the number of chunks of the dataset.
-func (p *Plan) Chunks() int { return (len(p.Inputs) + p.K - 1) / p.K }
+func (p *Plan) Chunks() int { return len(p.starts) - 1 }
 
 // Shard returns rank r's chunks [c0, c1) (global chunk numbers) and files
 // [f0, f1) (file ids).
 func (p *Plan) Shard(r int) (c0, c1 int, f0, f1 int64) {
 	c := p.Chunks()
 	c0, c1 = r*c/p.Ranks, (r+1)*c/p.Ranks
-	return c0, c1, int64(c0 * p.K), int64(min(c1*p.K, len(p.Inputs)))
+	return c0, c1, int64(p.starts[c0]), int64(p.starts[c1])
 }
+
+// chunkFirst returns the file id of global chunk c's first file.
+func (p *Plan) chunkFirst(c int) int64 { return int64(p.starts[c]) }
 
 // shardInfo returns what the plan knows of rank r's shard.
 func (p *Plan) shardInfo(r int) ShardInfo {
@@ -78,13 +146,19 @@ func (p *Plan) shardInfo(r int) ShardInfo {
 	for _, in := range p.Inputs[f0:f1] {
 		bytes += in.Size
 	}
-	return ShardInfo{Rank: r, FirstFile: f0, Files: f1 - f0, Bytes: bytes, Chunks: c1 - c0}
+	info := ShardInfo{Rank: r, FirstFile: f0, Files: f1 - f0, Bytes: bytes, Chunks: c1 - c0}
+	if p.Params.ChunkBytes > 0 {
+		for c := c0; c < c1; c++ {
+			info.ChunkFiles = info.ChunkFiles.add(p.starts[c+1] - p.starts[c])
+		}
+	}
+	return info
 }
 
 // chunkLayout returns the inputs of global chunk c and the extents their
 // bytes take in its chunk file.
 func (p *Plan) chunkLayout(c int) ([]Input, []FileExtent, int64) {
-	ins := p.Inputs[c*p.K : min((c+1)*p.K, len(p.Inputs))]
+	ins := p.Inputs[p.starts[c]:p.starts[c+1]]
 	ext := make([]FileExtent, len(ins))
 	off := HeaderSize(len(ins))
 	for i, in := range ins {

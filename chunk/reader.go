@@ -106,7 +106,7 @@ func (s *Shard) entries(c int) ([]Entry, error) {
 	}
 	es := make([]Entry, s.idx.ChunkFiles(c))
 	for i := range es {
-		es[i] = s.idx.Record(c*s.idx.k + i)
+		es[i] = s.idx.Record(s.idx.ChunkFirst(c) + i)
 		if es[i].Chunk != c || es[i].Slot != i {
 			return nil, fmt.Errorf("chunk: shard %d index: %w: file %d names chunk %d slot %d, expected %d/%d",
 				s.idx.rank, errCorrupt, es[i].ID, es[i].Chunk, es[i].Slot, c, i)

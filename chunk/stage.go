@@ -93,7 +93,7 @@ func (s *stager) stageShard(r int) (crc uint32, size int64, err error) {
 				if s.failed.Load() || s.stopped() {
 					continue
 				}
-				if err := s.writeChunk(r, c-c0, c, in, out, entries[int64(c-c0)*int64(s.plan.K):]); err != nil {
+				if err := s.writeChunk(r, c-c0, c, in, out, entries[s.plan.chunkFirst(c)-f0:]); err != nil {
 					s.failed.Store(true)
 					errs <- err
 				}
@@ -157,21 +157,20 @@ func (s *stager) writeChunk(r, local, c int, in, out *scratch, entries []Entry) 
 		}
 		err := s.readInput(input, in, func(p []byte) error { crc = crc32Update(crc, p); return put(p) })
 		if errors.As(err, new(inputError)) {
-			s.addBad(int64(c*s.plan.K+i), err)
+			s.addBad(s.plan.chunkFirst(c)+int64(i), err)
 			bad = true
 			continue
 		} else if err != nil {
 			return err
 		}
 		ext[i].CRC = crc
-		entries[i] = Entry{ID: int64(c*s.plan.K + i), Rank: r, Chunk: local, Slot: i, Offset: ext[i].Offset,
+		entries[i] = Entry{ID: s.plan.chunkFirst(c) + int64(i), Rank: r, Chunk: local, Slot: i, Offset: ext[i].Offset,
 			Size: ext[i].Size, CRC: ext[i].CRC, Label: input.Label, Path: input.Rel}
 	}
 	if n, _ := s.badInputs(); bad || n > 0 {
 		return nil // the pack fails: only look for more unreadable inputs
 	}
-	_, _, first, _ := s.plan.Shard(r)
-	h := &ChunkHeader{Rank: r, Chunk: local, FirstFile: first + int64(local*s.plan.K), Length: length, Files: ext}
+	h := &ChunkHeader{Rank: r, Chunk: local, FirstFile: s.plan.chunkFirst(c), Length: length, Files: ext}
 	return w.finish(encodeHeader(h))
 }
 

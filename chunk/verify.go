@@ -94,6 +94,9 @@ func indexAgrees(ix *Index, m *Manifest, man string, r int) error {
 	if ix.K() != m.K {
 		errs = append(errs, fmt.Errorf("chunk: %s: K=%d but shard %d's index has chunks of %d files", man, m.K, r, ix.K()))
 	}
+	if !m.ChunksAgree(ix, r) {
+		errs = append(errs, fmt.Errorf("chunk: %s: the chunks of shard %d's index hold other numbers of files than the manifest lists", man, r))
+	}
 	if ix.First() != info.FirstFile || int64(ix.Len()) != info.Files {
 		errs = append(errs, fmt.Errorf("chunk: %s: says shard %d holds files [%d, +%d) but its index holds [%d, +%d)", man, r, info.FirstFile, info.Files, ix.First(), ix.Len()))
 	}

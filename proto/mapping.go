@@ -14,12 +14,17 @@ type Shard struct {
 	Bytes int64
 	// MemBytes is the rank's budget in bytes for its local virtual chunks.
 	MemBytes int64
+	// Chunks, when set, is the number of files of each of the rank's
+	// physical chunks (chunks cut by size: 1 to K files each); unset,
+	// they hold K files each, the last fewer.
+	Chunks []int
 }
 
 // Dataset is what every rank knows about the dataset: the chunk size and,
 // for each rank, its shard.
 type Dataset struct {
-	// K is the number of files per physical and virtual chunk.
+	// K is the number of files per physical and virtual chunk, or the
+	// most a physical chunk holds when shards list their chunks.
 	K int
 	// Shards holds one entry per rank.
 	Shards []Shard
@@ -45,6 +50,19 @@ func (d Dataset) Validate() error {
 			errs = append(errs, fmt.Errorf("proto: rank %d has a memory budget of %d bytes", r, s.MemBytes))
 		}
 		total += max(s.Files, 0)
+		if s.Chunks != nil {
+			n := 0
+			for _, c := range s.Chunks {
+				if c < 1 || c > d.K {
+					errs = append(errs, fmt.Errorf("proto: rank %d has a chunk of %d files (K = %d)", r, c, d.K))
+					break
+				}
+				n += c
+			}
+			if n != s.Files {
+				errs = append(errs, fmt.Errorf("proto: rank %d's chunks hold %d files, it has %d", r, n, s.Files))
+			}
+		}
 	}
 	if total > MaxFiles {
 		errs = append(errs, fmt.Errorf("proto: %d files, more than the limit of %d", total, MaxFiles))
@@ -62,14 +80,16 @@ type rankMap struct {
 	vcs       int
 	memBytes  int64
 	bytes     int64
+	pcFirst   []int // rank-local first file of each PC and the end; nil: PCs of K files
 }
 
 // Mapping is the static map from files to physical chunks (PCs), slots and
 // virtual chunks (VCs), identical on every rank.
 //
 // Rank h's files are cut into PCs of K consecutive files (the last may be
-// shorter). The rank has M_h VCs, M_h = MemBytes / (K × mean file size of
-// the rank), at least 1 and at most its PC count. Its PCs are split into M_h
+// shorter), or of the files Shard.Chunks lists. The rank has M_h VCs,
+// M_h = MemBytes / (K × mean file size of the rank), or MemBytes / mean
+// PC size for listed PCs, at least 1 and at most its PC count. Its PCs are split into M_h
 // runs of consecutive PCs whose lengths differ by at most one; run g is the
 // physical chunk set PCS(g) of the rank's VC g. PC, VC and slot ids are
 // global and rank-major, like file ids.
@@ -79,6 +99,7 @@ type Mapping struct {
 	files int
 	pcs   int
 	vcs   int
+	sized bool // some rank lists its PCs
 }
 
 // NewMapping builds the mapping of d.
@@ -89,11 +110,21 @@ func NewMapping(d Dataset) (*Mapping, error) {
 	m := &Mapping{k: d.K, ranks: make([]rankMap, len(d.Shards))}
 	for r, s := range d.Shards {
 		pcs := (s.Files + d.K - 1) / d.K
+		var pcFirst []int
+		if s.Chunks != nil {
+			pcs, pcFirst = len(s.Chunks), make([]int, 0, len(s.Chunks)+1)
+			n := 0
+			for _, c := range s.Chunks {
+				pcFirst, n = append(pcFirst, n), n+c
+			}
+			pcFirst = append(pcFirst, n)
+			m.sized = true
+		}
 		m.ranks[r] = rankMap{
 			firstFile: FileID(m.files), files: s.Files,
 			firstPC: m.pcs, pcs: pcs,
 			firstVC: m.vcs, vcs: vcCount(s, d.K, pcs),
-			memBytes: s.MemBytes, bytes: s.Bytes,
+			memBytes: s.MemBytes, bytes: s.Bytes, pcFirst: pcFirst,
 		}
 		m.files += s.Files
 		m.pcs += pcs
@@ -111,9 +142,35 @@ func vcCount(s Shard, k, pcs int) int {
 	if s.Bytes == 0 {
 		return pcs
 	}
-	mean := float64(s.Bytes) / float64(s.Files)
-	m := int(float64(s.MemBytes) / (float64(k) * mean))
+	chunk := float64(k) * float64(s.Bytes) / float64(s.Files)
+	if s.Chunks != nil {
+		chunk = float64(s.Bytes) / float64(pcs)
+	}
+	m := int(float64(s.MemBytes) / chunk)
 	return min(max(m, 1), pcs)
+}
+
+// Sized says whether PCs hold other numbers of files than K (chunks cut
+// by size): then K is the most a PC holds.
+func (m *Mapping) Sized() bool { return m.sized }
+
+// local returns rank rm's PC holding its file li (rank-local) and li's
+// offset in it.
+func (rm *rankMap) local(li, k int) (pc, slot int) {
+	if rm.pcFirst == nil {
+		return li / k, li % k
+	}
+	pc = sort.SearchInts(rm.pcFirst, li+1) - 1
+	return pc, li - rm.pcFirst[pc]
+}
+
+// pcStart returns the rank-local first file of rank rm's PC pc (pc may be
+// its PC count: the end).
+func (rm *rankMap) pcStart(pc, k int) int {
+	if rm.pcFirst == nil {
+		return min(pc*k, rm.files)
+	}
+	return rm.pcFirst[pc]
 }
 
 // K returns the number of files per chunk.
@@ -159,13 +216,15 @@ func (m *Mapping) Home(f FileID) int {
 // PC returns the global id of the physical chunk holding f.
 func (m *Mapping) PC(f FileID) int {
 	rm := &m.ranks[m.Home(f)]
-	return rm.firstPC + int(f-rm.firstFile)/m.k
+	pc, _ := rm.local(int(f-rm.firstFile), m.k)
+	return rm.firstPC + pc
 }
 
 // Slot returns O(f), the offset of f inside its physical chunk.
 func (m *Mapping) Slot(f FileID) int {
 	rm := &m.ranks[m.Home(f)]
-	return int(f-rm.firstFile) % m.k
+	_, slot := rm.local(int(f-rm.firstFile), m.k)
+	return slot
 }
 
 // VC returns the global id of the virtual chunk f is mapped to.
@@ -189,9 +248,8 @@ func (m *Mapping) PCS(v int) (first, end int) {
 // PCFiles returns the files of PC pc as the range [first, end) of file ids.
 func (m *Mapping) PCFiles(pc int) (first, end FileID) {
 	rm := &m.ranks[m.pcHome(pc)]
-	lo := int(rm.firstFile) + (pc-rm.firstPC)*m.k
-	hi := min(lo+m.k, int(rm.firstFile)+rm.files)
-	return FileID(lo), FileID(hi)
+	j := pc - rm.firstPC
+	return rm.firstFile + FileID(rm.pcStart(j, m.k)), rm.firstFile + FileID(rm.pcStart(j+1, m.k))
 }
 
 // GlobalSlot returns the index of f's memory slot among all slots of all
@@ -222,7 +280,6 @@ func groupOf(j, vcs, pcs int) int { return int((int64(j)*int64(vcs) + int64(vcs)
 func (m *Mapping) Locate(f FileID) (home int, slot int32) {
 	home = m.Home(f)
 	rm := &m.ranks[home]
-	li := int(f - rm.firstFile)
-	pc := li / m.k
-	return home, int32(groupOf(pc, rm.vcs, rm.pcs)*m.k + li%m.k)
+	pc, o := rm.local(int(f-rm.firstFile), m.k)
+	return home, int32(groupOf(pc, rm.vcs, rm.pcs)*m.k + o)
 }

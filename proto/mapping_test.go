@@ -101,3 +101,47 @@ func TestConfigValidateReportsEverything(t *testing.T) {
 		t.Errorf("rank out of range: %v", err)
 	}
 }
+
+// TestMappingListedChunks: PCs of the files each shard lists (chunks cut
+// by size) map files to PCs, slots and VCs consistently, and a list that
+// does not add up to the shard's files, or holds an empty chunk or one of
+// more than K, is refused.
+func TestMappingListedChunks(t *testing.T) {
+	// Rank 0: PCs of 3, 1, 4 files; rank 1: fixed K=4 over 6 files (2 PCs).
+	d := Dataset{K: 4, Shards: []Shard{{Files: 8, Bytes: 80, MemBytes: 30, Chunks: []int{3, 1, 4}}, {Files: 6, Bytes: 60, MemBytes: 60}}}
+	m, err := NewMapping(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Sized() || m.PCs() != 5 || m.Files() != 14 {
+		t.Fatalf("sized %v, %d PCs, %d files; want true, 5, 14", m.Sized(), m.PCs(), m.Files())
+	}
+	wantPC := []int{0, 0, 0, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4}
+	wantSlot := []int{0, 1, 2, 0, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1}
+	for f := FileID(0); f < 14; f++ {
+		pc, slot := m.PC(f), m.Slot(f)
+		lo, hi := m.PCFiles(pc)
+		h, x := m.Locate(f)
+		first, _ := m.RankVCs(h)
+		if pc != wantPC[f] || slot != wantSlot[f] || f < lo || f >= hi || int(f-lo) != slot || int(x) != m.GlobalSlot(f)-first*m.K() {
+			t.Fatalf("file %d: PC %d slot %d (want %d %d), PC files [%d, %d), Locate (%d, %d)", f, pc, slot, wantPC[f], wantSlot[f], lo, hi, h, x)
+		}
+	}
+	// rank 0: 30 bytes of a mean PC of 80/3 bytes: 1 VC
+	if _, n := m.RankVCs(0); n != 1 {
+		t.Fatalf("rank 0 has %d VCs, want 1", n)
+	}
+	for _, c := range []struct {
+		chunks []int
+		want   string
+	}{
+		{[]int{3, 1, 3}, "chunks hold 7 files, it has 8"},
+		{[]int{3, 0, 5}, "a chunk of 0 files"},
+		{[]int{3, 5}, "a chunk of 5 files (K = 4)"},
+	} {
+		d.Shards[0].Chunks = c.chunks
+		if _, err := NewMapping(d); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("chunks %v: %v, want %q", c.chunks, err, c.want)
+		}
+	}
+}

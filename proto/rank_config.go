@@ -41,6 +41,9 @@ func (c Config) Validate() error {
 		return errors.New("proto: config has no mapping")
 	}
 	var errs []error
+	if c.Mapping.Sized() {
+		errs = append(errs, fmt.Errorf("proto: the paper's policy needs chunks of K = %d files each, and these chunks were cut by size (pack with --chunk-files alone)", c.Mapping.K()))
+	}
 	if c.Rank < 0 || c.Rank >= c.Mapping.Ranks() {
 		errs = append(errs, fmt.Errorf("proto: rank %d out of range [0, %d)", c.Rank, c.Mapping.Ranks()))
 	} else {

@@ -158,7 +158,7 @@ func (n *Node) damagedIn(res *readResult) []proto.FileID {
 	}
 	for i := range res.ch.Slots() {
 		if res.ch.File(i) == nil {
-			fs = append(fs, n.data.first+proto.FileID(res.ch.Index*n.data.k+i))
+			fs = append(fs, n.data.first+proto.FileID(n.data.shard.ChunkFirst(res.ch.Index)+i))
 		}
 	}
 	return fs

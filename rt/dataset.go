@@ -28,11 +28,9 @@ type dataset struct {
 	homes  []int
 	shard  *chunk.Home
 	source *fallback
-	// m maps every rank's files; first is this rank's first file, k the
-	// files per chunk.
+	// m maps every rank's files; first is this rank's first file.
 	m     *proto.Mapping
 	first proto.FileID
-	k     int
 	// sums of the shard's index, to check what the consumers received
 	crcSum, labelSum int64
 	maxSize          int64
@@ -71,7 +69,7 @@ func (n *Node) open() error {
 	if len(dirs) != hi-lo {
 		return fmt.Errorf("rt: rank %d serves shards %d–%d of %s, and was given %d directories for them", n.me, lo, hi-1, n.data.dir, len(dirs))
 	}
-	n.data.man, n.data.k, n.data.hash = man, man.K, man.Hash()
+	n.data.man, n.data.hash = man, man.Hash()
 	n.data.opened = distinct(append([]string{n.data.dir}, dirs...))
 	if err := w.retry(func() (err error) { n.data.shard, err = chunk.OpenHome(n.cfg.FS, dirs, man, lo); return err }); err != nil {
 		return err
@@ -85,9 +83,9 @@ func (n *Node) open() error {
 		e := n.data.shard.Record(i)
 		sizes[i] = int64(e.Size)
 		n.data.maxSize = max(n.data.maxSize, sizes[i])
-		c := &n.data.chunkBytes[i/n.data.k] // shards hold whole chunks but the last
-		*c = max(*c, e.Offset+int64(e.Size))
-		n.data.maxChunk = max(n.data.maxChunk, *c)
+		c, _ := n.data.shard.Locate(i)
+		n.data.chunkBytes[c] = max(n.data.chunkBytes[c], e.Offset+int64(e.Size))
+		n.data.maxChunk = max(n.data.maxChunk, n.data.chunkBytes[c])
 		n.data.crcSum += int64(e.CRC)
 		n.data.labelSum += int64(e.Label)
 	}

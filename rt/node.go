@@ -217,8 +217,12 @@ func (n *Node) newWindowRank() error {
 	}
 	n.p, err = proto.NewWindowRank(wc)
 	if err != nil {
+		hint := "pack with a smaller --chunk-files, or serve with --policy paper"
+		if n.data.m.Sized() {
+			hint = "or pack with a smaller --chunk-size (a larger file needs a budget that holds it)"
+		}
 		return fmt.Errorf("rt: rank %d: the window policy reads whole chunks into each rank's memory (--mem): %w; "+
-			"give it more memory, pack with a smaller --chunk-files, or serve with --policy paper", n.me, err)
+			"give it more memory, %s", n.me, err, hint)
 	}
 	return nil
 }

@@ -236,6 +236,7 @@ func windowInput(man *chunk.Manifest, sizes []int64, seed uint64, r PlanRule) (p
 // bytes, or when 0, frac of its shard.
 func newMapping(man *chunk.Manifest, homes []int, mem int64, frac float64) (*proto.Mapping, error) {
 	d := proto.Dataset{K: man.K}
+	chunks := man.RankChunks(homes) // nil for chunks of K files
 	for r := range len(homes) - 1 {
 		var files, bytes int64
 		for _, s := range man.Shards[homes[r]:homes[r+1]] {
@@ -245,7 +246,11 @@ func newMapping(man *chunk.Manifest, homes []int, mem int64, frac float64) (*pro
 		if b == 0 {
 			b = int64(frac * float64(bytes))
 		}
-		d.Shards = append(d.Shards, proto.Shard{Files: int(files), Bytes: bytes, MemBytes: b})
+		s := proto.Shard{Files: int(files), Bytes: bytes, MemBytes: b}
+		if chunks != nil {
+			s.Chunks = chunks[r]
+		}
+		d.Shards = append(d.Shards, s)
 	}
 	return proto.NewMapping(d)
 }

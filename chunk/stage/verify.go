@@ -72,7 +72,7 @@ func (sc *shardCopy) verify(dir string) ([]problem, error) {
 // the manifest.
 func indexAgrees(ix *chunk.Index, m *chunk.Manifest, r int, name string) error {
 	sh := m.Shards[r]
-	if ix.K() == m.K && ix.First() == sh.FirstFile && int64(ix.Len()) == sh.Files && ix.Chunks() == sh.Chunks && ix.CRC() == sh.IndexCRC {
+	if ix.K() == m.K && ix.First() == sh.FirstFile && int64(ix.Len()) == sh.Files && ix.Chunks() == sh.Chunks && ix.CRC() == sh.IndexCRC && m.ChunksAgree(ix, r) {
 		return nil
 	}
 	return fmt.Errorf("stage: %s: %w: holds files [%d, +%d) in %d chunks of K=%d with records checksum %08x; the manifest says [%d, +%d) in %d chunks of K=%d with %08x",
@@ -88,7 +88,7 @@ var errMismatch = errors.New("not the manifest's index")
 // returns the chunk file's size when it is intact.
 func (sc *shardCopy) checkChunk(sh *chunk.Shard, dir string, c int) (int64, error) {
 	ix := sh.Index()
-	last := ix.Record(c*ix.K() + ix.ChunkFiles(c) - 1)
+	last := ix.Record(ix.ChunkFirst(c) + ix.ChunkFiles(c) - 1)
 	want := last.Offset + int64(last.Size)
 	name := filepath.Join(dir, chunk.RankDir(ix.Rank()), chunk.ChunkName(c))
 	fi, err := sc.st.cfg.FS.Stat(name)

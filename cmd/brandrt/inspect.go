@@ -110,7 +110,7 @@ func listPath(path string) string {
 func printSummary(w io.Writer, dir string, s *chunk.Summary) {
 	m := s.Manifest
 	fmt.Fprintf(w, "dataset  %s (created %s, seed %d)\n", dir, m.Created.Format("2006-01-02 15:04 MST"), m.Seed)
-	fmt.Fprintf(w, "files    %s, %s, K=%d, %d shards\n", comma(m.Files), ibytes(m.Bytes), m.K, m.Ranks)
+	fmt.Fprintf(w, "files    %s, %s, %s, %d shards\n", comma(m.Files), ibytes(m.Bytes), kWords(m), m.Ranks)
 	for _, sh := range m.Shards {
 		here := ""
 		if !slices.Contains(s.Present, sh.Rank) {

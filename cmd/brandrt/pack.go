@@ -20,16 +20,23 @@ import (
 func packCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "pack",
-		Usage:     "pack a dataset into chunks of K files, in shards that the ranks of a job split",
+		Usage:     "pack a dataset into chunks read whole, in shards that the ranks of a job split",
 		ArgsUsage: " ",
 		Description: "Reads a directory tree (ImageFolder: one subdirectory per class, labels in\n" +
 			"sorted order; or plain: every file, no labels) or a manifest (one file per\n" +
 			"line: path, or path<TAB>label, or {\"path\": …, \"label\": …}). Shuffles the\n" +
-			"files with --seed, cuts them into chunks of --chunk-files and splits the\n" +
-			"chunks into --shards runs. Writes DIR/rank-NNNNN/ (shard NNNNN: its chunk\n" +
-			"files and index) and DIR/manifest.json, which is written last. A job of M\n" +
-			"ranks serves any number of shards S ≥ M: each rank a run of consecutive\n" +
-			"shards, balanced by bytes (serve prints which). A pack that fails, or\n" +
+			"files with --seed, cuts them into chunks and splits the chunks into\n" +
+			"--shards runs. A chunk is read whole, in one request: it holds files in\n" +
+			"their shuffled order until the next would take it past --chunk-size or it\n" +
+			"holds --chunk-files (by default 8 MiB or 64 files, whichever comes first;\n" +
+			"a file larger than --chunk-size is a chunk of its own). --chunk-files\n" +
+			"alone gives every chunk K files (the last fewer), whatever their bytes;\n" +
+			"--chunk-size alone, chunks of up to that many bytes and 65,536 files.\n" +
+			"Fewer files per chunk give a more random order.\n\n" +
+			"Writes DIR/rank-NNNNN/ (shard NNNNN: its chunk files and index) and\n" +
+			"DIR/manifest.json, which is written last. A job of M ranks serves any\n" +
+			"number of shards S ≥ M: each rank a run of consecutive shards, balanced\n" +
+			"by bytes (serve prints which). A pack that fails, or\n" +
 			"is interrupted (SIGINT, SIGTERM; under mpirun, by a signal to mpirun),\n" +
 			"removes everything it wrote, and DIR itself if it created it; a dataset\n" +
 			"--force was replacing stays as it was.\n\n" +
@@ -49,7 +56,8 @@ func packCommand() *cli.Command {
 			&cli.StringFlag{Name: "input", Usage: "input directory (with --manifest: the root of its relative paths)"},
 			&cli.StringFlag{Name: "manifest", Usage: "file listing the files to pack, instead of scanning --input"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "output directory; {rank} makes it per process"},
-			intFlag("chunk-files", 64, 1, chunk.MaxK, whyK, fmt.Sprintf("K, files per chunk: 1 to %d, and at most the dataset's files (a dataset smaller than the default gets K = its files)", chunk.MaxK)),
+			intFlag("chunk-files", 64, 1, chunk.MaxK, whyK, fmt.Sprintf("K, files per chunk (with --chunk-size: at most): 1 to %d, and at most the dataset's files (a dataset smaller than the default gets K = its files)", chunk.MaxK)),
+			withDefault(&cli.GenericFlag{Name: "chunk-size", Value: chunkSize(), Usage: "the most bytes of a chunk (e.g. 8MiB, 64MB), unless it holds one larger file; with --chunk-files alone, not applied"}, "8MiB"),
 			withAliases(intFlag("shards", 0, 0, maxFiles, "each shard holds a chunk, each chunk a file", "shards to write; any job of at most as many ranks serves them, each rank a run of shards balanced by bytes (default, or 0: 240, at most one per chunk and at least one per MPI process; with {rank} in --out, one per process)"), "ranks"),
 			seedFlag("seed", 1, "seed of the shuffle"),
 			intFlag("workers", int64(defaultWorkers()), 1, maxWorkers, whyWorkers, "chunks written at once by each process"),
@@ -71,11 +79,33 @@ const DefaultShards = 240
 // defaultShards is the number of shards pack writes without --shards:
 // DefaultShards, at most one per chunk, at least one per process; with
 // {rank} in out (a node-local directory per process), one per process.
-func defaultShards(out string, procs, files, k int) int {
-	if strings.Contains(out, chunk.RankPlaceholder) || k < 1 {
+func defaultShards(out string, procs, chunks int) int {
+	if strings.Contains(out, chunk.RankPlaceholder) {
 		return procs
 	}
-	return max(procs, min(DefaultShards, (files+k-1)/k))
+	return max(procs, min(DefaultShards, chunks))
+}
+
+// chunkWords says how m's chunks were cut: "of 64" files, or "of up to
+// 8 MiB (at most 64 files)".
+func chunkWords(m *chunk.Manifest) string {
+	if m.Params.ChunkBytes == 0 {
+		return fmt.Sprintf("of %d", m.K)
+	}
+	return fmt.Sprintf("of up to %s (at most %d files)", ibytes(m.Params.ChunkBytes), m.K)
+}
+
+// kWords is K for a summary: "K=64", or "chunks of up to 8 MiB, K≤64".
+func kWords(m *chunk.Manifest) string {
+	if m.Params.ChunkBytes == 0 {
+		return fmt.Sprintf("K=%d", m.K)
+	}
+	return fmt.Sprintf("chunks of up to %s, K≤%d", ibytes(m.Params.ChunkBytes), m.K)
+}
+
+// chunkSize is pack's --chunk-size: chunk.DefaultChunkBytes unless set.
+func chunkSize() *byteSize {
+	return &byteSize{intValue{n: chunk.DefaultChunkBytes, lo: 1, hi: chunk.MaxChunkBytes, why: "a chunk is read whole into memory"}}
 }
 
 // defaultWorkers: packing waits on storage more than on the CPU, so it
@@ -102,18 +132,26 @@ func runPack(c *cli.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	params := chunk.PackParams{Input: input, Manifest: list, Layout: string(listing.Layout), Workers: c.Int("workers"), Symlinks: "files followed, directories refused"}
 	k := c.Int("chunk-files")
+	if c.IsSet("chunk-size") || !c.IsSet("chunk-files") { // --chunk-files alone: K files each
+		params.ChunkBytes = c.Generic("chunk-size").(*byteSize).n
+	}
+	if c.IsSet("chunk-size") && !c.IsSet("chunk-files") { // --chunk-size alone: bytes decide
+		k = chunk.MaxK
+	}
 	if !c.IsSet("chunk-files") {
 		k = min(k, len(listing.Inputs)) // the default fits a small dataset
 	}
 	ranks := c.Int("shards")
-	if ranks == 0 {
-		ranks = defaultShards(c.String("out"), g.Size(), len(listing.Inputs), k)
-	}
-	params := chunk.PackParams{Input: input, Manifest: list, Layout: string(listing.Layout), Workers: c.Int("workers"), Symlinks: "files followed, directories refused"}
-	plan, err := chunk.NewPlan(listing.Inputs, listing.Classes, k, ranks, c.Uint64("seed"), params)
+	plan, err := chunk.NewPlan(listing.Inputs, listing.Classes, k, max(ranks, 1), c.Uint64("seed"), params)
 	if err != nil {
 		return err
+	}
+	if ranks == 0 {
+		if err := plan.SetShards(defaultShards(c.String("out"), g.Size(), plan.Chunks())); err != nil {
+			return err
+		}
 	}
 	cfg := chunk.PackConfig{FS: chunk.OS, Out: c.String("out"), Input: input, Force: c.Bool("force"), Workers: c.Int("workers"), Group: g}
 	if g.Rank() == 0 {
@@ -128,8 +166,8 @@ func runPack(c *cli.Context) (err error) {
 	}
 	if g.Rank() == 0 {
 		took := time.Since(start)
-		fmt.Fprintf(c.App.Writer, "packed %s files (%s) into %s chunks of %d in %d shards in %s (%s/s) → %s\n",
-			comma(m.Files), ibytes(m.Bytes), comma(int64(plan.Chunks())), m.K, m.Ranks, took.Round(10*time.Millisecond),
+		fmt.Fprintf(c.App.Writer, "packed %s files (%s) into %s chunks %s in %d shards in %s (%s/s) → %s\n",
+			comma(m.Files), ibytes(m.Bytes), comma(int64(plan.Chunks())), chunkWords(m), m.Ranks, took.Round(10*time.Millisecond),
 			ibytes(int64(float64(m.Bytes)/took.Seconds())), c.String("out"))
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/chunk/chunktest"
 	"github.com/brandrt/brandrt/internal/testkit"
 )
@@ -82,4 +83,91 @@ func waitForChunks(t *testing.T, out string, np int, d time.Duration) {
 		}
 	}
 	t.Fatalf("no chunk staged in %s after %v", out, d)
+}
+
+// TestPackBySize: chunks cut by --chunk-size hold files until the next
+// would take them past it, a larger file alone; verify and inspect read
+// them; three shards serve on two ranks each file once per epoch, in the
+// order simulate predicts byte for byte; the paper's policy, which needs
+// K files per chunk, is refused with the reason.
+func TestPackBySize(t *testing.T) {
+	cleanVader(t)
+	input := filepath.Join(t.TempDir(), "input")
+	files, err := chunktest.Generate(input, chunktest.GenConfig{Classes: 3, Files: 400, MeanSize: 9000, Sigma: 1.3, MaxSize: 200 << 10, Zero: 2, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit = 64 << 10
+	dir := filepath.Join(t.TempDir(), "chunks")
+	out, errs, status := runCLI(t, "pack", "--input", input, "--out", dir, "--chunk-size", "64KiB", "--shards", "3")
+	if status != 0 || !strings.Contains(out, "chunks of up to 64 KiB") {
+		t.Fatalf("pack: status %d, %q %q", status, out, errs)
+	}
+	m, err := chunk.ReadManifest(chunk.OS, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Version != 2 || m.Params.ChunkBytes != limit {
+		t.Fatalf("manifest version %d, chunks of %d bytes", m.Version, m.Params.ChunkBytes)
+	}
+	alone, most := 0, 0
+	for r := range m.Ranks {
+		ix, err := chunk.OpenIndex(chunk.OS, filepath.Join(dir, chunk.RankDir(r)), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for c := range ix.Chunks() {
+			var bytes, next int64
+			n := ix.ChunkFiles(c)
+			for i := range n {
+				bytes += int64(ix.Record(ix.ChunkFirst(c) + i).Size)
+			}
+			if j := ix.ChunkFirst(c) + n; j < ix.Len() {
+				next = int64(ix.Record(j).Size) // the file that opens the next chunk
+			}
+			switch {
+			case n == 1 && bytes > limit:
+				alone++
+			case bytes > limit:
+				t.Errorf("shard %d chunk %d: %d files of %d bytes, more than %d", r, c, n, bytes, limit)
+			case next > 0 && bytes+next <= limit:
+				t.Errorf("shard %d chunk %d ends at %d bytes though the next file (%d bytes) fits", r, c, bytes, next)
+			}
+			most = max(most, n)
+		}
+		ix.Close()
+	}
+	big := 0
+	for _, f := range files {
+		if f.Size > limit {
+			big++
+		}
+	}
+	if alone != big || big == 0 || most != m.K {
+		t.Fatalf("%d chunks of one file over 64 KiB, %d such files; K=%d, the largest chunk holds %d", alone, big, m.K, most)
+	}
+	if out, errs, status := runCLI(t, "verify", "--chunks", dir); status != 0 {
+		t.Fatalf("verify: %s %s", out, errs)
+	}
+	if out, _, _ := runCLI(t, "inspect", "--chunks", dir); !strings.Contains(out, "chunks of up to 64 KiB") {
+		t.Errorf("inspect says nothing of chunks cut by size:\n%s", out)
+	}
+	orders := []string{filepath.Join(t.TempDir(), "serve.txt"), filepath.Join(t.TempDir(), "simulate.txt")}
+	o, err := testkit.Run(time.Minute, nil, "mpirun", append(append([]string{}, testkit.MpirunArgs...), "-np", "2", binary(t), "serve",
+		"--chunks", dir, "--mem", "40%", "--consume", "2", "--epochs", "2", "--order-out", orders[0])...)
+	if err != nil || strings.Count(string(o), "every file delivered exactly once") != 2 {
+		t.Fatalf("serve: %v\n%s", err, o)
+	}
+	if _, errs, status := runCLI(t, "simulate", "--chunks", dir, "--ranks", "2", "--epochs", "2", "--mem-fraction", "0.4", "--order-out", orders[1]); status != 0 {
+		t.Fatal(errs)
+	}
+	a, _ := os.ReadFile(orders[0])
+	b, _ := os.ReadFile(orders[1])
+	if len(a) == 0 || string(a) != string(b) {
+		t.Errorf("serve's order (%d bytes) differs from simulate's (%d bytes):\n%.300s\n%.300s", len(a), len(b), a, b)
+	}
+	_, errs, status = runCLI(t, "simulate", "--chunks", dir, "--policy", "paper")
+	if status == 0 || !strings.Contains(errs, "chunks were cut by size") {
+		t.Errorf("simulate --policies paper on chunks cut by size: status %d, %q", status, errs)
+	}
 }

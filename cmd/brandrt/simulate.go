@@ -104,6 +104,13 @@ func simConfig(c *cli.Context) (sim.Config, error) {
 			return cfg, err
 		}
 		cfg.Files, cfg.Ranks, cfg.ChunkFiles, cfg.DatasetSizes, cfg.Labels = int(m.Files), len(sizes), m.K, sizes, labels
+		if m.Params.ChunkBytes > 0 {
+			homes, err := chunk.AssignDir(dir, m, len(sizes))
+			if err != nil {
+				return cfg, err
+			}
+			cfg.DatasetChunks = m.RankChunks(homes)
+		}
 		if name := c.String("resume"); name != "" {
 			if cfg.Resume, err = simResume(name, m, sizes, cfg); err != nil {
 				return cfg, err

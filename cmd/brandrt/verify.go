@@ -69,8 +69,8 @@ func runVerify(c *cli.Context) error {
 	if len(rep.Skipped) > 0 {
 		fmt.Fprintf(w, "not here (node-local): shards %v\n", rep.Skipped)
 	}
-	fmt.Fprintf(w, "checked %s files (%s) in %s chunks of %d shards of %s (%d shards, K=%d)\n",
-		comma(rep.Files), ibytes(rep.Bytes), comma(int64(rep.Chunks)), rep.Ranks, dir, m.Ranks, m.K)
+	fmt.Fprintf(w, "checked %s files (%s) in %s chunks of %d shards of %s (%d shards, %s)\n",
+		comma(rep.Files), ibytes(rep.Bytes), comma(int64(rep.Chunks)), rep.Ranks, dir, m.Ranks, kWords(m))
 	if n := len(rep.Problems); n > 0 {
 		return fmt.Errorf("verify: %d problem(s) in %s: %d damaged, %d unreachable (storage that could not be read: see each)", n, dir, n-unreachable, unreachable)
 	}

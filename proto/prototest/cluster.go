@@ -15,6 +15,9 @@ type Options struct {
 	K int
 	// Sizes holds each rank's file sizes in bytes; nil means one byte each.
 	Sizes [][]int64
+	// Chunks, when set, holds the files of each rank's chunks (chunks cut
+	// by size, proto.Shard.Chunks); K is then the most a chunk holds.
+	Chunks [][]int
 	// MemFraction sets each rank's VC budget as a fraction of its shard's
 	// bytes (a rank's MemBytes), unless MemBytes is set.
 	MemFraction float64
@@ -170,7 +173,11 @@ func shard(opts Options, r int) proto.Shard {
 	if opts.MemBytes != nil {
 		mem = opts.MemBytes[r]
 	}
-	return proto.Shard{Files: len(opts.Sizes[r]), Bytes: bytes, MemBytes: mem}
+	s := proto.Shard{Files: len(opts.Sizes[r]), Bytes: bytes, MemBytes: mem}
+	if opts.Chunks != nil {
+		s.Chunks = opts.Chunks[r]
+	}
+	return s
 }
 
 func unitSizes(files []int) [][]int64 {

@@ -25,7 +25,7 @@ func init() {
 
 func newPaper(cfg Config, sizes [][]int64, m *proto.Mapping, v proto.Variant) (Policy, error) {
 	opts := prototest.Options{
-		Files: make([]int, len(sizes)), K: cfg.ChunkFiles, Sizes: sizes, MemFraction: cfg.MemFraction,
+		Files: make([]int, len(sizes)), K: cfg.ChunkFiles, Sizes: sizes, Chunks: cfg.DatasetChunks, MemFraction: cfg.MemFraction,
 		Window: cfg.Window, Variant: v, Seed: cfg.Seed, Light: true, RemoteMemBytes: remoteBytes(cfg, m),
 	}
 	for r := range sizes {

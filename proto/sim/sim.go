@@ -66,6 +66,10 @@ type Config struct {
 	// list per rank (a packed dataset's shards), used instead of drawn
 	// sizes; Files and Ranks must match them.
 	DatasetSizes [][]int64
+	// DatasetChunks, when set, are the files of each chunk of a dataset
+	// packed by size, one list per rank; ChunkFiles is then the most a
+	// chunk holds.
+	DatasetChunks [][]int
 	// Labels, when set, are the label of every file (by file id; -1 for
 	// none), for the label entropy per batch.
 	Labels []int32
@@ -208,7 +212,7 @@ func Run(cfg Config, emit func(Result)) error {
 		return err
 	}
 	sizes := Sizes(cfg)
-	m, err := prototest.Mapping(prototest.Options{K: cfg.ChunkFiles, Sizes: sizes, MemFraction: cfg.MemFraction})
+	m, err := prototest.Mapping(prototest.Options{K: cfg.ChunkFiles, Sizes: sizes, Chunks: cfg.DatasetChunks, MemFraction: cfg.MemFraction})
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
