@@ -137,6 +137,11 @@ func (s *stager) stopped() bool {
 // file holds 16 MiB, not the file twice.
 const packPiece = 8 << 20
 
+// packDirty is the most of a long chunk written and not yet made durable
+// and dropped from the page cache, which a memory cgroup counts: a chunk
+// of a 1 GiB file would hold 1 GiB of it.
+const packDirty = 64 << 20
+
 // writeChunk reads the inputs of global chunk c (chunk local of rank r)
 // through the scratch buffer in, writes the chunk file through out, and
 // fills the entries of its files.
@@ -216,8 +221,9 @@ func (s *stager) readInput(in Input, sc *scratch, put func([]byte) error) error 
 type chunkWriter struct {
 	s    *stager
 	name string // relative to the temporary directory
-	buf  []byte // what is not yet written
-	f    File   // open once a long chunk's first piece is written
+	buf   []byte // what is not yet written
+	f     File   // open once a long chunk's first piece is written
+	dirty int64  // bytes written to f since it was last synced
 }
 
 // newChunkWriter starts the chunk file name, length bytes of which the
@@ -259,7 +265,17 @@ func (w *chunkWriter) flush() error {
 	if _, err := w.f.Write(w.buf); err != nil {
 		return w.fail(err)
 	}
+	w.dirty += int64(len(w.buf))
 	w.buf = w.buf[:0]
+	if w.dirty >= packDirty {
+		w.dirty = 0
+		if err := w.f.Sync(); err != nil {
+			return w.fail(err)
+		}
+		if err := w.f.DropCache(); err != nil {
+			return w.fail(err)
+		}
+	}
 	return nil
 }
 

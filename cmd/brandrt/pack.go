@@ -28,7 +28,7 @@ func packCommand() *cli.Command {
 			"files with --seed, cuts them into chunks and splits the chunks into\n" +
 			"--shards runs. A chunk is read whole, in one request: it holds files in\n" +
 			"their shuffled order until the next would take it past --chunk-size or it\n" +
-			"holds --chunk-files (by default 8 MiB or 64 files, whichever comes first;\n" +
+			"holds --chunk-files (by default 16 MiB or 64 files, whichever comes first;\n" +
 			"a file larger than --chunk-size is a chunk of its own). --chunk-files\n" +
 			"alone gives every chunk K files (the last fewer), whatever their bytes;\n" +
 			"--chunk-size alone, chunks of up to that many bytes and 65,536 files.\n" +
@@ -57,7 +57,7 @@ func packCommand() *cli.Command {
 			&cli.StringFlag{Name: "manifest", Usage: "file listing the files to pack, instead of scanning --input"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "output directory; {rank} makes it per process"},
 			intFlag("chunk-files", 64, 1, chunk.MaxK, whyK, fmt.Sprintf("K, files per chunk (with --chunk-size: at most): 1 to %d, and at most the dataset's files (a dataset smaller than the default gets K = its files)", chunk.MaxK)),
-			withDefault(&cli.GenericFlag{Name: "chunk-size", Value: chunkSize(), Usage: "the most bytes of a chunk (e.g. 8MiB, 64MB), unless it holds one larger file; with --chunk-files alone, not applied"}, "8MiB"),
+			withDefault(&cli.GenericFlag{Name: "chunk-size", Value: chunkSize(), Usage: "the most bytes of a chunk (e.g. 16MiB, 64MB), unless it holds one larger file; with --chunk-files alone, not applied"}, "16MiB"),
 			withAliases(intFlag("shards", 0, 0, maxFiles, "each shard holds a chunk, each chunk a file", "shards to write; any job of at most as many ranks serves them, each rank a run of shards balanced by bytes (default, or 0: 240, at most one per chunk and at least one per MPI process; with {rank} in --out, one per process)"), "ranks"),
 			seedFlag("seed", 1, "seed of the shuffle"),
 			intFlag("workers", int64(defaultWorkers()), 1, maxWorkers, whyWorkers, "chunks written at once by each process"),
@@ -87,7 +87,7 @@ func defaultShards(out string, procs, chunks int) int {
 }
 
 // chunkWords says how m's chunks were cut: "of 64" files, or "of up to
-// 8 MiB (at most 64 files)".
+// 16 MiB (at most 64 files)".
 func chunkWords(m *chunk.Manifest) string {
 	if m.Params.ChunkBytes == 0 {
 		return fmt.Sprintf("of %d", m.K)
@@ -95,7 +95,7 @@ func chunkWords(m *chunk.Manifest) string {
 	return fmt.Sprintf("of up to %s (at most %d files)", ibytes(m.Params.ChunkBytes), m.K)
 }
 
-// kWords is K for a summary: "K=64", or "chunks of up to 8 MiB, K≤64".
+// kWords is K for a summary: "K=64", or "chunks of up to 16 MiB, K≤64".
 func kWords(m *chunk.Manifest) string {
 	if m.Params.ChunkBytes == 0 {
 		return fmt.Sprintf("K=%d", m.K)
