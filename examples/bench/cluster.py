@@ -28,6 +28,7 @@ import threading
 import time
 
 import cgroups
+import prepare
 import report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -262,4 +263,4 @@ def sample_held(groups, proc, held):
 
 def chunks_name(k, nodes):
     """The packed dataset's directory for K and a number of ranks."""
-    return "chunks-k%d" % k + ("-r%d" % nodes if nodes > 1 else "")
+    return prepare.chunks_name(k, nodes)

@@ -18,6 +18,8 @@ import os
 import subprocess
 import sys
 
+import report
+
 # Python steps: the first rule, from the innermost frame out, whose text
 # is in a frame names the step. Frames read "function (file:line)".
 PY_RULES = [
@@ -143,7 +145,7 @@ def table(records, binary):
     runs = [r for r in records if r.get("profile") and r.get("status") == "ok"]
     if not runs:
         return ""
-    cols = [r["system"] + (" K=%d" % r["chunk_files"] if r["system"].startswith("brandrt") else "") for r in runs]
+    cols = [report.label(r) for r in runs]
     cells = [breakdown(r, binary) for r in runs]
     rows = []
     for c in cells:

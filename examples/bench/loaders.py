@@ -140,7 +140,7 @@ def args_parser():
     r.add_argument("--mem", type=listed(parse_mem), default=[("%", 25.0)],
                    help="memory budgets, comma-separated: percentages of the dataset (over 100 %%: more than it) "
                         "or sizes (default 25%%)")
-    r.add_argument("--chunk-files", type=listed(int), default=[64], help="brandrt's K values (default 64)")
+    r.add_argument("--chunk-files", type=listed(int), default=[64], help="brandrt's K values; 0 packs with pack's default (chunks of up to 16 MiB and 64 files) (default 64)")
     r.add_argument("--epochs", type=int, default=3, help="epochs per run (default 3; epoch 1 is reported "
                                                          "apart from epochs 2 on)")
     r.add_argument("--workers", type=int, default=4, help="DataLoader workers (default 4)")
@@ -195,8 +195,8 @@ def check_args(p, a):
             problems.append("unknown storage %r (local or nas)" % s)
     if a.epochs < 1 or a.workers < 0 or a.batch_size < 1 or a.repeat < 1 or a.threads < 1:
         problems.append("--epochs, --batch-size, --threads and --repeat must be ≥ 1 and --workers ≥ 0")
-    if any(k < 1 for k in a.chunk_files):
-        problems.append("--chunk-files must be ≥ 1")
+    if any(k < 0 for k in a.chunk_files):
+        problems.append("--chunk-files must be ≥ 0 (0: pack's default)")
     if not a.mem:
         problems.append("--mem names no budget")
     a.files = file_counts(a.files, a.file_size)

@@ -164,15 +164,21 @@ def shard_bytes(recommended, cat, workers, min_budget=None):
     return int(max(64 << 10, size))
 
 
+def chunks_name(k, ranks=1):
+    """The packed dataset's directory for K (0: pack's default chunks) and
+    a number of ranks: chunks-kK or chunks-default, then -rN for N > 1."""
+    return ("chunks-k%d" % k if k else "chunks-default") + ("-r%d" % ranks if ranks > 1 else "")
+
+
 def chunks(work, cat, k, brandrt, log, ranks=1):
-    """brandrt pack of the input with K files per chunk, for ranks ranks
-    (in chunks-kK, or chunks-kK-rN for N ranks)."""
+    """brandrt pack of the input with K files per chunk (0: pack's default,
+    chunks of up to 16 MiB and 64 files), for ranks ranks (chunks_name)."""
 
     def make(tmp):
-        subprocess.run([brandrt, "pack", "--input", cat["input"], "--out", tmp, "--chunk-files", str(k),
-                        "--ranks", str(ranks), "--seed", str(ORDER_SEED)], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([brandrt, "pack", "--input", cat["input"], "--out", tmp] + (["--chunk-files", str(k)] if k else []) +
+                       ["--ranks", str(ranks), "--seed", str(ORDER_SEED)], check=True, stdout=subprocess.DEVNULL)
 
-    name = "chunks-k%d" % k + ("-r%d" % ranks if ranks > 1 else "")
+    name = chunks_name(k, ranks)
     return build(work, name, {"key": _digest(cat), "k": k, "ranks": ranks} if ranks > 1 else {"key": _digest(cat), "k": k},
                  make, log)
 

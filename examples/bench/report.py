@@ -61,7 +61,8 @@ def summary(rec):
 
 
 def label(rec):
-    return rec["system"] + (" K=%d" % rec["chunk_files"] if rec.get("chunk_files") else "")
+    k = rec.get("chunk_files")
+    return rec["system"] + ("" if k is None else " K=%d" % k if k else " 16MiB")
 
 
 def _median(xs):

@@ -23,6 +23,8 @@ import warnings
 import torch
 import torch.utils.data as tud
 
+import prepare
+
 SEED = 1
 
 
@@ -438,7 +440,7 @@ class Brandrt(_System):
             return self.attach_node(spec, BrandDataset, BrandSampler)
         self.attach = shm_dir(spec, "brandrt")
         self.stats = os.path.join(self.attach, "stats.json")
-        chunks = os.path.join(spec["root"], "chunks-k%d" % spec["chunk_files"])
+        chunks = os.path.join(spec["root"], prepare.chunks_name(spec["chunk_files"]))
         cmd = spec["mpirun"] + ["-np", "1", spec["brandrt"], "serve", "--chunks", chunks,
                                 "--mem", str(spec["budget"]), "--epochs", str(spec["epochs"]),
                                 "--seed", str(SEED), "--stats-json", self.stats] + spec.get("serve_flags", [])
