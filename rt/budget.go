@@ -33,11 +33,13 @@ type Footprint struct {
 	// largest chunk (MaxChunk), which may go alone.
 	Reads, ReadMem, MaxChunk int64
 	// Rings is the shared-memory rings of RingClients training processes
-	// and DataLoader workers, what each holds at once (ringCost); Handed
-	// the files their workers handed on to training processes (HandCap).
-	// Neither with in-process readers (--consume).
-	Rings, Handed int64
-	RingClients   int
+	// and DataLoader workers, what each holds at once (ringCost);
+	// Answered the files answered in place that they have not released
+	// yet, a ring's worth each (inFlight); Handed the files their workers
+	// handed on to training processes (HandCap). None with in-process
+	// readers (--consume).
+	Rings, Answered, Handed int64
+	RingClients             int
 	// Tables is what grows with the files of the shard (its index, the
 	// plan, per-file tables: shardFileBytes each), Files their number;
 	// Process the rest of the process (ProcessBytes).
@@ -47,7 +49,7 @@ type Footprint struct {
 
 // Total is the whole footprint, in whole pages (as a cgroup's limit).
 func (f Footprint) Total() int64 {
-	return pageUp(f.Own + f.Records + f.Remote + f.Reads + f.Rings + f.Handed + f.Tables + f.Process)
+	return pageUp(f.Own + f.Records + f.Remote + f.Reads + f.Rings + f.Answered + f.Handed + f.Tables + f.Process)
 }
 
 // String says the footprint term by term: "the rank needs 208 MiB of
@@ -66,6 +68,10 @@ func (f Footprint) String() string {
 	if f.RingClients > 0 {
 		fmt.Fprintf(&b, ", %s for the rings of %d training processes and DataLoader workers (%s each; more take more)",
 			mib(f.Rings), f.RingClients, mib(f.Rings/int64(f.RingClients)))
+		if f.Answered > 0 {
+			fmt.Fprintf(&b, ", %s for the files they were answered in place and hold (at most a ring's worth each, %s)",
+				mib(f.Answered), mib(f.Answered/int64(f.RingClients)))
+		}
 	}
 	if f.Handed > 0 {
 		fmt.Fprintf(&b, ", %s for files DataLoader workers handed on to training processes", mib(f.Handed))
@@ -85,16 +91,16 @@ func count(n int) string {
 
 // The measured constants of the footprint (one rank, cgroup v1, page
 // cache dropped; README, "Memory is what the kernel counts"):
-// ProcessBytes is a rank's process with a shard of a few files (53 MiB
+// ProcessBytes is a rank's process with a shard of a few files (52–53 MiB
 // under mpirun: its libraries and mpirun's are page cache charged to the
-// cgroup); shardFileBytes what each file of the shard adds (its index,
+// cgroup, which the kernel may drop if it must); shardFileBytes what each file of the shard adds (its index,
 // the epoch's plan and traces, per-file tables: 300 B per file with
 // 200,000 files), heldFileBytes what each file held in memory adds
 // beside its bytes (its record, and Go's heap around it: 530 B);
 // arenaSlack the arena's pages touched beyond those it lends at once
 // (its free places between files: 3 % with 100 KB files, 5 % with 1 MB).
 const (
-	ProcessBytes   = 57 << 20
+	ProcessBytes   = 54 << 20
 	shardFileBytes = 320
 	heldFileBytes  = 560
 	arenaSlack     = 0.06
@@ -142,6 +148,14 @@ func ringCost(largest int64, ranks int) int64 {
 	}
 	return min(RingBytes(largest), RingRewind+65*rec+8<<10)
 }
+
+// inFlight is what the files a client was answered in place and has not
+// released hold in the arena at most, beside the budget (which frees a
+// file's bytes once it is answered, to read more): the ring's flow
+// control counts such a file as if it were copied into the ring, so a
+// ring's worth of them, or 65 of the largest file when that is less (a
+// ring has 64 slots). None when the budget holds the whole shard.
+func inFlight(largest int64) int64 { return min(RingBytes(largest), 65*largest) }
 
 // RingRewind is shm.RewindAt (rt cannot import shm; a test holds them
 // equal).
@@ -272,6 +286,9 @@ func (n *Node) footprintAt(budget, remote int64) Footprint {
 	if n.cfg.Consume == 0 {
 		f.RingClients = RingClients
 		f.Rings = RingClients * ringCost(n.data.maxSize, n.size)
+		if budget < mf.bytes { // else every file stays in memory, lent or not
+			f.Answered = RingClients * inArena(inFlight(n.data.maxSize))
+		}
 		if mf.handable {
 			f.Handed = inArena(n.handCapAt(budget))
 		}
