@@ -219,8 +219,8 @@ func (s *stager) readInput(in Input, sc *scratch, put func([]byte) error) error 
 // is assembled in memory and written at once; a longer one is written in
 // pieces behind a header of zeros, which finish overwrites.
 type chunkWriter struct {
-	s    *stager
-	name string // relative to the temporary directory
+	s     *stager
+	name  string // relative to the temporary directory
 	buf   []byte // what is not yet written
 	f     File   // open once a long chunk's first piece is written
 	dirty int64  // bytes written to f since it was last synced
