@@ -3,7 +3,7 @@ package chunk
 import (
 	"errors"
 	"fmt"
-	"slices"
+	"sort"
 	"strings"
 )
 
@@ -179,21 +179,13 @@ func (h *Home) Chunks() int { return h.chunks }
 // at returns the position in h.shards of the shard holding the run's
 // chunk c.
 func (h *Home) at(c int) int {
-	i, found := slices.BinarySearch(h.chunk0, c)
-	if !found {
-		i--
-	}
-	return i
+	return sort.Search(len(h.chunk0), func(s int) bool { return h.chunk0[s] > c }) - 1
 }
 
 // holding returns the position in h.shards of the shard holding the
 // run's file i.
 func (h *Home) holding(i int) int {
-	s, found := slices.BinarySearch(h.file0, int64(i))
-	if !found {
-		s--
-	}
-	return s
+	return sort.Search(len(h.file0), func(s int) bool { return h.file0[s] > int64(i) }) - 1
 }
 
 // Record returns the index entry of the run's file i (see Index.Record).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"syscall"
 )
@@ -139,6 +140,9 @@ func parseIndex(b []byte, rank int) (*Index, error) {
 	plen := int64(le.Uint64(b[40:]))
 	if ix.k > MaxK {
 		return nil, fmt.Errorf("%w: chunk size K=%d files is more than the limit of %d", errCorrupt, ix.k, MaxK)
+	}
+	if ix.n > math.MaxInt32 {
+		return nil, fmt.Errorf("%w: %d files, more than a shard's limit of %d", errCorrupt, ix.n, math.MaxInt32)
 	}
 	if ix.rank != rank || le.Uint32(b[36:]) != recordSize || ix.k < 1 || ix.n < 0 ||
 		int64(len(b)) != indexHeader+recordSize*int64(ix.n)+plen {

@@ -290,6 +290,9 @@ func (m *Manifest) checkShard(r int, s ShardInfo, first int64, p *problems) {
 	if len(s.ChunkFiles) > 0 {
 		p.add("%w: shard %d lists its chunks' files, but its chunks hold K=%d files each", errCorrupt, r, m.K)
 	}
+	if r < m.Ranks-1 && s.Files%int64(m.K) != 0 {
+		p.add("%w: shard %d holds %d files, not whole chunks of K=%d, and is not the last", errCorrupt, r, s.Files, m.K)
+	}
 	if want := (s.Files + int64(m.K) - 1) / int64(m.K); int64(s.Chunks) != want {
 		p.add("%w: K=%d but shard %d has %d chunks for its %d files (chunks of %d files make %d)",
 			errCorrupt, m.K, r, s.Chunks, s.Files, m.K, want)
@@ -300,8 +303,8 @@ func (m *Manifest) checkShard(r int, s ShardInfo, first int64, p *problems) {
 func (m *Manifest) checkRuns(r int, s ShardInfo, p *problems) {
 	var files, chunks int64
 	for _, run := range s.ChunkFiles {
-		if run[0] < 1 || run[0] > m.K || run[1] < 1 {
-			p.add("%w: shard %d lists %d chunks of %d files (chunks hold 1 to K=%d files)", errCorrupt, r, run[1], run[0], m.K)
+		if run[0] < 1 || run[0] > m.K || run[1] < 1 || int64(run[1]) > s.Files {
+			p.add("%w: shard %d lists %d chunks of %d files (chunks hold 1 to K=%d files, and its %d files make at most as many chunks)", errCorrupt, r, run[1], run[0], m.K, s.Files)
 			return
 		}
 		files, chunks = files+int64(run[0])*int64(run[1]), chunks+int64(run[1])

@@ -153,6 +153,7 @@ func TestManifestChunkRuns(t *testing.T) {
 		{string(runs), fmt.Sprintf(`"%d %s`, first+1, runs[1:]), "shard 0 lists chunks of"},
 		{string(runs), fmt.Sprintf(`"%d %s`, m.K+1, runs[1:]), fmt.Sprintf("chunks hold 1 to K=%d files", m.K)},
 		{string(runs), `"12 seven"`, `"seven" is not FILES or FILESxCHUNKS`},
+		{string(runs), `"4x4611686018427387904 5"`, "lists 4611686018427387904 chunks of 4 files"},
 		{`"version": 2`, `"version": 1`, "version 2 is for chunks cut by size"},
 	} {
 		if err := os.WriteFile(filepath.Join(out, chunk.ManifestName), b, 0o644); err != nil {
@@ -176,5 +177,16 @@ func TestManifestChunkRuns(t *testing.T) {
 	}
 	if _, err := chunk.OpenHome(chunk.OS, []string{out}, m2, 0); err == nil || !strings.Contains(err.Error(), "does not match the manifest") {
 		t.Errorf("an index whose chunks the manifest lists in another order: %v", err)
+	}
+	// chunks of K files: a shard but the last holds whole chunks
+	out1 := filepath.Join(t.TempDir(), "out")
+	if _, err := pack(t, input, out1, packOpts{k: 8, ranks: 3}); err != nil { // 60 files: 8 chunks, shards of 2, 3, 3
+		t.Fatal(err)
+	}
+	editManifest(t, out1, `"files": 16,`, `"files": 15,`)
+	editManifest(t, out1, `"first_file": 16,`, `"first_file": 15,`)
+	editManifest(t, out1, `"files": 24,`, `"files": 25,`)
+	if _, err := chunk.ReadManifest(chunk.OS, out1); err == nil || !strings.Contains(err.Error(), "shard 0 holds 15 files, not whole chunks of K=8, and is not the last") {
+		t.Errorf("a first shard of 15 files in chunks of 8: %v", err)
 	}
 }

@@ -154,7 +154,8 @@ func ringCost(largest int64, ranks int) int64 {
 // file's bytes once it is answered, to read more): the ring's flow
 // control counts such a file as if it were copied into the ring, so a
 // ring's worth of them, or 65 of the largest file when that is less (a
-// ring has 64 slots). None when the budget holds the whole shard.
+// ring has 64 slots). At most the part of the shard the budget does not
+// hold: none when it holds the whole shard.
 func inFlight(largest int64) int64 { return min(RingBytes(largest), 65*largest) }
 
 // RingRewind is shm.RewindAt (rt cannot import shm; a test holds them
@@ -286,9 +287,8 @@ func (n *Node) footprintAt(budget, remote int64) Footprint {
 	if n.cfg.Consume == 0 {
 		f.RingClients = RingClients
 		f.Rings = RingClients * ringCost(n.data.maxSize, n.size)
-		if budget < mf.bytes { // else every file stays in memory, lent or not
-			f.Answered = RingClients * inArena(inFlight(n.data.maxSize))
-		}
+		// only files the budget does not keep: none when it holds the shard
+		f.Answered = min(RingClients*inArena(inFlight(n.data.maxSize)), inArena(mf.bytes-held))
 		if mf.handable {
 			f.Handed = inArena(n.handCapAt(budget))
 		}

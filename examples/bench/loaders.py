@@ -197,6 +197,8 @@ def check_args(p, a):
         problems.append("--epochs, --batch-size, --threads and --repeat must be ≥ 1 and --workers ≥ 0")
     if any(k < 0 for k in a.chunk_files):
         problems.append("--chunk-files must be ≥ 0 (0: pack's default)")
+    if 0 in a.chunk_files and "brandrt-paper" in a.systems:
+        problems.append("--chunk-files 0 (chunks cut by size) with brandrt-paper: the paper's policy needs K files per chunk")
     if not a.mem:
         problems.append("--mem names no budget")
     a.files = file_counts(a.files, a.file_size)
