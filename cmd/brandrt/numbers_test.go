@@ -39,6 +39,7 @@ var (
 // missing here fails the test.
 var numericFlags = map[string]flagRange{
 	"pack --chunk-files":          {"1", "65536", "", nil},
+	"pack --chunk-size":           {"1", "17179869184", "", big},
 	"pack --shards":               {"0", maxInt32, "", zero},
 	"pack --seed":                 {"0", "18446744073709551615", "", uint64s},
 	"pack --workers":              {"1", "1024", "", nil},
