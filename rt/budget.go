@@ -339,12 +339,12 @@ func (n *Node) fitsCgroup() error {
 		return nil
 	}
 	if f.Total() <= limit {
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; its memory cgroup allows %s (%s)\n", n.me, f, mib(limit), n.cfg.MemLimitFrom)
+		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; its memory cgroup allows %s (%s)%s\n", n.me, f, mib(limit), n.cfg.MemLimitFrom, leaves(limit-f.Total()))
 		return nil
 	}
 	if fit, ok := n.fitHanded(f, limit); ok {
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; its memory cgroup allows %s (%s): the files handed on are bounded at %s to fit it, not %s (beyond it the training processes get copies; --hand-mem sets it)\n",
-			n.me, fit, mib(limit), n.cfg.MemLimitFrom, mib(n.HandCap()), mib(n.handRule(f.Budget)))
+		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; its memory cgroup allows %s (%s)%s: the files handed on are bounded at %s to fit it, not %s (beyond it the training processes get copies; --hand-mem sets it)\n",
+			n.me, fit, mib(limit), n.cfg.MemLimitFrom, leaves(limit-fit.Total()), mib(n.HandCap()), mib(n.handRule(f.Budget)))
 		return nil
 	}
 	do := "that leaves nothing for its files: run it with more memory than " + mib(n.footprintAt(0, n.remoteAt(0)).Total())
@@ -352,6 +352,14 @@ func (n *Node) fitsCgroup() error {
 		do = fmt.Sprintf("give it --mem %s or less (--mem 100%%cgroup takes what the cgroup leaves), or run it with more memory", mib(b))
 	}
 	return fmt.Errorf("rt: %s; its memory cgroup allows %s (%s): %s", f, mib(limit), n.cfg.MemLimitFrom, do)
+}
+
+// leaves says what a memory cgroup leaves beside the rank's footprint for
+// the other processes in it: training processes that share the cgroup
+// need theirs there, or the kernel reclaims the rank's pages and theirs
+// over and over (400,000 files of 8 KB, BENCHMARKS.md).
+func leaves(rest int64) string {
+	return fmt.Sprintf(", which leaves %s for the other processes in it (training processes in the same cgroup: a DataLoader of 4 workers held about 620 MiB in the loader benchmark)", mib(rest))
 }
 
 // remoteAt is --remote-mem with budget bytes of the rank's own: a tenth
