@@ -194,11 +194,12 @@ func (h *Home) Record(i int) Entry {
 	return h.shards[s].Index().Record(i - int(h.file0[s]))
 }
 
-// Locate returns the run's chunk holding its file i, and i's slot in it.
-func (h *Home) Locate(i int) (c, slot int) {
+// Locate returns the index entry of the run's file i (Record's) and the
+// run's chunk holding it (e.Chunk is its shard's; e.Slot its slot).
+func (h *Home) Locate(i int) (e Entry, c int) {
 	s := h.holding(i)
-	e := h.shards[s].Index().Record(i - int(h.file0[s]))
-	return h.chunk0[s] + e.Chunk, e.Slot
+	e = h.shards[s].Index().Record(i - int(h.file0[s]))
+	return e, h.chunk0[s] + e.Chunk
 }
 
 // ChunkFirst returns the run's number of the first file of its chunk c.

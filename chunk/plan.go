@@ -96,28 +96,24 @@ func (p *Plan) SetShards(ranks int) error {
 	return nil
 }
 
-// cut sets the chunks' starts, and K to the most files a chunk got.
+// cut sets the chunks' starts and, for chunks cut by size, K to the most
+// files a chunk got.
 func (p *Plan) cut() {
 	p.starts = []int{0}
-	if p.Params.ChunkBytes == 0 {
-		for i := p.K; i < len(p.Inputs); i += p.K {
-			p.starts = append(p.starts, i)
-		}
-		p.starts = append(p.starts, len(p.Inputs))
-		return
-	}
-	most, bytes := 0, int64(0)
+	limit, bytes := p.Params.ChunkBytes, int64(0)
 	for i, in := range p.Inputs {
-		first := p.starts[len(p.starts)-1]
-		if i > first && (i-first == p.K || bytes+in.Size > p.Params.ChunkBytes) {
-			most = max(most, i-first)
+		if first := p.starts[len(p.starts)-1]; i-first == p.K || i > first && limit > 0 && bytes+in.Size > limit {
 			p.starts, bytes = append(p.starts, i), 0
 		}
 		bytes += in.Size
 	}
-	most = max(most, len(p.Inputs)-p.starts[len(p.starts)-1])
 	p.starts = append(p.starts, len(p.Inputs))
-	p.K = max(most, 1)
+	if limit > 0 {
+		p.K = 1
+		for c := range p.Chunks() {
+			p.K = max(p.K, p.starts[c+1]-p.starts[c])
+		}
+	}
 }
 
 // chunkRule says how the chunks were cut, for messages.

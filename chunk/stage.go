@@ -269,10 +269,7 @@ func (w *chunkWriter) flush() error {
 	w.buf = w.buf[:0]
 	if w.dirty >= packDirty {
 		w.dirty = 0
-		if err := w.f.Sync(); err != nil {
-			return w.fail(err)
-		}
-		if err := w.f.DropCache(); err != nil {
+		if err := durable(w.f); err != nil {
 			return w.fail(err)
 		}
 	}
@@ -291,16 +288,7 @@ func (w *chunkWriter) finish(header []byte) error {
 	f := w.f
 	w.f = nil
 	_, err := f.WriteAt(header, 0)
-	if err == nil {
-		err = f.Sync()
-	}
-	if err == nil {
-		err = f.DropCache()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := closeDurable(f, err); err != nil {
 		return w.fail(err)
 	}
 	return nil
@@ -359,20 +347,33 @@ func writeDurable(fsys FS, tmp, out, name string, data []byte) error {
 	f, err := fsys.Create(join(tmp, name))
 	if err == nil {
 		_, err = f.Write(data)
-		if err == nil {
-			err = f.Sync()
-		}
-		if err == nil {
-			err = f.DropCache()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
+		err = closeDurable(f, err)
 	}
 	if err != nil {
 		return fmt.Errorf("chunk: write %s: %w", join(out, name), UnwrapPath(err))
 	}
 	return nil
+}
+
+// durable makes what was written to f durable and drops it from the page
+// cache.
+func durable(f File) error {
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	return f.DropCache()
+}
+
+// closeDurable closes f, made durable first (durable) unless writing it
+// failed with err; it returns the first error.
+func closeDurable(f File, err error) error {
+	if err == nil {
+		err = durable(f)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func (s *stager) writeIndex(r int, first int64, entries []Entry) (uint32, int64, error) {

@@ -50,14 +50,13 @@ func (l *loop) carry() error {
 func (l *loop) load(f proto.FileID, files map[proto.FileID]*file) {
 	li := int(f - l.n.data.first)
 	res := l.just
-	c, slot := l.n.data.shard.Locate(li)
+	e, c := l.n.data.shard.Locate(li)
 	if res == nil || res.ch == nil || res.ch.Index != c {
 		panic(fmt.Sprintf("rt: rank %d: file %d loaded without its chunk", l.n.me, f))
 	}
-	e := l.n.data.shard.Record(li)
-	data, buf := res.ch.File(slot), res.buf
+	data, buf := res.ch.File(e.Slot), res.buf
 	if res.kc != nil { // a kept chunk: its own copy
-		data, buf = res.kc.ch.File(slot), res.kc.bufs[slot]
+		data, buf = res.kc.ch.File(e.Slot), res.kc.bufs[e.Slot]
 	}
 	if data == nil { // damaged on storage (Node.damaged): proto knows (ReadDone.Damaged); it has no bytes
 		files[f] = &file{id: f, label: e.Label, crc: e.CRC}

@@ -80,10 +80,9 @@ func (n *Node) open() error {
 	sizes := make([]int64, n.data.shard.Len())
 	n.data.chunkBytes = make([]int64, n.data.shard.Chunks())
 	for i := range sizes {
-		e := n.data.shard.Record(i)
+		e, c := n.data.shard.Locate(i)
 		sizes[i] = int64(e.Size)
 		n.data.maxSize = max(n.data.maxSize, sizes[i])
-		c, _ := n.data.shard.Locate(i)
 		n.data.chunkBytes[c] = max(n.data.chunkBytes[c], e.Offset+int64(e.Size))
 		n.data.maxChunk = max(n.data.maxChunk, n.data.chunkBytes[c])
 		n.data.crcSum += int64(e.CRC)
