@@ -330,36 +330,80 @@ func (n *Node) readMem() int64 {
 func mibUp(n int64) int64 { return (n + 1<<20 - 1) >> 20 << 20 }
 
 // fitsCgroup says the rank's footprint and what its memory cgroup
-// allows (Config.MemLimitBytes), and refuses a rank whose footprint
-// exceeds it: the kernel would kill it later.
+// allows (Config.MemLimitBytes) less what it leaves for the other
+// processes in it (Config.MemLeaveBytes), and refuses a rank whose
+// footprint exceeds that: the kernel would kill it, or reclaim the
+// training processes' pages over and over, later.
 func (n *Node) fitsCgroup() error {
-	f, limit := n.Footprint(), n.cfg.MemLimitBytes
-	if limit <= 0 {
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; its memory cgroup sets no limit\n", n.me, f)
-		return nil
+	f := n.Footprint()
+	limit, err := n.cgroupRoom()
+	if err != nil || limit <= 0 {
+		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; its memory cgroup sets no limit%s\n", n.me, f, n.leaveUnused())
+		return err
 	}
+	allows := n.allows()
 	if f.Total() <= limit {
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; its memory cgroup allows %s (%s)%s\n", n.me, f, mib(limit), n.cfg.MemLimitFrom, leaves(limit-f.Total()))
+		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; %s%s\n", n.me, f, allows, n.leaves(limit-f.Total()))
 		return nil
 	}
 	if fit, ok := n.fitHanded(f, limit); ok {
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; its memory cgroup allows %s (%s)%s: the files handed on are bounded at %s to fit it, not %s (beyond it the training processes get copies; --hand-mem sets it)\n",
-			n.me, fit, mib(limit), n.cfg.MemLimitFrom, leaves(limit-fit.Total()), mib(n.HandCap()), mib(n.handRule(f.Budget)))
+		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; %s%s: the files handed on are bounded at %s to fit it, not %s (beyond it the training processes get copies; --hand-mem sets it)\n",
+			n.me, fit, allows, n.leaves(limit-fit.Total()), mib(n.HandCap()), mib(n.handRule(f.Budget)))
 		return nil
 	}
 	do := "that leaves nothing for its files: run it with more memory than " + mib(n.footprintAt(0, n.remoteAt(0)).Total())
 	if b := n.fitBudget(limit); b > 0 {
 		do = fmt.Sprintf("give it --mem %s or less (--mem 100%%cgroup takes what the cgroup leaves), or run it with more memory", mib(b))
 	}
-	return fmt.Errorf("rt: %s; its memory cgroup allows %s (%s): %s", f, mib(limit), n.cfg.MemLimitFrom, do)
+	if n.cfg.MemLeaveBytes > 0 {
+		do += " or a smaller --leave"
+	}
+	return fmt.Errorf("rt: %s; %s: %s", f, allows, do)
 }
 
-// leaves says what a memory cgroup leaves beside the rank's footprint for
-// the other processes in it: training processes that share the cgroup
-// need theirs there, or the kernel reclaims the rank's pages and theirs
-// over and over (400,000 files of 8 KB, BENCHMARKS.md).
-func leaves(rest int64) string {
-	return fmt.Sprintf(", which leaves %s for the other processes in it (training processes in the same cgroup: a DataLoader of 4 workers held about 620 MiB in the loader benchmark)", mib(rest))
+// cgroupRoom is what the rank's memory cgroup allows it: its limit less
+// --leave; 0 when the cgroup sets no limit. A --leave that takes all of
+// the limit is an error.
+func (n *Node) cgroupRoom() (int64, error) {
+	limit, leave := n.cfg.MemLimitBytes, n.cfg.MemLeaveBytes
+	if limit <= 0 {
+		return 0, nil
+	}
+	if leave >= limit {
+		return 0, fmt.Errorf("rt: --leave %s leaves the rank nothing: its memory cgroup allows %s in all (%s)", mib(leave), mib(limit), n.cfg.MemLimitFrom)
+	}
+	return limit - leave, nil
+}
+
+// allows says what the rank's memory cgroup allows it: "its memory
+// cgroup allows 1.5 GiB (FILE)", and "less 620 MiB left for the other
+// processes in it (--leave)".
+func (n *Node) allows() string {
+	s := fmt.Sprintf("its memory cgroup allows %s (%s)", mib(n.cfg.MemLimitBytes), n.cfg.MemLimitFrom)
+	if n.cfg.MemLeaveBytes > 0 {
+		s += fmt.Sprintf(", less %s it leaves for the other processes in it (--leave)", mib(n.cfg.MemLeaveBytes))
+	}
+	return s
+}
+
+// leaveUnused says that --leave, when given, has no limit to take from.
+func (n *Node) leaveUnused() string {
+	if n.cfg.MemLeaveBytes > 0 {
+		return fmt.Sprintf(" (--leave %s has nothing to leave from)", mib(n.cfg.MemLeaveBytes))
+	}
+	return ""
+}
+
+// leaves says what a memory cgroup leaves beside the rank's footprint
+// for the other processes in it: training processes that share the
+// cgroup need theirs there, or the kernel reclaims the rank's pages and
+// theirs over and over (400,000 files of 8 KB, BENCHMARKS.md); rest is
+// what the footprint leaves of the cgroup's room (beyond --leave).
+func (n *Node) leaves(rest int64) string {
+	if n.cfg.MemLeaveBytes > 0 {
+		return fmt.Sprintf(", and %s more beside the footprint", mib(rest))
+	}
+	return fmt.Sprintf(", which leaves %s for the other processes in it (training processes in the same cgroup need room: a DataLoader of 4 workers held about 620 MiB in the loader benchmark; --leave sets it aside)", mib(rest))
 }
 
 // remoteAt is --remote-mem with budget bytes of the rank's own: a tenth
@@ -391,17 +435,22 @@ func (n *Node) fitBudget(limit int64) int64 {
 }
 
 // cgroupBudget is the budget that Config.MemCgroupFraction gives the rank
-// in its memory cgroup (Config.MemLimitBytes): that share of the largest
-// budget whose footprint fits it, so that 100 % just fits (fitsCgroup).
+// in its memory cgroup (cgroupRoom: Config.MemLimitBytes less --leave):
+// that share of the largest budget whose footprint fits it, so that
+// 100 % just fits (fitsCgroup).
 func (n *Node) cgroupBudget() (int64, error) {
-	frac, limit := n.cfg.MemCgroupFraction, n.cfg.MemLimitBytes
+	frac := n.cfg.MemCgroupFraction
+	limit, err := n.cgroupRoom()
+	if err != nil {
+		return 0, err
+	}
 	if limit <= 0 {
 		return 0, fmt.Errorf("rt: --mem %g%%cgroup: the rank's memory cgroup sets no limit: give --mem in bytes or as a share of its shard", 100*frac)
 	}
 	b := int64(frac * float64(n.fitBudget(limit)))
 	if b <= 0 {
-		return 0, fmt.Errorf("rt: --mem %g%%cgroup: the rank's memory cgroup allows %s, which leaves nothing for its files beside the rest of its footprint (%s)",
-			100*frac, mib(limit), n.footprintAt(0, n.remoteAt(0)))
+		return 0, fmt.Errorf("rt: --mem %g%%cgroup: %s, which leaves nothing for its files beside the rest of its footprint (%s)",
+			100*frac, n.allows(), n.footprintAt(0, n.remoteAt(0)))
 	}
 	return b, nil
 }

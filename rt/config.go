@@ -50,6 +50,11 @@ type Config struct {
 	// (Footprint) does not fit it; 0 checks nothing.
 	MemLimitBytes int64
 	MemLimitFrom  string
+	// MemLeaveBytes is what the rank leaves of its memory cgroup for the
+	// other processes in it (--leave): training processes launched in the
+	// same cgroup (a Slurm job step, a container). Open checks the
+	// footprint, and takes --mem P%cgroup, against the limit less this.
+	MemLeaveBytes int64
 	// Policy is "window" (each chunk read once, every epoch planned
 	// ahead: proto.WindowRank) or "paper" (the papers' protocol,
 	// proto.Rank, in its Variant). Window is how many positions ahead
@@ -200,6 +205,7 @@ func (c Config) Validate() error {
 		}
 	}
 	add(c.Chunks != "", "no chunk directory (--chunks)")
+	add(c.MemLeaveBytes >= 0, "memory left for the other processes in the cgroup: %d bytes, want 0 or more", c.MemLeaveBytes)
 	add(c.MemBytes > 0 || (c.MemFraction > 0 && c.MemFraction <= 1) || (c.MemCgroupFraction > 0 && c.MemCgroupFraction <= 1),
 		"memory budget: %d bytes or a fraction %g of the shard or %g of the memory cgroup, want one of them positive (and a fraction ≤ 1)", c.MemBytes, c.MemFraction, c.MemCgroupFraction)
 	add(c.RemoteMemBytes >= -1, "remote memory %d bytes, want ≥ 0 (or −1 for a tenth of the budget)", c.RemoteMemBytes)

@@ -297,6 +297,37 @@ func TestServeFootprint(t *testing.T) {
 					t.Errorf("in a cgroup 8 MiB under the footprint (%s): want the files handed on bounded lower to fit it: %v\n%s", ibytes(fp), err, out)
 				}
 			})
+			t.Run("leave", func(t *testing.T) {
+				// --leave sets room aside for the other processes in the
+				// cgroup: the footprint must fit the rest, and 100%cgroup
+				// takes what the rest leaves
+				const leave = 64 << 20
+				args := []string{"--chunks", dir, "--mem", d.mem, "--consume", "4", "--footprint"}
+				fp := footprintOf(t, args...)
+				cg := memCgroup(t, fp+leave)
+				serve := func(args ...string) (string, error) {
+					out, err := testkit.Run(time.Minute, nil, "sh", inCgroup(cg, append([]string{"-np", "1", binary(t), "serve"}, args...)...)...)
+					return string(out), err
+				}
+				if out, err := serve(append(args, "--leave", "64MiB")...); err != nil || !strings.Contains(out, "less 64 MiB it leaves for the other processes in it (--leave)") ||
+					!strings.Contains(out, "(--leave), and 0 B more beside the footprint") {
+					t.Errorf("--leave 64MiB in a cgroup of the footprint and 64 MiB (%s): want it to fit, leaving 64 MiB: %v\n%s", ibytes(fp+leave), err, out)
+				}
+				if out, err := serve(append(args, "--leave", "72MiB")...); err == nil || !strings.Contains(out, "or a smaller --leave") {
+					t.Errorf("--leave 72MiB in a cgroup of the footprint and 64 MiB (%s): want a refusal: %v\n%s", ibytes(fp+leave), err, out)
+				}
+				out, err := serve("--chunks", dir, "--mem", "100%cgroup", "--consume", "4", "--footprint", "--leave", "64MiB")
+				m := regexp.MustCompile(`the rank needs [^(]*\((\d+) bytes\)`).FindStringSubmatch(out)
+				if err != nil || m == nil {
+					t.Fatalf("--mem 100%%cgroup --leave 64MiB in a cgroup of %s: %v\n%s", ibytes(fp+leave), err, out)
+				}
+				if got, _ := strconv.ParseInt(m[1], 10, 64); got > fp || got < fp-fp/10 {
+					t.Errorf("--mem 100%%cgroup --leave 64MiB in a cgroup of the footprint (%s) and 64 MiB: a footprint of %s, want at most that and not 10%% less\n%s", ibytes(fp), ibytes(got), out)
+				}
+				if out, err := serve(append(args, "--leave", fmt.Sprint(fp+leave))...); err == nil || !strings.Contains(out, "leaves the rank nothing") {
+					t.Errorf("--leave of the whole cgroup: want a refusal: %v\n%s", err, out)
+				}
+			})
 			t.Run("90%cgroup", func(t *testing.T) {
 				fp := footprintOf(t, "--chunks", dir, "--mem", d.mem, "--consume", "4")
 				cg := memCgroup(t, fp)

@@ -77,6 +77,7 @@ var serveRanges = map[string]flagRange{
 	"remote-mem":     {"0", "1125899906842624", "", zeroBig},
 	"read-mem":       {"1", "1125899906842624", "", big},
 	"hand-mem":       {"0", "1125899906842624", "", zeroBig},
+	"leave":          {"0", "1125899906842624", "", zeroBig},
 	"ramp":           {"0", maxInt32, "", zero},
 	"keep":           {"0", "1", "", zero},
 	"batch":          {"0", maxInt32, "", zero},

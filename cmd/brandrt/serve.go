@@ -84,6 +84,7 @@ func serveCommand() *cli.Command {
 			durationFlag("training-wait", d.TrainingWait, false, "how long after serving begins the job waits for a training process to attach to every rank (a launch that failed on some nodes) before it ends, naming the ranks and nodes that had none; meanwhile the ranks say which every --peer-warn (0: for ever)"),
 			&cli.GenericFlag{Name: "hand-mem", Value: &memBudget{bytes: -1}, Usage: "the most memory the files DataLoader workers hand on to their training processes in place (BrandDataset(in_place=True)) may take while those hold them, in bytes; beyond it they get copies (0: always copies). The default covers a DataLoader's batches in flight (4 workers, 2 batches of 64 ahead, of the shard's mean file) or an eighth of --mem when that is more, at least 8 MiB, at most 1 GiB"},
 			intFlag("io-workers", int64(d.IOWorkers), 1, rt.MaxIOWorkers, whyWorkers, "chunk reads in flight at once"),
+			&cli.GenericFlag{Name: "leave", Value: &memBudget{bytes: 0}, Usage: "memory the rank leaves of its memory cgroup for the other processes in it, in bytes: training processes and DataLoader workers launched in the same cgroup (a Slurm job step, a container, serve's own training command). The rank's footprint must fit the cgroup's limit less this, and --mem P%cgroup is a share of what that leaves. The default leaves nothing aside; the start-up line says what the footprint leaves"},
 			&cli.GenericFlag{Name: "read-mem", Value: &memBudget{bytes: -1, positive: true}, Usage: fmt.Sprintf("the most memory chunk reads in flight take at once, in bytes (a read's buffer is its chunk rounded up to a MiB; one read goes ahead whatever its size); the default is --io-workers buffers of the largest chunk, at most %s: four chunks of 64 files of 110 KB, one of 64 files of 1 MB", humanize.IBytes(rt.DefaultReadMem))},
 			intFlag("consume", int64(d.Consume), 0, rt.MaxConsumers, "rt's most", "in-process readers per rank; 0: serve training processes through shared memory"),
 			intFlag("depth", int64(d.Depth), 1, rt.MaxDepth, "rt's most", "requests each in-process reader keeps in flight"),
@@ -232,6 +233,9 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 		return cfg, err
 	}
 	if err := bytesOnly(c, "read-mem", "64MiB", &cfg.ReadMemBytes); err != nil {
+		return cfg, err
+	}
+	if err := bytesOnly(c, "leave", "4GiB", &cfg.MemLeaveBytes); err != nil {
 		return cfg, err
 	}
 	cfg.Resume, cfg.FootprintOnly = c.Bool("resume"), c.Bool("footprint")

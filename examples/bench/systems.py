@@ -442,7 +442,7 @@ class Brandrt(_System):
         self.stats = os.path.join(self.attach, "stats.json")
         chunks = os.path.join(spec["root"], prepare.chunks_name(spec["chunk_files"]))
         cmd = spec["mpirun"] + ["-np", "1", spec["brandrt"], "serve", "--chunks", chunks,
-                                "--mem", str(spec["budget"]), "--epochs", str(spec["epochs"]),
+                                "--mem", self.mem(spec, chunks), "--leave", str(spec.get("leave", 0)), "--epochs", str(spec["epochs"]),
                                 "--seed", str(SEED), "--stats-json", self.stats] + spec.get("serve_flags", [])
         self.log = open(os.path.join(self.attach, "serve.log"), "w+")
         env = dict(os.environ, BRANDRT_ATTACH=self.attach)
@@ -458,6 +458,25 @@ class Brandrt(_System):
         # in_place: brandrt's documented setting for raw bytes in the
         # training process (its files in shared memory reach it in place)
         self.loader = tud.DataLoader(BrandDataset(in_place=True), sampler=self.sampler, **loader_args(spec))
+
+    @staticmethod
+    def mem(spec, chunks):
+        """serve's --mem: the budget, or, where the rank's footprint with
+        it would not leave the cgroup room for the DataLoader's processes
+        (spec's leave), the most that does (100%cgroup): the rank's
+        overheads come out of the same cgroup as the peers' (serve
+        --footprint says which, in the run's cgroup)."""
+        mem = str(spec["budget"])
+        probe = subprocess.run(spec["mpirun"] + ["-np", "1", spec["brandrt"], "serve", "--chunks", chunks, "--mem", mem,
+                                                 "--leave", str(spec.get("leave", 0)), "--footprint"] + spec.get("serve_flags", []),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if probe.returncode == 0:
+            return mem
+        if "give it --mem" not in probe.stdout:
+            raise RuntimeError("brandrt serve --footprint: %s" % probe.stdout[-2000:])
+        print("brandrt: --mem %d does not leave the DataLoader's processes %d MiB of the cgroup; --mem 100%%cgroup" %
+              (spec["budget"], spec.get("leave", 0) >> 20), flush=True)
+        return "100%cgroup"
 
     def attach_node(self, spec, dataset, sampler):
         """On a cluster, the driver started serve across the nodes: read
