@@ -36,7 +36,8 @@ type Footprint struct {
 	// and DataLoader workers, what each holds at once (ringCost);
 	// Answered the files answered in place that they have not released
 	// yet, a ring's worth each (inFlight); Handed the files their workers
-	// handed on to training processes (HandCap). None with in-process
+	// handed on to training processes (HandCap; with one rank, no more
+	// than its shard has of files that can be). None with in-process
 	// readers (--consume).
 	Rings, Answered, Handed int64
 	RingClients             int
@@ -234,9 +235,9 @@ type placer interface{ Placed(n int64) int64 }
 type memFacts struct {
 	files                int
 	bytes, placed, recvd int64
-	// handable: some file is one a DataLoader worker can hand on in
-	// place (Handable)
-	handable bool
+	// handable: the bytes of the files a DataLoader worker can hand on
+	// in place (Handable)
+	handable int64
 }
 
 // newMemFacts sums the shard's file sizes as mem lends them.
@@ -245,7 +246,9 @@ func newMemFacts(sizes []int64, mem any) memFacts {
 	p, ok := mem.(placer)
 	for _, s := range sizes {
 		f.bytes += s
-		f.handable = f.handable || Handable(s)
+		if Handable(s) {
+			f.handable += s
+		}
 		placed := s
 		if ok {
 			placed = p.Placed(s)
@@ -289,8 +292,11 @@ func (n *Node) footprintAt(budget, remote int64) Footprint {
 		f.Rings = RingClients * ringCost(n.data.maxSize, n.size)
 		// only files the budget does not keep: none when it holds the shard
 		f.Answered = min(RingClients*inArena(inFlight(n.data.maxSize)), inArena(mf.bytes-held))
-		if mf.handable {
-			f.Handed = inArena(n.handCapAt(budget))
+		if h := n.handCapAt(budget); mf.handable > 0 {
+			if n.size == 1 { // no more than its shard's that can be handed on
+				h = min(h, mf.handable)
+			}
+			f.Handed = inArena(h)
 		}
 	}
 	f.Tables = int64(mf.files) * shardFileBytes
