@@ -32,15 +32,16 @@ type Footprint struct {
 	// Reads is the chunk reads in flight: --read-mem (ReadMem), or the
 	// largest chunk (MaxChunk), which may go alone.
 	Reads, ReadMem, MaxChunk int64
-	// Rings is the shared-memory rings of RingClients training processes
-	// and DataLoader workers, what each holds at once (ringCost);
-	// Answered the files answered in place that they have not released
-	// yet, a ring's worth each (inFlight); Handed the files their workers
+	// Rings is the shared-memory rings of RingClients clients (Readers
+	// readers, two for each of Procs training processes), what each holds
+	// at once (ringCost); Answered the files the readers were answered in
+	// place and have not released yet, a ring's worth each (inFlight);
+	// Handed the files their workers
 	// handed on to training processes (HandCap; with one rank, no more
 	// than its shard has of files that can be). None with in-process
 	// readers (--consume).
-	Rings, Answered, Handed int64
-	RingClients             int
+	Rings, Answered, Handed     int64
+	RingClients, Readers, Procs int
 	// Tables is what grows with the files of the shard (its index, the
 	// plan, per-file tables: shardFileBytes each), Files their number;
 	// Process the rest of the process (ProcessBytes).
@@ -67,11 +68,11 @@ func (f Footprint) String() string {
 	}
 	fmt.Fprintf(&b, ", %s for its chunk reads in flight (--read-mem %s; chunks up to %s)", mib(f.Reads), mib(f.ReadMem), mib(f.MaxChunk))
 	if f.RingClients > 0 {
-		fmt.Fprintf(&b, ", %s for the rings of %d training processes and DataLoader workers (%s each; more take more)",
-			mib(f.Rings), f.RingClients, mib(f.Rings/int64(f.RingClients)))
+		fmt.Fprintf(&b, ", %s for the rings of %d readers (DataLoader workers, or training processes without; --readers) and of %s (two each): %d rings of %s",
+			mib(f.Rings), f.Readers, plural(f.Procs, "training process", "training processes"), f.RingClients, mib(f.Rings/int64(f.RingClients)))
 		if f.Answered > 0 {
-			fmt.Fprintf(&b, ", %s for the files they were answered in place and hold (at most a ring's worth each, %s)",
-				mib(f.Answered), mib(f.Answered/int64(f.RingClients)))
+			fmt.Fprintf(&b, ", %s for the files the readers were answered in place and hold (at most a ring's worth each, %s)",
+				mib(f.Answered), mib(f.Answered/int64(f.Readers)))
 		}
 	}
 	if f.Handed > 0 {
@@ -107,10 +108,33 @@ const (
 	arenaSlack     = 0.06
 )
 
-// RingClients is the training processes and DataLoader workers a
-// footprint counts rings for: a training process with 4 workers, and
-// 3 more.
-const RingClients = 8
+// plural writes n and the noun in its number: "1 training process".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// clientCounts is Config.Readers and Config.Procs, or their defaults: 4
+// readers (a DataLoader of 4 workers) and 1 training process.
+func (n *Node) clientCounts() (readers, procs int) {
+	readers, procs = n.cfg.Readers, n.cfg.Procs
+	if readers <= 0 {
+		readers = 4
+	}
+	return readers, max(procs, 1)
+}
+
+// ReaderBytes is what one reader may hold in files answered in place
+// beyond the rank's budget (the footprint counts it for each of
+// --readers): a ring's worth (inFlight), in the arena's pages.
+func (n *Node) ReaderBytes() int64 {
+	return int64(float64(inFlight(n.data.maxSize)) * ratio(n.data.facts.placed, n.data.facts.bytes) * (1 + arenaSlack))
+}
+
+// Readers is the readers the rank's footprint counts (Config.Readers).
+func (n *Node) Readers() int { r, _ := n.clientCounts(); return r }
 
 // RingBytes is the data ring of each client, for files of at most
 // largest bytes: room for a record of such a file, or of 128 KiB when
@@ -166,8 +190,9 @@ const RingRewind = 256 << 10
 // handCapAt bounds the bytes of the files handed on by DataLoader
 // workers that the training processes of a rank with budget hold, all
 // together (shm.Options.HandCap): Config.HandMemBytes, or by default the
-// batches a DataLoader has in flight (handFiles of the shard's mean file),
-// or an eighth of the budget when that is more, at least 8 MiB and at
+// batches a DataLoader has in flight (handBatches of the shard's mean
+// file for each reader), or an eighth of the budget when that is more,
+// at least 8 MiB and at
 // most 1 GiB. Beyond it the training processes get copies, which cost
 // more memory than the files they copy, and CPU: with 1 MB files and
 // the bound at an eighth of the budget (99 MiB), the loader benchmark's
@@ -188,7 +213,8 @@ func (n *Node) handCapAt(budget int64) int64 {
 // handRule is handCapAt's default, for budget bytes.
 func (n *Node) handRule(budget int64) int64 {
 	mf := n.data.facts
-	inFlight := int64(handFiles * float64(mf.bytes) / float64(max(mf.files, 1)))
+	readers, _ := n.clientCounts()
+	inFlight := int64(float64(readers*handBatches) * float64(mf.bytes) / float64(max(mf.files, 1)))
 	return min(max(budget/8, inFlight, 8<<20), 1<<30)
 }
 
@@ -213,9 +239,10 @@ func (n *Node) fitHanded(f Footprint, limit int64) (Footprint, bool) {
 	return f, false
 }
 
-// handFiles is the files a DataLoader has in flight: 4 workers, each 2
-// batches of 64 ahead (PyTorch's prefetch_factor).
-const handFiles = 4 * 2 * 64
+// handBatches is the files each DataLoader worker (reader) has in
+// flight: 2 batches of 64 ahead (PyTorch's prefetch_factor); 512 for
+// the default 4 readers.
+const handBatches = 2 * 64
 
 // HandCap is the bound on this rank's files handed on (handCapAt).
 func (n *Node) HandCap() int64 { return n.handCapAt(n.data.m.MemBytes(n.me)) }
@@ -288,10 +315,11 @@ func (n *Node) footprintAt(budget, remote int64) Footprint {
 		f.Remote = int64(float64(remote)*ratio(mf.recvd, mf.bytes)) + records(remote)
 	}
 	if n.cfg.Consume == 0 {
-		f.RingClients = RingClients
-		f.Rings = RingClients * ringCost(n.data.maxSize, n.size)
+		f.Readers, f.Procs = n.clientCounts()
+		f.RingClients = f.Readers + 2*f.Procs
+		f.Rings = int64(f.RingClients) * ringCost(n.data.maxSize, n.size)
 		// only files the budget does not keep: none when it holds the shard
-		f.Answered = min(RingClients*inArena(inFlight(n.data.maxSize)), inArena(mf.bytes-held))
+		f.Answered = min(int64(f.Readers)*inArena(inFlight(n.data.maxSize)), inArena(mf.bytes-held))
 		if h := n.handCapAt(budget); mf.handable > 0 {
 			if n.size == 1 { // no more than its shard's that can be handed on
 				h = min(h, mf.handable)

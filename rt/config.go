@@ -94,6 +94,15 @@ type Config struct {
 	// with the file delivered at every position of every rank's trace
 	// (proto.NoFile where none was).
 	Order func(epoch uint32, files [][]proto.FileID)
+	// Readers is the clients that read files from the rank at once: the
+	// DataLoader workers of its training processes, or the processes
+	// themselves when they have none; Procs is the training processes.
+	// The footprint counts a ring for each reader and two for each
+	// process (its sampler's and its session's), a ring's worth of files
+	// answered in place for each reader, and two batches of 64 files in
+	// flight for each reader handed on (Node.Footprint). 0 means 4
+	// readers (a DataLoader of 4 workers) and 1 process.
+	Readers, Procs int
 	// HandMemBytes bounds the files DataLoader workers hand on to their
 	// training processes in place (−1: Node.HandCap's default; 0: none,
 	// copies).
@@ -205,6 +214,7 @@ func (c Config) Validate() error {
 		}
 	}
 	add(c.Chunks != "", "no chunk directory (--chunks)")
+	add(c.Readers >= 0 && c.Procs >= 0, "%d readers and %d training processes, want 0 or more (0: the defaults)", c.Readers, c.Procs)
 	add(c.MemLeaveBytes >= 0, "memory left for the other processes in the cgroup: %d bytes, want 0 or more", c.MemLeaveBytes)
 	add(c.MemBytes > 0 || (c.MemFraction > 0 && c.MemFraction <= 1) || (c.MemCgroupFraction > 0 && c.MemCgroupFraction <= 1),
 		"memory budget: %d bytes or a fraction %g of the shard or %g of the memory cgroup, want one of them positive (and a fraction ≤ 1)", c.MemBytes, c.MemFraction, c.MemCgroupFraction)

@@ -39,12 +39,15 @@ const (
 	// maxProcsPerNode bounds the training processes serve starts on a
 	// node.
 	maxProcsPerNode = 1024
+	// maxReaders bounds the clients a rank's footprint counts.
+	maxReaders = 1 << 16
 )
 
 // Reasons given with the limits above, in messages.
 const (
 	whyFiles   = "proto numbers files and positions in 32 bits"
 	whyWorkers = "each holds a buffer of its own"
+	whyReaders = "far more than a node runs"
 	whyMemory  = "1 PiB"
 	whyEpochs  = "epochs are numbered in 32 bits"
 	whyRanks   = "an MPI rank is a C int"

@@ -78,6 +78,7 @@ var serveRanges = map[string]flagRange{
 	"read-mem":       {"1", "1125899906842624", "", big},
 	"hand-mem":       {"0", "1125899906842624", "", zeroBig},
 	"leave":          {"0", "1125899906842624", "", zeroBig},
+	"readers":        {"1", "65536", "", nil},
 	"ramp":           {"0", maxInt32, "", zero},
 	"keep":           {"0", "1", "", zero},
 	"batch":          {"0", maxInt32, "", zero},

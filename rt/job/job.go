@@ -322,7 +322,7 @@ func panicForTests(rank int) {
 func listen(n *rt.Node, env launch.Env, rank int, arena *shm.Arena, log io.Writer) (*shm.Server, error) {
 	o := shm.Options{Slots: 64, Data: uint64(rt.RingBytes(n.MaxFileSize())), Events: n.ClientEvents(), Arena: arena,
 		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed, Epochs: uint32(n.Config().Epochs), MaxTrace: n.Mapping().Files(),
-		StallWarn: n.Config().PeerWarn}
+		StallWarn: n.Config().PeerWarn, Readers: n.Readers(), ReaderBytes: uint64(n.ReaderBytes())}
 	// What DataLoader workers have handed to their training processes and
 	// those still hold (a few batches, unless they keep files) may take
 	// rt.HandCap beyond the budget: a term of the rank's footprint

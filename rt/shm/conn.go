@@ -37,6 +37,8 @@ type client struct {
 	// handing says that the client hands its files in the arena on to
 	// its parent process (KindHand; see hand.go).
 	handing atomic.Bool
+	// reads is set once the client asked for a file (Server.reading).
+	reads atomic.Bool
 	// handWarned is set once a hold or release of the client's was
 	// refused and logged; oddLogged once a request the rank does not
 	// take was. read's own.

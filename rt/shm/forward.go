@@ -101,6 +101,7 @@ func (c *client) ask(r Request, reqs chan<- rt.ClientEvent) {
 		c.refuse(r.Sn)
 		return
 	}
+	c.srv.reading(c)
 	c.pending.Add(1)
 	reqs <- rt.Ask{Epoch: r.Epoch, Sn: r.Sn, Reply: c.replies, Pid: pid}
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/brandrt/brandrt/internal/human"
 	"github.com/brandrt/brandrt/rt"
 )
 
@@ -68,6 +69,9 @@ type Server struct {
 	awaited   [2]uint32
 	wg        sync.WaitGroup
 	closeOnce sync.Once
+	// overReaders is set once the rank said that more clients read at
+	// once than its footprint counts (Options.Readers).
+	overReaders bool
 	// Gone counts the clients that went away.
 	Gone atomic.Int64
 	// Shared and Copied count the files handed over as their place in the
@@ -117,6 +121,12 @@ type Options struct {
 	// processes and not yet released, all of them together (see hand.go);
 	// 0 hands none on.
 	HandCap uint64
+	// Readers is the clients reading at once that the rank's footprint
+	// counts (rt.Config.Readers), ReaderBytes what each may hold in files
+	// answered in place beyond it (rt.Node.ReaderBytes): the rank says so,
+	// once, when more read at once. 0 says nothing.
+	Readers     int
+	ReaderBytes uint64
 	// StallWarn is how long a client may leave the files it was answered
 	// unread before the rank names it in the log (once, until it reads
 	// again); 0 is 30 s.
@@ -323,4 +333,27 @@ func (s *Server) Unlink() {
 	_ = os.Remove(filepath.Join(s.dir, SocketName))
 	_ = os.Remove(s.dir)
 	_ = os.Remove(filepath.Dir(s.dir))
+}
+
+// reading notes that c reads files (its first read), and says so, once,
+// when the clients reading at once are more than the footprint counts
+// (Options.Readers).
+func (s *Server) reading(c *client) {
+	if c.reads.Swap(true) || s.opt.Readers <= 0 {
+		return
+	}
+	s.mu.Lock()
+	n := 0
+	for _, o := range s.clients {
+		if o.reads.Load() && o.alive() {
+			n++
+		}
+	}
+	say := n > s.opt.Readers && !s.overReaders
+	s.overReaders = s.overReaders || say
+	s.mu.Unlock()
+	if say {
+		s.logf("brandrt: rank %d: %d clients read files at once, more than the %d readers its footprint counts (--readers): each more may hold up to %s of files answered in place beyond it; serve with --readers %d or more\n",
+			s.rank, n, s.opt.Readers, human.IBytes(int64(s.opt.ReaderBytes)), n)
+	}
 }

@@ -99,3 +99,60 @@ func TestClientThatDoesNotRead(t *testing.T) {
 		t.Fatalf("once the staller read again: %+v", c)
 	}
 }
+
+// TestMoreReadersThanCounted: with three clients reading at once and a
+// footprint that counts two readers, the rank says so once, naming how
+// many read and what each more may hold; with two, it says nothing.
+func TestMoreReadersThanCounted(t *testing.T) {
+	for _, counted := range []int{2, 3} {
+		reqs := make(chan rt.ClientEvent, 64)
+		go fakeLoop(reqs)
+		log := new(testkit.Log)
+		s, err := Listen(t.TempDir(), 0, Options{Slots: 8, Data: 1 << 20, Events: reqs, Readers: counted, ReaderBytes: 3 << 20, Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// each client holds its first reply until all three have one,
+		// so that they read at once
+		var started sync.WaitGroup
+		started.Add(3)
+		errs := make(chan error, 3)
+		for i := range 3 {
+			go func() {
+				c, err := Attach(s.Dir())
+				if err != nil {
+					started.Done()
+					errs <- err
+					return
+				}
+				defer c.Close()
+				if err := c.Request(1, int32(i)); err != nil {
+					started.Done()
+					errs <- err
+					return
+				}
+				rec, err := c.Next(5 * time.Second)
+				started.Done()
+				started.Wait()
+				if err == nil {
+					c.Release(rec)
+				}
+				errs <- err
+			}()
+		}
+		for range 3 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.Close()
+		close(reqs)
+		want := "brandrt: rank 0: 3 clients read files at once, more than the 2 readers its footprint counts (--readers): each more may hold up to 3.0 MiB of files answered in place beyond it; serve with --readers 3 or more\n"
+		switch got := log.String(); {
+		case counted == 2 && got != want:
+			t.Errorf("three readers, two counted: want once\n%s\ngot\n%s", want, got)
+		case counted == 3 && strings.Contains(got, "clients read files at once"):
+			t.Errorf("three readers, three counted: want nothing said, got\n%s", got)
+		}
+	}
+}
