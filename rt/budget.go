@@ -2,12 +2,13 @@ package rt
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
 // What a rank costs in memory, as the kernel counts it (its Footprint,
-// term by term), what fits its node (fitsNode) and its cgroup
-// (fitsCgroup), and the budget --mem N%cgroup leaves (cgroupBudget).
+// term by term), and the bounds its terms follow; cgroup.go checks it
+// against the rank's memory cgroup and node.
 
 // Footprint is the most memory a rank takes, term by term, in bytes:
 // what its memory cgroup must allow. Each term is bounded by the flag
@@ -35,13 +36,12 @@ type Footprint struct {
 	// Rings is the shared-memory rings of RingClients clients (Readers
 	// readers, two for each of Procs training processes), what each holds
 	// at once (ringCost); Answered the files the readers were answered in
-	// place and have not released yet, a ring's worth each (inFlight);
-	// Handed the files their workers
-	// handed on to training processes (HandCap; with one rank, no more
-	// than its shard has of files that can be). None with in-process
-	// readers (--consume).
-	Rings, Answered, Handed     int64
-	RingClients, Readers, Procs int
+	// place and have not released yet, ReaderBytes each (a ring's worth:
+	// inFlight); Handed the files their workers handed on to training
+	// processes (HandCap; with one rank, no more than its shard has of
+	// files that can be). None with in-process readers (--consume).
+	Rings, Answered, Handed, ReaderBytes int64
+	RingClients, Readers, Procs          int
 	// Tables is what grows with the files of the shard (its index, the
 	// plan, per-file tables: shardFileBytes each), Files their number;
 	// Process the rest of the process (ProcessBytes).
@@ -72,7 +72,7 @@ func (f Footprint) String() string {
 			mib(f.Rings), f.Readers, plural(f.Procs, "training process", "training processes"), f.RingClients, mib(f.Rings/int64(f.RingClients)))
 		if f.Answered > 0 {
 			fmt.Fprintf(&b, ", %s for the files the readers were answered in place and hold (at most a ring's worth each, %s)",
-				mib(f.Answered), mib(f.Answered/int64(f.Readers)))
+				mib(f.Answered), mib(f.ReaderBytes))
 		}
 	}
 	if f.Handed > 0 {
@@ -116,21 +116,27 @@ func plural(n int, one, many string) string {
 	return fmt.Sprintf("%d %s", n, many)
 }
 
-// clientCounts is Config.Readers and Config.Procs, or their defaults: 4
-// readers (a DataLoader of 4 workers) and 1 training process.
+// clientCounts is Config.Readers and Config.Procs, or their defaults: 1
+// training process, and 4 readers for each (a DataLoader of 4 workers).
 func (n *Node) clientCounts() (readers, procs int) {
-	readers, procs = n.cfg.Readers, n.cfg.Procs
+	readers, procs = n.cfg.Readers, max(n.cfg.Procs, 1)
 	if readers <= 0 {
-		readers = 4
+		readers = 4 * procs
 	}
-	return readers, max(procs, 1)
+	return readers, procs
 }
 
 // ReaderBytes is what one reader may hold in files answered in place
 // beyond the rank's budget (the footprint counts it for each of
-// --readers): a ring's worth (inFlight), in the arena's pages.
-func (n *Node) ReaderBytes() int64 {
-	return int64(float64(inFlight(n.data.maxSize)) * ratio(n.data.facts.placed, n.data.facts.bytes) * (1 + arenaSlack))
+// --readers): a ring's worth (inFlight), in the arena's pages, and none
+// when the budget holds the whole shard.
+func (n *Node) ReaderBytes() int64 { return n.readerBytesAt(n.data.m.MemBytes(n.me)) }
+
+// readerBytesAt is ReaderBytes with budget bytes of the rank's own.
+func (n *Node) readerBytesAt(budget int64) int64 {
+	mf := n.data.facts
+	inArena := func(b int64) int64 { return int64(float64(b) * ratio(mf.placed, mf.bytes) * (1 + arenaSlack)) }
+	return min(inArena(inFlight(n.data.maxSize)), inArena(max(mf.bytes-budget, 0)))
 }
 
 // Readers is the readers the rank's footprint counts (Config.Readers).
@@ -192,8 +198,8 @@ const RingRewind = 256 << 10
 // together (shm.Options.HandCap): Config.HandMemBytes, or by default the
 // batches a DataLoader has in flight (handBatches of the shard's mean
 // file for each reader), or an eighth of the budget when that is more,
-// at least 8 MiB and at
-// most 1 GiB. Beyond it the training processes get copies, which cost
+// at least 8 MiB and at most 1 GiB, and no more than can be handed on
+// (handableBytes). Beyond it the training processes get copies, which cost
 // more memory than the files they copy, and CPU: with 1 MB files and
 // the bound at an eighth of the budget (99 MiB), the loader benchmark's
 // DataLoader held 2.1 GiB and delivered 207 files/s; with it at half
@@ -215,28 +221,17 @@ func (n *Node) handRule(budget int64) int64 {
 	mf := n.data.facts
 	readers, _ := n.clientCounts()
 	inFlight := int64(float64(readers*handBatches) * float64(mf.bytes) / float64(max(mf.files, 1)))
-	return min(max(budget/8, inFlight, 8<<20), 1<<30)
+	return min(max(budget/8, inFlight, 8<<20), 1<<30, n.handableBytes())
 }
 
-// fitHanded lowers the default bound on the files handed on (handCapAt)
-// so that footprint f fits limit bytes, as far as it can (to 8 MiB), and
-// returns the footprint then; false, and the bound as it was, when even
-// that does not fit or the bound was given (--hand-mem).
-func (n *Node) fitHanded(f Footprint, limit int64) (Footprint, bool) {
-	if n.cfg.HandMemBytes >= 0 || f.Handed == 0 {
-		return f, false
+// handableBytes bounds the files that can be handed on: with one rank,
+// its shard's that can (Handable); with several, the training processes
+// also get other ranks' files, so nothing.
+func (n *Node) handableBytes() int64 {
+	if n.size == 1 {
+		return n.data.facts.handable
 	}
-	over := f.Total() - limit
-	h := n.handCapAt(f.Budget) - int64(float64(over)/f.OwnRatio) - 1<<20
-	if h < 8<<20 {
-		return f, false
-	}
-	n.data.handFit = h
-	if fit := n.Footprint(); fit.Total() <= limit {
-		return fit, true
-	}
-	n.data.handFit = 0
-	return f, false
+	return math.MaxInt64
 }
 
 // handBatches is the files each DataLoader worker (reader) has in
@@ -319,12 +314,10 @@ func (n *Node) footprintAt(budget, remote int64) Footprint {
 		f.RingClients = f.Readers + 2*f.Procs
 		f.Rings = int64(f.RingClients) * ringCost(n.data.maxSize, n.size)
 		// only files the budget does not keep: none when it holds the shard
-		f.Answered = min(int64(f.Readers)*inArena(inFlight(n.data.maxSize)), inArena(mf.bytes-held))
-		if h := n.handCapAt(budget); mf.handable > 0 {
-			if n.size == 1 { // no more than its shard's that can be handed on
-				h = min(h, mf.handable)
-			}
-			f.Handed = inArena(h)
+		f.ReaderBytes = n.readerBytesAt(budget)
+		f.Answered = min(int64(f.Readers)*f.ReaderBytes, inArena(mf.bytes-held))
+		if mf.handable > 0 {
+			f.Handed = inArena(min(n.handCapAt(budget), n.handableBytes()))
 		}
 	}
 	f.Tables = int64(mf.files) * shardFileBytes
@@ -363,83 +356,6 @@ func (n *Node) readMem() int64 {
 // mibUp rounds n bytes up to a MiB.
 func mibUp(n int64) int64 { return (n + 1<<20 - 1) >> 20 << 20 }
 
-// fitsCgroup says the rank's footprint and what its memory cgroup
-// allows (Config.MemLimitBytes) less what it leaves for the other
-// processes in it (Config.MemLeaveBytes), and refuses a rank whose
-// footprint exceeds that: the kernel would kill it, or reclaim the
-// training processes' pages over and over, later.
-func (n *Node) fitsCgroup() error {
-	f := n.Footprint()
-	limit, err := n.cgroupRoom()
-	if err != nil || limit <= 0 {
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; its memory cgroup sets no limit%s\n", n.me, f, n.leaveUnused())
-		return err
-	}
-	allows := n.allows()
-	if f.Total() <= limit {
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; %s%s\n", n.me, f, allows, n.leaves(limit-f.Total()))
-		return nil
-	}
-	if fit, ok := n.fitHanded(f, limit); ok {
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; %s%s: the files handed on are bounded at %s to fit it, not %s (beyond it the training processes get copies; --hand-mem sets it)\n",
-			n.me, fit, allows, n.leaves(limit-fit.Total()), mib(n.HandCap()), mib(n.handRule(f.Budget)))
-		return nil
-	}
-	do := "that leaves nothing for its files: run it with more memory than " + mib(n.footprintAt(0, n.remoteAt(0)).Total())
-	if b := n.fitBudget(limit); b > 0 {
-		do = fmt.Sprintf("give it --mem %s or less (--mem 100%%cgroup takes what the cgroup leaves), or run it with more memory", mib(b))
-	}
-	if n.cfg.MemLeaveBytes > 0 {
-		do += " or a smaller --leave"
-	}
-	return fmt.Errorf("rt: %s; %s: %s", f, allows, do)
-}
-
-// cgroupRoom is what the rank's memory cgroup allows it: its limit less
-// --leave; 0 when the cgroup sets no limit. A --leave that takes all of
-// the limit is an error.
-func (n *Node) cgroupRoom() (int64, error) {
-	limit, leave := n.cfg.MemLimitBytes, n.cfg.MemLeaveBytes
-	if limit <= 0 {
-		return 0, nil
-	}
-	if leave >= limit {
-		return 0, fmt.Errorf("rt: --leave %s leaves the rank nothing: its memory cgroup allows %s in all (%s)", mib(leave), mib(limit), n.cfg.MemLimitFrom)
-	}
-	return limit - leave, nil
-}
-
-// allows says what the rank's memory cgroup allows it: "its memory
-// cgroup allows 1.5 GiB (FILE)", and "less 620 MiB left for the other
-// processes in it (--leave)".
-func (n *Node) allows() string {
-	s := fmt.Sprintf("its memory cgroup allows %s (%s)", mib(n.cfg.MemLimitBytes), n.cfg.MemLimitFrom)
-	if n.cfg.MemLeaveBytes > 0 {
-		s += fmt.Sprintf(", less %s it leaves for the other processes in it (--leave)", mib(n.cfg.MemLeaveBytes))
-	}
-	return s
-}
-
-// leaveUnused says that --leave, when given, has no limit to take from.
-func (n *Node) leaveUnused() string {
-	if n.cfg.MemLeaveBytes > 0 {
-		return fmt.Sprintf(" (--leave %s has nothing to leave from)", mib(n.cfg.MemLeaveBytes))
-	}
-	return ""
-}
-
-// leaves says what a memory cgroup leaves beside the rank's footprint
-// for the other processes in it: training processes that share the
-// cgroup need theirs there, or the kernel reclaims the rank's pages and
-// theirs over and over (400,000 files of 8 KB, BENCHMARKS.md); rest is
-// what the footprint leaves of the cgroup's room (beyond --leave).
-func (n *Node) leaves(rest int64) string {
-	if n.cfg.MemLeaveBytes > 0 {
-		return fmt.Sprintf(", and %s more beside the footprint", mib(rest))
-	}
-	return fmt.Sprintf(", which leaves %s for the other processes in it (training processes in the same cgroup need room: a DataLoader of 4 workers held about 620 MiB in the loader benchmark; --leave sets it aside)", mib(rest))
-}
-
 // remoteAt is --remote-mem with budget bytes of the rank's own: a tenth
 // of it by default.
 func (n *Node) remoteAt(budget int64) int64 {
@@ -447,57 +363,4 @@ func (n *Node) remoteAt(budget int64) int64 {
 		return budget / 10
 	}
 	return n.cfg.RemoteMemBytes
-}
-
-// fitBudget is the largest budget whose footprint fits limit bytes, or 0
-// when none does.
-func (n *Node) fitBudget(limit int64) int64 {
-	fits := func(b int64) bool { return n.footprintAt(b, n.remoteAt(b)).Total() <= limit }
-	if !fits(1) {
-		return 0
-	}
-	lo, hi := int64(1), limit // fits(lo), and no budget above limit fits
-	for hi-lo > 1<<10 {
-		mid := lo + (hi-lo)/2
-		if fits(mid) {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return lo
-}
-
-// cgroupBudget is the budget that Config.MemCgroupFraction gives the rank
-// in its memory cgroup (cgroupRoom: Config.MemLimitBytes less --leave):
-// that share of the largest budget whose footprint fits it, so that
-// 100 % just fits (fitsCgroup).
-func (n *Node) cgroupBudget() (int64, error) {
-	frac := n.cfg.MemCgroupFraction
-	limit, err := n.cgroupRoom()
-	if err != nil {
-		return 0, err
-	}
-	if limit <= 0 {
-		return 0, fmt.Errorf("rt: --mem %g%%cgroup: the rank's memory cgroup sets no limit: give --mem in bytes or as a share of its shard", 100*frac)
-	}
-	b := int64(frac * float64(n.fitBudget(limit)))
-	if b <= 0 {
-		return 0, fmt.Errorf("rt: --mem %g%%cgroup: %s, which leaves nothing for its files beside the rest of its footprint (%s)",
-			100*frac, n.allows(), n.footprintAt(0, n.remoteAt(0)))
-	}
-	return b, nil
-}
-
-// fitsNode refuses a budget larger than the node's memory
-// (Config.NodeMemBytes): the kernel would end the rank instead, later.
-func (n *Node) fitsNode() error {
-	node := n.cfg.NodeMemBytes
-	own, shard, remote := n.data.m.MemBytes(n.me), n.data.m.ShardBytes(n.me), n.remoteBytes()
-	held := min(own, shard)
-	if node <= 0 || held+remote <= node {
-		return nil
-	}
-	return fmt.Errorf("rt: the rank's memory would hold %s of its own files (--mem %s, its shard has %s) and up to %s of other ranks' (--remote-mem), %s in all, "+
-		"but its node has %s of memory: lower --mem or --remote-mem", mib(held), mib(own), mib(shard), mib(remote), mib(held+remote), mib(node))
 }

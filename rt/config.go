@@ -100,8 +100,8 @@ type Config struct {
 	// The footprint counts a ring for each reader and two for each
 	// process (its sampler's and its session's), a ring's worth of files
 	// answered in place for each reader, and two batches of 64 files in
-	// flight for each reader handed on (Node.Footprint). 0 means 4
-	// readers (a DataLoader of 4 workers) and 1 process.
+	// flight for each reader handed on (Node.Footprint). 0 means 1
+	// process, and 4 readers for each (a DataLoader of 4 workers).
 	Readers, Procs int
 	// HandMemBytes bounds the files DataLoader workers hand on to their
 	// training processes in place (−1: Node.HandCap's default; 0: none,

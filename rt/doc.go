@@ -44,8 +44,9 @@
 //   - file.go: the file type, and chunkBuf, the holds on a buffer.
 //   - recvpool.go: recvPool, the buffers files from other ranks land in.
 //   - budget.go: the memory a rank takes, term by term (Footprint,
-//     Node.Footprint, Node.HandCap, RingBytes), and what fits its node and its
-//     cgroup (fitsNode, fitsCgroup, cgroupBudget).
+//     Node.Footprint, Node.HandCap, Node.ReaderBytes, RingBytes).
+//   - cgroup.go: what fits its node and its memory cgroup less --leave
+//     (fitsNode, fitsCgroup, cgroupBudget, fitHanded).
 //   - traces.go: each epoch's traces, seeded or offered (TraceOffer).
 //   - barrier.go: quietBarrier, a barrier that sleeps while it waits.
 //   - resume.go: StartOffer and Node.resumePoint, where a job resumes.

@@ -21,11 +21,12 @@ import (
 )
 
 // memCgroup makes a memory cgroup of limit bytes beside this process's
-// (v1 or v2, at the root of the hierarchy) and returns its directory. The
+// (v1 or v2, at the root of the hierarchy) and returns its directory,
+// named for the test and suffix (a test may make several). The
 // test is skipped where no memory cgroup can be made (no controller, not
 // root, a v2 hierarchy that does not delegate memory); at its end every
 // process left in the cgroup is killed and the cgroup removed.
-func memCgroup(t *testing.T, limit int64) string {
+func memCgroup(t *testing.T, limit int64, suffix ...string) string {
 	t.Helper()
 	cg, err := launch.ReadMemCgroup("/")
 	if err != nil || cg.Version == 0 {
@@ -38,7 +39,7 @@ func memCgroup(t *testing.T, limit int64) string {
 		}
 		top = p
 	}
-	dir := filepath.Join(top, fmt.Sprintf("brandrt-test-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-")))
+	dir := filepath.Join(top, strings.Join(append([]string{fmt.Sprintf("brandrt-test-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))}, suffix...), "-"))
 	file := map[int]string{1: "memory.limit_in_bytes", 2: "memory.max"}[cg.Version]
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Skipf("cannot make a memory cgroup (cgroup v%d): %v", cg.Version, err)
@@ -341,6 +342,62 @@ func TestServeFootprint(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestServeFootprintRanks: two ranks, each in a memory cgroup of exactly
+// the footprint it says, with the terms one rank alone does not have:
+// files of the other rank pushed ahead (--remote-mem, in the buffers they
+// are received into), and MPI's shared-memory segments between them (in
+// the process term), charged to whichever rank touches them first. Three epochs with
+// in-process readers, every file exactly once and no OOM kill; the test
+// prints each rank's peak against its footprint (mpirun is outside both
+// cgroups, so the process term has a few MiB to spare).
+func TestServeFootprintRanks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("memory cgroups: not in -short")
+	}
+	cleanVader(t)
+	input := sizedInput(t, 3000, 100<<10)
+	dir := filepath.Join(t.TempDir(), "chunks")
+	if _, errs, status := runCLI(t, "pack", "--input", input, "--out", dir, "--chunk-files", "16"); status != 0 {
+		t.Fatal(errs)
+	}
+	args := []string{"serve", "--chunks", dir, "--mem", "50MiB", "--remote-mem", "16MiB", "--consume", "4", "--epochs", "3"}
+	mpirun := append(append([]string{}, testkit.MpirunArgs...), "-np", "2")
+	out, err := testkit.Run(time.Minute, nil, "mpirun", append(append(append([]string{}, mpirun...), binary(t)), append(args, "--footprint")...)...)
+	lines := regexp.MustCompile(`brandrt: rank (\d): the rank needs [^(]*\((\d+) bytes\) of memory: (.*?--remote-mem [^)]*\))`).FindAllSubmatch(out, -1)
+	if err != nil || len(lines) != 2 {
+		t.Fatalf("serve --footprint on 2 ranks: want a footprint with a term for --remote-mem from each: %v\n%s", err, out)
+	}
+	fp := make([]int64, 2)
+	for _, l := range lines {
+		r, _ := strconv.Atoi(string(l[1]))
+		if r > 1 || fp[r] != 0 {
+			t.Fatalf("serve --footprint on 2 ranks: rank %d twice, or unknown\n%s", r, out)
+		}
+		fp[r], _ = strconv.ParseInt(string(l[2]), 10, 64)
+	}
+	var cgs []string
+	for r := range 2 {
+		cgs = append(cgs, memCgroup(t, fp[r], fmt.Sprint(r)))
+	}
+	base := strings.TrimSuffix(cgs[0], "-0")
+	dropCaches()
+	join := []string{"sh", "-c", `echo $$ > "$0-$OMPI_COMM_WORLD_RANK/cgroup.procs" && exec "$@"`, base, binary(t)}
+	out, err = testkit.Run(3*time.Minute, nil, "mpirun", append(append(mpirun, join...), args...)...)
+	if err != nil || strings.Count(string(out), "every file delivered exactly once") != 3 {
+		t.Fatalf("2 ranks, each in a cgroup of its footprint: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`[1-9][\d,]* files \([^)]*\) from other ranks`).Match(out) {
+		t.Errorf("no file came from the other rank: the test does not measure what it says\n%s", out)
+	}
+	for r, cg := range cgs {
+		if n := oomKills(t, cg); n != 0 {
+			t.Errorf("rank %d: %d OOM kills in a cgroup of its footprint, %s", r, n, ibytes(fp[r]))
+		}
+		peak := cgroupPeak(cg)
+		t.Logf("rank %d: footprint %s, the kernel's peak %s (%.0f%%)", r, ibytes(fp[r]), ibytes(peak), 100*float64(peak)/float64(fp[r]))
 	}
 }
 

@@ -60,7 +60,7 @@ func serveCommand() *cli.Command {
 			"           brandrt serve --chunks /scratch/chunks --mem 12GiB --epochs 90",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "dataset directory ({rank} is replaced by the rank, for node-local copies)"},
-			&cli.GenericFlag{Name: "mem", Value: &mem, Usage: "memory for this rank's own files: bytes (12GiB), a percentage of its shard (25%), or a percentage of what its memory cgroup (Slurm's, a container's) leaves beside --remote-mem and brandrt's allowance (90%cgroup); the default is half this node's RAM. " +
+			&cli.GenericFlag{Name: "mem", Value: &mem, Usage: "memory for this rank's own files: bytes (12GiB), a percentage of its shard (25%), or a percentage of what its memory cgroup (Slurm's, a container's) leaves beside --remote-mem, --leave and the rest of its footprint (90%cgroup); the default is half this node's RAM. " +
 				"The rank takes at most its footprint, which it says at start-up term by term (--footprint says it and stops): --mem in shared memory and a record per file it holds, --remote-mem (with other ranks), its chunk reads in flight (--read-mem), the rings of its training processes and of the clients that read (--readers), the files those were answered in place and hold (a ring's worth each, when --mem holds less than the shard) and files handed on to the training processes (--hand-mem), tables that grow with its shard's files (320 B each) and 54 MiB for the process; one whose memory cgroup allows less is refused at start-up, with the numbers"},
 			&cli.GenericFlag{Name: "remote-mem", Value: &memBudget{bytes: -1}, Usage: "memory for files other ranks push ahead of time, in bytes"},
 			&cli.StringFlag{Name: "policy", Value: d.Policy, Usage: "window (read each chunk once, every epoch planned ahead, as brandrt simulate does) or paper (the Brand/Redox protocol)"},
@@ -82,9 +82,9 @@ func serveCommand() *cli.Command {
 			&cli.BoolFlag{Name: "allow-shared-node", EnvVars: []string{"BRANDRT_ALLOW_SHARED_NODE"}, Usage: "let several ranks run on one node: the design is one rank per node, and a job whose ranks share one is refused (demos and tests on one machine use this)"},
 			durationFlag("client-wait", d.ClientWait, false, "how long a rank whose training processes all went away in the middle of an epoch, or stopped reading what they asked for, waits for one to come back before it ends the job (0: for ever); a process with a BrandSampler that dies ends the job within 5 s"),
 			durationFlag("training-wait", d.TrainingWait, false, "how long after serving begins the job waits for a training process to attach to every rank (a launch that failed on some nodes) before it ends, naming the ranks and nodes that had none; meanwhile the ranks say which every --peer-warn (0: for ever)"),
-			&cli.GenericFlag{Name: "hand-mem", Value: &memBudget{bytes: -1}, Usage: "the most memory the files DataLoader workers hand on to their training processes in place (BrandDataset(in_place=True)) may take while those hold them, in bytes; beyond it they get copies (0: always copies). The default covers a DataLoader's batches in flight (4 workers, 2 batches of 64 ahead, of the shard's mean file) or an eighth of --mem when that is more, at least 8 MiB, at most 1 GiB"},
+			&cli.GenericFlag{Name: "hand-mem", Value: &memBudget{bytes: -1}, Usage: "the most memory the files DataLoader workers hand on to their training processes in place (BrandDataset(in_place=True)) may take while those hold them, in bytes; beyond it they get copies (0: always copies). The default covers the batches in flight of each reader (--readers; 2 batches of 64 ahead, of the shard's mean file) or an eighth of --mem when that is more, at least 8 MiB, at most 1 GiB, and no more than a single rank's shard has of files that can be handed on"},
 			intFlag("io-workers", int64(d.IOWorkers), 1, rt.MaxIOWorkers, whyWorkers, "chunk reads in flight at once"),
-			intFlag("readers", 0, 1, maxReaders, whyReaders, "the clients that read files from the rank at once: the DataLoader workers of all the node's training processes (or the processes themselves, when they read without workers). The rank's footprint counts, for each, a ring, the files it was answered in place and holds (a ring's worth) and two batches of 64 files handed on; the rank says so when more read at once. The default is 4 for each training process (--nproc-per-node)"),
+			intFlag("readers", 0, 1, maxReaders, whyReaders, "the clients that read files from the rank at once: the DataLoader workers of all the node's training processes (or the processes themselves, when they read without workers). The rank's footprint counts, for each, a ring, the files it was answered in place and holds (a ring's worth) and two batches of 64 files handed on; the rank says so when more read at once. The default is 4 for each training process (--nproc-per-node); with training processes started outside serve, count each of them too"),
 			&cli.GenericFlag{Name: "leave", Value: &memBudget{bytes: 0}, Usage: "memory the rank leaves of its memory cgroup for the other processes in it, in bytes: training processes and DataLoader workers launched in the same cgroup (a Slurm job step, a container, serve's own training command). The rank's footprint must fit the cgroup's limit less this, and --mem P%cgroup is a share of what that leaves. The default leaves nothing aside; the start-up line says what the footprint leaves"},
 			&cli.GenericFlag{Name: "read-mem", Value: &memBudget{bytes: -1, positive: true}, Usage: fmt.Sprintf("the most memory chunk reads in flight take at once, in bytes (a read's buffer is its chunk rounded up to a MiB; one read goes ahead whatever its size); the default is --io-workers buffers of the largest chunk, at most %s: four chunks of 64 files of 110 KB, one of 64 files of 1 MB", humanize.IBytes(rt.DefaultReadMem))},
 			intFlag("consume", int64(d.Consume), 0, rt.MaxConsumers, "rt's most", "in-process readers per rank; 0: serve training processes through shared memory"),
@@ -239,11 +239,7 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 	if err := bytesOnly(c, "leave", "4GiB", &cfg.MemLeaveBytes); err != nil {
 		return cfg, err
 	}
-	cfg.Procs = max(c.Int("nproc-per-node"), 1)
-	cfg.Readers = 4 * cfg.Procs
-	if c.IsSet("readers") {
-		cfg.Readers = c.Int("readers")
-	}
+	cfg.Procs, cfg.Readers = c.Int("nproc-per-node"), c.Int("readers")
 	cfg.Resume, cfg.FootprintOnly = c.Bool("resume"), c.Bool("footprint")
 	cfg.OnDamage, cfg.ClientWait, cfg.TrainingWait = c.String("on-damage"), c.Duration("client-wait"), c.Duration("training-wait")
 	ms := c.Generic("max-skipped").(*countOrShare)

@@ -126,7 +126,7 @@ def run(a, cl, cat, mem, label, system, k, n, serve_flags):
         if system.startswith("brandrt"):
             chunks = cl.nas(os.path.join(work, chunks_name(k, nodes)))
             cmd = [cl.mpirun(), "-np", str(nodes), spec["brandrt"], "serve", "--chunks", chunks, "--mem", str(budget),
-                   "--epochs", str(a.epochs), "--seed", "1", "--stats-json", os.path.join(tmp, "stats.json")] + serve_flags
+                   "--readers", str(max(1, a.workers)), "--epochs", str(a.epochs), "--seed", "1", "--stats-json", os.path.join(tmp, "stats.json")] + serve_flags
             serve_log = open(os.path.join(tmp, "serve.log"), "w+")
         for i in range(1, nodes + 1):
             node_tmp = os.path.join(tmp, "n%d" % i)

@@ -426,6 +426,12 @@ class LitData(_ShmCached):
         self.loader = StreamingDataLoader(ds, **loader_args(spec))
 
 
+def readers(spec):
+    """serve --readers: the DataLoader's workers, or its process when it
+    has none."""
+    return max(1, spec["workers"])
+
+
 class Brandrt(_System):
     """brandrt serve (one rank, under mpirun) with the spec's policy, read
     through BrandDataset and BrandSampler in the same DataLoader form."""
@@ -442,7 +448,8 @@ class Brandrt(_System):
         self.stats = os.path.join(self.attach, "stats.json")
         chunks = os.path.join(spec["root"], prepare.chunks_name(spec["chunk_files"]))
         cmd = spec["mpirun"] + ["-np", "1", spec["brandrt"], "serve", "--chunks", chunks,
-                                "--mem", self.mem(spec, chunks), "--leave", str(spec.get("leave", 0)), "--epochs", str(spec["epochs"]),
+                                "--mem", self.mem(spec, chunks), "--leave", str(spec.get("leave", 0)),
+                                "--readers", str(readers(spec)), "--epochs", str(spec["epochs"]),
                                 "--seed", str(SEED), "--stats-json", self.stats] + spec.get("serve_flags", [])
         self.log = open(os.path.join(self.attach, "serve.log"), "w+")
         env = dict(os.environ, BRANDRT_ATTACH=self.attach)
@@ -468,7 +475,8 @@ class Brandrt(_System):
         --footprint says which, in the run's cgroup)."""
         mem = str(spec["budget"])
         probe = subprocess.run(spec["mpirun"] + ["-np", "1", spec["brandrt"], "serve", "--chunks", chunks, "--mem", mem,
-                                                 "--leave", str(spec.get("leave", 0)), "--footprint"] + spec.get("serve_flags", []),
+                                                 "--leave", str(spec.get("leave", 0)), "--readers", str(readers(spec)),
+                                                 "--footprint"] + spec.get("serve_flags", []),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if probe.returncode == 0:
             return mem

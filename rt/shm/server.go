@@ -337,7 +337,8 @@ func (s *Server) Unlink() {
 
 // reading notes that c reads files (its first read), and says so, once,
 // when the clients reading at once are more than the footprint counts
-// (Options.Readers).
+// (Options.Readers): clients attached now that have read, which a
+// DataLoader that starts its workers again may leave over for a moment.
 func (s *Server) reading(c *client) {
 	if c.reads.Swap(true) || s.opt.Readers <= 0 {
 		return
@@ -352,8 +353,13 @@ func (s *Server) reading(c *client) {
 	say := n > s.opt.Readers && !s.overReaders
 	s.overReaders = s.overReaders || say
 	s.mu.Unlock()
-	if say {
-		s.logf("brandrt: rank %d: %d clients read files at once, more than the %d readers its footprint counts (--readers): each more may hold up to %s of files answered in place beyond it; serve with --readers %d or more\n",
-			s.rank, n, s.opt.Readers, human.IBytes(int64(s.opt.ReaderBytes)), n)
+	if !say {
+		return
 	}
+	holds := "each more takes a ring beyond its footprint"
+	if s.opt.ReaderBytes > 0 {
+		holds = fmt.Sprintf("each more may hold up to %s of files answered in place beyond its footprint", human.IBytes(int64(s.opt.ReaderBytes)))
+	}
+	s.logf("brandrt: rank %d: %d clients read files at once, more than the %d readers its footprint counts (--readers): %s; serve with --readers %d or more\n",
+		s.rank, n, s.opt.Readers, holds, n)
 }

@@ -1,0 +1,162 @@
+package rt
+
+import "fmt"
+
+// What fits the rank's memory cgroup (fitsCgroup) and its node
+// (fitsNode): the footprint (budget.go) against the cgroup's limit less
+// --leave, the budget --mem N%cgroup gives (cgroupBudget), and the bound
+// on files handed on lowered to fit (fitHanded).
+
+// fitsCgroup says the rank's footprint and what its memory cgroup
+// allows (Config.MemLimitBytes) less what it leaves for the other
+// processes in it (Config.MemLeaveBytes), and refuses a rank whose
+// footprint exceeds that: the kernel would kill it, or reclaim the
+// training processes' pages over and over, later.
+func (n *Node) fitsCgroup() error {
+	f := n.Footprint()
+	limit, err := n.cgroupRoom()
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, f)
+	}
+	if limit <= 0 {
+		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; its memory cgroup sets no limit%s\n", n.me, f, n.leaveUnused())
+		return nil
+	}
+	allows := n.allows()
+	if f.Total() <= limit {
+		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; %s%s\n", n.me, f, allows, n.leaves(limit-f.Total()))
+		return nil
+	}
+	if fit, ok := n.fitHanded(f, limit); ok {
+		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; %s%s: the files handed on are bounded at %s to fit it, not %s (beyond it the training processes get copies; --hand-mem sets it)\n",
+			n.me, fit, allows, n.leaves(limit-fit.Total()), mib(n.HandCap()), mib(n.handRule(f.Budget)))
+		return nil
+	}
+	do := "that leaves nothing for its files: run it with more memory than " + mib(n.footprintAt(0, n.remoteAt(0)).Total()+n.cfg.MemLeaveBytes)
+	if b := n.fitBudget(limit); b > 0 {
+		do = fmt.Sprintf("give it --mem %s or less (--mem 100%%cgroup takes what the cgroup leaves), or run it with more memory", mib(b))
+	}
+	if n.cfg.MemLeaveBytes > 0 {
+		do += " or a smaller --leave"
+	}
+	return fmt.Errorf("rt: %s; %s: %s", f, allows, do)
+}
+
+// cgroupRoom is what the rank's memory cgroup allows it: its limit less
+// --leave; 0 when the cgroup sets no limit. A --leave that takes all of
+// the limit is an error.
+func (n *Node) cgroupRoom() (int64, error) {
+	limit, leave := n.cfg.MemLimitBytes, n.cfg.MemLeaveBytes
+	if limit <= 0 {
+		return 0, nil
+	}
+	if leave >= limit {
+		return 0, fmt.Errorf("rt: --leave %s leaves the rank nothing: its memory cgroup allows %s in all (%s)", mib(leave), mib(limit), n.cfg.MemLimitFrom)
+	}
+	return limit - leave, nil
+}
+
+// allows says what the rank's memory cgroup allows it: "its memory
+// cgroup allows 1.5 GiB (FILE)", and "less 620 MiB left for the other
+// processes in it (--leave)".
+func (n *Node) allows() string {
+	s := fmt.Sprintf("its memory cgroup allows %s (%s)", mib(n.cfg.MemLimitBytes), n.cfg.MemLimitFrom)
+	if n.cfg.MemLeaveBytes > 0 {
+		s += fmt.Sprintf(", less %s it leaves for the other processes in it (--leave)", mib(n.cfg.MemLeaveBytes))
+	}
+	return s
+}
+
+// leaveUnused says that --leave, when given, has no limit to take from.
+func (n *Node) leaveUnused() string {
+	if n.cfg.MemLeaveBytes > 0 {
+		return fmt.Sprintf(" (--leave %s has nothing to leave from)", mib(n.cfg.MemLeaveBytes))
+	}
+	return ""
+}
+
+// leaves says what a memory cgroup leaves beside the rank's footprint
+// for the other processes in it: training processes that share the
+// cgroup need theirs there, or the kernel reclaims the rank's pages and
+// theirs over and over (400,000 files of 8 KB, BENCHMARKS.md); rest is
+// what the footprint leaves of the cgroup's room (beyond --leave).
+func (n *Node) leaves(rest int64) string {
+	if n.cfg.MemLeaveBytes > 0 {
+		return fmt.Sprintf(", and %s more beside the footprint", mib(rest))
+	}
+	return fmt.Sprintf(", which leaves %s for the other processes in it (training processes in the same cgroup need room: a DataLoader of 4 workers held about 620 MiB in the loader benchmark; --leave sets it aside)", mib(rest))
+}
+
+// fitHanded lowers the default bound on the files handed on (handCapAt)
+// so that footprint f fits limit bytes, as far as it can (to 8 MiB), and
+// returns the footprint then; false, and the bound as it was, when even
+// that does not fit or the bound was given (--hand-mem).
+func (n *Node) fitHanded(f Footprint, limit int64) (Footprint, bool) {
+	if n.cfg.HandMemBytes >= 0 || f.Handed == 0 {
+		return f, false
+	}
+	over := f.Total() - limit
+	h := min(n.handCapAt(f.Budget), n.handableBytes()) - int64(float64(over)/f.OwnRatio) - 1<<20
+	if h < 8<<20 {
+		return f, false
+	}
+	n.data.handFit = h
+	if fit := n.Footprint(); fit.Total() <= limit {
+		return fit, true
+	}
+	n.data.handFit = 0
+	return f, false
+}
+
+// fitBudget is the largest budget whose footprint fits limit bytes, or 0
+// when none does.
+func (n *Node) fitBudget(limit int64) int64 {
+	fits := func(b int64) bool { return n.footprintAt(b, n.remoteAt(b)).Total() <= limit }
+	if !fits(1) {
+		return 0
+	}
+	lo, hi := int64(1), limit // fits(lo), and no budget above limit fits
+	for hi-lo > 1<<10 {
+		mid := lo + (hi-lo)/2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// cgroupBudget is the budget that Config.MemCgroupFraction gives the rank
+// in its memory cgroup (cgroupRoom: Config.MemLimitBytes less --leave):
+// that share of the largest budget whose footprint fits it, so that
+// 100 % just fits (fitsCgroup).
+func (n *Node) cgroupBudget() (int64, error) {
+	frac := n.cfg.MemCgroupFraction
+	limit, err := n.cgroupRoom()
+	if err != nil {
+		return 0, err
+	}
+	if limit <= 0 {
+		return 0, fmt.Errorf("rt: --mem %g%%cgroup: the rank's memory cgroup sets no limit: give --mem in bytes or as a share of its shard", 100*frac)
+	}
+	b := int64(frac * float64(n.fitBudget(limit)))
+	if b <= 0 {
+		return 0, fmt.Errorf("rt: --mem %g%%cgroup: %s, which leaves nothing for its files beside the rest of its footprint (%s)",
+			100*frac, n.allows(), n.footprintAt(0, n.remoteAt(0)))
+	}
+	return b, nil
+}
+
+// fitsNode refuses a budget larger than the node's memory
+// (Config.NodeMemBytes): the kernel would end the rank instead, later.
+func (n *Node) fitsNode() error {
+	node := n.cfg.NodeMemBytes
+	own, shard, remote := n.data.m.MemBytes(n.me), n.data.m.ShardBytes(n.me), n.remoteBytes()
+	held := min(own, shard)
+	if node <= 0 || held+remote <= node {
+		return nil
+	}
+	return fmt.Errorf("rt: the rank's memory would hold %s of its own files (--mem %s, its shard has %s) and up to %s of other ranks' (--remote-mem), %s in all, "+
+		"but its node has %s of memory: lower --mem or --remote-mem", mib(held), mib(own), mib(shard), mib(remote), mib(held+remote), mib(node))
+}
