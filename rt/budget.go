@@ -134,10 +134,18 @@ func (n *Node) ReaderBytes() int64 { return n.readerBytesAt(n.data.m.MemBytes(n.
 
 // readerBytesAt is ReaderBytes with budget bytes of the rank's own.
 func (n *Node) readerBytesAt(budget int64) int64 {
-	mf := n.data.facts
-	inArena := func(b int64) int64 { return int64(float64(b) * ratio(mf.placed, mf.bytes) * (1 + arenaSlack)) }
-	return min(inArena(inFlight(n.data.maxSize)), inArena(max(mf.bytes-budget, 0)))
+	return min(n.inArena(inFlight(n.data.maxSize)), n.inArena(max(n.data.facts.bytes-budget, 0)))
 }
+
+// arenaRatio is what the arena's pages take per byte of the shard's
+// files: their slots and size classes (placed against bytes), and the
+// arena's slack.
+func (n *Node) arenaRatio() float64 {
+	return ratio(n.data.facts.placed, n.data.facts.bytes) * (1 + arenaSlack)
+}
+
+// inArena is what b bytes of the shard's files take in the arena.
+func (n *Node) inArena(b int64) int64 { return int64(float64(b) * n.arenaRatio()) }
 
 // Readers is the readers the rank's footprint counts (Config.Readers).
 func (n *Node) Readers() int { r, _ := n.clientCounts(); return r }
@@ -297,14 +305,12 @@ func ratio(placed, bytes int64) float64 {
 // files and remote of other ranks'.
 func (n *Node) footprintAt(budget, remote int64) Footprint {
 	mf := n.data.facts
-	f := Footprint{Budget: budget, Shard: mf.bytes, Files: mf.files, OwnRatio: ratio(mf.placed, mf.bytes),
+	f := Footprint{Budget: budget, Shard: mf.bytes, Files: mf.files, OwnRatio: n.arenaRatio(),
 		ReadMem: n.readMem(), Reads: n.readsHeld(), MaxChunk: n.data.maxChunk, Process: ProcessBytes}
 	held := min(budget, mf.bytes)
 	mean := max(float64(mf.bytes)/float64(max(mf.files, 1)), 1)
 	records := func(b int64) int64 { return int64(float64(b) / mean * heldFileBytes) }
-	f.OwnRatio = f.OwnRatio * (1 + arenaSlack)
-	inArena := func(b int64) int64 { return int64(float64(b) * f.OwnRatio) }
-	f.Own, f.Records, f.Held = inArena(held), records(held), int(float64(held)/mean)
+	f.Own, f.Records, f.Held = n.inArena(held), records(held), int(float64(held)/mean)
 	if n.size > 1 {
 		f.RemoteMem = remote
 		f.Remote = int64(float64(remote)*ratio(mf.recvd, mf.bytes)) + records(remote)
@@ -315,9 +321,9 @@ func (n *Node) footprintAt(budget, remote int64) Footprint {
 		f.Rings = int64(f.RingClients) * ringCost(n.data.maxSize, n.size)
 		// only files the budget does not keep: none when it holds the shard
 		f.ReaderBytes = n.readerBytesAt(budget)
-		f.Answered = min(int64(f.Readers)*f.ReaderBytes, inArena(mf.bytes-held))
+		f.Answered = min(int64(f.Readers)*f.ReaderBytes, n.inArena(mf.bytes-held))
 		if mf.handable > 0 {
-			f.Handed = inArena(min(n.handCapAt(budget), n.handableBytes()))
+			f.Handed = n.inArena(min(n.handCapAt(budget), n.handableBytes()))
 		}
 	}
 	f.Tables = int64(mf.files) * shardFileBytes

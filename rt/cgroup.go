@@ -96,7 +96,7 @@ func (n *Node) fitHanded(f Footprint, limit int64) (Footprint, bool) {
 		return f, false
 	}
 	over := f.Total() - limit
-	h := min(n.handCapAt(f.Budget), n.handableBytes()) - int64(float64(over)/f.OwnRatio) - 1<<20
+	h := n.handCapAt(f.Budget) - int64(float64(over)/f.OwnRatio) - 1<<20 // the default: within handableBytes
 	if h < 8<<20 {
 		return f, false
 	}

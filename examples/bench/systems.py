@@ -447,10 +447,9 @@ class Brandrt(_System):
         self.attach = shm_dir(spec, "brandrt")
         self.stats = os.path.join(self.attach, "stats.json")
         chunks = os.path.join(spec["root"], prepare.chunks_name(spec["chunk_files"]))
-        cmd = spec["mpirun"] + ["-np", "1", spec["brandrt"], "serve", "--chunks", chunks,
-                                "--mem", self.mem(spec, chunks), "--leave", str(spec.get("leave", 0)),
-                                "--readers", str(readers(spec)), "--epochs", str(spec["epochs"]),
-                                "--seed", str(SEED), "--stats-json", self.stats] + spec.get("serve_flags", [])
+        serve = spec["mpirun"] + ["-np", "1", spec["brandrt"], "serve", "--chunks", chunks,
+                                  "--leave", str(spec.get("leave", 0)), "--readers", str(readers(spec))] + spec.get("serve_flags", [])
+        cmd = serve + ["--mem", self.mem(spec, serve), "--epochs", str(spec["epochs"]), "--seed", str(SEED), "--stats-json", self.stats]
         self.log = open(os.path.join(self.attach, "serve.log"), "w+")
         env = dict(os.environ, BRANDRT_ATTACH=self.attach)
         self.serve = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -467,17 +466,14 @@ class Brandrt(_System):
         self.loader = tud.DataLoader(BrandDataset(in_place=True), sampler=self.sampler, **loader_args(spec))
 
     @staticmethod
-    def mem(spec, chunks):
-        """serve's --mem: the budget, or, where the rank's footprint with
-        it would not leave the cgroup room for the DataLoader's processes
-        (spec's leave), the most that does (100%cgroup): the rank's
-        overheads come out of the same cgroup as the peers' (serve
-        --footprint says which, in the run's cgroup)."""
+    def mem(spec, serve):
+        """serve's --mem for the command serve: the budget, or, where the
+        rank's footprint with it would not leave the cgroup room for the
+        DataLoader's processes (spec's leave), the most that does
+        (100%cgroup): the rank's overheads come out of the same cgroup as
+        the peers' (serve --footprint says which, in the run's cgroup)."""
         mem = str(spec["budget"])
-        probe = subprocess.run(spec["mpirun"] + ["-np", "1", spec["brandrt"], "serve", "--chunks", chunks, "--mem", mem,
-                                                 "--leave", str(spec.get("leave", 0)), "--readers", str(readers(spec)),
-                                                 "--footprint"] + spec.get("serve_flags", []),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        probe = subprocess.run(serve + ["--mem", mem, "--footprint"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if probe.returncode == 0:
             return mem
         if "give it --mem" not in probe.stdout:
