@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -165,20 +166,24 @@ func TestForeignRankRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := asNobody(ctx, "rank", dir)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		skipIfNoSetuid(t, err)
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	sock := filepath.Join(dir, SocketName)
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Lstat(sock); err == nil {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatal("the other user's listener did not start")
-		}
+	// The socket's file appears at bind, before listen: wait for the
+	// helper's word that it listens, or a dial may be refused.
+	listening := false
+	for sc := bufio.NewScanner(out); !listening && sc.Scan(); {
+		listening = sc.Text() == helperListening
+	}
+	if !listening {
+		t.Fatal("the other user's listener did not start")
 	}
 	c, err := Attach(dir)
 	if err == nil {
@@ -190,6 +195,9 @@ func TestForeignRankRefused(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// helperListening is the line the "rank" helper prints once it listens.
+const helperListening = "listening"
 
 // TestHelperAsNobody is the other user's process of the tests above:
 // "client" sends a hello and reports whether a welcome came; "rank"
@@ -223,6 +231,7 @@ func TestHelperAsNobody(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ln.Close()
+		fmt.Println(helperListening)
 		time.Sleep(10 * time.Second) // the test kills it before
 	default:
 		t.Skip("run by the tests of another user's processes")
