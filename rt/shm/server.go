@@ -155,15 +155,35 @@ func Listen(dir string, rank int, o Options) (*Server, error) {
 	if err := clearStale(sock); err != nil {
 		return nil, err
 	}
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	ln, err := listenAt(sock)
 	if err != nil {
-		return nil, fmt.Errorf("shm: listen on %s: %w", sock, err)
+		return nil, err
 	}
 	s := &Server{dir: dir, ln: ln, rank: uint32(rank), opt: o, stopping: make(chan struct{}), spare: openSpare(), clients: make(map[uint32]*client)}
 	s.wg.Add(2)
 	go s.accept()
 	go s.sweepHanded()
 	return s, nil
+}
+
+// listenAt listens on sock. The socket's file appears only once it
+// listens: it is bound under a private name and renamed into place, so
+// a client that waits for the file and dials is not refused (bind makes
+// the file before listen). Closing the listener removes sock.
+func listenAt(sock string) (*net.UnixListener, error) {
+	bound := sock + ".bind"
+	os.Remove(bound) // left by a rank killed between bind and rename
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: bound, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("shm: listen on %s: %w", sock, err)
+	}
+	ln.SetUnlinkOnClose(false)
+	if err := os.Rename(bound, sock); err != nil {
+		ln.Close()
+		os.Remove(bound)
+		return nil, fmt.Errorf("shm: listen on %s: %w", sock, err)
+	}
+	return ln, nil
 }
 
 // clearStale removes a socket that no process listens on any more (left
@@ -303,6 +323,7 @@ func (s *Server) closing() bool {
 func (s *Server) close() error {
 	close(s.stopping)
 	err := s.ln.Close()
+	os.Remove(filepath.Join(s.dir, SocketName))
 	s.mu.Lock()
 	clients := make([]*client, 0, len(s.clients))
 	for _, c := range s.clients {
