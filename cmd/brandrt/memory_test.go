@@ -245,9 +245,13 @@ func TestServeFootprint(t *testing.T) {
 			for _, dl := range []bool{false, true} {
 				name, args := "consume", []string{"--chunks", dir, "--mem", d.mem, "--epochs", "3"}
 				if dl {
-					// loader.py holds a dozen files at once: --hand-mem
-					// bounds what it may hold in place to that, not to
-					// the default's four workers two batches of 64 ahead
+					// loader.py reads batches of 64, as the benchmark's
+					// DataLoader does: each worker holds up to a batch
+					// answered in place, the footprint's Answered term.
+					// It keeps its last 3 batches: --hand-mem bounds
+					// what it holds of them in place (beyond, copies),
+					// not to the default's four workers two batches of
+					// 64 ahead
 					name = "dataloader"
 					needTorch(t)
 					args = append(args, "--hand-mem", "16MiB")
@@ -417,7 +421,7 @@ func serveLoader(t *testing.T, cg, input string, files int, args []string) {
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
 	res := filepath.Join(t.TempDir(), "0.json")
-	trainers(t, env, [][]string{{"loader.py", "--local-rank", "0", "--input", input, "--out", res, "--workers", "4", "--epochs", "3", "--in-place"}})
+	trainers(t, env, [][]string{{"loader.py", "--local-rank", "0", "--input", input, "--out", res, "--workers", "4", "--batch-size", "64", "--epochs", "3", "--in-place"}})
 	if err := exitWithin(t, cmd, time.Minute); err != nil {
 		t.Fatalf("serve: %v\n%s", err, out)
 	}

@@ -51,6 +51,7 @@ def main():
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--out", required=True)
     ap.add_argument("--first-epoch", type=int, default=0, help="the sampler's first epoch (0-based)")
+    ap.add_argument("--batch-size", type=int, default=8, help="the DataLoader's batch size (default 8; with --batched, the sampler's)")
     ap.add_argument("--pin-memory", action="store_true")
     ap.add_argument("--not-persistent", action="store_true")
     ap.add_argument("--batched", action="store_true", help="the sampler yields batches; each worker reads one at once")
@@ -63,10 +64,10 @@ def main():
     ap.add_argument("--in-place", action="store_true",
                     help="BrandDataset(in_place=True) without a transform: the files are checked in this process")
     a = ap.parse_args()
-    sampler = BrandSampler(local_rank=a.local_rank, batch_size=8 if a.batched else None, rank=a.replica, num_replicas=a.replicas)
+    sampler = BrandSampler(local_rank=a.local_rank, batch_size=a.batch_size if a.batched else None, rank=a.replica, num_replicas=a.replicas)
     check = Check(a.input)
     ds = BrandDataset(transform=None if a.in_place else check, local_rank=a.local_rank, timeout=60, with_id=True, in_place=a.in_place)
-    batch_size = None if a.batched or a.one_by_one else 8
+    batch_size = None if a.batched or a.one_by_one else a.batch_size
     loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, sampler=sampler,
                                          num_workers=a.workers, collate_fn=one if a.one_by_one else list,
                                          persistent_workers=a.workers > 0 and not a.not_persistent,
