@@ -1,6 +1,7 @@
 """Attach to a brandrt rank and read files through shared memory."""
 
 import array
+import contextlib
 import ctypes
 import json
 import logging
@@ -9,7 +10,6 @@ import os
 import select
 import socket
 import stat
-import struct
 import threading
 import time
 import warnings
@@ -98,17 +98,30 @@ def _refusal(msg):
     client: out of descriptors or memory), else None."""
     if len(msg) < L.REFUSAL_BYTES or msg[:8] != L.REFUSAL_MAGIC:
         return None
-    version, n = struct.unpack_from("<II", msg, 8)
+    _, version, n = L.REFUSAL.unpack_from(msg)
     if version != L.VERSION or len(msg) != L.REFUSAL_BYTES + n:
         return None
     return msg[L.REFUSAL_BYTES :].decode("utf-8", "replace")
-_UCRED = struct.Struct("3i")  # pid, uid, gid
+
+
+_slow_crc_warned = False
+
+
+def _warn_slow_crc(backend):
+    """Say once per process that checksums run without a C module."""
+    global _slow_crc_warned
+    if backend.endswith("module") or _slow_crc_warned:
+        return
+    _slow_crc_warned = True
+    warnings.warn("brandrt: verify checks CRC32C in %s (~200 MB/s for 110 KB files; the rank does ~11 GB/s): neither the crc32c nor "
+                  "the google-crc32c module is installed here; pip install crc32c (the brandrt package declares it)" % backend,
+                  RuntimeWarning, stacklevel=3)
 
 
 def _check_peer(ucred, who):
     """Raise BrandError unless the peer whose SO_PEERCRED bytes are ucred
     runs as this process's user; who names it ("the rank")."""
-    pid, uid, _ = _UCRED.unpack(ucred)
+    pid, uid, _ = L.UCRED.unpack(ucred)
     if uid != os.geteuid():
         raise BrandError("%s of pid %d runs as %s, not as %s, this process's" % (who, pid, _user(uid), _user(os.geteuid())))
 
@@ -124,8 +137,6 @@ _TELL_AFTER = 5.0
 _WAKE_BATCH = 4
 # requests that wait for a later wake: reads (see _push), references
 _QUIET = (L.KIND_READ, L.KIND_HOLD, L.KIND_RELEASE)
-_SLOT = struct.Struct("<iIII")  # a request: sn, kind, epoch, replicas
-_RECORD = struct.Struct("<IIiiiII")  # a record's header, up to its reserved word
 
 
 class _Timespec(ctypes.Structure):
@@ -153,52 +164,120 @@ class Client:
         self.timeout = timeout
         self.verify = verify
         if verify:
-            from .crc32c import crc32c  # numpy, imported only for this
+            from . import crc32c  # numpy, imported only for this
 
-            self._crc32c = crc32c
+            self._crc32c = crc32c.crc32c
+            _warn_slow_crc(crc32c.backend)
         self._warned = set()  # file ids of skipped files warned about
         self._sock = None
+        path = os.path.join(self.dir, L.SOCKET_NAME)
+        # What is opened on the way is closed again if a later step fails.
+        with contextlib.ExitStack() as undo:
+            self._sock = self._connect(path)
+            undo.callback(self._sock.close)
+            undo.callback(setattr, self, "_sock", None)  # close() then has nothing to do
+            self._map(path, *self._handshake(path), keep_arena_fd, undo)
+            undo.pop_all()
+        self._bind_counters()
+        self._read_at = self._data_head.value
+        self._pending = {}  # sn -> reply that arrived before it was asked for by read()
+        self._held = None  # the record whose bytes the caller may still use
+        # (place, token) of the last record returned when the rank handed
+        # its file on (hand_over), else None
+        self.handed = None
+        self._let_go = []  # (token, place) of handed files to release
+        self._push_lock = threading.Lock()  # requests come from any thread
+        # reads asked for and replies taken (by next()), and the threads
+        # inside next(): see _check_unread
+        self._asked = self._got = self._readers = 0
+
+    def _connect(self, path):
+        """A socket connected to the rank's attach socket at path, once the
+        attach directories and the rank's user are what they must be."""
         for d in (os.path.dirname(os.path.normpath(self.dir)), self.dir):
             _check_dir(d)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        path = os.path.join(self.dir, L.SOCKET_NAME)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with contextlib.ExitStack() as undo:
+            undo.callback(sock.close)
+            try:
+                sock.connect(path)
+            except OSError as e:
+                raise BrandError("cannot attach to %s: %s (is brandrt serve running on this node?)" % (path, e)) from None
+            try:
+                _check_peer(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, L.UCRED.size), "the rank")
+            except BrandError as e:
+                raise BrandError("cannot attach to %s: %s" % (path, e)) from None
+            undo.pop_all()
+        return sock
+
+    def _handshake(self, path):
+        """Say hello to the rank at path and return its welcome (message,
+        descriptors); raise BrandError with the rank's reason when it
+        refuses this client, or when no welcome comes."""
         try:
-            self._sock.connect(path)
+            self._sock.sendall(L.HELLO.pack(L.HELLO_MAGIC, L.VERSION, os.getpid()))
+        except OSError as e:  # the rank may refuse this client before its hello
+            self._sock.settimeout(1.0)
+            try:
+                msg, fds = self._answer()
+            except OSError:
+                msg, fds = b"", []
+            self._refused(path, msg, fds)
+            raise BrandError("%s: cannot send the rank a hello: %s" % (path, e)) from None
+        self._sock.settimeout(_WELCOME_WAIT)
+        try:
+            msg, fds = self._answer()
         except OSError as e:
-            self._sock.close()
-            raise BrandError("cannot attach to %s: %s (is brandrt serve running on this node?)" % (path, e)) from None
-        try:
-            _check_peer(self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size), "the rank")
-        except BrandError as e:
-            self._sock.close()
-            raise BrandError("cannot attach to %s: %s" % (path, e)) from None
-        msg, fds = self._greet(path)
+            raise BrandError("%s: no welcome from the rank: %s" % (path, e)) from None
+        self._sock.settimeout(None)
+        self._refused(path, msg, fds)
+        return msg, fds
+
+    def _refused(self, path, msg, fds):
+        """Raise BrandError with the rank's reason when msg is a refusal,
+        closing fds."""
+        why = _refusal(msg)
+        if why is None:
+            return
+        for fd in fds:
+            os.close(fd)
+        raise BrandError("%s: the rank refused this client: %s" % (path, why))
+
+    def _map(self, path, msg, fds, keep_arena_fd, undo):
+        """Map the ring and the arena whose descriptors came with the
+        welcome msg (closing them); undo unmaps them should a later step
+        fail."""
         try:
             if len(msg) != L.WELCOME_BYTES or msg[:8] != L.WELCOME_MAGIC or not fds:
-                self._sock.close()
                 raise BrandError("%s: the rank did not welcome this client" % path)
-            _, version, self.client_id, self.rank, size, arena = struct.unpack_from("<8sIIIIQ", msg)
+            _, version, self.client_id, self.rank, size, arena = L.WELCOME.unpack(msg)
             if version != L.VERSION:
-                self._sock.close()
                 raise BrandError("%s: the rank speaks version %d of the attach protocol, this reader %d: use the brandrt package of the same release"
                                  % (path, version, L.VERSION))
             self._mm = mmap.mmap(fds[0], size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            undo.callback(self._mm.close)
             # Files the rank keeps in its arena arrive as their place in it.
             self._arena_mm = mmap.mmap(fds[1], arena, mmap.MAP_SHARED, mmap.PROT_READ) if arena and len(fds) > 1 else None
+            if self._arena_mm is not None:
+                undo.callback(self._arena_mm.close)
             # brandrt.handed maps single files of the arena by this one
             self.arena_fd = os.dup(fds[1]) if keep_arena_fd and self._arena_mm is not None else None
+            if self.arena_fd is not None:
+                undo.callback(os.close, self.arena_fd)
         except OSError as e:
-            self._sock.close()
             raise BrandError("%s: cannot map the shared memory the rank handed over: %s" % (path, e)) from None
         finally:
             for fd in fds:
                 os.close(fd)
+        if self._mm[:8] != L.RING_MAGIC:
+            raise BrandError("%s: the shared ring has no brandrt header" % path)
+        self._slots = L.U32.unpack_from(self._mm, L.OFF_SLOTS)[0]
+        self._data_off, self._data_bytes = L.U64X2.unpack_from(self._mm, L.OFF_DATA_OFF)
+
+    def _bind_counters(self):
+        """Views of the ring and the arena, and of the ring's counters."""
         self._arena = memoryview(self._arena_mm) if self._arena_mm is not None else None
         self._buf = memoryview(self._mm)
-        if bytes(self._buf[:8]) != L.RING_MAGIC:
-            raise BrandError("%s: the shared ring has no brandrt header" % path)
-        self._slots = struct.unpack_from("<I", self._buf, L.OFF_SLOTS)[0]
-        self._data_off, self._data_bytes = struct.unpack_from("<QQ", self._buf, L.OFF_DATA_OFF)
         # The counters change under the other side's feet: each is read and
         # written whole through a ctypes view (one aligned load or store on
         # x86-64), never byte by byte as struct would.
@@ -212,53 +291,6 @@ class Client:
         self._req_head, self._req_tail = self._c[L.OFF_REQ_HEAD], self._c[L.OFF_REQ_TAIL]
         self._data_head, self._data_tail = self._c[L.OFF_DATA_HEAD], self._c[L.OFF_DATA_TAIL]
         self._rank_sleeping = self._c[L.OFF_RANK_SLEEPING]
-        self._read_at = self._data_head.value
-        self._pending = {}  # sn -> reply that arrived before it was asked for by read()
-        self._held = None  # the record whose bytes the caller may still use
-        # (place, token) of the last record returned when the rank handed
-        # its file on (hand_over), else None
-        self.handed = None
-        self._let_go = []  # (token, place) of handed files to release
-        self._push_lock = threading.Lock()  # requests come from any thread
-        # reads asked for and replies taken (by next()), and the threads
-        # inside next(): see _check_unread
-        self._asked = self._got = self._readers = 0
-
-    def _greet(self, path):
-        """Say hello to the rank at path and return its welcome (message,
-        descriptors); raise BrandError with the rank's reason when it
-        refuses this client, or when no welcome comes."""
-        try:
-            self._sock.sendall(struct.pack("<8sII", L.HELLO_MAGIC, L.VERSION, os.getpid()))
-        except OSError as e:  # the rank may refuse this client before its hello
-            self._sock.settimeout(1.0)
-            try:
-                msg, fds = self._answer()
-            except OSError:
-                msg, fds = b"", []
-            self._refused(path, msg, fds)
-            self._sock.close()
-            raise BrandError("%s: cannot send the rank a hello: %s" % (path, e)) from None
-        self._sock.settimeout(_WELCOME_WAIT)
-        try:
-            msg, fds = self._answer()
-        except OSError as e:
-            self._sock.close()
-            raise BrandError("%s: no welcome from the rank: %s" % (path, e)) from None
-        self._sock.settimeout(None)
-        self._refused(path, msg, fds)
-        return msg, fds
-
-    def _refused(self, path, msg, fds):
-        """Raise BrandError with the rank's reason when msg is a refusal,
-        closing the socket and fds."""
-        why = _refusal(msg)
-        if why is None:
-            return
-        for fd in fds:
-            os.close(fd)
-        self._sock.close()
-        raise BrandError("%s: the rank refused this client: %s" % (path, why))
 
     def _answer(self):
         """The rank's answer to the hello: (message, descriptors). A rank
@@ -324,7 +356,7 @@ class Client:
             view = memoryview(ids).cast("B")
             while view:
                 view = view[os.write(fd, view):]
-            hdr = struct.pack("<8sIIII", L.TRACE_MAGIC, L.VERSION, epoch, len(ids), 0)
+            hdr = L.TRACE.pack(L.TRACE_MAGIC, L.VERSION, epoch, len(ids), 0)
             socket.send_fds(self._sock, [hdr], [fd])
         finally:
             os.close(fd)
@@ -334,7 +366,7 @@ class Client:
         """(ranks, seed, resume): the job's number of ranks and --seed, and
         whether the rank was started with --resume."""
         ranks, resume = self._u32(L.OFF_RANKS), self._u32(L.OFF_RESUME)
-        seed = struct.unpack_from("<Q", self._buf, L.OFF_SEED)[0]
+        seed = L.U64.unpack_from(self._buf, L.OFF_SEED)[0]
         return ranks, seed, resume != L.RESUME_NONE
 
     def place(self):
@@ -375,7 +407,7 @@ class Client:
         told different states, or a start other than the one the rank
         already resumed at."""
         body = b"" if state is None else json.dumps(state, sort_keys=True).encode()
-        hdr = struct.pack("<8sIIIIQI", L.START_MAGIC, L.VERSION, epoch, position, ranks, seed, len(body))
+        hdr = L.START.pack(L.START_MAGIC, L.VERSION, epoch, position, ranks, seed, len(body))
         self._sock.sendall(hdr + body)
         self._verdict(epoch, "resuming epoch %d at position %d" % (epoch, position), timeout)
 
@@ -388,7 +420,7 @@ class Client:
                 msg = self._sock.recv(L.VERDICT_BYTES + 4096)
                 if not msg:
                     raise RankGone("the brandrt rank at %s went away" % self.dir)
-                magic, _, got, status, n = struct.unpack_from("<8sIIII", msg)
+                magic, _, got, status, n = L.VERDICT.unpack_from(msg)
                 if magic != L.VERDICT_MAGIC or got != epoch:
                     raise BrandError("%s: an unexpected answer to %s" % (self.dir, what))
                 if status:
@@ -451,7 +483,7 @@ class Client:
             self._kick()
             self._check_alive()
             time.sleep(0.0001)
-        _SLOT.pack_into(self._buf, L.HEADER_BYTES + (head % self._slots) * L.SLOT_BYTES, sn, kind, epoch, extra)
+        L.SLOT.pack_into(self._buf, L.HEADER_BYTES + (head % self._slots) * L.SLOT_BYTES, sn, kind, epoch, extra)
         self._req_head.value = (head + 1) & 0xFFFFFFFF
         if kind == L.KIND_READ:
             self._asked += 1
@@ -647,7 +679,7 @@ class Client:
         b = self._buf
         while self._read_at < self._data_head.value:
             at = self._data_off + self._read_at % self._data_bytes
-            n, kind, sn, fid, label, size, crc = _RECORD.unpack_from(b, at)
+            n, kind, sn, fid, label, size, crc = L.RECORD.unpack_from(b, at)
             self._read_at += n
             if kind == L.REC_PAD:
                 self._data_tail.value = self._read_at
@@ -655,13 +687,13 @@ class Client:
             self._got += 1
             self.handed = None
             if kind == L.REC_SHARED or kind == L.REC_HANDED:
-                place = struct.unpack_from("<Q", b, at + L.RECORD_HEADER)[0]
+                place = L.U64.unpack_from(b, at + L.RECORD_HEADER)[0]
                 if self._arena is None or place + size > len(self._arena):
                     self._data_tail.value = self._read_at
                     raise BrandError("position %d: the rank's record points outside its shared memory" % sn)
                 data = self._arena[place : place + size]
                 if kind == L.REC_HANDED:
-                    self.handed = (place, struct.unpack_from("<Q", b, at + L.RECORD_HEADER + 8)[0])
+                    self.handed = (place, L.U64.unpack_from(b, at + L.RECORD_HEADER + 8)[0])
             else:
                 data = b[at + L.RECORD_HEADER : at + L.RECORD_HEADER + size]
             self._held = self._read_at

@@ -1,8 +1,11 @@
 """The byte layout of brandrt's client rings, as rt/shm/doc.go documents it.
 
 tests/test_layout.py checks these against rt/shm/testdata/layout.golden,
-which the Go side checks too.
+which the Go side checks too, and the sizes of the messages below against
+its *_BYTES.
 """
+
+import struct
 
 RING_MAGIC = b"BRTRING1"
 HELLO_MAGIC = b"BRTHELLO"
@@ -78,3 +81,25 @@ SOCKET_NAME = "attach.sock"
 ENV_ATTACH = "BRANDRT_ATTACH"
 # the local rank of the brandrt rank to attach to (brandrt serve -- CMD sets it)
 ENV_LOCAL_RANK = "BRANDRT_LOCAL_RANK"
+
+# The messages, field by field (all little-endian). On the attach socket:
+# the client's hello, the rank's welcome (or its refusal, then as many
+# bytes of its reason), a trace (then its file ids, u32 each) and the
+# rank's verdict on it (then its message), a start (then the saved state,
+# JSON).
+HELLO = struct.Struct("<8sII")  # magic, version, pid
+WELCOME = struct.Struct("<8sIIIIQ")  # magic, version, client id, rank, ring bytes, arena bytes
+REFUSAL = struct.Struct("<8sII")  # magic, version, reason's bytes
+TRACE = struct.Struct("<8sIIII")  # magic, version, epoch, file ids, 0
+VERDICT = struct.Struct("<8sIIII")  # magic, version, epoch, status, message's bytes
+START = struct.Struct("<8sIIIIQI")  # magic, version, epoch, position, ranks, seed, state's bytes
+# In the ring: a request slot, and a record's header up to its reserved
+# word (a shared or handed record's place, and a handed one's token,
+# follow the header as u64).
+SLOT = struct.Struct("<iIII")  # sn, kind, epoch, replicas (or what the kind takes)
+RECORD = struct.Struct("<IIiiiII")  # record bytes, kind, sn, file id, label, file bytes, CRC32C
+U32 = struct.Struct("<I")
+U64 = struct.Struct("<Q")
+U64X2 = struct.Struct("<QQ")
+# Linux's SO_PEERCRED: pid, uid, gid
+UCRED = struct.Struct("3i")

@@ -2,6 +2,7 @@
 which the Go side checks too."""
 
 import os
+import struct
 import sys
 import unittest
 
@@ -26,8 +27,25 @@ class LayoutTest(unittest.TestCase):
                     ours = ours.decode()
                 self.assertEqual(str(ours), value, name)
                 seen += 1
-        names = [n for n in dir(layout) if n.isupper() and n not in ("SOCKET_NAME", "ENV_ATTACH", "ENV_LOCAL_RANK")]
+        names = [n for n in dir(layout) if n.isupper() and n not in ("SOCKET_NAME", "ENV_ATTACH", "ENV_LOCAL_RANK")
+                 and not isinstance(getattr(layout, n), struct.Struct)]
         self.assertEqual(seen, len(names), "layout.py and the golden file list different fields")
+
+    def test_messages(self):
+        # each message's fields fill the bytes the golden file gives it
+        for msg, size in ((layout.HELLO, layout.HELLO_BYTES), (layout.WELCOME, layout.WELCOME_BYTES),
+                          (layout.REFUSAL, layout.REFUSAL_BYTES), (layout.TRACE, layout.TRACE_BYTES),
+                          (layout.VERDICT, layout.VERDICT_BYTES), (layout.START, layout.START_BYTES),
+                          (layout.SLOT, layout.SLOT_BYTES), (layout.RECORD, layout.RECORD_HEADER - 4)):
+            self.assertEqual(msg.size, size, msg.format)
+            self.assertTrue(msg.format.startswith("<"), msg.format)
+        # the fields at the offsets the Go side writes them
+        b = layout.WELCOME.pack(layout.WELCOME_MAGIC, layout.VERSION, 7, 3, 1 << 20, 1 << 33)
+        self.assertEqual(b[12:16], (7).to_bytes(4, "little"))
+        self.assertEqual(b[24:32], (1 << 33).to_bytes(8, "little"))
+        b = layout.START.pack(layout.START_MAGIC, layout.VERSION, 2, 300, 4, 1 << 40, 17)
+        self.assertEqual(b[24:32], (1 << 40).to_bytes(8, "little"))
+        self.assertEqual(b[32:36], (17).to_bytes(4, "little"))
 
     def test_default_attach_dir(self):
         from brandrt import default_attach_dir
