@@ -319,7 +319,8 @@ func jpegJob(t *testing.T, files, ranks, epochs int) (string, map[[2]int][]int) 
 // TestResumeCoLaunched: a co-launched training of two ranks (train.py,
 // DDP, 3 epochs, len(sampler) each epoch, checkpoints every 4 steps) is
 // killed, serve and all, at ~40 % of epoch 2, and resumed from its
-// checkpoint with 3 DataLoader workers instead of 2: serving as many
+// checkpoint (BrandLoader.state_dict, taken while 4 DataLoader workers
+// each fetched 4 batches ahead) with 3 workers instead of 4: serving as many
 // epochs as the training reads, and with --epochs 3. Epochs 2 and 3 are
 // trained on in the uninterrupted order, every file of each exactly once
 // across both runs, and the job ends with status 0. (A resumed job's
@@ -352,14 +353,17 @@ func TestResumeCoLaunched(t *testing.T) {
 			}
 
 			// Run 1, killed once rank 0 trained on 40 % of epoch 2.
-			cmd, out, _ := coLaunch(t, 2, serveArgs, train("run1", "--workers", "2")...)
+			// 4 workers with 4 batches each fetched ahead: the checkpoint
+			// (BrandLoader.state_dict) counts what training took, 128
+			// positions short of what the sampler handed out
+			cmd, out, _ := coLaunch(t, 2, serveArgs, train("run1", "--workers", "4", "--prefetch-factor", "4")...)
 			killAt := perRank/batch + perRank*4/10/batch // steps: epoch 1, then 40 % of epoch 2
 			awaitStep(t, logs("run1")[0], 2, killAt, out)
 			killJob(t, cmd, nil)
 			gone(t, ckpt, 20*time.Second)
 
 			// Run 2, resumed.
-			cmd, out, base := coLaunch(t, 2, append(serveArgs, "--resume"), train("run2", "--workers", "3", "--resume")...)
+			cmd, out, base := coLaunch(t, 2, append(serveArgs, "--resume"), train("run2", "--workers", "3", "--prefetch-factor", "4", "--resume")...)
 			if err := exitWithin(t, cmd, 2*time.Minute); err != nil {
 				t.Fatalf("the resumed job: %v\n%s", err, out)
 			}
@@ -509,14 +513,14 @@ func TestResumeOnOtherRanksUnderMpirun(t *testing.T) {
 			if string(orders[0]) != string(orders[1]) {
 				t.Error("two resumes from one checkpoint delivered different orders (--order-out)")
 			}
-			// simulate --resume predicts the order from the sampler's
+			// simulate --resume predicts the order from the loader's
 			// state in the checkpoint the training took up from
 			i := strings.Index(said, "rank 0: resuming epoch 2 at position ")
 			from := strings.TrimSpace(strings.SplitN(strings.SplitN(said[i:], " from ", 2)[1], "\n", 2)[0])
 			state := filepath.Join(tmp, "state.json")
-			script := "import json, sys, torch; json.dump(torch.load(sys.argv[1])['sampler'], open(sys.argv[2], 'w'))"
+			script := "import json, sys, torch; json.dump(torch.load(sys.argv[1])['loader'], open(sys.argv[2], 'w'))"
 			if out, err := exec.Command(python, "-c", script, filepath.Join(saved, filepath.Base(from)), state).CombinedOutput(); err != nil {
-				t.Fatalf("the sampler's state from %s: %v\n%s", from, err, out)
+				t.Fatalf("the loader's state from %s: %v\n%s", from, err, out)
 			}
 			simulated := filepath.Join(tmp, "simulated.order")
 			if _, errs, status := runCLI(t, "simulate", "--chunks", dir, "--ranks", fmt.Sprint(c.to), "--epochs", "3", "--mem-fraction", "0.25",

@@ -10,7 +10,7 @@
     /usr/bin/python3 examples/pytorch/train.py --baseline --data /tmp/jpegs --epochs 1
 
 Prints images/s, loss and accuracy per epoch. With --checkpoint DIR it
-saves the model, the optimizer and the sampler's position every
+saves the model, the optimizer and the loader's position every
 --checkpoint-every steps (DIR/rank-<rank>-step-<step>.pt, written
 atomically; each process keeps its last two). After a crash, run it
 again with --resume beside `brandrt serve --resume`: the processes agree
@@ -58,14 +58,20 @@ def loaders(a, tf):
         dl = torch.utils.data.DataLoader(ds, batch_size=a.batch_size, shuffle=True, num_workers=a.workers,
                                          persistent_workers=a.workers > 0)
         return dl, None, len(ds.classes)
-    from brandrt.torch import BrandDataset, BrandSampler, decode_image
+    from brandrt.torch import BrandDataset, BrandLoader, BrandSampler, decode_image
 
-    # Each worker asks for its whole batch at once (BrandDataset.__getitems__).
+    # Each worker asks for its whole batch at once (BrandDataset.__getitems__);
+    # the loader counts the batches training took, for its state_dict().
     sampler = BrandSampler(local_rank=a.local_rank)
     ds = BrandDataset(transform=lambda data: tf(decode_image(data)), local_rank=a.local_rank, with_id=True)
-    dl = torch.utils.data.DataLoader(ds, batch_size=a.batch_size, sampler=sampler, num_workers=a.workers,
-                                     persistent_workers=a.workers > 0)
+    dl = BrandLoader(ds, batch_size=a.batch_size, sampler=sampler, num_workers=a.workers,
+                     persistent_workers=a.workers > 0, **prefetch(a))
     return dl, sampler, a.num_classes
+
+
+def prefetch(a):
+    """DataLoader's prefetch_factor, where it has workers to fetch ahead."""
+    return {"prefetch_factor": a.prefetch_factor} if a.workers > 0 else {}
 
 
 def main():
@@ -79,6 +85,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--prefetch-factor", type=int, default=2, help="batches each DataLoader worker fetches ahead (default 2, PyTorch's)")
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--world-size", type=int, default=int(env("WORLD_SIZE") or 1),
@@ -86,7 +93,7 @@ def main():
     ap.add_argument("--rank", type=int, default=int(env("RANK") or 0), help="this process's rank among them ($RANK, else 0)")
     master = "%s:%s" % (env("MASTER_ADDR"), env("MASTER_PORT")) if env("MASTER_ADDR") and env("MASTER_PORT") else "127.0.0.1:29517"
     ap.add_argument("--master", default=master, help="host:port of rank 0, for DDP ($MASTER_ADDR:$MASTER_PORT, else %(default)s)")
-    ap.add_argument("--checkpoint", help="save model, optimizer and sampler state in this directory (brandrt)")
+    ap.add_argument("--checkpoint", help="save model, optimizer and loader state in this directory (brandrt)")
     ap.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints")
     ap.add_argument("--resume", action="store_true", help="take up from the checkpoint in --checkpoint, if there is one")
     ap.add_argument("--test-data", help="an ImageFolder of test images: print the model's accuracy on them after each epoch")
@@ -121,10 +128,11 @@ def main():
             state = torch.load(ckpt)
             net.load_state_dict(state["model"])
             opt.load_state_dict(state["optimizer"])
-            sampler.load_state_dict(state["sampler"])
-            first_epoch, step = state["sampler"]["epoch"], state["step"]
+            where = state.get("loader") or state["sampler"]  # "sampler": checkpoints before BrandLoader
+            dl.load_state_dict(where)
+            first_epoch, step = where["epoch"], state["step"]
             print("rank %d: resuming epoch %d at position %d (step %d) from %s"
-                  % (a.rank, first_epoch + 1, state["sampler"]["position"], step, ckpt), flush=True)
+                  % (a.rank, first_epoch + 1, where["position"], step, ckpt), flush=True)
         else:
             print("rank %d: no checkpoint in %s; starting from the beginning" % (a.rank, a.checkpoint), flush=True)
     if a.world_size > 1:
@@ -154,7 +162,7 @@ def main():
                 log.write("%d %d %s\n" % (epoch + 1, step, " ".join(str(int(i)) for i in batch[2])))
                 log.flush()
             if a.checkpoint and step % a.checkpoint_every == 0:
-                save(a, net, opt, sampler.state_dict(seen), step)
+                save(a, net, opt, dl.state_dict(), step)
                 if log:
                     log.write("checkpoint %d %d\n" % (epoch + 1, step))
                     log.flush()
@@ -199,7 +207,7 @@ def whole_steps(a):
     number of processes is in each checkpoint), by step: the path each
     process of this job loads, its own rank's or, when the job that
     saved it had fewer processes, rank 0's (DDP keeps the model, the
-    optimizer and, with brandrt, the sampler's place the same in all)."""
+    optimizer and, with brandrt, the loader's place the same in all)."""
     by_rank, whole = {}, {}
     for name in os.listdir(a.checkpoint) if os.path.isdir(a.checkpoint) else ():
         head, _, tail = name.partition("-step-")
@@ -214,14 +222,14 @@ def whole_steps(a):
     return whole
 
 
-def save(a, net, opt, sampler_state, step):
+def save(a, net, opt, loader_state, step):
     """Write a checkpoint atomically (a crash leaves the older ones whole)
     and keep the last two: a process killed while the others saved a step
     has the one before, which they all still have."""
     net = getattr(net, "module", net)  # DDP wraps the model
     os.makedirs(a.checkpoint, exist_ok=True)
     path = os.path.join(a.checkpoint, "rank-%d-step-%08d.pt" % (a.rank, step))
-    torch.save({"model": net.state_dict(), "optimizer": opt.state_dict(), "sampler": sampler_state, "step": step,
+    torch.save({"model": net.state_dict(), "optimizer": opt.state_dict(), "loader": loader_state, "step": step,
                 "world": a.world_size}, path + ".tmp")
     os.replace(path + ".tmp", path)
     found = checkpoints(a)

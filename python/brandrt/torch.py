@@ -2,7 +2,7 @@
 
     sampler = BrandSampler()                  # this process's trace positions
     dataset = BrandDataset(transform=decode)  # ds[(epoch, sn)] -> (x, label)
-    loader = DataLoader(dataset, batch_size=64, sampler=sampler, num_workers=4)
+    loader = BrandLoader(dataset, batch_size=64, sampler=sampler, num_workers=4)  # a DataLoader that checkpoints itself
     for epoch in range(epochs):
         sampler.set_epoch(epoch)
         for x, y in loader: ...
@@ -18,10 +18,11 @@ same memory slot): the sampler's indices are trace positions, not file
 ids. Epochs count from 0 here, as with DistributedSampler; brandrt's own
 count starts at 1.
 
-To resume a job where it stopped, save sampler.state_dict(samples) with
-the model, samples being how many this process took from the loader in
-the current epoch; after a restart, sampler.load_state_dict(state) and
-`brandrt serve --resume`: the rank serves the rest of that epoch exactly
+To resume a job where it stopped, read through a BrandLoader (a
+DataLoader over the two that counts the batches the training loop took)
+and save loader.state_dict() with the model; after a restart,
+loader.load_state_dict(state) and `brandrt serve --resume` (a loop that
+counts its samples may save sampler.state_dict(samples) instead): the rank serves the rest of that epoch exactly
 as the interrupted job would have (examples/pytorch/train.py
 --checkpoint). The restarted job may have another number of brandrt
 ranks (a node lost), another --mem, other DataLoader workers or training
@@ -34,13 +35,14 @@ started afresh would.
 import io
 import math
 import os
+import warnings
 
 import torch.utils.data
 
 from .client import BrandError, Client, FileSkipped
 from .handed import FileTicket
 
-__all__ = ["BrandDataset", "BrandSampler", "decode_image"]
+__all__ = ["BrandDataset", "BrandLoader", "BrandSampler", "decode_image"]
 
 
 class BrandSampler(torch.utils.data.Sampler):
@@ -85,6 +87,7 @@ class BrandSampler(torch.utils.data.Sampler):
         self._resume = None  # a loaded state, until its epoch begins
         self._begin, self._begun = 0, None  # the rank's position epoch _begun began at
         self._yielded = 0  # positions yielded in the current epoch
+        self._warned_ahead = False  # state_dict() without samples warned
         self._sess, self._sess_pid = None, None  # see _session
 
     def state_dict(self, samples=None):
@@ -101,8 +104,15 @@ class BrandSampler(torch.utils.data.Sampler):
         "policy", "traces", "plan", and "before" in an epoch that was
         itself resumed on another number of ranks): a restart on another
         number of ranks replans from them which files were trained on."""
+        if self._resume is not None and not samples:
+            return dict(self._resume)  # loaded, and its epoch not begun yet
         if samples is None:
             samples = self._yielded
+            if 0 < samples and self._positions is not None and self._begin + samples * self.num_replicas < self._positions and not self._warned_ahead:
+                self._warned_ahead = True
+                warnings.warn("BrandSampler.state_dict() without samples counts the positions the sampler yielded, which DataLoader "
+                              "workers fetch ahead of training: a restart from it skips those; pass the samples the training loop took, "
+                              "or save BrandLoader.state_dict(), which counts them", RuntimeWarning, stacklevel=2)
         n = self._positions if self._positions is not None else self._wait(self.epoch, supply=True)
         ranks, seed = self._job
         position = self._begin + samples * self.num_replicas
@@ -195,7 +205,11 @@ class BrandSampler(torch.utils.data.Sampler):
         self._begin, self._begun, self._yielded = self._first(), self.epoch, 0
         # positions rank, rank + R, ... from the epoch's beginning
         first = self._begin + (self.rank - self._begin) % self.num_replicas
-        sns = range(first, n, self.num_replicas)
+        yield from self._yield(range(first, n, self.num_replicas))
+
+    def _yield(self, sns):
+        """Yield (epoch, sn) for each position of sns, or (epoch, [sn, ...])
+        for each batch_size of them, counting them in _yielded."""
         if self.batch_size is None:
             for sn in sns:
                 self._yielded += 1
@@ -340,6 +354,76 @@ class BrandDataset(torch.utils.data.Dataset):
         state = dict(self.__dict__)
         state["_client"], state["_pid"] = None, None
         return state
+
+
+class BrandLoader(torch.utils.data.DataLoader):
+    """A DataLoader over a BrandDataset and a BrandSampler that checkpoints
+    itself: state_dict() says where the training loop stands, counting
+    the batches this loader handed it, not what its workers fetched
+    ahead (prefetch_factor batches each); load_state_dict() takes up
+    from there after a restart. The names are those of torchdata's
+    StatefulDataLoader, which Lightning's and Accelerate's checkpointing
+    call on a loader that has them.
+
+        loader = BrandLoader(BrandDataset(transform=decode), batch_size=64, num_workers=4)
+        for epoch in range(epochs):
+            loader.set_epoch(epoch)
+            for x, y in loader:
+                ...
+                torch.save({"model": model.state_dict(), "loader": loader.state_dict()}, path)
+        # after a restart, before the first epoch:
+        loader.load_state_dict(torch.load(path)["loader"])
+
+    dataset defaults to BrandDataset(), sampler to BrandSampler(); the
+    other arguments are DataLoader's (no batch_sampler: the loader
+    counts the sampler's positions in its batches). The state is the
+    sampler's (BrandSampler.state_dict), a dict that pickles and goes
+    through JSON; a job restarted from it serves the rest of the saved
+    epoch as the interrupted one would have."""
+
+    def __init__(self, dataset=None, batch_size=1, sampler=None, **kwargs):
+        if kwargs.get("batch_sampler") is not None or kwargs.get("shuffle"):
+            raise ValueError("BrandLoader takes neither batch_sampler nor shuffle: its BrandSampler orders the positions, and the loader counts them")
+        dataset = BrandDataset() if dataset is None else dataset
+        sampler = BrandSampler() if sampler is None else sampler
+        if not isinstance(sampler, BrandSampler):
+            raise TypeError("BrandLoader needs a BrandSampler, not %s" % type(sampler).__name__)
+        super().__init__(dataset, batch_size=batch_size, sampler=sampler, **kwargs)
+        self._handed = 0  # batches handed to the training loop in the current iteration
+        self._done = False  # the current iteration handed every batch
+
+    def _per_batch(self):
+        """The sampler's positions in each batch but the last."""
+        return (self.batch_size or 1) * (self.sampler.batch_size or 1)
+
+    def __iter__(self):
+        # A generator: the count moves only as the training loop takes a
+        # batch, whatever the workers have fetched ahead.
+        self._handed, self._done = 0, False
+        for batch in super().__iter__():
+            self._handed += 1
+            yield batch
+        self._done = True
+
+    def set_epoch(self, epoch):
+        """Serve epoch (0-based) next: BrandSampler.set_epoch."""
+        self.sampler.set_epoch(epoch)
+
+    def state_dict(self):
+        """Where the training loop stands: the sampler's state after the
+        positions of the batches it took in the current epoch (all of
+        them once the epoch's iteration ended, so the state names the
+        next epoch)."""
+        s = self.sampler
+        taken = s._yielded if self._done else min(self._handed * self._per_batch(), s._yielded)
+        return s.state_dict(taken)
+
+    def load_state_dict(self, state):
+        """Take up from state_dict() after a restart: the next iteration
+        serves the saved epoch from the saved position
+        (BrandSampler.load_state_dict)."""
+        self.sampler.load_state_dict(state)
+        self._handed, self._done = 0, False
 
 
 def _hands_to_parent():
