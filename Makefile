@@ -31,7 +31,7 @@ VENV_PY   := .venv/bin/python
 # your own data, --repeat 3, …; see examples/bench/loaders.py --help).
 LOADERS_FLAGS ?=
 
-.PHONY: all deps build test race lint fuzz bench bench-proto bench-storage bench-serve bench-loaders bench-loaders-sweep bench-cluster bench-train-nas bench-convergence check demo clean
+.PHONY: all deps build wheel test race lint fuzz bench bench-proto bench-storage bench-serve bench-loaders bench-loaders-sweep bench-cluster bench-train-nas bench-convergence check demo clean
 
 all: build
 
@@ -40,6 +40,13 @@ deps:
 
 build: deps
 	$(GO) build -o $(BIN) ./cmd/brandrt
+
+# The Python package as a wheel, in dist/: pip install dist/brandrt-*.whl
+# (its dependency, crc32c, from the package registry, or offline with
+# --no-index --find-links .venv/wheels).
+wheel: deps
+	rm -rf dist
+	$(VENV_PY) -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w dist ./python
 
 # Every test, with the protocol's internal invariants checked after every
 # step, then again under the race detector (shorter randomized runs).
@@ -161,4 +168,4 @@ demo: build
 	$(BIN) simulate --compare --files 120k --ranks 3 --chunk-files 64 --mem-fraction 0.25 --epochs 2
 
 clean:
-	rm -rf bin
+	rm -rf bin dist python/build python/*.egg-info

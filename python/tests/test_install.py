@@ -1,4 +1,4 @@
-"""The package installs with pip without network access, with its declared
+"""The package builds as a wheel and installs with pip without network access, with its declared
 dependencies from the wheels .ci/deps fetched (.venv/wheels), and then
 checks CRC32C in C, not in numpy."""
 
@@ -33,12 +33,18 @@ class InstallTest(unittest.TestCase):
             self.fail("no %s: run `bash .ci/deps` (make test does) to fetch the wheels the package depends on" % WHEELS)
         with tempfile.TemporaryDirectory() as tmp:
             src = os.path.join(tmp, "src")
-            shutil.copytree(os.path.join(HERE, ".."), src, ignore=shutil.ignore_patterns("tests", "__pycache__"))
+            shutil.copytree(os.path.join(HERE, ".."), src, ignore=shutil.ignore_patterns("tests", "__pycache__", "build", "*.egg-info"))
             venv = os.path.join(tmp, "venv")
             subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv], check=True)
             py = os.path.join(venv, "bin", "python")
-            subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-build-isolation", "--no-index",
-                            "--find-links", WHEELS, src], check=True, stdout=subprocess.DEVNULL)
+            # the wheel as `make wheel` builds it, then installed as a user would
+            dist = os.path.join(tmp, "dist")
+            subprocess.run([py, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps", "--no-build-isolation", "-w", dist, src],
+                           check=True, stdout=subprocess.DEVNULL)
+            wheels = [os.path.join(dist, w) for w in os.listdir(dist) if w.endswith(".whl")]
+            self.assertEqual(len(wheels), 1, wheels)
+            subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index", "--find-links", WHEELS, wheels[0]],
+                           check=True, stdout=subprocess.DEVNULL)
             out = subprocess.run([py, "-c", "import brandrt; print(brandrt.__file__)"], cwd=tmp, check=True,
                                  capture_output=True, text=True).stdout
             self.assertIn(os.path.join(venv, "lib"), out)
