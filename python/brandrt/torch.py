@@ -205,11 +205,7 @@ class BrandSampler(torch.utils.data.Sampler):
         self._begin, self._begun, self._yielded = self._first(), self.epoch, 0
         # positions rank, rank + R, ... from the epoch's beginning
         first = self._begin + (self.rank - self._begin) % self.num_replicas
-        yield from self._yield(range(first, n, self.num_replicas))
-
-    def _yield(self, sns):
-        """Yield (epoch, sn) for each position of sns, or (epoch, [sn, ...])
-        for each batch_size of them, counting them in _yielded."""
+        sns = range(first, n, self.num_replicas)
         if self.batch_size is None:
             for sn in sns:
                 self._yielded += 1

@@ -16,27 +16,19 @@ from brandrt.torch import BrandLoader, BrandSampler  # noqa: E402
 
 
 class Trace(BrandSampler):
-    """n positions of epoch 1 of a job of 1 rank and seed 7, as a rank's
-    trace would give them, without a rank."""
+    """n positions of a job of 1 rank and seed 7, as a rank's trace would
+    give them: a BrandSampler whose rank is left out (no session, and
+    the epoch's positions known)."""
 
     def __init__(self, n, batch_size=None):
         super().__init__(batch_size=batch_size)
-        self._job, self._positions, self.n = (1, 7), n, n
+        self._job, self._positions = (1, 7), n
 
-    def __iter__(self):
-        if self._ran and not self._set:
-            self.epoch += 1
-        self._set, self._ran = False, True
-        self._begin, self._begun = self._first(), self.epoch
-        self._yielded = 0
-        yield from self._yield(range(self._begin, self.n))
+    def _session(self):
+        return None
 
-    def _first(self):
-        r, self._resume = self._resume, None
-        return 0 if r is None or r["epoch"] != self.epoch else r["position"]
-
-    def __len__(self):
-        return self.n
+    def _wait(self, epoch, supply=False):
+        return self._positions
 
 
 class Positions(torch.utils.data.Dataset):
