@@ -169,7 +169,9 @@ func Listen(dir string, rank int, o Options) (*Server, error) {
 // listenAt listens on sock. The socket's file appears only once it
 // listens: it is bound under a private name and renamed into place, so
 // a client that waits for the file and dials is not refused (bind makes
-// the file before listen). Closing the listener removes sock.
+// the file before listen). Closing the listener leaves sock (it was bound
+// under the other name): Server.close removes it right after, as Go's
+// listener would have.
 func listenAt(sock string) (*net.UnixListener, error) {
 	bound := sock + ".bind"
 	os.Remove(bound) // left by a rank killed between bind and rename
