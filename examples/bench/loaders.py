@@ -23,9 +23,12 @@ DataLoader with the same workers, batch size and collate:
   litdata        LitData's optimized format, shuffle=True, a cache
                  (max_cache_size) of the budget in memory
   brandrt-window brandrt serve (one rank, the window policy: its default)
-                 through BrandDataset and BrandSampler; one run per
-                 --chunk-files K
+                 through a BrandLoader over BrandDataset() and BrandSampler;
+                 one run per --chunk-files K
   brandrt-paper  the same with the papers' policy (serve --policy paper)
+  brandrt-fresh  brandrt-window started with serve --fresh: its first epoch
+                 begins at once, not at the training's first word (it
+                 cannot resume); not in "all"
   noio           the same DataLoader handing out bytes already in memory: the
                  loader's own upper bound
 
@@ -73,7 +76,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 ALL = ["threads", "random", "coordl", "webdataset", "mosaic", "litdata", "brandrt-window", "brandrt-paper", "noio"]
 # brandrt's policies: the serve flags of each.
-POLICIES = {"window": ["--policy", "window"], "paper": ["--policy", "paper"]}
+POLICIES = {"window": ["--policy", "window"], "paper": ["--policy", "paper"], "fresh": ["--policy", "window", "--fresh"]}
 NAS_IF = "brnas-h"
 NAS_MOUNT = "/run/brandrt-nas-mnt"
 # The datasets of a list of --file-size: each as large as the default one

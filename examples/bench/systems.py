@@ -434,16 +434,20 @@ def readers(spec):
 
 class Brandrt(_System):
     """brandrt serve (one rank, under mpirun) with the spec's policy, read
-    through BrandDataset and BrandSampler in the same DataLoader form."""
+    as the README shows: a BrandLoader (a DataLoader, with the same
+    workers, batch size and collate as the others) over a default
+    BrandDataset, which hands the files in place to the training
+    process, and a BrandSampler."""
 
     def __init__(self, spec, cat):
         import sys
 
         sys.path.insert(0, os.path.join(spec["repo"], "python"))
-        from brandrt.torch import BrandDataset, BrandSampler
+        from brandrt.torch import BrandDataset, BrandLoader, BrandSampler
 
+        self.make_loader = lambda sampler: BrandLoader(BrandDataset(), sampler=sampler, **loader_args(spec))
         if "master" in spec:  # on a cluster, of one node too
-            return self.attach_node(spec, BrandDataset, BrandSampler)
+            return self.attach_node(spec, BrandSampler)
         self.attach = shm_dir(spec, "brandrt")
         self.stats = os.path.join(self.attach, "stats.json")
         chunks = os.path.join(spec["root"], prepare.chunks_name(spec["chunk_files"]))
@@ -461,9 +465,7 @@ class Brandrt(_System):
             time.sleep(0.05)
         os.environ["BRANDRT_ATTACH"] = self.attach
         self.sampler = BrandSampler()
-        # in_place: brandrt's documented setting for raw bytes in the
-        # training process (its files in shared memory reach it in place)
-        self.loader = tud.DataLoader(BrandDataset(in_place=True), sampler=self.sampler, **loader_args(spec))
+        self.loader = self.make_loader(self.sampler)
 
     @staticmethod
     def mem(spec, serve):
@@ -482,7 +484,7 @@ class Brandrt(_System):
               (spec["budget"], spec.get("leave", 0) >> 20), flush=True)
         return "100%cgroup"
 
-    def attach_node(self, spec, dataset, sampler):
+    def attach_node(self, spec, sampler):
         """On a cluster, the driver started serve across the nodes: read
         from this node's rank, at its default attach point."""
         from brandrt.client import default_attach_dir
@@ -496,7 +498,7 @@ class Brandrt(_System):
                 raise RuntimeError("no brandrt rank on this node after 120 s (%s)" % sock)
             time.sleep(0.05)
         self.sampler = sampler()
-        self.loader = tud.DataLoader(dataset(in_place=True), sampler=self.sampler, **loader_args(spec))
+        self.loader = self.make_loader(self.sampler)
 
     def _tail(self):
         self.log.seek(0)
