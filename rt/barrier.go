@@ -17,6 +17,19 @@ import (
 // receives only its own tag; rank 0's loop takes the word of the ranks
 // whose epoch ended before its own (Node.peers.synced).
 func (n *Node) quietBarrier(ctx context.Context, what string) error {
+	return n.barrier(ctx, what, nil)
+}
+
+// startBarrier is the quietBarrier before the first epoch, where each
+// rank waits for its training's first word (Node.resumePoint): while
+// waiting, a rank watches which ranks have had training beside them, as
+// the loop does (trainingWatch.between), so that its clients learn whom
+// the job waits for and a rank whose training never came ends the job.
+func (n *Node) startBarrier(ctx context.Context) error {
+	return n.barrier(ctx, "", n.training.between)
+}
+
+func (n *Node) barrier(ctx context.Context, what string, watch func() error) error {
 	if n.size == 1 {
 		return nil
 	}
@@ -30,6 +43,11 @@ func (n *Node) quietBarrier(ctx context.Context, what string) error {
 			}
 			if what != "" {
 				if err := n.peers.check(waits, what); err != nil {
+					return st, err
+				}
+			}
+			if watch != nil {
+				if err := watch(); err != nil {
 					return st, err
 				}
 			}

@@ -81,11 +81,18 @@ type Config struct {
 	MixBatch int
 	// Epochs is the number of epochs to serve.
 	Epochs int
-	// Resume makes the rank wait, before its first epoch, for a client to
-	// say at which epoch and position the job resumes (Node.Starts): the
+	// Resume makes the rank insist, before its first epoch, on a client
+	// saying at which epoch and position the job resumes (Node.Starts): the
 	// window policy plans the epochs before it again and serves the rest
-	// of the epoch exactly as the interrupted job would have.
+	// of the epoch exactly as the interrupted job would have. Without it a
+	// rank that can resume (MayResume) waits for its clients' first word
+	// instead: a start offer resumes there, a read from a client that
+	// offers none starts the job fresh.
 	Resume bool
+	// Fresh starts epoch 1 at once, reading ahead while the training
+	// starts, instead of waiting for the clients' first word: the job
+	// cannot resume (start offers are refused).
+	Fresh bool
 	// FootprintOnly opens the dataset, says the rank's footprint (the
 	// memory it would take: Node.Footprint) and what its memory cgroup
 	// allows, and serves nothing.
@@ -233,6 +240,7 @@ func (c Config) Validate() error {
 	add(c.Depth >= 1 && c.Depth <= MaxDepth, "depth %d, want 1 to %d", c.Depth, MaxDepth)
 	add(!c.ClientTraces || c.Consume == 0, "in-process consumers read generated traces: client traces need 0 consumers, not %d", c.Consume)
 	add(!c.Resume || c.Policy == "window", "resuming mid-epoch needs --policy window: the paper policy chooses files as requests come, so an interrupted epoch cannot be taken up where it stopped")
+	add(!c.Resume || !c.Fresh, "resuming and starting fresh at once: --resume or --fresh, not both")
 	add(!c.Resume || !c.ClientTraces, "resuming needs the traces of the epochs before it: use traces from --seed, not from the clients")
 	add(c.OnDamage == "fail" || c.OnDamage == "skip", "on damage %q, want fail or skip", c.OnDamage)
 	add(c.MaxSkipped >= 0 && c.MaxSkippedFraction >= 0 && c.MaxSkippedFraction <= 1, "at most %d files or a fraction %g of the dataset skipped, want ≥ 0 (and the fraction ≤ 1)", c.MaxSkipped, c.MaxSkippedFraction)
@@ -243,4 +251,12 @@ func (c Config) Validate() error {
 	add(c.TrainingWait >= 0, "training wait %v, want ≥ 0", c.TrainingWait)
 	add(c.FS != nil && c.Log != nil, "no file system or log")
 	return errors.Join(errs...)
+}
+
+// MayResume reports whether the rank waits, before its first epoch, for
+// its clients to say where the job takes up: always with Resume, and
+// else wherever a job can resume (the window policy with the seed's
+// traces, served to clients). A rank that may not starts epoch 1 at once.
+func (c Config) MayResume() bool {
+	return c.Resume || !c.Fresh && c.Policy == "window" && !c.ClientTraces && c.Consume == 0 && !c.FootprintOnly
 }

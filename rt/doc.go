@@ -142,7 +142,7 @@
 //     comes back, and add their counts under consumers.mu.
 //   - startMix, on rank 0 with Config.MixBatch: one per epoch reads the
 //     plan and the traces, which stay put, and sends back a proto.Mix.
-//   - answerLateStarts: with Config.Resume, one for the life of Serve
+//   - answerLateStarts: with Config.MayResume, one for the life of Serve
 //     answers the StartOffers after the one Node.resumePoint took.
 //   - TrainingOver starts one that sends Over{}, to wake the loop.
 //
@@ -193,10 +193,14 @@
 //
 // # Epochs
 //
-// Serve begins at epoch 1, or with Config.Resume where Node.resumePoint
-// says: once each rank has a StartOffer that fits (Node.fits), the ranks
-// meet in quietBarrier and gather every offer's epoch, position and
-// Place.key, refusing all when they differ. A Place saved on this job's
+// Serve begins at epoch 1 at once (Config.Fresh, or a rank that cannot
+// resume), or where Node.resumePoint says (Config.MayResume): once each
+// rank has a StartOffer that fits (Node.fits), or, without Config.Resume,
+// an Ask or the training's end before any (a fresh start: epoch 1 from
+// 0, its events held for the epoch), the ranks meet in quietBarrier and
+// gather every offer's epoch, position, Place.key and whether it was a
+// read, refusing all when they differ (ending the job on every rank when
+// one had read). A Place saved on this job's
 // plan gives each rank its own start (resumption.Start); on another plan
 // the epoch goes on with the files not yet trained on (Delivered,
 // proto.RestTraces) from position 0.

@@ -29,6 +29,7 @@ func TestTrainingOver(t *testing.T) {
 				started := make(chan int, 64)
 				cfg := DefaultConfig()
 				cfg.Chunks, cfg.MemFraction, cfg.Policy, cfg.Epochs = dir, 0.25, policy, 50
+				cfg.Fresh = true // the training waits for the epoch to start
 				cfg.OnEpoch = func(_ uint32, n int) { started <- n }
 				opened := make(chan *Node, 1)
 				wg.Add(2)
@@ -101,7 +102,7 @@ func TestStaleEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cfg := DefaultConfig()
-	cfg.Chunks, cfg.MemFraction, cfg.Policy, cfg.Epochs = dir, 0.25, "window", 2
+	cfg.Chunks, cfg.MemFraction, cfg.Policy, cfg.Epochs, cfg.Fresh = dir, 0.25, "window", 2, true // the training waits for the epoch to start
 	started := make(chan int, 4)
 	cfg.OnEpoch = func(_ uint32, n int) { started <- n }
 	n, err := Open(cfg, collectives.NewLocal(1)[0])

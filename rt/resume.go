@@ -9,7 +9,7 @@ import (
 	"github.com/brandrt/brandrt/proto"
 )
 
-// StartOffer is a client saying where the job resumes (Config.Resume):
+// StartOffer is a client saying where the job takes up (Config.MayResume):
 // the Place its training process saved. The rank answers on Reply (room
 // for one error) once the epoch starts, or at once when it refuses the
 // offer.
@@ -19,6 +19,9 @@ type StartOffer struct {
 	// began, when set, is closed once the offer is accepted: the epoch
 	// it resumes has started.
 	began chan struct{}
+	// read marks no offer at all: the rank's clients read, or its
+	// training ended, before any offered a saved state (freshStart).
+	read bool
 }
 
 func (o StartOffer) answer(err error) {
@@ -65,18 +68,27 @@ func (r resumption) before() int64 {
 }
 
 // resumePoint waits until one client of every rank said where the job
-// resumes, and returns the epoch and where in it each rank takes up.
+// takes up, and returns the epoch and where in it each rank takes up.
 // Every rank must resume from the same state: the same epoch and, on
 // this job's plan, each rank at its own position; on another plan, the
 // same position. An offer that does not fit this job is refused to its
 // client alone; offers that differ across the ranks are refused to every
-// rank's, and every rank waits for new ones.
+// rank's, and every rank waits for new ones. Without Config.Resume a
+// rank's first word may also be a client's read, or the training's end,
+// with no offer before it: the rank then takes up epoch 1 from its
+// beginning (a fresh start), and a job whose ranks disagree on that ends
+// on every rank.
 func (n *Node) resumePoint(ctx context.Context) (uint32, resumption, StartOffer, error) {
-	if n.me == 0 {
+	if n.me == 0 && n.cfg.Resume {
 		fmt.Fprintf(n.cfg.Log, "brandrt: waiting for the training processes to say where the job resumes (--resume)\n")
 	}
 	tick := time.NewTicker(peerCheckEvery)
 	defer tick.Stop()
+	var heard <-chan ClientEvent // without --resume, a read is a fresh start
+	if !n.cfg.Resume {
+		heard = n.clients.events
+	}
+	over := n.clients.over
 	for {
 		var o StartOffer
 		select {
@@ -87,29 +99,46 @@ func (n *Node) resumePoint(ctx context.Context) (uint32, resumption, StartOffer,
 				return 0, resumption{}, o, err
 			}
 			continue
-		case <-n.clients.over:
-			return 0, resumption{}, o, fmt.Errorf("rt: rank %d: the training ended before saying where the job resumes (--resume)", n.me)
+		case <-over:
+			if n.cfg.Resume {
+				return 0, resumption{}, o, fmt.Errorf("rt: rank %d: the training ended before saying where the job resumes (--resume)", n.me)
+			}
+			over, o = nil, n.freshStart()
+		case ev := <-heard:
+			n.next.held = append(n.next.held, ev) // for the epoch, in order
+			if _, ok := ev.(Session); ok {
+				continue // a training process declares itself before it offers
+			}
+			o = n.freshStart()
 		case o = <-n.clients.starts:
 		}
 		if err := n.fits(o.Place); err != nil {
 			o.answer(err)
 			continue
 		}
-		if err := n.quietBarrier(ctx, ""); err != nil { // each rank waits for its clients' start: no peer to blame
+		if err := n.startBarrier(ctx); err != nil { // each rank waits for its clients' start: no peer to blame
 			return 0, resumption{}, o, err
 		}
 		p := o.Place
-		all, _, err := n.comm.Allgatherv([]int32{int32(p.Epoch), p.Position, p.key()})
+		all, _, err := n.comm.Allgatherv([]int32{int32(p.Epoch), p.Position, p.key(), boolInt(o.read)})
 		if err != nil {
 			return 0, resumption{}, o, err
 		}
-		same, start := true, make([]int32, n.size)
+		same, read, start := true, -1, make([]int32, n.size)
 		for r := range n.size {
-			start[r] = all[3*r+1]
-			same = same && all[3*r] == all[0] && all[3*r+2] == all[2] && (n.samePlan(p) || start[r] == start[0])
+			start[r] = all[4*r+1]
+			same = same && all[4*r] == all[0] && all[4*r+2] == all[2] && (n.samePlan(p) || start[r] == start[0])
+			if all[4*r+3] == 1 && read < 0 {
+				read = r
+			}
+		}
+		if !same && read >= 0 { // a rank that read cannot take back what it served
+			err = fmt.Errorf("rt: rank %d: the training processes of rank %d read before offering a saved state (a fresh start), and another rank's offer resumes (per rank: epoch, position, state, read: %v): every rank must start fresh or resume from the same checkpoint", n.me, read, all)
+			o.answer(err)
+			return 0, resumption{}, o, everyRank{err}
 		}
 		if !same {
-			err = fmt.Errorf("the ranks' training processes resume from different states (%v, per rank: epoch, position, state): every rank must resume from the same checkpoint", all)
+			err = fmt.Errorf("the ranks' training processes resume from different states (%v, per rank: epoch, position, state, read): every rank must resume from the same checkpoint", all)
 			fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v; waiting for new ones\n", n.me, err)
 			o.answer(err)
 			continue
@@ -131,6 +160,22 @@ func (n *Node) resumePoint(ctx context.Context) (uint32, resumption, StartOffer,
 		}
 		return p.Epoch, resumption{Delivered: d}, o, nil
 	}
+}
+
+// freshStart is the start a rank takes when its clients read, or its
+// training ends, before any offered a saved state: epoch 1 from its
+// beginning, on this job's plan, as a client's fresh offer says it.
+func (n *Node) freshStart() StartOffer {
+	p := n.JobPlace()
+	p.Epoch = 1
+	return StartOffer{Place: p, read: true}
+}
+
+func boolInt(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // describe prints the budget rule and ramp of r.
@@ -181,7 +226,12 @@ func (n *Node) answerLateStarts(taken StartOffer, done <-chan struct{}) {
 		case o = <-n.clients.starts:
 		}
 		p := o.Place
-		if p.Epoch != t.Epoch || p.Position != t.Position || p.key() != t.key() {
+		switch {
+		case taken.read && (p.Epoch != 1 || p.Position != 0 || p.key() != t.key()):
+			o.answer(fmt.Errorf("this job already started fresh, at epoch 1: its training processes read before any offered a saved state; " +
+				"to resume, offer the state (BrandLoader.load_state_dict) before the first read"))
+			continue
+		case p.Epoch != t.Epoch || p.Position != t.Position || p.key() != t.key():
 			o.answer(fmt.Errorf("this job already resumed from another state, at %v (--seed %d); "+
 				"a job resumes once, where it was first told", t, t.Seed))
 			continue

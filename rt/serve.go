@@ -38,7 +38,7 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 	defer n.dropAhead()
 	var all []EpochStats
 	first, res, resumed := uint32(1), resumption{}, StartOffer{}
-	if n.cfg.Resume {
+	if n.cfg.MayResume() {
 		var err error
 		if first, res, resumed, err = n.resumePoint(ctx); err != nil {
 			return nil, err

@@ -108,6 +108,37 @@ func (w *trainingWatch) check(comm collectives.Comm) error {
 	return w.judge(now, w.missing())
 }
 
+// between is check for a rank in the barrier before the first epoch
+// (Node.startBarrier), where no loop takes the peers' word: it tells the
+// peers of its own training, takes theirs (tagTraining) while such a
+// word is the first message waiting (the barrier's own, tagSync, it
+// leaves to the barrier), and judges every rank.
+func (w *trainingWatch) between() error {
+	now := time.Now()
+	if now.Sub(w.checked) < peerCheckEvery || w.start.IsZero() {
+		return nil
+	}
+	w.checked = now
+	comm := w.n.comm
+	if err := w.poll(comm); err != nil {
+		return err
+	}
+	for {
+		ok, st, err := comm.Iprobe()
+		if err != nil {
+			return err
+		}
+		if !ok || st.Tag != tagTraining {
+			break
+		}
+		if err := comm.Recv(make([]byte, st.Len), st.Source, st.Tag); err != nil {
+			return err
+		}
+		w.heard(st.Source)
+	}
+	return w.judge(now, w.missing())
+}
+
 // checkSelf is check for a rank outside an epoch's loop, waiting for its
 // clients to say something (a trace, where to resume), whose callers
 // call it every peerCheckEvery: it hears no peer then, and judges only

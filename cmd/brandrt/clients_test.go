@@ -127,7 +127,9 @@ func TestClientsGoneMidEpoch(t *testing.T) {
 	for _, back := range []bool{false, true} {
 		t.Run(map[bool]string{false: "gone", true: "back"}[back], func(t *testing.T) {
 			base := t.TempDir()
-			cmd, out := startServeEnv(t, []string{"BRANDRT_ATTACH=" + base}, 1, "--chunks", dir, "--mem", "30%", "--epochs", "1", "--client-wait", "2s")
+			// --fresh: the Go client waits for the epoch without offering
+			// a start, as a Python one does
+			cmd, out := startServeEnv(t, []string{"BRANDRT_ATTACH=" + base}, 1, "--chunks", dir, "--mem", "30%", "--epochs", "1", "--client-wait", "2s", "--fresh")
 			c, n := attachEpoch(t, base, 1)
 			if kinds, errs := readPositions(t, c, 1, span(0, 40)); len(errs) > 0 {
 				t.Fatalf("records %v: %v", kinds, errs)

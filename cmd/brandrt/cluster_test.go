@@ -127,7 +127,7 @@ func TestClusterRankKilled(t *testing.T) {
 // TestClusterNodeLost: a training of 3 emulated nodes (co-launched
 // train.py, DDP across the nodes, checkpoints every 4 steps on shared
 // storage) loses node 3's rank at ~40 % of epoch 2; the job ends naming
-// the node, and the same command with --resume on the 2 nodes left takes
+// the node, and the same command on the 2 nodes left takes
 // up from the last checkpoint, the ranks of nodes 1 and 2 serving node 3's
 // shards too: across both runs every file of epoch 2 is trained on once,
 // and epoch 3 whole.
@@ -163,7 +163,7 @@ func TestClusterNodeLost(t *testing.T) {
 		t.Fatalf("node 3's rank killed: %v, and the job does not name %s:\n%s", err, c.Host(3), out)
 	}
 
-	cmd, out = clusterServeOn(t, c, 2, append(append(serve, "--resume", "--"), command("run2", "--resume")...)...)
+	cmd, out = clusterServeOn(t, c, 2, append(append(serve, "--"), command("run2")...)...)
 	if err := exitWithin(t, cmd, 2*time.Minute); err != nil {
 		t.Fatalf("the job resumed on 2 nodes: %v\n%s", err, out)
 	}
@@ -249,6 +249,141 @@ func TestClusterSlurm(t *testing.T) {
 	if out, code := s.SbatchWith(t, "../../examples/slurm/train.sbatch", []string{"-N", "2", "--cpus-per-task", "1"}, env...); code != 4 {
 		t.Errorf("a training that fails with 4: exit code %d\n%s", code, out)
 	}
+}
+
+// TestClusterRequeue: on three emulated nodes running Slurm, node 3
+// drained, `sbatch --requeue -N 2-3 examples/slurm/train.sbatch` (CKPT
+// set: checkpoints every 4 steps) trains on 2 nodes. Node 3 comes back,
+// and at ~40 % of epoch 2 the job is requeued (scontrol requeue, what
+// Slurm does to a --requeue job whose node failed) and given 3 nodes
+// (Slurm keeps a requeued job's node and task counts: scontrol update):
+// the same script with the same environment runs again, now on 3 nodes,
+// and takes up from the last checkpoint, the 3 ranks serving the 2-rank
+// job's state. Across
+// both runs every file of epoch 2 is trained on once, and epoch 3 whole.
+func TestClusterRequeue(t *testing.T) {
+	skipShort(t)
+	needTorch(t)
+	const files, batch = 480, 8
+	nas, tmp := t.TempDir(), t.TempDir()
+	if out, err := exec.Command(python, "../../examples/pytorch/make_jpegs.py", "--out", filepath.Join(nas, "jpegs"), "--classes", "4",
+		"--images", fmt.Sprint(files), "--size", "32").CombinedOutput(); err != nil {
+		t.Fatalf("make_jpegs: %v\n%s", err, out)
+	}
+	if _, errs, status := runCLI(t, "pack", "--input", filepath.Join(nas, "jpegs"), "--out", filepath.Join(nas, "chunks"), "--chunk-files", "8", "--shards", "6"); status != 0 {
+		t.Fatal(errs)
+	}
+	c := testkit.StartCluster(t, 3, "--slurm", "--nas", nas)
+	s := c.Slurm(t)
+	slurm := func(name string, args ...string) string {
+		out, err := s.Command(name, args...)
+		if err != nil {
+			t.Error(err)
+		}
+		return out
+	}
+	slurm("scontrol", "update", "nodename="+c.Host(3), "state=drain", "reason=brandrt-test")
+	train, _ := filepath.Abs("../../examples/pytorch/train.py")
+	log := filepath.Join(tmp, "train-{rank}.log")
+	env := []string{"CHUNKS=" + filepath.Join(c.State, "nas", "chunks"), "BRANDRT=" + binary(t), "MEM=25%", "CKPT=" + filepath.Join(tmp, "ckpt"), "CKPT_EVERY=4",
+		fmt.Sprintf("TRAIN=env TMPDIR=%s %s -W ignore %s --num-classes 4 --epochs 3 --batch-size %d --workers 2 --log-files %s", t.TempDir(), python, train, batch, log)}
+	requeued := make(chan struct{})
+	go func() { // run 1, on 2 nodes: node 3 back meanwhile, the job requeued at 40 % of epoch 2
+		defer close(requeued)
+		rank0 := strings.ReplaceAll(log, "{rank}", "0")
+		reach := func(epoch, step int) bool {
+			for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+				if b, _ := os.ReadFile(rank0); strings.Contains(string(b), fmt.Sprintf("\n%d %d ", epoch, step)) {
+					return true
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("rank 0 never reached step %d of epoch %d", step, epoch)
+					return false
+				}
+			}
+		}
+		if !reach(1, 1) {
+			return
+		}
+		slurm("scontrol", "update", "nodename="+c.Host(3), "state=resume")
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			if st := slurm("sinfo", "--noheader", "--nodes", c.Host(3), "--format", "%T"); strings.TrimSpace(st) == "idle" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("node 3 is not idle a minute after it was resumed")
+				return
+			}
+		}
+		if !reach(2, files/2/batch+files/2*4/10/batch) {
+			return
+		}
+		job := strings.TrimSpace(slurm("squeue", "--noheader", "--format", "%i"))
+		slurm("scontrol", "requeue", job)
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if st := slurm("squeue", "--noheader", "--format", "%T %r", "--job", job); strings.HasPrefix(st, "PENDING") {
+				// Slurm holds a requeued job back for a while (Reason=BeginTime)
+				// and keeps the node and task counts it ran with (NumNodes=2
+				// NumTasks=2, though submitted with -N 2-3): raised to 3, as an
+				// administrator would to give it the node that came back
+				slurm("scontrol", "update", "jobid="+job, "NumNodes=3", "NumTasks=3", "StartTime=now")
+				return
+			}
+		}
+	}()
+	out, code := s.SbatchWith(t, "../../examples/slurm/train.sbatch", []string{"--requeue", "-N", "2-3", "--cpus-per-task", "1"}, env...)
+	<-requeued
+	if code != 0 || !strings.Contains(out, "on 3 node(s)") || !strings.Contains(out, "was saved on 2 ranks") {
+		t.Fatalf("the requeued job: exit code %d; want 0, on 3 nodes, taking up the 2-rank job's state:\n%s", code, out)
+	}
+	said := out
+	i := strings.Index(said, "rank 0: resuming epoch 2 at position ")
+	if i < 0 {
+		t.Fatalf("the training did not resume epoch 2:\n%s", said)
+	}
+	var pos, step int
+	if _, err := fmt.Sscanf(said[i:], "rank 0: resuming epoch 2 at position %d (step %d)", &pos, &step); err != nil {
+		t.Fatalf("%v in %q", err, said[i:])
+	}
+	runs := func(r int) []string { return trainRuns(t, strings.ReplaceAll(log, "{rank}", fmt.Sprint(r))) }
+	var run1, run2 []string
+	for r := range 3 {
+		rs := runs(r)
+		if r < 2 && len(rs) != 2 || r == 2 && len(rs) != 1 {
+			t.Fatalf("rank %d's log holds %d runs", r, len(rs))
+		}
+		if r < 2 {
+			run1 = append(run1, rs[0])
+		}
+		run2 = append(run2, rs[len(rs)-1])
+	}
+	seen := map[int]int{}
+	countTrained(t, seen, run1, 2, step)
+	t.Logf("2 nodes trained on %d files of epoch 2 up to the checkpoint of step %d; 3 nodes took up from there", len(seen), step)
+	countTrained(t, seen, run2, 2, -1)
+	checkOnce(t, "epoch 2", seen, files)
+	seen = map[int]int{}
+	countTrained(t, seen, run2, 3, -1)
+	checkOnce(t, "epoch 3", seen, files)
+}
+
+// trainRuns splits a train.py log that runs appended to (each begins
+// with a "start" line) into a file per run, and returns their names.
+func trainRuns(t *testing.T, name string) []string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []string
+	for i, part := range strings.Split(string(b), "start ")[1:] {
+		p := fmt.Sprintf("%s.run%d", name, i+1)
+		if err := os.WriteFile(p, []byte("start "+part), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, p)
+	}
+	return runs
 }
 
 // TestClusterNodesShareNoPageCache: the nodes read the NAS through mounts

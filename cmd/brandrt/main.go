@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/brandrt/brandrt/rt/shm"
 	"github.com/urfave/cli/v2"
 
 	"github.com/brandrt/brandrt/launch"
@@ -49,8 +50,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 // writing to stdout and stderr.
 func newApp(stdout, stderr io.Writer) *cli.App {
 	app := &cli.App{
-		Name:  "brandrt",
-		Usage: "feed training data from chunked storage through memory shared across MPI ranks",
+		Version: shm.Release, // the Python package it attaches must be of the same (rt/shm)
+		Name:    "brandrt",
+		Usage:   "feed training data from chunked storage through memory shared across MPI ranks",
 		Description: "brandrt packs small files into chunks read in one sequential batch, keeps part\n" +
 			"of the dataset in memory with file redirection (any unseen file in the same\n" +
 			"memory slot may answer a request), and shares memory across nodes over MPI\n" +

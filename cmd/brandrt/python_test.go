@@ -605,3 +605,106 @@ func TestSiblingOfKilledWorker(t *testing.T) {
 		})
 	}
 }
+
+// TestPythonOtherReleaseRefused: a Python client of another release (its
+// layout.RELEASE faked) is refused by a running rank, with both releases
+// named and what to install; a client of the rank's release then reads.
+func TestPythonOtherReleaseRefused(t *testing.T) {
+	cleanVader(t)
+	_, dir := packPaths(t, 64, 2, 16, 1)
+	base := t.TempDir()
+	env := []string{"BRANDRT_ATTACH=" + base, "PYTHONPATH=../../python"}
+	_, said := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "100%", "--epochs", "1")
+	defer func() {
+		if t.Failed() {
+			t.Logf("serve:\n%s", said)
+		}
+	}()
+	waitFile(t, filepath.Join(base, "local-0", "attach.sock"), 30*time.Second)
+	const script = `
+import sys
+from brandrt import BrandError, Client, layout
+mine = layout.RELEASE
+layout.RELEASE = "0.0.9"
+try:
+    Client(timeout=30)
+    print("attached")
+except BrandError as e:
+    print(e)
+layout.RELEASE = mine
+with Client(timeout=30) as c:
+    c.wait_epoch(1)
+    fid, label, data = c.read(0, 1)
+    print("read %d bytes" % len(data))
+`
+	out, err := testkit.Run(time.Minute, env, python, "-c", script)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"the rank refused this client: this client is brandrt 0.0.9 (attach protocol 6) and the rank brandrt 0.1.0 (attach protocol 6): " +
+		"install the client of the rank's release, brandrt 0.1.0 (in its checkout: make wheel, then pip install dist/brandrt-0.1.0-py3-none-any.whl)", "\nread "} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("want %q in what the client printed:\n%s", want, out)
+		}
+	}
+}
+
+// TestInPlaceByDefault: a BrandLoader over a default BrandDataset (no
+// transform, no in_place) hands the files with pages of their own to the
+// training process in place, as HandedFiles, with their bytes; a plain
+// DataLoader over one (default_collate) gets every file as bytes; and
+// serve says how many clients took each path.
+func TestInPlaceByDefault(t *testing.T) {
+	cleanVader(t)
+	needTorch(t)
+	const files = 200
+	input, dir := packPaths(t, files, 2, 8, 1)
+	base := t.TempDir()
+	env := []string{"BRANDRT_ATTACH=" + base, "PYTHONPATH=../../python"}
+	cmd, said := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "40%", "--epochs", "2")
+	const script = `
+import os, sys, torch
+from brandrt.torch import BrandDataset, BrandLoader, BrandSampler
+from brandrt.handed import HandedFile
+root = sys.argv[1]
+def original(data):  # each file's bytes begin with its own path (pathInput)
+    b = bytes(data)
+    with open(os.path.join(root, b.split(b"\n", 1)[0].decode()), "rb") as f:
+        return f.read() == b
+loader = BrandLoader(BrandDataset(timeout=60), batch_size=16, num_workers=2)
+n = handed = same = 0
+for files, labels in loader:
+    assert isinstance(labels, torch.Tensor) and len(labels) == len(files)
+    n += len(files)
+    handed += sum(isinstance(f, HandedFile) for f in files)
+    same += sum(original(f) for f in files)
+print("BrandLoader: %d files, %d handed in place, %d as the originals" % (n, handed, same))
+dl = torch.utils.data.DataLoader(BrandDataset(timeout=60), sampler=BrandSampler(), batch_size=16, num_workers=2)
+dl.sampler.set_epoch(1)
+n = copies = same = 0
+for files, labels in dl:
+    n += len(files)
+    copies += sum(type(f) is bytes for f in files)
+    same += sum(original(f) for f in files)
+print("DataLoader: %d files, %d as bytes, %d as the originals" % (n, copies, same))
+`
+	out, err := testkit.Run(2*time.Minute, env, python, "-W", "ignore", "-c", script, input)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var n, handed, same int
+	if _, err := fmt.Sscanf(string(out), "BrandLoader: %d files, %d handed in place, %d as the originals", &n, &handed, &same); err != nil ||
+		n != files || same != files || handed == 0 {
+		t.Errorf("the BrandLoader: %d files, %d handed in place, %d as the originals (%v); want %d, some, %d:\n%s", n, handed, same, err, files, files, out)
+	}
+	if !strings.Contains(string(out), fmt.Sprintf("DataLoader: %d files, %d as bytes, %d as the originals", files, files, files)) {
+		t.Errorf("the plain DataLoader did not get every file as bytes:\n%s", out)
+	}
+	t.Logf("%d of %d files handed in place (the others share pages with smaller ones)", handed, n)
+	if err := exitWithin(t, cmd, time.Minute); err != nil {
+		t.Fatalf("serve: %v\n%s", err, said)
+	}
+	if !strings.Contains(said.String(), "of the 4 clients that read, 2 handed their files on in place to their training process and 2 kept them") {
+		t.Errorf("serve did not say which clients handed their files on:\n%s", said)
+	}
+}

@@ -316,58 +316,89 @@ func jpegJob(t *testing.T, files, ranks, epochs int) (string, map[[2]int][]int) 
 	return dir, orderFile(t, want)
 }
 
-// TestResumeCoLaunched: a co-launched training of two ranks (train.py,
-// DDP, 3 epochs, len(sampler) each epoch, checkpoints every 4 steps) is
-// killed, serve and all, at ~40 % of epoch 2, and resumed from its
-// checkpoint (BrandLoader.state_dict, taken while 4 DataLoader workers
-// each fetched 4 batches ahead) with 3 workers instead of 4: serving as many
-// epochs as the training reads, and with --epochs 3. Epochs 2 and 3 are
-// trained on in the uninterrupted order, every file of each exactly once
-// across both runs, and the job ends with status 0. (A resumed job's
-// training offered its start again once a new Client read epoch 0 from
-// a ring not yet filled in, at the next epoch or at len(sampler); the
-// rank never answered, and the training waited 120 s and failed.)
+// TestResumeCoLaunched: a co-launched training (train.py, DDP, 3 epochs,
+// len(sampler) each epoch, checkpoints every 4 steps, 4 DataLoader
+// workers each fetching 4 batches ahead) is killed, serve and all, at
+// ~40 % of epoch 2, and run again with the identical command line: on 2
+// ranks serving as many epochs as the training reads, on 2 with
+// --epochs 3, and on 3 ranks. The restart finds the checkpoints
+// (BrandLoader.state_dict) and offers its place, which the ranks take up
+// without --resume. Epochs 2 and 3 are trained on in the uninterrupted
+// order, every file of each exactly once across both runs, and the job
+// ends with status 0. (A resumed job's training offered its start again
+// once a new Client read epoch 0 from a ring not yet filled in, at the
+// next epoch or at len(sampler); the rank never answered, and the
+// training waited 120 s and failed.)
 func TestResumeCoLaunched(t *testing.T) {
 	cleanVader(t)
 	needTorch(t)
-	const files, perRank, batch = 640, 320, 8
-	dir, uninterrupted := jpegJob(t, files, 2, 3)
+	const batch = 8
 	for _, tc := range []struct {
-		name   string
-		epochs []string
-	}{{"until the training ends", nil}, {"epochs 3", []string{"--epochs", "3"}}} {
+		name         string
+		ranks, files int
+		epochs       []string
+	}{
+		{"2 ranks until the training ends", 2, 640, nil},
+		{"2 ranks epochs 3", 2, 640, []string{"--epochs", "3"}},
+		{"3 ranks", 3, 576, nil},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
+			dir, uninterrupted := jpegJob(t, tc.files, tc.ranks, 3)
+			perRank := tc.files / tc.ranks
 			tmp := t.TempDir()
 			ckpt := filepath.Join(tmp, "ckpt")
 			serveArgs := append([]string{"--chunks", dir, "--mem", "25%", "--ramp", "2"}, tc.epochs...)
 			// a killed training process leaves its multiprocessing
 			// directory (pymp-*) in TMPDIR: the test's, removed when it ends
 			pymp := t.TempDir()
-			train := func(run string, more ...string) []string {
-				return append([]string{"env", "TMPDIR=" + pymp, python, "-W", "ignore", "../../examples/pytorch/train.py", "--num-classes", "4", "--epochs", "3",
-					"--batch-size", fmt.Sprint(batch), "--checkpoint", ckpt, "--checkpoint-every", "4",
-					"--log-files", filepath.Join(tmp, run+"-{rank}.log")}, more...)
-			}
+			train := []string{"env", "TMPDIR=" + pymp, python, "-W", "ignore", "../../examples/pytorch/train.py", "--num-classes", "4", "--epochs", "3",
+				"--batch-size", fmt.Sprint(batch), "--checkpoint", ckpt, "--checkpoint-every", "4",
+				"--workers", "4", "--prefetch-factor", "4", "--log-files", filepath.Join(tmp, "train-{rank}.log")}
 			logs := func(run string) []string {
-				return []string{filepath.Join(tmp, run+"-0.log"), filepath.Join(tmp, run+"-1.log")}
+				var l []string
+				for r := range tc.ranks {
+					l = append(l, filepath.Join(tmp, fmt.Sprintf("%s-%d.log", run, r)))
+				}
+				return l
 			}
 
-			// Run 1, killed once rank 0 trained on 40 % of epoch 2.
-			// 4 workers with 4 batches each fetched ahead: the checkpoint
-			// (BrandLoader.state_dict) counts what training took, 128
-			// positions short of what the sampler handed out
-			cmd, out, _ := coLaunch(t, 2, serveArgs, train("run1", "--workers", "4", "--prefetch-factor", "4")...)
+			// Run 1, killed once rank 0 trained on 40 % of epoch 2. The
+			// checkpoint (BrandLoader.state_dict) counts what training
+			// took, 128 positions short of what the sampler handed out
+			cmd, out, _ := coLaunch(t, tc.ranks, serveArgs, train...)
 			killAt := perRank/batch + perRank*4/10/batch // steps: epoch 1, then 40 % of epoch 2
-			awaitStep(t, logs("run1")[0], 2, killAt, out)
+			awaitStep(t, logs("train")[0], 2, killAt, out)
 			killJob(t, cmd, nil)
 			gone(t, ckpt, 20*time.Second)
+			if strings.Contains(out.String(), "resum") {
+				t.Errorf("the first run, with no checkpoint yet, speaks of resuming:\n%s", out)
+			}
+			cut := make([]int, tc.ranks) // where each log's second run begins
+			for r, name := range logs("train") {
+				b, err := os.ReadFile(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cut[r] = len(b)
+			}
 
-			// Run 2, resumed.
-			cmd, out, base := coLaunch(t, 2, append(serveArgs, "--resume"), train("run2", "--workers", "3", "--prefetch-factor", "4", "--resume")...)
+			// Run 2: the same command.
+			cmd, out, base := coLaunch(t, tc.ranks, serveArgs, train...)
 			if err := exitWithin(t, cmd, 2*time.Minute); err != nil {
 				t.Fatalf("the resumed job: %v\n%s", err, out)
 			}
-			checkResumed(t, resumedJob{files: files, epoch: 2, epochs: 3, uninterrupted: uninterrupted, before: logs("run1"), after: logs("run2"),
+			for r, name := range logs("train") {
+				b, err := os.ReadFile(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, part := range [][]byte{b[:cut[r]], b[cut[r]:]} {
+					if err := os.WriteFile(logs([]string{"run1", "run2"}[i])[r], part, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			checkResumed(t, resumedJob{files: tc.files, epoch: 2, epochs: 3, uninterrupted: uninterrupted, before: logs("run1"), after: logs("run2"),
 				said: out.String()})
 			if !strings.Contains(out.String(), "check    resumed: every position from the restart on answered") ||
 				!strings.Contains(out.String(), "epoch 3 from brandrt") {

@@ -52,10 +52,12 @@ func serveCommand() *cli.Command {
 			"Rank 0 prints each epoch's statistics, summed over the ranks; --order-out\n" +
 			"writes what was delivered, as brandrt simulate --order-out does (the same bytes\n" +
 			"for the window policy, the same dataset, memory, --ramp and seed).\n\n" +
-			"A job that died mid-epoch takes up where a checkpoint left it: serve with\n" +
-			"--resume (and the same flags), and the training processes say where\n" +
-			"(BrandSampler.load_state_dict; examples/pytorch/train.py --checkpoint DIR\n" +
-			"--resume); the rest of the epoch is what the interrupted job would have read.\n\n" +
+			"A job that died mid-epoch takes up where a checkpoint left it, with the same\n" +
+			"command: before its first epoch each rank waits for its training's first word,\n" +
+			"a saved state to resume from (BrandLoader.load_state_dict; examples/pytorch/\n" +
+			"train.py --checkpoint DIR finds its last checkpoint) or a read, which starts\n" +
+			"fresh; the rest of the epoch is what the interrupted job would have read.\n" +
+			"--resume insists on a saved state; --fresh starts at once and cannot resume.\n\n" +
 			"Example: mpirun -np 4 --map-by ppr:1:node --bind-to none \\\n" +
 			"           brandrt serve --chunks /scratch/chunks --mem 12GiB --epochs 90",
 		Flags: []cli.Flag{
@@ -91,7 +93,8 @@ func serveCommand() *cli.Command {
 			intFlag("depth", int64(d.Depth), 1, rt.MaxDepth, "rt's most", "requests each in-process reader keeps in flight"),
 			durationFlag("pause", 0, false, "in-process readers wait this long at the start of each epoch (the rank's idle CPU use is then printed)"),
 			&cli.BoolFlag{Name: "footprint", Usage: "say the memory each rank would take, term by term (the start-up line \"the rank needs …\", with the settings given), and what its memory cgroup allows, then stop: size a job's memory (Slurm's --mem) before asking for it"},
-			&cli.BoolFlag{Name: "resume", Usage: "wait for the training processes to say which epoch and position the job takes up (a checkpoint's BrandSampler state), then serve from there: exactly as the interrupted job would have on its ranks, --mem and --ramp; on others (a node lost; window policy), every file of the epoch not yet trained on, once"},
+			&cli.BoolFlag{Name: "fresh", Usage: "start the first epoch at once, reading ahead while the training starts up, instead of waiting for the training's first word (a saved state, or a read); the job then cannot resume"},
+			&cli.BoolFlag{Name: "resume", Usage: "insist that the training processes say which epoch and position the job takes up (a checkpoint's BrandLoader or BrandSampler state; without --resume a read before any starts the job fresh), then serve from there: exactly as the interrupted job would have on its ranks, --mem and --ramp; on others (a node lost; window policy), every file of the epoch not yet trained on, once"},
 			&cli.StringFlag{Name: "order-out", Usage: "write the delivered order to this file at the end (rank 0): a line per position, \"epoch rank sn file\", as brandrt simulate --order-out writes it (" + outputNote + ")"},
 			&cli.BoolFlag{Name: "force", Usage: forceNote("--order-out")},
 			&cli.StringFlag{Name: "stats-json", Usage: "write each epoch's statistics to this file, one JSON object per line (rank 0; " + outputNote + "; a regular file is replaced without --force)"},
@@ -240,7 +243,7 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 		return cfg, err
 	}
 	cfg.Procs, cfg.Readers = c.Int("nproc-per-node"), c.Int("readers")
-	cfg.Resume, cfg.FootprintOnly = c.Bool("resume"), c.Bool("footprint")
+	cfg.Resume, cfg.Fresh, cfg.FootprintOnly = c.Bool("resume"), c.Bool("fresh"), c.Bool("footprint")
 	cfg.OnDamage, cfg.ClientWait, cfg.TrainingWait = c.String("on-damage"), c.Duration("client-wait"), c.Duration("training-wait")
 	ms := c.Generic("max-skipped").(*countOrShare)
 	cfg.MaxSkipped, cfg.MaxSkippedFraction = ms.n, ms.fraction

@@ -12,10 +12,11 @@
 Prints images/s, loss and accuracy per epoch. With --checkpoint DIR it
 saves the model, the optimizer and the loader's position every
 --checkpoint-every steps (DIR/rank-<rank>-step-<step>.pt, written
-atomically; each process keeps its last two). After a crash, run it
-again with --resume beside `brandrt serve --resume`: the processes agree
-on the last step they all saved, and training takes up there with the
-files the interrupted run would have read next. The restart may have
+atomically; each process keeps its last two). After a crash, run the
+same command again (brandrt serve's too): finding checkpoints in DIR, the
+processes agree on the last step they all saved, and training takes up
+there with the files the interrupted run would have read next (--resume
+insists on a checkpoint). The restart may have
 fewer or more nodes (brandrt ranks and training processes) than the job
 that saved the checkpoint: a process without a checkpoint of its own
 rank loads rank 0's, and brandrt serves the files of the epoch not yet
@@ -95,11 +96,12 @@ def main():
     ap.add_argument("--master", default=master, help="host:port of rank 0, for DDP ($MASTER_ADDR:$MASTER_PORT, else %(default)s)")
     ap.add_argument("--checkpoint", help="save model, optimizer and loader state in this directory (brandrt)")
     ap.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints")
-    ap.add_argument("--resume", action="store_true", help="take up from the checkpoint in --checkpoint, if there is one")
+    ap.add_argument("--resume", action="store_true", help="insist on a checkpoint in --checkpoint to take up from (without it, "
+                    "a run takes up from the last checkpoint there when there is one, and starts from the beginning when not)")
     ap.add_argument("--test-data", help="an ImageFolder of test images: print the model's accuracy on them after each epoch")
-    ap.add_argument("--log-files", help="append the id of every file trained on to this file: one line per step, "
-                    "'epoch step id id …', and 'checkpoint epoch step' when one is saved (brandrt); {rank} in the "
-                    "name becomes this process's rank")
+    ap.add_argument("--log-files", help="append the id of every file trained on to this file: 'start PID' when the run "
+                    "begins, one line per step, 'epoch step id id …', and 'checkpoint epoch step' when one is saved "
+                    "(brandrt); {rank} in the name becomes this process's rank")
     a = ap.parse_args()
     if a.baseline and not a.data:
         ap.error("--baseline needs --data DIR")
@@ -122,8 +124,10 @@ def main():
 
         dist.init_process_group("gloo", init_method="tcp://" + a.master, world_size=a.world_size, rank=a.rank)
     first_epoch, step = 0, 0
-    if a.resume:
-        ckpt = agreed_checkpoint(a)
+    ckpt = agreed_checkpoint(a) if a.checkpoint else None
+    if a.resume and not ckpt:
+        raise SystemExit("rank %d: --resume, but no checkpoint in %s" % (a.rank, a.checkpoint))
+    if a.checkpoint:
         if ckpt:
             state = torch.load(ckpt)
             net.load_state_dict(state["model"])
@@ -142,6 +146,9 @@ def main():
     if a.world_size > 1:
         source += ", %d training processes" % a.world_size
     log = open(a.log_files.replace("{rank}", str(a.rank)), "a") if a.log_files else None
+    if log is not None:  # where this run's lines begin, in a log a restart appends to
+        log.write("start %d\n" % os.getpid())
+        log.flush()
     for epoch in range(first_epoch, a.epochs):
         if sampler is not None:
             sampler.set_epoch(epoch)

@@ -228,6 +228,12 @@ func (s *Slurm) output(timeout time.Duration, name string, args ...string) (stri
 	return string(out), err
 }
 
+// Command runs one of Slurm's commands (scontrol, squeue, …) against
+// the cluster, within 10 s, and returns its output.
+func (s *Slurm) Command(name string, args ...string) (string, error) {
+	return s.output(10*time.Second, name, args...)
+}
+
 func (s *Slurm) check(name string, args ...string) error {
 	_, err := s.output(10*time.Second, name, args...)
 	return err

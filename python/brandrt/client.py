@@ -95,11 +95,12 @@ _MAX_REFUSAL = 4000
 
 def _refusal(msg):
     """The rank's reason when msg is a refusal (the rank cannot take this
-    client: out of descriptors or memory), else None."""
+    client: out of descriptors or memory, or of another release), else
+    None. A refusal of any protocol version is read: its layout stays."""
     if len(msg) < L.REFUSAL_BYTES or msg[:8] != L.REFUSAL_MAGIC:
         return None
-    _, version, n = L.REFUSAL.unpack_from(msg)
-    if version != L.VERSION or len(msg) != L.REFUSAL_BYTES + n:
+    _, _, n = L.REFUSAL.unpack_from(msg)
+    if len(msg) != L.REFUSAL_BYTES + n:
         return None
     return msg[L.REFUSAL_BYTES :].decode("utf-8", "replace")
 
@@ -215,7 +216,7 @@ class Client:
         descriptors); raise BrandError with the rank's reason when it
         refuses this client, or when no welcome comes."""
         try:
-            self._sock.sendall(L.HELLO.pack(L.HELLO_MAGIC, L.VERSION, os.getpid()))
+            self._sock.sendall(L.HELLO.pack(L.HELLO_MAGIC, L.VERSION, os.getpid(), L.RELEASE.encode()))
         except OSError as e:  # the rank may refuse this client before its hello
             self._sock.settimeout(1.0)
             try:
@@ -250,10 +251,11 @@ class Client:
         try:
             if len(msg) != L.WELCOME_BYTES or msg[:8] != L.WELCOME_MAGIC or not fds:
                 raise BrandError("%s: the rank did not welcome this client" % path)
-            _, version, self.client_id, self.rank, size, arena = L.WELCOME.unpack(msg)
-            if version != L.VERSION:
-                raise BrandError("%s: the rank speaks version %d of the attach protocol, this reader %d: use the brandrt package of the same release"
-                                 % (path, version, L.VERSION))
+            _, version, self.client_id, self.rank, size, arena, release = L.WELCOME.unpack(msg)
+            release = release.rstrip(b"\0").decode("utf-8", "replace")
+            if version != L.VERSION or release != L.RELEASE:
+                raise BrandError("%s: the rank is brandrt %s (attach protocol %d) and this client brandrt %s (protocol %d): "
+                                 "pip install the client of the rank's release" % (path, release, version, L.RELEASE, L.VERSION))
             self._mm = mmap.mmap(fds[0], size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             undo.callback(self._mm.close)
             # Files the rank keeps in its arena arrive as their place in it.
@@ -325,10 +327,16 @@ class Client:
         if last and epoch > last:
             raise BrandError("epoch %d is past the job's last, epoch %d (brandrt serve --epochs %d)" % (epoch, last, last))
 
-    def wait_epoch(self, epoch, timeout=60.0):
+    def wait_epoch(self, epoch, timeout=60.0, offer=True):
         """Wait until the rank serves epoch (or a later one); return its
-        positions. An epoch past the job's last fails at once."""
+        positions. An epoch past the job's last fails at once. A rank that
+        waits for its clients' first word (started without --resume) is
+        told to start fresh at epoch, unless offer is False (a process that
+        waits while another says where the job takes up)."""
         self._check_epoch(epoch)
+        if offer and self._u32(L.OFF_RESUME) == L.RESUME_FIRST_WORD:
+            ranks, seed, _ = self.job()
+            self.start(epoch, 0, ranks, seed, timeout, state=dict(self.place(), epoch=epoch - 1, position=0, ranks=ranks, seed=seed))
         end = time.monotonic() + timeout
         while True:
             e, n = self.epoch()
@@ -364,7 +372,7 @@ class Client:
 
     def job(self):
         """(ranks, seed, resume): the job's number of ranks and --seed, and
-        whether the rank was started with --resume."""
+        whether the rank can resume (it takes a start)."""
         ranks, resume = self._u32(L.OFF_RANKS), self._u32(L.OFF_RESUME)
         seed = L.U64.unpack_from(self._buf, L.OFF_SEED)[0]
         return ranks, seed, resume != L.RESUME_NONE
@@ -389,13 +397,14 @@ class Client:
         return epoch, self._u32(L.OFF_RESUMED_FROM), self._u32(L.OFF_RESUMED_REST) == 1
 
     def waits_for_start(self):
-        """Whether the rank, started with --resume, still waits to be told
-        where the job takes up (start()); once the epoch it resumes has
-        started, it no longer does."""
-        return self._u32(L.OFF_RESUME) == L.RESUME_WAITING
+        """Whether the rank still waits to be told where the job takes up
+        (start()): started with --resume it insists on a start; without,
+        a read from a client that offered none starts the job fresh. Once
+        its first epoch has started, it no longer waits."""
+        return self._u32(L.OFF_RESUME) in (L.RESUME_WAITING, L.RESUME_FIRST_WORD)
 
     def start(self, epoch, position, ranks, seed, timeout=None, state=None):
-        """Tell a rank started with --resume where the job takes up: epoch
+        """Tell a rank that waits for a start where the job takes up: epoch
         (from 1), the first position of the rank's trace its training
         processes will ask for, and the ranks and seed of the job the
         position was saved in; state, the saved BrandSampler state they
@@ -403,7 +412,7 @@ class Client:
         ranks. Returns once every rank was told and the epoch starts.
         Raises BrandError when the rank refuses: another dataset, policy or
         seed, ranks that the state cannot resume on, an epoch it does not
-        serve, a position past its trace, a rank without --resume, ranks
+        serve, a position past its trace, a rank that cannot resume, ranks
         told different states, or a start other than the one the rank
         already resumed at."""
         body = b"" if state is None else json.dumps(state, sort_keys=True).encode()
@@ -413,9 +422,14 @@ class Client:
 
     def _verdict(self, epoch, what, timeout):
         """Wait for the rank's verdict on what was offered for epoch."""
-        end = None if timeout is None else time.monotonic() + timeout
+        began = time.monotonic()
+        end = None if timeout is None else began + timeout
+        told = False
         while True:
             ready, _, _ = select.select([self._sock], [], [], 0.5)
+            if not ready and not told and time.monotonic() - began > _TELL_AFTER:
+                # every rank must have its word: one without training never will
+                told = self._tell_awaited(time.monotonic() - began, "epoch %d not started" % epoch)
             if ready:
                 msg = self._sock.recv(L.VERDICT_BYTES + 4096)
                 if not msg:
@@ -428,7 +442,7 @@ class Client:
                     raise BrandError("%s was refused: %s" % (what, why))
                 return
             if end is not None and time.monotonic() > end:
-                raise BrandError("epoch %d did not start within %.0f s of %s" % (epoch, timeout, what))
+                raise BrandError("epoch %d did not start within %.0f s of %s%s" % (epoch, timeout, what, self._awaited()))
 
     # requests and replies
     def request(self, sn, epoch):
@@ -602,14 +616,15 @@ class Client:
         return ("; the job waits for rank %d%s, which had no training process attached: did the training start on that node? "
                 "(brandrt serve --training-wait ends the job if none attaches)" % (first, more))
 
-    def _tell_awaited(self, waited):
+    def _tell_awaited(self, waited, what="no file"):
         """Log (logger "brandrt", a warning: on stderr unless the
         application routes it), when the job waits for ranks without
-        training, that this client has waited for waited seconds and why;
-        return whether it did."""
+        training, that this client has waited for waited seconds and why
+        (what: for a file, or for an epoch to start); return whether it
+        did."""
         why = self._awaited()
         if why:
-            logging.getLogger("brandrt").warning("brandrt: pid %d: no file for %.0f s%s", os.getpid(), waited, why)
+            logging.getLogger("brandrt").warning("brandrt: pid %d: %s for %.0f s%s", os.getpid(), what, waited, why)
         return bool(why)
 
     def read(self, sn, epoch):

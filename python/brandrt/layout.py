@@ -10,9 +10,12 @@ import struct
 RING_MAGIC = b"BRTRING1"
 HELLO_MAGIC = b"BRTHELLO"
 WELCOME_MAGIC = b"BRTWELCM"
-VERSION = 5
-HELLO_BYTES = 16
-WELCOME_BYTES = 32
+VERSION = 6
+HELLO_BYTES = 32
+WELCOME_BYTES = 48
+# this package's release (its version): the rank refuses a client of
+# another, and says which to install
+RELEASE = "0.1.0"
 HEADER_BYTES = 4096
 TRACE_MAGIC = b"BRTTRACE"
 VERDICT_MAGIC = b"BRTVRDCT"
@@ -72,10 +75,13 @@ REC_SKIPPED = 5
 REC_HANDED = 6
 # the arena lends whole pages: a handed file's place / ARENA_GRAIN fits a request's u32
 ARENA_GRAIN = 4096
-# the resume field: not started with --resume; waiting for a start; resumed
+# the resume field: the rank cannot resume; waiting for a start (--resume);
+# resumed or started fresh; waiting for the first word (a start, or a read
+# from a client that offers none, which starts fresh)
 RESUME_NONE = 0
 RESUME_WAITING = 1
 RESUME_TAKEN = 2
+RESUME_FIRST_WORD = 3
 
 SOCKET_NAME = "attach.sock"
 ENV_ATTACH = "BRANDRT_ATTACH"
@@ -87,8 +93,8 @@ ENV_LOCAL_RANK = "BRANDRT_LOCAL_RANK"
 # bytes of its reason), a trace (then its file ids, u32 each) and the
 # rank's verdict on it (then its message), a start (then the saved state,
 # JSON).
-HELLO = struct.Struct("<8sII")  # magic, version, pid
-WELCOME = struct.Struct("<8sIIIIQ")  # magic, version, client id, rank, ring bytes, arena bytes
+HELLO = struct.Struct("<8sII16s")  # magic, version, pid, release (UTF-8, NUL-padded)
+WELCOME = struct.Struct("<8sIIIIQ16s")  # magic, version, client id, rank, ring bytes, arena bytes, release
 REFUSAL = struct.Struct("<8sII")  # magic, version, reason's bytes
 TRACE = struct.Struct("<8sIIII")  # magic, version, epoch, file ids, 0
 VERDICT = struct.Struct("<8sIIII")  # magic, version, epoch, status, message's bytes

@@ -21,9 +21,10 @@ count starts at 1.
 To resume a job where it stopped, read through a BrandLoader (a
 DataLoader over the two that counts the batches the training loop took)
 and save loader.state_dict() with the model; after a restart,
-loader.load_state_dict(state) and `brandrt serve --resume` (a loop that
-counts its samples may save sampler.state_dict(samples) instead): the rank serves the rest of that epoch exactly
-as the interrupted job would have (examples/pytorch/train.py
+loader.load_state_dict(state), with the same `brandrt serve` command (a
+loop that counts its samples may save sampler.state_dict(samples)
+instead): the rank waits for its training's first word, and serves the
+rest of that epoch exactly as the interrupted job would have (examples/pytorch/train.py
 --checkpoint). The restarted job may have another number of brandrt
 ranks (a node lost), another --mem, other DataLoader workers or training
 processes per node: with the window policy it serves every file of the
@@ -40,7 +41,7 @@ import warnings
 import torch.utils.data
 
 from .client import BrandError, Client, FileSkipped
-from .handed import FileTicket
+from .handed import FileTicket, HandedFile
 
 __all__ = ["BrandDataset", "BrandLoader", "BrandSampler", "decode_image"]
 
@@ -127,8 +128,8 @@ class BrandSampler(torch.utils.data.Sampler):
 
     def load_state_dict(self, state):
         """Resume from state_dict(): the next iteration serves the saved
-        epoch from its saved position. The brandrt job must be served with
-        --resume, on the same dataset with the same --seed and --policy
+        epoch from its saved position. The brandrt job must serve the
+        same dataset with the same --seed and --policy
         (the rank refuses otherwise); the number of ranks may change with
         the window policy, and the number of DataLoader workers, or of
         training processes per rank, always."""
@@ -155,10 +156,10 @@ class BrandSampler(torch.utils.data.Sampler):
                 c.start(r["epoch"] + 1, r["position"], r["ranks"], r["seed"], self.timeout, state=r)
             elif r is not None and not resume and (r["position"] > 0 or c.epoch()[0] not in (0, r["epoch"] + 1)):
                 raise BrandError("this sampler resumes epoch %d at position %d (load_state_dict), but the brandrt rank at %s "
-                                 "was not started with --resume: start brandrt serve with --resume" % (r["epoch"], r["position"], c.dir))
+                                 "cannot resume: it serves --policy paper, --traces clients or --consume" % (r["epoch"], r["position"], c.dir))
             if supply and self.order is not None and self.rank == 0 and c.epoch()[0] < epoch + 1:
                 c.set_trace(epoch + 1, self._files(epoch))
-            self._positions = c.wait_epoch(epoch + 1, self.timeout)
+            self._positions = c.wait_epoch(epoch + 1, self.timeout, offer=False)
             self._resumed = c.resumed()
         return self._positions
 
@@ -265,27 +266,35 @@ class BrandDataset(torch.utils.data.Dataset):
     shorter, which DataLoader's default_collate takes), with a warning
     naming it once per file; ds[(epoch, sn)] alone raises FileSkipped.
 
-    With in_place and no transform, DataLoader workers hand the files
-    the rank keeps in shared memory to the training process in place
-    (brandrt.handed): the training process gets each such file as a
-    HandedFile, a read-only bytes-like mapping of its pages that stays
-    valid while referenced, instead of a bytes object that crossed the
-    DataLoader's pipe (the other files still come as bytes). In a
+    Without a transform, DataLoader workers hand the files the rank keeps
+    in shared memory to the training process in place (brandrt.handed)
+    wherever that is safe: read through a BrandLoader (whose collate
+    keeps files as lists), by workers the training process started (not
+    through a forkserver). The training process then gets each such file
+    as a HandedFile, a read-only bytes-like mapping of its pages that
+    stays valid while referenced, instead of a bytes object that crossed
+    the DataLoader's pipe (the other files still come as bytes). In a
     worker, such an item is a FileTicket (len, slicing, bytes()), for a
-    collate_fn that looks at it there. Worth it where the training
-    process receives raw bytes (to decode them itself, on a GPU say);
-    with a transform, workers decode and hand over tensors as usual."""
+    collate_fn that looks at it there. Elsewhere (a plain DataLoader,
+    whose default_collate takes bytes but no ticket) files come as bytes;
+    in_place=True hands them in place there too (with a collate_fn that
+    keeps them, as brandrt.torch.collate does), in_place=False never.
+    With a transform, workers decode the files where they lie in shared
+    memory and hand over what it returns, as usual. The rank says, at
+    the end, how many clients took each path."""
 
-    def __init__(self, transform=None, attach_dir=None, local_rank=None, timeout=None, with_id=False, verify=False, in_place=False):
+    def __init__(self, transform=None, attach_dir=None, local_rank=None, timeout=None, with_id=False, verify=False, in_place=None):
         self.transform, self.with_id, self.verify = transform, with_id, verify
         self.in_place = in_place
         self.attach_dir, self.local_rank, self.timeout = attach_dir, local_rank, timeout
         self._client, self._pid = None, None
+        self._collated = False  # a BrandLoader collates the items (collate keeps tickets)
 
     def _attached(self):
         if self._pid != os.getpid():
             self._client, self._pid = Client(self.attach_dir, self.local_rank, self.timeout, verify=self.verify), os.getpid()
-            if self.in_place and self.transform is None and _hands_to_parent():
+            in_place = self._collated if self.in_place is None else self.in_place
+            if in_place and self.transform is None and _hands_to_parent():
                 self._client.hand_over()
         return self._client
 
@@ -370,9 +379,11 @@ class BrandLoader(torch.utils.data.DataLoader):
         # after a restart, before the first epoch:
         loader.load_state_dict(torch.load(path)["loader"])
 
-    dataset defaults to BrandDataset(), sampler to BrandSampler(); the
-    other arguments are DataLoader's (no batch_sampler: the loader
-    counts the sampler's positions in its batches). The state is the
+    dataset defaults to BrandDataset(), sampler to BrandSampler(),
+    collate_fn to brandrt.torch.collate (files as lists, in place where
+    they can be: BrandDataset); the other arguments are DataLoader's (no
+    batch_sampler: the loader counts the sampler's positions in its
+    batches). The state is the
     sampler's (BrandSampler.state_dict), a dict that pickles and goes
     through JSON; a job restarted from it serves the rest of the saved
     epoch as the interrupted one would have."""
@@ -384,6 +395,10 @@ class BrandLoader(torch.utils.data.DataLoader):
         sampler = BrandSampler() if sampler is None else sampler
         if not isinstance(sampler, BrandSampler):
             raise TypeError("BrandLoader needs a BrandSampler, not %s" % type(sampler).__name__)
+        if kwargs.get("collate_fn") is None and batch_size is not None:
+            kwargs["collate_fn"] = collate
+        if isinstance(dataset, BrandDataset):
+            dataset._collated = True  # its workers hand files in place (unless in_place=False)
         super().__init__(dataset, batch_size=batch_size, sampler=sampler, **kwargs)
         self._handed = 0  # batches handed to the training loop in the current iteration
         self._done = False  # the current iteration handed every batch
@@ -420,6 +435,22 @@ class BrandLoader(torch.utils.data.DataLoader):
         (BrandSampler.load_state_dict)."""
         self.sampler.load_state_dict(state)
         self._handed, self._done = 0, False
+
+
+def collate(batch):
+    """DataLoader's default_collate, but files stay as they come, in a
+    list: bytes, memoryviews and the FileTickets of files handed in place
+    (HandedFiles once in the training process), which default_collate of
+    torch 1.13 refuses. Labels and ids become tensors, as there."""
+    elem = batch[0]
+    if isinstance(elem, _FILE_TYPES):
+        return list(batch)
+    if isinstance(elem, tuple) and not hasattr(elem, "_fields"):
+        return [collate(list(field)) for field in zip(*batch)]
+    return torch.utils.data.default_collate(batch)
+
+
+_FILE_TYPES = (bytes, bytearray, memoryview, FileTicket, HandedFile)
 
 
 def _hands_to_parent():

@@ -61,7 +61,7 @@ class FakeRank:
             self.ring[: len(L.RING_MAGIC)] = L.RING_MAGIC
             struct.pack_into("<IIQQ", self.ring, L.OFF_HEADER_BYTES, L.HEADER_BYTES, self.slots, data_off, self.data)
             self.data_off = data_off
-            msg = struct.pack("<8sIIIIQ", L.WELCOME_MAGIC, L.VERSION, len(self.conns), 0, data_off + self.data, 0)
+            msg = L.WELCOME.pack(L.WELCOME_MAGIC, L.VERSION, len(self.conns), 0, data_off + self.data, 0, L.RELEASE.encode())
             socket.send_fds(conn, [msg], [fd])
         finally:
             os.close(fd)

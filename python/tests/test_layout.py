@@ -40,9 +40,16 @@ class LayoutTest(unittest.TestCase):
             self.assertEqual(msg.size, size, msg.format)
             self.assertTrue(msg.format.startswith("<"), msg.format)
         # the fields at the offsets the Go side writes them
-        b = layout.WELCOME.pack(layout.WELCOME_MAGIC, layout.VERSION, 7, 3, 1 << 20, 1 << 33)
+        b = layout.WELCOME.pack(layout.WELCOME_MAGIC, layout.VERSION, 7, 3, 1 << 20, 1 << 33, b"0.1.0")
         self.assertEqual(b[12:16], (7).to_bytes(4, "little"))
         self.assertEqual(b[24:32], (1 << 33).to_bytes(8, "little"))
+        self.assertEqual(b[32:48], b"0.1.0".ljust(16, b"\0"))
+        b = layout.HELLO.pack(layout.HELLO_MAGIC, layout.VERSION, 9, b"0.1.0")
+        self.assertEqual(b[16:32], b"0.1.0".ljust(16, b"\0"))
+        # the package's version is the release the rank checks
+        import brandrt
+
+        self.assertEqual(brandrt.__version__, layout.RELEASE)
         b = layout.START.pack(layout.START_MAGIC, layout.VERSION, 2, 300, 4, 1 << 40, 17)
         self.assertEqual(b[24:32], (1 << 40).to_bytes(8, "little"))
         self.assertEqual(b[32:36], (17).to_bytes(4, "little"))

@@ -248,6 +248,11 @@ func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) er
 		}
 		fmt.Fprintf(rc.Log, "brandrt: rank %d: training processes read %s files in place in shared memory%s and %s as copies\n",
 			comm.Rank(), humanize.Comma(srv.Shared.Load()), handed, humanize.Comma(srv.Copied.Load()))
+		if r := srv.Readers.Load(); r > 0 {
+			fmt.Fprintf(rc.Log, "brandrt: rank %d: of the %s clients that read, %s handed their files on in place to their training process "+
+				"and %s kept them (a transform in the DataLoader worker, in_place=False, a plain DataLoader or a forkserver)\n",
+				comm.Rank(), humanize.Comma(r), humanize.Comma(srv.HandingOn.Load()), humanize.Comma(r-srv.HandingOn.Load()))
+		}
 		fmt.Fprintf(rc.Log, "brandrt: rank %d: memory shared with them peaked at %s, for at most %s lent at once (--mem %s)\n",
 			comm.Rank(), humanize.IBytes(arena.Resident()), humanize.IBytes(arena.PeakLent()), humanize.IBytes(uint64(n.Mapping().MemBytes(comm.Rank()))))
 	}
@@ -336,8 +341,8 @@ func listen(n *rt.Node, env launch.Env, rank int, arena *shm.Arena, log io.Write
 	if n.Config().ClientTraces {
 		o.Traces = n.Traces()
 	}
-	if n.Config().Resume {
-		o.Starts = n.Starts()
+	if n.Config().MayResume() {
+		o.Starts, o.FirstWord = n.Starts(), !n.Config().Resume
 	}
 	srv, err := shm.Listen(shm.DefaultDir(env.LocalRank), rank, o)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 
@@ -15,13 +16,22 @@ import (
 // Attaching: a process connects to the rank's socket, says hello, and
 // gets its rings and the arena (as file descriptors) in the welcome.
 
+// Release is this brandrt's release, which a client must share: the
+// rank refuses a client of another release (or attach protocol), naming
+// both (python/brandrt/layout.py's RELEASE, the package's version; both
+// are pinned by testdata/layout.golden).
+const Release = "0.1.0"
+
 // Hello and welcome messages of the attach protocol.
 const (
 	helloMagic   = "BRTHELLO"
 	welcomeMagic = "BRTWELCM"
-	version      = 5
-	helloBytes   = 16
-	welcomeBytes = 32
+	version      = 6
+	helloBytes   = 32
+	welcomeBytes = 48
+	// releaseBytes holds a release's name in a hello or a welcome
+	// (UTF-8, padded with NULs).
+	releaseBytes = 16
 	// A client's trace, and the rank's verdict on it.
 	traceMagic   = "BRTTRACE"
 	verdictMagic = "BRTVRDCT"
@@ -83,6 +93,12 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	if errors.Is(err, io.EOF) {
 		return nil // a probe (clearStale of another rank), not a client
 	}
+	var other otherRelease
+	if errors.As(err, &other) {
+		_ = sendRefusal(conn, other)
+		s.noteRefusal("refused a client", other)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -126,6 +142,12 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	syscall.Close(fd) // the client holds its own descriptor now
 	if err == nil {
 		c.serve(s.opt.Events)
+		if c.files > 0 {
+			s.Readers.Add(1)
+			if c.handing.Load() {
+				s.HandingOn.Add(1)
+			}
+		}
 	}
 	s.mu.Lock()
 	delete(s.clients, id)
@@ -146,6 +168,40 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	return nil
 }
 
+// helloMessage is a client's hello from process pid.
+func helloMessage(pid uint32) []byte {
+	b := make([]byte, helloBytes)
+	copy(b, helloMagic)
+	binary.LittleEndian.PutUint32(b[8:], version)
+	binary.LittleEndian.PutUint32(b[12:], pid)
+	copy(b[16:], Release)
+	return b
+}
+
+// otherRelease is a hello from a client of another release or attach
+// protocol than the rank's: the rank refuses it, saying what to install.
+type otherRelease struct {
+	protocol uint32
+	release  string // empty when the protocol has no release in its hello
+}
+
+func (e otherRelease) Error() string {
+	client := fmt.Sprintf("brandrt %s (attach protocol %d)", e.release, e.protocol)
+	if e.release == "" {
+		client = fmt.Sprintf("of another brandrt release (attach protocol %d)", e.protocol)
+	}
+	return fmt.Sprintf("this client is %s and the rank brandrt %s (attach protocol %d): install the client of the rank's release, brandrt %s "+
+		"(in its checkout: make wheel, then pip install dist/brandrt-%s-py3-none-any.whl)", client, Release, version, Release, Release)
+}
+
+// releaseName reads a release's name from its field.
+func releaseName(b []byte) string {
+	name, _, _ := strings.Cut(string(b), "\x00")
+	return strings.ToValidUTF8(name, "?")
+}
+
+// readHello returns the pid the client's hello gives; an otherRelease
+// when the client is of another release.
 func readHello(conn *net.UnixConn) (uint32, error) {
 	b := make([]byte, 64)
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -158,8 +214,15 @@ func readHello(conn *net.UnixConn) (uint32, error) {
 		return 0, io.EOF
 	}
 	le := binary.LittleEndian
-	if n != helloBytes || string(b[:8]) != helloMagic || le.Uint32(b[8:]) != version {
-		return 0, fmt.Errorf("shm: attach: a client sent %d bytes that are not a version %d hello", n, version)
+	switch {
+	case n < 12 || string(b[:8]) != helloMagic:
+		return 0, fmt.Errorf("shm: attach: a client sent %d bytes that are not a hello", n)
+	case le.Uint32(b[8:]) != version:
+		return 0, otherRelease{protocol: le.Uint32(b[8:])}
+	case n != helloBytes:
+		return 0, fmt.Errorf("shm: attach: a client sent a hello of %d bytes, not %d", n, helloBytes)
+	case releaseName(b[16:32]) != Release:
+		return 0, otherRelease{protocol: version, release: releaseName(b[16:32])}
 	}
 	return le.Uint32(b[12:]), nil
 }
@@ -174,6 +237,7 @@ func sendWelcome(conn *net.UnixConn, id, rank uint32, size, fd int, arena *Arena
 	le.PutUint32(b[12:], id)
 	le.PutUint32(b[16:], rank)
 	le.PutUint32(b[20:], uint32(size))
+	copy(b[32:], Release)
 	fds := []int{fd}
 	if arena != nil {
 		le.PutUint64(b[24:], arena.Size())

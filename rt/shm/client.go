@@ -62,11 +62,7 @@ func Attach(dir string) (*Client, error) {
 		conn.Close()
 		return nil, fmt.Errorf("shm: attach to %s: %w", sock, err)
 	}
-	hello := make([]byte, helloBytes)
-	copy(hello, helloMagic)
-	binary.LittleEndian.PutUint32(hello[8:], version)
-	binary.LittleEndian.PutUint32(hello[12:], uint32(os.Getpid()))
-	if _, err := conn.Write(hello); err != nil {
+	if _, err := conn.Write(helloMessage(uint32(os.Getpid()))); err != nil {
 		if refused := refusal(conn); refused != nil { // it refused us before the hello
 			err = refused
 		}
@@ -101,6 +97,9 @@ func welcome(conn *net.UnixConn) (*Client, error) {
 	le := binary.LittleEndian
 	if n != welcomeBytes || string(b[:8]) != welcomeMagic || le.Uint32(b[8:]) != version {
 		return nil, errors.New("the answer is not a welcome")
+	}
+	if r := releaseName(b[32:48]); r != Release {
+		return nil, fmt.Errorf("the rank is brandrt %s and this client brandrt %s: use the client of the rank's release", r, Release)
 	}
 	arenaBytes := le.Uint64(b[24:])
 	if want := 1 + min(arenaBytes, 1); uint64(len(fds)) != want {

@@ -37,6 +37,8 @@ type client struct {
 	// handing says that the client hands its files in the arena on to
 	// its parent process (KindHand; see hand.go).
 	handing atomic.Bool
+	// files counts the files delivered to the client (by its writer).
+	files int64
 	// reads is set once the client asked for a file (Server.reading).
 	reads atomic.Bool
 	// handWarned is set once a hold or release of the client's was
@@ -153,7 +155,7 @@ func (c *client) trace(epoch, count uint32, fds []int) {
 func (c *client) start(o rt.StartOffer) {
 	p := o.Place
 	if c.srv.opt.Starts == nil {
-		c.verdict(p.Epoch, fmt.Errorf("the training process resumes epoch %d at position %d, but this rank already started: start brandrt serve with --resume to take up a job where it stopped", p.Epoch, p.Position))
+		c.verdict(p.Epoch, fmt.Errorf("the training process resumes epoch %d at position %d, but this rank cannot resume and started at once: a job resumes with --policy window and traces from --seed, served to its clients (not --consume)", p.Epoch, p.Position))
 		return
 	}
 	if p.Position < 0 || c.srv.checkCount(uint32(p.Position)) != nil {

@@ -101,6 +101,7 @@ func (c *client) put(d *rt.Delivery) (end uint64, k kept) {
 	default:
 		c.srv.Copied.Add(1)
 	}
+	c.files++
 	end, err := c.ring.putRecord(rec, c.alive)
 	if errors.Is(err, errTooBig) { // tell the client rather than hang it
 		end, err = c.ring.putRecord(Record{Kind: RecError, Sn: d.Sn, File: -1, Label: -1, Data: []byte(err.Error())}, c.alive)

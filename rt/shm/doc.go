@@ -13,11 +13,19 @@
 // rank reads EOF and frees the rings; when the rank dies the client sees
 // EOF or an error on the socket, which it checks while it waits.
 //
-//	hello, 16 bytes:   magic "BRTHELLO", version u32 (5), pid u32
-//	welcome, 32 bytes: magic "BRTWELCM", version u32, client id u32,
-//	                   rank u32, ring bytes u32, arena bytes u64
+//	hello, 32 bytes:   magic "BRTHELLO", version u32 (6), pid u32,
+//	                   release 16 bytes (UTF-8, padded with NULs)
+//	welcome, 48 bytes: magic "BRTWELCM", version u32, client id u32,
+//	                   rank u32, ring bytes u32, arena bytes u64,
+//	                   release 16 bytes
 //	refusal, 16 bytes + n: magic "BRTREFUS", version u32, n u32, then
 //	                   n bytes (at most 4000) of UTF-8 saying why
+//
+// The release is brandrt's (shm.Release; the Python package's version):
+// a rank refuses, with a refusal naming both releases and the wheel to
+// install, a client of another release or of another protocol version
+// (whose hello it reads as far as the version). A refusal keeps its
+// layout across versions, so that any client can read why.
 //
 // A rank that cannot take a client sends a refusal in place of the
 // welcome and closes the connection: out of descriptors (EMFILE, ENFILE)
@@ -109,11 +117,18 @@
 //
 // # Resume
 //
-// A rank started with `brandrt serve --resume` sets resume to 1 in every
-// ring and serves nothing until one client of each rank has said where
-// the job takes up (a checkpoint's BrandSampler state); once the epoch it
-// resumes has started, resume is 2. A ring shows the job's fields, the
-// epoch and resume before the welcome reaches its client.
+// A rank that can resume (the window policy with traces from --seed,
+// serving clients) serves nothing until one client of each rank has said
+// where the job takes up (a checkpoint's BrandSampler state, or epoch 1
+// from 0 for a fresh start): resume is then 3 in every ring, and a read
+// from a client that offered nothing also starts the job fresh; started
+// with `brandrt serve --resume`, resume is 1 and the rank insists on a
+// start. Once the first epoch has started, resume is 2. A rank that
+// cannot resume (or `--fresh`) starts at once, with resume 0. A client
+// that waits for epoch 1 while resume is 3, offering no state, offers a
+// fresh start (BrandSampler's other processes of a rank wait without).
+// A ring shows the job's fields, the epoch and resume before the welcome
+// reaches its client.
 //
 //	start, 36 bytes + n: magic "BRTSTART", version u32, epoch u32,
 //	                 position u32, ranks u32, seed u64, n u32, then n
@@ -131,7 +146,7 @@
 // --ramp (window policy) resumes after the files it trained on, on this
 // job's plan of the rest (the ring's resumed fields say which). The rank answers with a
 // verdict (above) once the epoch starts, or at once when it refuses: a
-// start to a rank without --resume, a position past the dataset's number
+// start to a rank that cannot resume, a position past the dataset's number
 // of files (before the offer goes further), another job's ranks or seed,
 // an epoch past --epochs, a position past the trace; starts whose epochs
 // differ across the ranks are refused to every rank's client. A start

@@ -53,9 +53,7 @@ type attachSeed struct {
 // attachSeeds are well-formed and slightly broken messages of each kind.
 func attachSeeds() []attachSeed {
 	le := binary.LittleEndian
-	hello := make([]byte, helloBytes)
-	copy(hello, helloMagic)
-	le.PutUint32(hello[8:], version)
+	hello := helloMessage(0)
 	ids := make([]byte, 12)
 	for i, id := range []uint32{3, 999, 1000} {
 		le.PutUint32(ids[4*i:], id)
@@ -165,9 +163,7 @@ func sendFuzzed(dir string, asHello bool, msg []byte, withFD bool, content []byt
 // greet sends a proper hello on conn and takes the welcome, closing the
 // descriptors that come with it.
 func greet(conn *net.UnixConn) error {
-	hello := make([]byte, helloBytes)
-	copy(hello, helloMagic)
-	binary.LittleEndian.PutUint32(hello[8:], version)
+	hello := helloMessage(0)
 	if _, err := conn.Write(hello); err != nil {
 		return err
 	}

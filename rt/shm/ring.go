@@ -66,12 +66,15 @@ const (
 	RecShared  = 4
 	RecSkipped = 5
 	RecHanded  = 6
-	// Where a rank stands with resuming (the ring's resume field): not
-	// started with --resume; waiting for a start; resumed where a start
-	// said (its first epoch has started).
-	ResumeNone    = 0
-	ResumeWaiting = 1
-	ResumeTaken   = 2
+	// Where a rank stands with resuming (the ring's resume field): it
+	// cannot resume (its first epoch starts at once); waiting for a start
+	// (--resume); resumed where a start said, or started fresh (its first
+	// epoch has started); waiting for its clients' first word, a start or
+	// a read (a read from a client that offers none starts fresh).
+	ResumeNone      = 0
+	ResumeWaiting   = 1
+	ResumeTaken     = 2
+	ResumeFirstWord = 3
 )
 
 // Ring is a client's ring pair, mapped in this process.

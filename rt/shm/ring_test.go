@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -22,7 +24,7 @@ import (
 func TestLayoutGolden(t *testing.T) {
 	ours := map[string]string{
 		"ring_magic": ringMagic, "hello_magic": helloMagic, "welcome_magic": welcomeMagic,
-		"trace_magic": traceMagic, "verdict_magic": verdictMagic, "start_magic": startMagic, "refusal_magic": refusalMagic,
+		"release": Release, "trace_magic": traceMagic, "verdict_magic": verdictMagic, "start_magic": startMagic, "refusal_magic": refusalMagic,
 	}
 	for k, v := range map[string]int{
 		"version": version, "hello_bytes": helloBytes, "welcome_bytes": welcomeBytes, "header_bytes": headerBytes,
@@ -32,7 +34,7 @@ func TestLayoutGolden(t *testing.T) {
 		"off_client_sleeping": offClientSleeping, "off_data_head": offDataHead, "off_data_tail": offDataTail, "off_epoch": offEpoch, "off_trace_len": offTraceLen, "off_ranks": offRanks, "off_resume": offResume, "off_seed": offSeed, "off_resumed_epoch": offResumedEpoch, "off_resumed_from": offResumedFrom, "off_resumed_rest": offResumedRest, "off_epochs": offEpochs, "off_awaited": offAwaited, "off_awaited_first": offAwaitedFirst, "off_job_bytes": offJobBytes, "off_job": offJob, "kind_end_epoch": KindEndEpoch, "kind_session": KindSession,
 		"slot_bytes": slotBytes, "unread_slots": unreadSlots, "record_header": recordHeader, "record_align": recordAlign,
 		"kind_read": KindRead, "rec_file": RecFile, "rec_error": RecError, "rec_pad": RecPad, "rec_shared": RecShared, "rec_skipped": RecSkipped, "rec_handed": RecHanded, "arena_grain": arenaGrain, "kind_hand": KindHand, "kind_hold": KindHold, "kind_release": KindRelease,
-		"resume_none": ResumeNone, "resume_waiting": ResumeWaiting, "resume_taken": ResumeTaken,
+		"resume_none": ResumeNone, "resume_waiting": ResumeWaiting, "resume_taken": ResumeTaken, "resume_first_word": ResumeFirstWord,
 		"trace_bytes": traceBytes, "verdict_bytes": verdictBytes, "start_bytes": startBytes, "refusal_bytes": refusalBytes,
 	} {
 		ours[k] = fmt.Sprint(v)
@@ -195,6 +197,38 @@ func TestSecondServerRefused(t *testing.T) {
 	s, _ := listen(t, 4, 64<<10)
 	if _, err := Listen(s.Dir(), 0, Options{Slots: 4, Data: 64 << 10}); err == nil || !strings.Contains(err.Error(), "another brandrt rank serves") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestOtherReleaseRefused: a client of another release, or of another
+// attach protocol, is refused with a message naming both releases and
+// what to install.
+func TestOtherReleaseRefused(t *testing.T) {
+	s, _ := listen(t, 4, 64<<10)
+	other := helloMessage(1)
+	copy(other[16:32], make([]byte, 16))
+	copy(other[16:], "0.0.9")
+	old := helloMessage(1)[:16] // protocol 5's hello had no release
+	binary.LittleEndian.PutUint32(old[8:], 5)
+	for _, tc := range []struct {
+		hello []byte
+		want  string
+	}{
+		{other, "this client is brandrt 0.0.9 (attach protocol 6) and the rank brandrt " + Release},
+		{old, "this client is of another brandrt release (attach protocol 5) and the rank brandrt " + Release},
+	} {
+		conn, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: filepath.Join(s.Dir(), SocketName), Net: "unixpacket"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Write(tc.hello); err != nil {
+			t.Fatal(err)
+		}
+		err = refusal(conn)
+		conn.Close()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "pip install dist/brandrt-"+Release) {
+			t.Errorf("a hello of %d bytes: %v, want a refusal saying %q and what to install", len(tc.hello), err, tc.want)
+		}
 	}
 }
 

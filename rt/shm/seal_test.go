@@ -27,9 +27,7 @@ func rawAttach(t *testing.T, dir string) (*net.UnixConn, []int) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	hello := make([]byte, helloBytes)
-	copy(hello, helloMagic)
-	binary.LittleEndian.PutUint32(hello[8:], version)
+	hello := helloMessage(0)
 	if _, err := conn.Write(hello); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +124,7 @@ func TestPythonCannotWriteArena(t *testing.T) {
 import mmap, os, socket, struct, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 s.connect(os.path.join(sys.argv[1], "attach.sock"))
-s.sendall(struct.pack("<8sII", b"BRTHELLO", int(sys.argv[2]), os.getpid()))
+s.sendall(struct.pack("<8sII16s", b"BRTHELLO", int(sys.argv[2]), os.getpid(), sys.argv[3].encode()))
 s.settimeout(5)
 msg, fds, _, _ = socket.recv_fds(s, 64, 2)
 size = struct.unpack_from("<Q", msg, 24)[0]
@@ -140,7 +138,7 @@ for fd in (fds[1], os.open("/proc/self/fd/%d" % fds[1], os.O_RDWR)):
 `
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, py, "-c", script, s.Dir(), fmt.Sprint(version)).CombinedOutput()
+	out, err := exec.CommandContext(ctx, py, "-c", script, s.Dir(), fmt.Sprint(version), Release).CombinedOutput()
 	if err != nil || string(out) != "refused: [Errno 13] Permission denied\nrefused: [Errno 1] Operation not permitted\n" {
 		t.Fatalf("python: %v\n%s", err, out)
 	}

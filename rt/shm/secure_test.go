@@ -3,7 +3,6 @@ package shm
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -212,11 +211,7 @@ func TestHelperAsNobody(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		hello := make([]byte, helloBytes)
-		copy(hello, helloMagic)
-		binary.LittleEndian.PutUint32(hello[8:], version)
-		binary.LittleEndian.PutUint32(hello[12:], uint32(os.Getpid()))
-		conn.Write(hello)
+		conn.Write(helloMessage(uint32(os.Getpid())))
 		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 		b := make([]byte, 64)
 		n, err := conn.Read(b)

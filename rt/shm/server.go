@@ -78,6 +78,10 @@ type Server struct {
 	// arena and as copies in a ring; Handed those of them handed on to
 	// a client's parent (see hand.go).
 	Shared, Copied, Handed atomic.Int64
+	// Readers counts the clients gone that were delivered files;
+	// HandingOn those of them that handed them on to their parent (a
+	// DataLoader worker's training process: the in-place path).
+	Readers, HandingOn atomic.Int64
 	// handed holds the files handed on, by token; handBytes their bytes
 	// by owner, handTotal in all; token the last token given. See hand.go.
 	handMu    sync.Mutex
@@ -101,8 +105,12 @@ type Options struct {
 	// Starts takes where the clients say the job resumes; nil refuses
 	// them. Ranks and Seed are the job's, published to the clients.
 	Starts chan<- rt.StartOffer
-	Ranks  int
-	Seed   uint64
+	// FirstWord says that the rank takes a read from a client that
+	// offered no start as a fresh start (rt.Config.MayResume without
+	// --resume); without it, with Starts, the rank insists on a start.
+	FirstWord bool
+	Ranks     int
+	Seed      uint64
 	// Job is what the clients put in the states they save (rt.Place, as
 	// JSON), published in every ring: at most 3068 bytes.
 	Job []byte
@@ -241,12 +249,15 @@ func (s *Server) Resumed(e uint32, from int, rest bool) {
 }
 
 // resumeState is what the rings say of resuming: ResumeNone without
-// Options.Starts; else ResumeWaiting until the first epoch starts (the
-// rank waits for a start), then ResumeTaken. Call it with mu held.
+// Options.Starts; else, until the first epoch starts, ResumeFirstWord
+// with Options.FirstWord and ResumeWaiting without (the rank waits for a
+// start), then ResumeTaken. Call it with mu held.
 func (s *Server) resumeState() uint32 {
 	switch {
 	case s.opt.Starts == nil:
 		return ResumeNone
+	case s.epoch == 0 && s.opt.FirstWord:
+		return ResumeFirstWord
 	case s.epoch == 0:
 		return ResumeWaiting
 	default:
