@@ -170,15 +170,7 @@ func TestClusterNodeLost(t *testing.T) {
 	if !strings.Contains(out.String(), "was saved on 3 ranks") {
 		t.Errorf("the resumed job does not say it took up a 3-rank job's state:\n%s", out)
 	}
-	said := out.String()
-	i := strings.Index(said, "rank 0: resuming epoch 2 at position ")
-	if i < 0 {
-		t.Fatalf("the training did not resume epoch 2:\n%s", said)
-	}
-	var pos, step int
-	if _, err := fmt.Sscanf(said[i:], "rank 0: resuming epoch 2 at position %d (step %d)", &pos, &step); err != nil {
-		t.Fatalf("%v in %q", err, said[i:])
-	}
+	_, step := resumedAt(t, out.String(), 0, 2)
 	logs := func(run string, nodes int) []string {
 		var l []string
 		for r := range nodes {
@@ -186,14 +178,7 @@ func TestClusterNodeLost(t *testing.T) {
 		}
 		return l
 	}
-	seen := map[int]int{}
-	countTrained(t, seen, logs("run1", 3), 2, step)
-	t.Logf("3 nodes trained on %d files of epoch 2 up to the checkpoint of step %d; 2 nodes took up from there", len(seen), step)
-	countTrained(t, seen, logs("run2", 2), 2, -1)
-	checkOnce(t, "epoch 2", seen, files)
-	seen = map[int]int{}
-	countTrained(t, seen, logs("run2", 2), 3, -1)
-	checkOnce(t, "epoch 3", seen, files)
+	checkTakenUp(t, logs("run1", 3), logs("run2", 2), step, files)
 }
 
 // killRanksOn kills (SIGKILL) the brandrt ranks running on node i of c
@@ -336,15 +321,7 @@ func TestClusterRequeue(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "on 3 node(s)") || !strings.Contains(out, "was saved on 2 ranks") {
 		t.Fatalf("the requeued job: exit code %d; want 0, on 3 nodes, taking up the 2-rank job's state:\n%s", code, out)
 	}
-	said := out
-	i := strings.Index(said, "rank 0: resuming epoch 2 at position ")
-	if i < 0 {
-		t.Fatalf("the training did not resume epoch 2:\n%s", said)
-	}
-	var pos, step int
-	if _, err := fmt.Sscanf(said[i:], "rank 0: resuming epoch 2 at position %d (step %d)", &pos, &step); err != nil {
-		t.Fatalf("%v in %q", err, said[i:])
-	}
+	_, step := resumedAt(t, out, 0, 2)
 	runs := func(r int) []string { return trainRuns(t, strings.ReplaceAll(log, "{rank}", fmt.Sprint(r))) }
 	var run1, run2 []string
 	for r := range 3 {
@@ -357,14 +334,7 @@ func TestClusterRequeue(t *testing.T) {
 		}
 		run2 = append(run2, rs[len(rs)-1])
 	}
-	seen := map[int]int{}
-	countTrained(t, seen, run1, 2, step)
-	t.Logf("2 nodes trained on %d files of epoch 2 up to the checkpoint of step %d; 3 nodes took up from there", len(seen), step)
-	countTrained(t, seen, run2, 2, -1)
-	checkOnce(t, "epoch 2", seen, files)
-	seen = map[int]int{}
-	countTrained(t, seen, run2, 3, -1)
-	checkOnce(t, "epoch 3", seen, files)
+	checkTakenUp(t, run1, run2, step, files)
 }
 
 // trainRuns splits a train.py log that runs appended to (each begins

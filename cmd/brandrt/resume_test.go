@@ -565,14 +565,7 @@ func TestResumeOnOtherRanksUnderMpirun(t *testing.T) {
 			// Epoch 2: what run 1 trained on up to the checkpoint and what
 			// run 3 trained on make every file once; epoch 3 is whole.
 			_, step := resumedAt(t, said, 0, 2)
-			seen := map[int]int{}
-			countTrained(t, seen, before, 2, step)
-			t.Logf("run 1 trained on %d files of epoch 2 up to step %d", len(seen), step)
-			countTrained(t, seen, after, 2, -1)
-			checkOnce(t, "epoch 2", seen, files)
-			seen = map[int]int{}
-			countTrained(t, seen, after, 3, -1)
-			checkOnce(t, "epoch 3", seen, files)
+			checkTakenUp(t, before, after, step, files)
 		})
 	}
 }
@@ -616,6 +609,22 @@ func awaitStep(t *testing.T, log string, epoch, step int, out fmt.Stringer) {
 			t.Fatalf("rank 0 never reached step %d of epoch %d:\n%s\n%s", step, epoch, b, out)
 		}
 	}
+}
+
+// checkTakenUp checks a job killed in epoch 2 and taken up from the
+// checkpoint of step: what the logs before say was trained on up to that
+// step and what the logs after say make every file of epoch 2 once, and
+// the logs after hold epoch 3 whole.
+func checkTakenUp(t *testing.T, before, after []string, step, files int) {
+	t.Helper()
+	seen := map[int]int{}
+	countTrained(t, seen, before, 2, step)
+	t.Logf("trained on %d files of epoch 2 before the restart, up to the checkpoint of step %d", len(seen), step)
+	countTrained(t, seen, after, 2, -1)
+	checkOnce(t, "epoch 2", seen, files)
+	seen = map[int]int{}
+	countTrained(t, seen, after, 3, -1)
+	checkOnce(t, "epoch 3", seen, files)
 }
 
 // countTrained adds to seen, per file, how often the train.py logs say
