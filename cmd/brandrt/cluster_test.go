@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -392,5 +393,79 @@ func TestClusterNodesShareNoPageCache(t *testing.T) {
 	if first < int64(len(data)) || again > int64(len(data))/8 || other < int64(len(data)) {
 		t.Errorf("an 8 MiB file: node 1 read it with %d bytes over the NAS's link, then with %d, node 2 with %d; "+
 			"want the file's size, almost nothing, the file's size", first, again, other)
+	}
+}
+
+// TestReadmeCluster runs the README's block "Trying several nodes on one
+// machine" line by line as written (a fresh Debian machine's python3
+// first on PATH), but for what a test must own: the cluster's name (the
+// test's, in place of bc), its NAS (a packed dataset of 10 classes of
+// JPEGs, in place of /data), bin/brandrt (the test's build), sbatch
+// waiting for its job (--wait, the job's output in the test's directory),
+// the shell on node 2 (interactive: left out) and `down`, which the
+// test's cleanup runs. The co-launched training and the batch job each
+// train an epoch on 3 nodes, every file delivered once.
+func TestReadmeCluster(t *testing.T) {
+	skipShort(t)
+	needTorch(t)
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const first = "examples/cluster/cluster.sh up "
+	_, block, ok := strings.Cut(string(b), "```sh\n"+first)
+	block, _, _ = strings.Cut(block, "```")
+	if !ok {
+		t.Fatalf("README.md has no block that begins %q", first)
+	}
+	var lines []string
+	for _, l := range strings.Split(first+block, "\n") {
+		if i := strings.Index(l, " #"); i >= 0 {
+			l = l[:i]
+		}
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	nas, tmp := t.TempDir(), t.TempDir()
+	if out, err := exec.Command(python, "../../examples/pytorch/make_jpegs.py", "--out", filepath.Join(nas, "jpegs"), "--classes", "10",
+		"--images", "300", "--size", "32").CombinedOutput(); err != nil {
+		t.Fatalf("make_jpegs: %v\n%s", err, out)
+	}
+	if _, errs, status := runCLI(t, "pack", "--input", filepath.Join(nas, "jpegs"), "--out", filepath.Join(nas, "chunks"), "--chunk-files", "16", "--ranks", "3"); status != 0 {
+		t.Fatal(errs)
+	}
+	up := strings.Fields(strings.ReplaceAll(lines[0], "/data", nas))
+	nodes, err := strconv.Atoi(up[2])
+	if err != nil {
+		t.Fatalf("README's %q: %v", lines[0], err)
+	}
+	c := testkit.StartCluster(t, nodes, up[3:]...)
+	var script []string
+	for _, l := range lines[1:] {
+		if strings.Contains(l, "cluster.sh exec") || strings.Contains(l, "cluster.sh down") {
+			continue
+		}
+		l = strings.ReplaceAll(l, "brandrt-cluster-bc", "brandrt-cluster-"+c.Name)
+		l = strings.ReplaceAll(l, "$PWD/bin/brandrt", "bin/brandrt")
+		l = strings.ReplaceAll(l, "bin/brandrt", binary(t))
+		l = strings.ReplaceAll(l, " sbatch ", fmt.Sprintf(" sbatch --wait --output %s/job-%%j.out ", tmp))
+		script = append(script, l)
+	}
+	root, _ := filepath.Abs("../..")
+	out, err := testkit.Run(5*time.Minute, []string{"PATH=/usr/bin:/bin:" + os.Getenv("PATH")},
+		"bash", "-euo", "pipefail", "-c", fmt.Sprintf("cd %q\n%s", root, strings.Join(script, "\n")))
+	if err != nil {
+		t.Fatalf("the README's block, run as\n%s\n: %v\n%s", strings.Join(script, "\n"), err, out)
+	}
+	jobs, _ := filepath.Glob(filepath.Join(tmp, "job-*.out"))
+	if len(jobs) != 1 {
+		t.Fatalf("the batch job's output: %v", jobs)
+	}
+	job, _ := os.ReadFile(jobs[0])
+	for what, said := range map[string]string{"the co-launched training": string(out), "the batch job": string(job)} {
+		if !strings.Contains(said, "epoch 1 from brandrt, 3 training processes") || !strings.Contains(said, "check    every file delivered exactly once") {
+			t.Errorf("%s did not train an epoch on 3 nodes, every file once:\n%s", what, said)
+		}
 	}
 }
