@@ -708,3 +708,40 @@ print("DataLoader: %d files, %d as bytes, %d as the originals" % (n, copies, sam
 		t.Errorf("serve did not say which clients handed their files on:\n%s", said)
 	}
 }
+
+// TestReadmeLoader runs the README's first Python block (a BrandLoader
+// over a decoding BrandDataset, 4 workers) as written, with what it
+// leaves to the reader filled in (tf, epochs, and a count in place of
+// the loop's body), against a rank serving 2 epochs of JPEGs: every
+// image arrives as a tensor, each epoch whole.
+func TestReadmeLoader(t *testing.T) {
+	cleanVader(t)
+	needTorch(t)
+	const files = 240
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(b), "```python\n")
+	block, _, _ = strings.Cut(block, "```")
+	if !ok || !strings.Contains(block, "BrandLoader(") || !strings.Contains(block, "        ...\n") {
+		t.Fatalf("README.md's first Python block is not the loader's:\n%s", block)
+	}
+	script := "import torch, torchvision.transforms as T\ntf = T.Compose([T.Resize((32, 32)), T.ToTensor()])\nepochs, seen = 2, 0\n" +
+		strings.Replace(block, "        ...\n", "        assert x.shape[1:] == (3, 32, 32) and len(x) == len(y)\n        seen += len(y)\n", 1) +
+		"print('images: %d' % seen)\n"
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "chunks")
+	if _, errs, status := runCLI(t, "pack", "--input", makeJPEGs(t, tmp, files), "--out", dir, "--chunk-files", "16"); status != 0 {
+		t.Fatal(errs)
+	}
+	env := []string{"BRANDRT_ATTACH=" + t.TempDir(), "PYTHONPATH=../../python"}
+	cmd, said := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "25%", "--epochs", "2")
+	out, err := testkit.Run(2*time.Minute, env, python, "-W", "ignore", "-c", script)
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf("images: %d", 2*files)) {
+		t.Fatalf("the README's loader: %v; want %d images:\n%s\n%s", err, 2*files, out, script)
+	}
+	if err := exitWithin(t, cmd, time.Minute); err != nil {
+		t.Fatalf("serve: %v\n%s", err, said)
+	}
+}
