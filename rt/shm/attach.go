@@ -174,7 +174,7 @@ func helloMessage(pid uint32) []byte {
 	copy(b, helloMagic)
 	binary.LittleEndian.PutUint32(b[8:], version)
 	binary.LittleEndian.PutUint32(b[12:], pid)
-	copy(b[16:], Release)
+	copy(b[16:16+releaseBytes], Release)
 	return b
 }
 
@@ -221,8 +221,8 @@ func readHello(conn *net.UnixConn) (uint32, error) {
 		return 0, otherRelease{protocol: le.Uint32(b[8:])}
 	case n != helloBytes:
 		return 0, fmt.Errorf("shm: attach: a client sent a hello of %d bytes, not %d", n, helloBytes)
-	case releaseName(b[16:32]) != Release:
-		return 0, otherRelease{protocol: version, release: releaseName(b[16:32])}
+	case releaseName(b[16:16+releaseBytes]) != Release:
+		return 0, otherRelease{protocol: version, release: releaseName(b[16 : 16+releaseBytes])}
 	}
 	return le.Uint32(b[12:]), nil
 }
@@ -237,7 +237,7 @@ func sendWelcome(conn *net.UnixConn, id, rank uint32, size, fd int, arena *Arena
 	le.PutUint32(b[12:], id)
 	le.PutUint32(b[16:], rank)
 	le.PutUint32(b[20:], uint32(size))
-	copy(b[32:], Release)
+	copy(b[32:32+releaseBytes], Release)
 	fds := []int{fd}
 	if arena != nil {
 		le.PutUint64(b[24:], arena.Size())

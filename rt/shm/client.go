@@ -98,7 +98,7 @@ func welcome(conn *net.UnixConn) (*Client, error) {
 	if n != welcomeBytes || string(b[:8]) != welcomeMagic || le.Uint32(b[8:]) != version {
 		return nil, errors.New("the answer is not a welcome")
 	}
-	if r := releaseName(b[32:48]); r != Release {
+	if r := releaseName(b[32 : 32+releaseBytes]); r != Release {
 		return nil, fmt.Errorf("the rank is brandrt %s and this client brandrt %s: use the client of the rank's release", r, Release)
 	}
 	arenaBytes := le.Uint64(b[24:])
