@@ -148,11 +148,13 @@
 //
 // storage.go and peers.go start none: storageWatch is shared by the
 // workers and the loop under its mutex; peerWatch is the serving
-// goroutine's. All else crosses through channels (Node's reqs, offers,
-// starts, over; ioPool's queue and done; each Reply) or is guarded:
+// goroutine's. All else crosses through channels (Node.clients' events,
+// offers, starts, over; ioPool's queue and done; each Reply) or is guarded:
 // clients release files from their own goroutines, so chunkBuf.refs is
 // atomic, recvPool locks, and Config.Memory must allow it too. Between
-// epochs nothing reads Node.ClientEvents: events wait for the next loop.
+// epochs nothing reads Node.ClientEvents: events wait for the next loop
+// (before the first, Node.resumePoint takes them as the training's first
+// word and holds them for it in Node.next.held).
 //
 // # Buffers: who holds them, who gives them back
 //
