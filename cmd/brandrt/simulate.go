@@ -62,7 +62,7 @@ func simulateCommand() *cli.Command {
 			floatFlag("sigma", d.Sigma, 0, 4, false, "shape of the lognormal sizes"),
 			intFlag("inflight", int64(d.Inflight), 1, maxFiles, whyFiles, "requests each rank keeps outstanding"),
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per epoch and variant instead of a table"},
-			&cli.StringFlag{Name: "resume", Usage: "with --chunks, window policy: take up where a training job saved its place (a BrandSampler's state_dict as JSON: json.dump(sampler.state_dict(n), f)), as serve --resume does, on --ranks ranks; --epochs is the last epoch"},
+			&cli.StringFlag{Name: "resume", Usage: "with --chunks, window policy: take up where a training job saved its place (a BrandLoader's or BrandSampler's state_dict as JSON: json.dump(loader.state_dict(), f)), as serve does when the training offers that state, on --ranks ranks; --epochs is the last epoch"},
 			&cli.StringFlag{Name: "order-out", Usage: "write the delivered order to this file: a line per position, \"epoch rank sn file\" (one policy: not with --compare; " + outputNote + ")"},
 			&cli.BoolFlag{Name: "force", Usage: forceNote("--order-out")},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (cpu.pprof) into this directory"},
@@ -307,7 +307,7 @@ func writePlanning(w io.Writer, rs []sim.Result) {
 // percent prints a fraction as a percentage, "-" where there is none.
 // simResume reads the saved state in file name and returns where a job
 // of cfg on dataset m (its files' sizes per rank) takes up, as serve
-// --resume would.
+// does when the training offers that state.
 func simResume(name string, m *chunk.Manifest, sizes [][]int64, cfg sim.Config) (*sim.Resume, error) {
 	b, err := os.ReadFile(name)
 	if err != nil {
@@ -315,7 +315,7 @@ func simResume(name string, m *chunk.Manifest, sizes [][]int64, cfg sim.Config) 
 	}
 	p, err := rt.ParsePlace(b)
 	if err != nil {
-		return nil, fmt.Errorf("--resume %s: %w (a checkpoint holds it: json.dump(torch.load(ckpt)[\"sampler\"], f))", name, err)
+		return nil, fmt.Errorf("--resume %s: %w (a checkpoint of train.py holds it: json.dump(torch.load(ckpt)[\"loader\"], f))", name, err)
 	}
 	switch {
 	case p.Dataset == "":
