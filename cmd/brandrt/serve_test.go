@@ -294,18 +294,23 @@ func TestServeInterrupted(t *testing.T) {
 }
 
 // cleanVader removes, when the test ends, the shared-memory segments of
-// Open MPI's vader transport that appeared during the test and that no
-// live process maps: a job whose ranks were killed or aborted leaves
-// them in /dev/shm.
+// Open MPI's vader transport, and those of PyTorch's DataLoader workers
+// (torch_<pid>_…), that appeared during the test and that no live
+// process maps: a job whose ranks were killed or aborted leaves the
+// first in /dev/shm, a training killed between a segment's creation and
+// its unlink the second.
 func cleanVader(t *testing.T) {
+	segments := func() []string {
+		vader, _ := filepath.Glob("/dev/shm/vader_segment.*")
+		torch, _ := filepath.Glob("/dev/shm/torch_*")
+		return append(vader, torch...)
+	}
 	before := map[string]bool{}
-	old, _ := filepath.Glob("/dev/shm/vader_segment.*")
-	for _, p := range old {
+	for _, p := range segments() {
 		before[p] = true
 	}
 	t.Cleanup(func() {
-		now, _ := filepath.Glob("/dev/shm/vader_segment.*")
-		for _, p := range now {
+		for _, p := range segments() {
 			if !before[p] && !mapped(p) {
 				os.Remove(p)
 			}
