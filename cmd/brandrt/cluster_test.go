@@ -338,25 +338,6 @@ func TestClusterRequeue(t *testing.T) {
 	checkTakenUp(t, run1, run2, step, files)
 }
 
-// trainRuns splits a train.py log that runs appended to (each begins
-// with a "start" line) into a file per run, and returns their names.
-func trainRuns(t *testing.T, name string) []string {
-	t.Helper()
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var runs []string
-	for i, part := range strings.Split(string(b), "start ")[1:] {
-		p := fmt.Sprintf("%s.run%d", name, i+1)
-		if err := os.WriteFile(p, []byte("start "+part), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		runs = append(runs, p)
-	}
-	return runs
-}
-
 // TestClusterNodesShareNoPageCache: the nodes read the NAS through mounts
 // of their own, so a file one node has in its page cache still crosses
 // the NAS's link when another node reads it; read again on the same node,
@@ -408,18 +389,8 @@ func TestClusterNodesShareNoPageCache(t *testing.T) {
 func TestReadmeCluster(t *testing.T) {
 	skipShort(t)
 	needTorch(t)
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const first = "examples/cluster/cluster.sh up "
-	_, block, ok := strings.Cut(string(b), "```sh\n"+first)
-	block, _, _ = strings.Cut(block, "```")
-	if !ok {
-		t.Fatalf("README.md has no block that begins %q", first)
-	}
 	var lines []string
-	for _, l := range strings.Split(first+block, "\n") {
+	for _, l := range strings.Split(readmeBlock(t, "sh", "examples/cluster/cluster.sh up "), "\n") {
 		if i := strings.Index(l, " #"); i >= 0 {
 			l = l[:i]
 		}

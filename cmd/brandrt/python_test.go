@@ -709,6 +709,23 @@ print("DataLoader: %d files, %d as bytes, %d as the originals" % (n, copies, sam
 	}
 }
 
+// readmeBlock returns the README's first fenced block of lang whose text
+// begins with begins, up to its closing fence; it ends the test when
+// there is none.
+func readmeBlock(t *testing.T, lang, begins string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(b), "```"+lang+"\n"+begins)
+	if !ok {
+		t.Fatalf("README.md has no %s block that begins %q", lang, begins)
+	}
+	block, _, _ = strings.Cut(block, "```")
+	return begins + block
+}
+
 // TestReadmeLoader runs the README's first Python block (a BrandLoader
 // over a decoding BrandDataset, 4 workers) as written, with what it
 // leaves to the reader filled in (tf, epochs, and a count in place of
@@ -718,13 +735,8 @@ func TestReadmeLoader(t *testing.T) {
 	cleanVader(t)
 	needTorch(t)
 	const files = 240
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, block, ok := strings.Cut(string(b), "```python\n")
-	block, _, _ = strings.Cut(block, "```")
-	if !ok || !strings.Contains(block, "BrandLoader(") || !strings.Contains(block, "        ...\n") {
+	block := readmeBlock(t, "python", "")
+	if !strings.Contains(block, "BrandLoader(") || !strings.Contains(block, "        ...\n") {
 		t.Fatalf("README.md's first Python block is not the loader's:\n%s", block)
 	}
 	script := "import torch, torchvision.transforms as T\ntf = T.Compose([T.Resize((32, 32)), T.ToTensor()])\nepochs, seen = 2, 0\n" +

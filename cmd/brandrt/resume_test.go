@@ -74,6 +74,25 @@ func trainLog(t *testing.T, name string, epoch, upTo int) ([]int, int) {
 	return files, last
 }
 
+// trainRuns splits a train.py log that runs appended to (each begins
+// with a "start" line) into a file per run, and returns their names.
+func trainRuns(t *testing.T, name string) []string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []string
+	for i, part := range strings.Split(string(b), "start ")[1:] {
+		p := fmt.Sprintf("%s.run%d", name, i+1)
+		if err := os.WriteFile(p, []byte("start "+part), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, p)
+	}
+	return runs
+}
+
 // startTrainers starts examples/pytorch/train.py beside each of np ranks
 // (one model, DDP), with rank r's extra flags; the test's end kills any
 // left.
@@ -354,32 +373,18 @@ func TestResumeCoLaunched(t *testing.T) {
 			train := []string{"env", "TMPDIR=" + pymp, python, "-W", "ignore", "../../examples/pytorch/train.py", "--num-classes", "4", "--epochs", "3",
 				"--batch-size", fmt.Sprint(batch), "--checkpoint", ckpt, "--checkpoint-every", "4",
 				"--workers", "4", "--prefetch-factor", "4", "--log-files", filepath.Join(tmp, "train-{rank}.log")}
-			logs := func(run string) []string {
-				var l []string
-				for r := range tc.ranks {
-					l = append(l, filepath.Join(tmp, fmt.Sprintf("%s-%d.log", run, r)))
-				}
-				return l
-			}
+			log := func(r int) string { return filepath.Join(tmp, fmt.Sprintf("train-%d.log", r)) }
 
 			// Run 1, killed once rank 0 trained on 40 % of epoch 2. The
 			// checkpoint (BrandLoader.state_dict) counts what training
 			// took, 128 positions short of what the sampler handed out
 			cmd, out, _ := coLaunch(t, tc.ranks, serveArgs, train...)
 			killAt := perRank/batch + perRank*4/10/batch // steps: epoch 1, then 40 % of epoch 2
-			awaitStep(t, logs("train")[0], 2, killAt, out)
+			awaitStep(t, log(0), 2, killAt, out)
 			killJob(t, cmd, nil)
 			gone(t, ckpt, 20*time.Second)
 			if strings.Contains(out.String(), "resum") {
 				t.Errorf("the first run, with no checkpoint yet, speaks of resuming:\n%s", out)
-			}
-			cut := make([]int, tc.ranks) // where each log's second run begins
-			for r, name := range logs("train") {
-				b, err := os.ReadFile(name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				cut[r] = len(b)
 			}
 
 			// Run 2: the same command.
@@ -387,18 +392,15 @@ func TestResumeCoLaunched(t *testing.T) {
 			if err := exitWithin(t, cmd, 2*time.Minute); err != nil {
 				t.Fatalf("the resumed job: %v\n%s", err, out)
 			}
-			for r, name := range logs("train") {
-				b, err := os.ReadFile(name)
-				if err != nil {
-					t.Fatal(err)
+			var run1, run2 []string // each log holds both runs, the second appended
+			for r := range tc.ranks {
+				runs := trainRuns(t, log(r))
+				if len(runs) != 2 {
+					t.Fatalf("rank %d's log holds %d runs, not 2", r, len(runs))
 				}
-				for i, part := range [][]byte{b[:cut[r]], b[cut[r]:]} {
-					if err := os.WriteFile(logs([]string{"run1", "run2"}[i])[r], part, 0o644); err != nil {
-						t.Fatal(err)
-					}
-				}
+				run1, run2 = append(run1, runs[0]), append(run2, runs[1])
 			}
-			checkResumed(t, resumedJob{files: tc.files, epoch: 2, epochs: 3, uninterrupted: uninterrupted, before: logs("run1"), after: logs("run2"),
+			checkResumed(t, resumedJob{files: tc.files, epoch: 2, epochs: 3, uninterrupted: uninterrupted, before: run1, after: run2,
 				said: out.String()})
 			if !strings.Contains(out.String(), "check    resumed: every position from the restart on answered") ||
 				!strings.Contains(out.String(), "epoch 3 from brandrt") {

@@ -335,8 +335,8 @@ class Client:
         waits while another says where the job takes up)."""
         self._check_epoch(epoch)
         if offer and self._u32(L.OFF_RESUME) == L.RESUME_FIRST_WORD:
-            ranks, seed, _ = self.job()
-            self.start(epoch, 0, ranks, seed, timeout, state=dict(self.place(), epoch=epoch - 1, position=0, ranks=ranks, seed=seed))
+            state = self.fresh_state(epoch - 1)
+            self.start(epoch, 0, state["ranks"], state["seed"], timeout, state=state)
         end = time.monotonic() + timeout
         while True:
             e, n = self.epoch()
@@ -386,6 +386,12 @@ class Client:
         if n == 0 or n > L.HEADER_BYTES - L.OFF_JOB:
             return {}
         return json.loads(bytes(self._buf[L.OFF_JOB : L.OFF_JOB + n]).decode())
+
+    def fresh_state(self, epoch):
+        """The saved state (a BrandSampler's, epoch from 0) of epoch's
+        beginning on this job's plan: what a fresh start offers."""
+        ranks, seed, _ = self.job()
+        return dict(self.place(), epoch=epoch, position=0, ranks=ranks, seed=seed)
 
     def resumed(self):
         """(epoch, first, rest): the epoch (from 1) the job resumed, 0 if

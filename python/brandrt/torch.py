@@ -152,7 +152,7 @@ class BrandSampler(torch.utils.data.Sampler):
             if c.waits_for_start() and self.rank == 0:
                 # the rank waits to be told where the job takes up
                 if r is None:
-                    r = dict(self._place, epoch=epoch, position=0, ranks=ranks, seed=seed)
+                    r = c.fresh_state(epoch)
                 c.start(r["epoch"] + 1, r["position"], r["ranks"], r["seed"], self.timeout, state=r)
             elif r is not None and not resume and (r["position"] > 0 or c.epoch()[0] not in (0, r["epoch"] + 1)):
                 raise BrandError("this sampler resumes epoch %d at position %d (load_state_dict), but the brandrt rank at %s "

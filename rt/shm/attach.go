@@ -221,8 +221,9 @@ func readHello(conn *net.UnixConn) (uint32, error) {
 		return 0, otherRelease{protocol: le.Uint32(b[8:])}
 	case n != helloBytes:
 		return 0, fmt.Errorf("shm: attach: a client sent a hello of %d bytes, not %d", n, helloBytes)
-	case releaseName(b[16:16+releaseBytes]) != Release:
-		return 0, otherRelease{protocol: version, release: releaseName(b[16 : 16+releaseBytes])}
+	}
+	if r := releaseName(b[16 : 16+releaseBytes]); r != Release {
+		return 0, otherRelease{protocol: version, release: r}
 	}
 	return le.Uint32(b[12:]), nil
 }

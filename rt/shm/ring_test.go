@@ -206,7 +206,7 @@ func TestSecondServerRefused(t *testing.T) {
 func TestOtherReleaseRefused(t *testing.T) {
 	s, _ := listen(t, 4, 64<<10)
 	other := helloMessage(1)
-	copy(other[16:32], make([]byte, 16))
+	clear(other[16 : 16+releaseBytes])
 	copy(other[16:], "0.0.9")
 	old := helloMessage(1)[:16] // protocol 5's hello had no release
 	binary.LittleEndian.PutUint32(old[8:], 5)
