@@ -13,16 +13,17 @@ import (
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/chunk/chunktest"
+	"github.com/brandrt/brandrt/chunk/synth"
 )
 
 const genSeed = 7
 
 // gen writes a small labelled dataset: 5 classes, n files of about 3 KB,
 // a few of them empty.
-func gen(t *testing.T, n int) (string, []chunktest.GenFile) {
+func gen(t *testing.T, n int) (string, []synth.File) {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "input")
-	files, err := chunktest.Generate(root, chunktest.GenConfig{Classes: 5, Files: n, MeanSize: 3000, Sigma: 0.8, MaxSize: 40000, Zero: 3, Seed: genSeed})
+	files, err := synth.Generate(root, synth.Config{Classes: 5, Files: n, MeanSize: 3000, Sigma: 0.8, MaxSize: 40000, Zero: 3, Seed: genSeed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func pack(t *testing.T, input, out string, o packOpts) (*chunk.Manifest, error) 
 
 // checkDataset reads every file of the dataset in out, whole-chunk and
 // selectively, and compares it with what the generator wrote.
-func checkDataset(t *testing.T, fsys chunk.FS, out string, files []chunktest.GenFile) {
+func checkDataset(t *testing.T, fsys chunk.FS, out string, files []synth.File) {
 	t.Helper()
 	m, err := chunk.ReadManifest(fsys, out)
 	if err != nil {
@@ -106,7 +107,7 @@ func checkDataset(t *testing.T, fsys chunk.FS, out string, files []chunktest.Gen
 					t.Fatalf("file %d: path %q unknown or seen twice", e.ID, e.Path)
 				}
 				seen[i] = true
-				want := chunktest.Content(nil, genSeed, i, files[i].Size)
+				want := synth.Content(nil, genSeed, i, files[i].Size)
 				if !bytes.Equal(whole.File(slot), want) || e.Label != files[i].Label {
 					t.Fatalf("file %d (%s): %d bytes label %d, want %d bytes label %d", e.ID, e.Path, len(whole.File(slot)), e.Label, len(want), files[i].Label)
 				}
@@ -630,7 +631,7 @@ func TestUnreadableInputsReportedTogether(t *testing.T) {
 // of one leaves nothing behind.
 func TestLargeFiles(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "input")
-	files, err := chunktest.Generate(root, chunktest.GenConfig{Classes: 2, Files: 7, MeanSize: 9 << 20, Sigma: 0.5, MaxSize: 30 << 20, Zero: 1, Seed: genSeed})
+	files, err := synth.Generate(root, synth.Config{Classes: 2, Files: 7, MeanSize: 9 << 20, Sigma: 0.5, MaxSize: 30 << 20, Zero: 1, Seed: genSeed})
 	if err != nil {
 		t.Fatal(err)
 	}

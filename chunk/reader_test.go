@@ -12,11 +12,12 @@ import (
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/chunk/chunktest"
+	"github.com/brandrt/brandrt/chunk/synth"
 	"github.com/brandrt/brandrt/internal/testkit"
 )
 
 // packed returns a packed dataset of n generated files, 2 ranks, K=8.
-func packed(t *testing.T, n int) (string, []chunktest.GenFile) {
+func packed(t *testing.T, n int) (string, []synth.File) {
 	t.Helper()
 	input, files := gen(t, n)
 	out := filepath.Join(t.TempDir(), "chunks")
@@ -178,7 +179,7 @@ func TestFindAndExtract(t *testing.T) {
 	}
 	i := byPath[e.Path]
 	data, err := chunk.Extract(chunk.OS, out, e)
-	if err != nil || !bytes.Equal(data, chunktest.Content(nil, genSeed, i, files[i].Size)) {
+	if err != nil || !bytes.Equal(data, synth.Content(nil, genSeed, i, files[i].Size)) {
 		t.Fatalf("extract %s: %v", e.Path, err)
 	}
 	e2, err := chunk.Find(chunk.OS, out, e.Path)

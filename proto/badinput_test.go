@@ -6,14 +6,14 @@ import (
 	"testing"
 
 	"github.com/brandrt/brandrt/proto"
-	"github.com/brandrt/brandrt/proto/prototest"
+	"github.com/brandrt/brandrt/proto/inproc"
 )
 
 // TestBadInputIsAnErrorAndChangesNothing feeds rank 1 malformed events
 // and checks each is refused with an error naming the problem while the
 // rank's state stays as it was.
 func TestBadInputIsAnErrorAndChangesNothing(t *testing.T) {
-	c, err := prototest.New(prototest.Options{Files: []int{4, 4}, K: 2, MemFraction: 0.5, RemoteMemBytes: 8, Window: 4})
+	c, err := inproc.New(inproc.Options{Files: []int{4, 4}, K: 2, MemFraction: 0.5, RemoteMemBytes: 8, Window: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,8 +88,8 @@ func TestBadInputIsAnErrorAndChangesNothing(t *testing.T) {
 // TestReadNamingAnotherChunksFile: a read that says a file of another
 // chunk is damaged is refused, with either policy, and changes nothing.
 func TestReadNamingAnotherChunksFile(t *testing.T) {
-	for _, policy := range []string{prototest.Paper, prototest.Window} {
-		c, err := prototest.New(prototest.Options{Files: []int{4, 4}, K: 2, MemFraction: 0.5, RemoteMemBytes: 8, Window: 4, Policy: policy})
+	for _, policy := range []string{inproc.Paper, inproc.Window} {
+		c, err := inproc.New(inproc.Options{Files: []int{4, 4}, K: 2, MemFraction: 0.5, RemoteMemBytes: 8, Window: 4, Policy: policy})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +122,7 @@ func TestReadNamingAnotherChunksFile(t *testing.T) {
 }
 
 func TestRequestBeforeEpoch(t *testing.T) {
-	c, err := prototest.New(prototest.Options{Files: []int{4}, K: 2, MemFraction: 1})
+	c, err := inproc.New(inproc.Options{Files: []int{4}, K: 2, MemFraction: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestRequestBeforeEpoch(t *testing.T) {
 // twice, the same file under another push ID. Each is an error and no file
 // is delivered twice.
 func TestDuplicateFilesFromAPeerAreRefused(t *testing.T) {
-	c, err := prototest.New(prototest.Options{Files: []int{4, 4}, K: 2, MemFraction: 0.5, RemoteMemBytes: 8, Window: 4})
+	c, err := inproc.New(inproc.Options{Files: []int{4, 4}, K: 2, MemFraction: 0.5, RemoteMemBytes: 8, Window: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestDuplicateFilesFromAPeerAreRefused(t *testing.T) {
 // TestRepliesAndPushesComeFromTheHome: with three ranks, a rank that does
 // not store a position's file may not answer it nor push for it.
 func TestRepliesAndPushesComeFromTheHome(t *testing.T) {
-	c, err := prototest.New(prototest.Options{Files: []int{2, 2, 2}, K: 2, MemFraction: 1, RemoteMemBytes: 8, Window: 4})
+	c, err := inproc.New(inproc.Options{Files: []int{2, 2, 2}, K: 2, MemFraction: 1, RemoteMemBytes: 8, Window: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestRepliesAndPushesComeFromTheHome(t *testing.T) {
 // rank has not started is checked when it starts; a bad one is dropped and
 // reported in Ready.Dropped, and the epoch starts anyway.
 func TestHeldMessagesThatProveBadAreDropped(t *testing.T) {
-	c, err := prototest.New(prototest.Options{Files: []int{4, 4}, K: 2, MemFraction: 0.5, RemoteMemBytes: 8, Window: 4})
+	c, err := inproc.New(inproc.Options{Files: []int{4, 4}, K: 2, MemFraction: 0.5, RemoteMemBytes: 8, Window: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

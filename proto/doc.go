@@ -101,7 +101,7 @@
 //
 // # Invariants
 //
-// Checked after every step in tests (prototest), and inside Step when built
+// Checked after every step in tests (proto/inproc), and inside Step when built
 // with the invariants tag:
 //
 //   - at most once: no file is delivered twice in an epoch, on any rank;

@@ -21,6 +21,11 @@ type Machine interface {
 	CheckInvariants() error
 	// String dumps the rank's state, for golden tests.
 	String() string
+	// Plan returns the current epoch's plan, which file answers each
+	// position of every rank; nil before the first epoch and for a
+	// policy that plans nothing ahead (the papers' Rank redirects as
+	// requests come).
+	Plan() *WindowPlan
 }
 
 var (

@@ -169,6 +169,9 @@ func (r *Rank) Advance(rd Ready) { r.rd.clear() }
 // Epoch returns the current epoch and whether one has started.
 func (r *Rank) Epoch() (uint32, bool) { return r.epoch, r.started }
 
+// Plan returns nil: the papers' policy plans nothing ahead.
+func (r *Rank) Plan() *WindowPlan { return nil }
+
 // Stats returns the counters of the current epoch.
 func (r *Rank) Stats() Stats { return r.stats }
 

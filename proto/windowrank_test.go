@@ -8,22 +8,23 @@ import (
 	"testing"
 
 	"github.com/brandrt/brandrt/proto"
+	"github.com/brandrt/brandrt/proto/inproc"
 	"github.com/brandrt/brandrt/proto/prototest"
 )
 
-// newWindowCluster returns a cluster of window ranks (prototest.Cluster,
+// newWindowCluster returns a cluster of window ranks (inproc.Cluster,
 // which checks every step) on in's dataset and budgets, fetching ahead
 // window positions within remote bytes. traces gives any epoch's traces;
 // with epochs, the ranks read ahead into the next epoch up to that one.
 func newWindowCluster(t *testing.T, in proto.WindowInput, remote int64, window int,
-	traces func(uint32) [][]proto.FileID, epochs uint32) *prototest.Cluster {
+	traces func(uint32) [][]proto.FileID, epochs uint32) *inproc.Cluster {
 	t.Helper()
 	files := make([]int, len(in.Sizes))
 	for r, s := range in.Sizes {
 		files[r] = len(s)
 	}
-	c, err := prototest.New(prototest.Options{Files: files, K: in.Mapping.K(), Sizes: in.Sizes, MemBytes: in.Budget,
-		RemoteMemBytes: remote, Window: window, Seed: in.Seed, Policy: prototest.Window, Lead: in.Lead, Ramp: in.Ramp,
+	c, err := inproc.New(inproc.Options{Files: files, K: in.Mapping.K(), Sizes: in.Sizes, MemBytes: in.Budget,
+		RemoteMemBytes: remote, Window: window, Seed: in.Seed, Policy: inproc.Window, Lead: in.Lead, Ramp: in.Ramp,
 		Keep: in.Keep, Traces: traces, Epochs: epochs})
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +35,7 @@ func newWindowCluster(t *testing.T, in proto.WindowInput, remote int64, window i
 // drive runs c's current epoch to its end (prototest.Clients): depth
 // positions asked ahead per rank at random, each rank's clients stopping
 // at stop (nil: at the end of their traces).
-func drive(t *testing.T, c *prototest.Cluster, seed uint64, depth int, stop []int) {
+func drive(t *testing.T, c *inproc.Cluster, seed uint64, depth int, stop []int) {
 	t.Helper()
 	d := &prototest.Clients{C: c, Rng: rand.New(rand.NewPCG(seed, 7)), Depth: depth, Stop: stop}
 	if err := d.Run(); err != nil {
@@ -43,7 +44,7 @@ func drive(t *testing.T, c *prototest.Cluster, seed uint64, depth int, stop []in
 }
 
 // plan returns the plan rank r carries out.
-func plan(c *prototest.Cluster, r int) *proto.WindowPlan {
+func plan(c *inproc.Cluster, r int) *proto.WindowPlan {
 	return c.Ranks[r].(*proto.WindowRank).Plan()
 }
 

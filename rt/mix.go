@@ -17,12 +17,12 @@ type mixer struct {
 // clients' traces (no shuffle to compare with), and in an epoch resumed
 // after files delivered on another plan (the epoch had two orders).
 func (n *Node) startMix(e uint32, traces [][]proto.FileID, resumedRest bool) <-chan *proto.Mix {
-	w, ok := n.p.(*proto.WindowRank)
-	if n.me != 0 || n.cfg.MixBatch <= 0 || !ok || n.cfg.ClientTraces || resumedRest || w.Plan() == nil {
+	plan := n.p.Plan()
+	if n.me != 0 || n.cfg.MixBatch <= 0 || plan == nil || n.cfg.ClientTraces || resumedRest {
 		n.tally.mix = mixer{}
 		return nil
 	}
-	cur, prev := proto.Orders{Files: w.Plan().Files, Traces: traces}, proto.Orders{}
+	cur, prev := proto.Orders{Files: plan.Files, Traces: traces}, proto.Orders{}
 	if n.tally.mix.epoch == e-1 {
 		prev = n.tally.mix.prev
 	}

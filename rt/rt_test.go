@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/brandrt/brandrt/chunk"
-	"github.com/brandrt/brandrt/chunk/chunktest"
+	"github.com/brandrt/brandrt/chunk/synth"
 	"github.com/brandrt/brandrt/collectives"
 	"github.com/brandrt/brandrt/internal/testkit"
 	"github.com/brandrt/brandrt/proto"
@@ -24,7 +24,7 @@ import (
 // with k files per chunk.
 func packed(t testing.TB, files, ranks, k int) string {
 	t.Helper()
-	return testkit.Dataset{Gen: chunktest.GenConfig{Classes: 7, Files: files, MeanSize: 4000, Sigma: 0.9, MaxSize: 60000, Zero: 2, Seed: 3},
+	return testkit.Dataset{Gen: synth.Config{Classes: 7, Files: files, MeanSize: 4000, Sigma: 0.9, MaxSize: 60000, Zero: 2, Seed: 3},
 		K: k, Ranks: ranks, Seed: 5}.Packed(t)
 }
 

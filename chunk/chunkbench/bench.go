@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/brandrt/brandrt/chunk"
-	"github.com/brandrt/brandrt/chunk/chunktest"
+	"github.com/brandrt/brandrt/chunk/synth"
 )
 
 // Config describes a run.
@@ -117,7 +117,7 @@ func ensureInput(cfg Config, input string) (int64, error) {
 	}
 	_ = os.RemoveAll(input)
 	start := time.Now()
-	files, err := chunktest.Generate(input, chunktest.GenConfig{Classes: 100, Files: cfg.Files, MeanSize: cfg.MeanSize,
+	files, err := synth.Generate(input, synth.Config{Classes: 100, Files: cfg.Files, MeanSize: cfg.MeanSize,
 		Sigma: cfg.Sigma, MaxSize: 4 << 20, Seed: 1})
 	if err != nil {
 		return 0, fmt.Errorf("chunkbench: generate: %w", err)

@@ -1,6 +1,7 @@
 // Package chunktest helps test code that reads and writes through
-// chunk.FS: a file system wrapper that injects errors and corruption, and
-// a generator of small labelled datasets.
+// chunk.FS: a file system wrapper that injects errors and corruption
+// (New, Rule), and FlipByte, which damages a file on disk. Only tests
+// import it; the generator of datasets is package chunk/synth.
 package chunktest
 
 import (

@@ -12,15 +12,15 @@ import (
 	"testing"
 
 	"github.com/brandrt/brandrt/chunk"
-	"github.com/brandrt/brandrt/chunk/chunktest"
 	"github.com/brandrt/brandrt/chunk/stage"
+	"github.com/brandrt/brandrt/chunk/synth"
 	"github.com/brandrt/brandrt/internal/testkit"
 )
 
 // dataset is a small labelled dataset of n files for ranks ranks (K=8),
 // shuffled with seed.
 func dataset(n, ranks int, seed uint64) testkit.Dataset {
-	return testkit.Dataset{Gen: chunktest.GenConfig{Classes: 3, Files: n, MeanSize: 3000, Sigma: 0.8, MaxSize: 40000, Zero: 2, Seed: 7},
+	return testkit.Dataset{Gen: synth.Config{Classes: 3, Files: n, MeanSize: 3000, Sigma: 0.8, MaxSize: 40000, Zero: 2, Seed: 7},
 		K: 8, Ranks: ranks, Seed: seed}
 }
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/brandrt/brandrt/chunk"
-	"github.com/brandrt/brandrt/chunk/chunktest"
+	"github.com/brandrt/brandrt/chunk/synth"
 	"github.com/brandrt/brandrt/internal/testkit"
 )
 
@@ -25,7 +25,7 @@ func TestPackInterrupted(t *testing.T) {
 	// before a busy mpirun passed the signal on; with 8,000 files of 10 kB,
 	// 2.5 s once, a fresh machine packed them in 0.9 s and did too.)
 	input := filepath.Join(t.TempDir(), "input")
-	if _, err := chunktest.Generate(input, chunktest.GenConfig{Classes: 4, Files: 20000, MeanSize: 4000, Sigma: 0.3, MaxSize: 12000, Seed: 5}); err != nil {
+	if _, err := synth.Generate(input, synth.Config{Classes: 4, Files: 20000, MeanSize: 4000, Sigma: 0.3, MaxSize: 12000, Seed: 5}); err != nil {
 		t.Fatal(err)
 	}
 	pack := []string{binary(t), "pack", "--input", input, "--chunk-files", "1", "--workers", "1"}
@@ -93,7 +93,7 @@ func waitForChunks(t *testing.T, out string, np int, d time.Duration) {
 func TestPackBySize(t *testing.T) {
 	cleanVader(t)
 	input := filepath.Join(t.TempDir(), "input")
-	files, err := chunktest.Generate(input, chunktest.GenConfig{Classes: 3, Files: 400, MeanSize: 9000, Sigma: 1.3, MaxSize: 200 << 10, Zero: 2, Seed: 5})
+	files, err := synth.Generate(input, synth.Config{Classes: 3, Files: 400, MeanSize: 9000, Sigma: 1.3, MaxSize: 200 << 10, Zero: 2, Seed: 5})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/chunk/chunktest"
 	"github.com/brandrt/brandrt/chunk/stage"
+	"github.com/brandrt/brandrt/chunk/synth"
 	"github.com/brandrt/brandrt/internal/testkit"
 )
 
@@ -100,7 +101,7 @@ func TestStageSignals(t *testing.T) {
 	// Chunks of 1 file, each copied and synced by one worker: a few
 	// seconds of copying.
 	input := filepath.Join(t.TempDir(), "input")
-	if _, err := chunktest.Generate(input, chunktest.GenConfig{Classes: 4, Files: 3000, MeanSize: 20000, Sigma: 0.3, MaxSize: 60000, Seed: 5}); err != nil {
+	if _, err := synth.Generate(input, synth.Config{Classes: 4, Files: 3000, MeanSize: 20000, Sigma: 0.3, MaxSize: 60000, Seed: 5}); err != nil {
 		t.Fatal(err)
 	}
 	src := filepath.Join(t.TempDir(), "chunks")

@@ -11,14 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/brandrt/brandrt/chunk/chunktest"
+	"github.com/brandrt/brandrt/chunk/synth"
 	"github.com/brandrt/brandrt/internal/testkit"
 )
 
 // tinyFiles is the dataset of the issue that found a client could stall
 // its rank: 200,000 files of about 61 bytes, so that a client's ring
 // holds tens of thousands of answers.
-var tinyFiles = testkit.Dataset{Gen: chunktest.GenConfig{Classes: 10, Files: 200000, MeanSize: 61, Sigma: 0.3, MaxSize: 4096, Seed: 3}, K: 64, Ranks: 2, Seed: 1}
+var tinyFiles = testkit.Dataset{Gen: synth.Config{Classes: 10, Files: 200000, MeanSize: 61, Sigma: 0.3, MaxSize: 4096, Seed: 3}, K: 64, Ranks: 2, Seed: 1}
 
 // cleanups run when the test binary ends (TestMain): for what tests
 // share.

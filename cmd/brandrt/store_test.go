@@ -12,14 +12,14 @@ import (
 	"testing"
 
 	"github.com/brandrt/brandrt/chunk"
-	"github.com/brandrt/brandrt/chunk/chunktest"
+	"github.com/brandrt/brandrt/chunk/synth"
 	"github.com/brandrt/brandrt/internal/testkit"
 )
 
-func genInput(t *testing.T, files int) (string, []chunktest.GenFile) {
+func genInput(t *testing.T, files int) (string, []synth.File) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "input")
-	fs, err := chunktest.Generate(dir, chunktest.GenConfig{Classes: 4, Files: files, MeanSize: 4000, Sigma: 0.7, MaxSize: 60000, Zero: 2, Seed: 3})
+	fs, err := synth.Generate(dir, synth.Config{Classes: 4, Files: files, MeanSize: 4000, Sigma: 0.7, MaxSize: 60000, Zero: 2, Seed: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestPackVerifyInspectExtract(t *testing.T) {
 	if status != 0 || len(lines) != 501 || lines[0] != "id\tlabel\tsize\trank\tpath" {
 		t.Fatalf("inspect --list: status %d, %d lines\n%s", status, len(lines), errs)
 	}
-	inputs := map[string]chunktest.GenFile{}
+	inputs := map[string]synth.File{}
 	for _, f := range files {
 		inputs[f.Rel] = f
 	}
@@ -229,7 +229,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// binary builds brandrt once for the tests that run it as a process.
+// binary builds brandrt once for the tests that run it as a process,
+// with the tests' hooks (the testhooks tag: rt/job/hooks_on.go).
 func binary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -239,7 +240,7 @@ func binary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "brandrt")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		out, err := exec.Command("go", "build", "-tags", "testhooks", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
-	"github.com/brandrt/brandrt/chunk/chunktest"
+	"github.com/brandrt/brandrt/chunk/synth"
 )
 
 func main() {
@@ -27,7 +27,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "gendata: need --out, --files ≥ 1, 1 ≤ --classes ≤ --files and a --mean-size like 110KB")
 		os.Exit(2)
 	}
-	gen, err := chunktest.Generate(*out, chunktest.GenConfig{Classes: *classes, Files: *files, MeanSize: int64(size),
+	gen, err := synth.Generate(*out, synth.Config{Classes: *classes, Files: *files, MeanSize: int64(size),
 		Sigma: 0.6, MaxSize: 4 << 20, Seed: *seed})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gendata:", err)

@@ -6,12 +6,13 @@ import (
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/chunk/chunktest"
+	"github.com/brandrt/brandrt/chunk/synth"
 )
 
 // Dataset is a generated input (Gen) and how a test packs it: K files
 // per chunk, for Ranks ranks, shuffled with Seed.
 type Dataset struct {
-	Gen   chunktest.GenConfig
+	Gen   synth.Config
 	K     int
 	Ranks int
 	Seed  uint64
@@ -19,10 +20,10 @@ type Dataset struct {
 
 // Generate writes d's input under dir/input and returns that directory
 // and its files.
-func (d Dataset) Generate(t testing.TB, dir string) (string, []chunktest.GenFile) {
+func (d Dataset) Generate(t testing.TB, dir string) (string, []synth.File) {
 	t.Helper()
 	input := filepath.Join(dir, "input")
-	files, err := chunktest.Generate(input, d.Gen)
+	files, err := synth.Generate(input, d.Gen)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/brandrt/brandrt/proto"
+	"github.com/brandrt/brandrt/proto/inproc"
 )
 
 // Clients drive the current epoch of a cluster at random, as DataLoader
@@ -14,7 +15,7 @@ import (
 // in any order. Clients that stop early say so (Cluster.Done) once every
 // position they asked for is answered, as the runtime does.
 type Clients struct {
-	C     *Cluster
+	C     *inproc.Cluster
 	Rng   *rand.Rand
 	Depth int
 	// Stop[r] is the position before which rank r's clients stop (nil:
@@ -94,7 +95,7 @@ func (d *Clients) act() (bool, error) {
 // before their stop and got them.
 func (d *Clients) request(r int) (bool, error) {
 	c := d.C
-	asked, before := c.cur.asked[r], c.cur.delivered[r]
+	asked, before := c.Asked(r), c.Delivered[r]
 	// asked, or delivered before the epoch was resumed
 	taken := func(sn int32) bool { return asked[sn] || before[sn] != proto.NoFile }
 	for int(d.next[r]) < d.Stop[r] && taken(d.next[r]) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/brandrt/brandrt/internal/script"
 	"github.com/brandrt/brandrt/proto"
+	"github.com/brandrt/brandrt/proto/inproc"
 )
 
 // Env interprets datadriven commands over a Cluster:
@@ -49,7 +50,7 @@ import (
 // Each command prints the effects it caused, one per line. deliver and
 // complete act only on what was in flight when they start.
 type Env struct {
-	C   *Cluster
+	C   *inproc.Cluster
 	out strings.Builder
 }
 
@@ -149,13 +150,13 @@ func (e *Env) init(cmd *script.Cmd) error {
 	if err != nil {
 		return fmt.Errorf("files: %w", err)
 	}
-	opts := Options{Files: files, K: argInt(cmd, "k", 4), Window: argInt(cmd, "window", 4),
+	opts := inproc.Options{Files: files, K: argInt(cmd, "k", 4), Window: argInt(cmd, "window", 4),
 		RemoteMemBytes: int64(argInt(cmd, "remote", 1<<20)), Seed: uint64(argInt(cmd, "seed", 1)),
-		Codec: cmd.Has("codec"), Policy: arg(cmd, "policy", Paper), Lead: argInt(cmd, "lead", 0),
+		Codec: cmd.Has("codec"), Policy: arg(cmd, "policy", inproc.Paper), Lead: argInt(cmd, "lead", 0),
 		Ramp: argInt(cmd, "ramp", 0), Epochs: uint32(argInt(cmd, "epochs", 0))}
-	if opts.Policy == Window {
+	if opts.Policy == inproc.Window {
 		// the traces the epoch command draws by default
-		opts.Traces = func(ep uint32) [][]proto.FileID { return GenTraces(e.C.Mapping, 1, ep) }
+		opts.Traces = func(ep uint32) [][]proto.FileID { return inproc.GenTraces(e.C.Mapping, 1, ep) }
 	}
 	if opts.MemFraction, err = strconv.ParseFloat(arg(cmd, "mem", "0.25"), 64); err != nil {
 		return fmt.Errorf("mem: %w", err)
@@ -177,11 +178,11 @@ func (e *Env) init(cmd *script.Cmd) error {
 			opts.Damaged = append(opts.Damaged, proto.FileID(f))
 		}
 	}
-	opts.Sizes = fixedSizes(files, int64(argInt(cmd, "size", 1)))
+	opts.Sizes = inproc.Sizes(files, int64(argInt(cmd, "size", 1)))
 	if cmd.Has("size-seed") {
 		opts.Sizes = randomSizes(files, uint64(argInt(cmd, "size-seed", 0)))
 	}
-	e.C, err = New(opts)
+	e.C, err = inproc.New(opts)
 	if err != nil {
 		return err
 	}
@@ -190,7 +191,7 @@ func (e *Env) init(cmd *script.Cmd) error {
 	for r := range files {
 		firstVC, vcs := m.RankVCs(r)
 		firstPC, pcs := m.RankPCs(r)
-		if opts.Policy == Window {
+		if opts.Policy == inproc.Window {
 			first, n := m.RankFiles(r)
 			e.line(fmt.Sprintf("rank %d: pcs %d-%d, files %d-%d, budget %d bytes", r, firstPC, firstPC+pcs-1,
 				first, int(first)+n-1, m.MemBytes(r)))
@@ -206,8 +207,7 @@ func (e *Env) init(cmd *script.Cmd) error {
 func (e *Env) plan(cmd *script.Cmd) error {
 	var p *proto.WindowPlan
 	for _, m := range e.C.Ranks {
-		if w, ok := m.(*proto.WindowRank); ok && w.Plan() != nil {
-			p = w.Plan()
+		if p = m.Plan(); p != nil {
 			break
 		}
 	}
@@ -225,19 +225,9 @@ func (e *Env) plan(cmd *script.Cmd) error {
 	return nil
 }
 
-func fixedSizes(files []int, size int64) [][]int64 {
-	s := unitSizes(files)
-	for _, rs := range s {
-		for i := range rs {
-			rs[i] = size
-		}
-	}
-	return s
-}
-
 func randomSizes(files []int, seed uint64) [][]int64 {
 	rng := rand.New(rand.NewPCG(seed, 0))
-	s := unitSizes(files)
+	s := inproc.Sizes(files, 1)
 	for _, rs := range s {
 		for i := range rs {
 			rs[i] = 1 + rng.Int64N(8)
@@ -248,7 +238,7 @@ func randomSizes(files []int, seed uint64) [][]int64 {
 
 func (e *Env) epoch(cmd *script.Cmd) error {
 	ep := uint32(argInt(cmd, "e", int(e.C.Epoch)+1))
-	traces := GenTraces(e.C.Mapping, uint64(argInt(cmd, "trace-seed", 1)), ep)
+	traces := inproc.GenTraces(e.C.Mapping, uint64(argInt(cmd, "trace-seed", 1)), ep)
 	if cmd.Input != "" {
 		var err error
 		if traces, err = parseTraces(cmd.Input, e.C.Mapping.Ranks()); err != nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/brandrt/brandrt/proto"
+	"github.com/brandrt/brandrt/proto/inproc"
 )
 
 // FuzzHostilePeer plays an honest schedule prefix, then feeds a rank
@@ -19,15 +20,15 @@ func FuzzHostilePeer(f *testing.F) {
 	f.Add([]byte{}, []byte{3, 0, 1, 1, 2, 2, 1, 3, 4, 0, 1})
 	f.Add([]byte{0, 2, 1, 0, 1, 1, 2, 2, 0, 2, 1}, []byte{1, 4, 0, 2, 5, 3, 1, 0, 2, 2, 1, 3})
 	f.Fuzz(func(t *testing.T, prefix, lies []byte) {
-		opts := Options{Files: []int{6, 5, 7}, K: 3, MemFraction: 0.5, RemoteMemBytes: 12, Window: 4, Seed: 3}
+		opts := inproc.Options{Files: []int{6, 5, 7}, K: 3, MemFraction: 0.5, RemoteMemBytes: 12, Window: 4, Seed: 3}
 		if len(prefix) > 0 && prefix[0]%2 == 0 {
-			opts.Policy, opts.MemBytes = Window, []int64{3, 3, 3} // a chunk each
+			opts.Policy, opts.MemBytes = inproc.Window, []int64{3, 3, 3} // a chunk each
 		}
-		c, err := New(opts)
+		c, err := inproc.New(opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.StartEpoch(1, GenTraces(c.Mapping, 1, 1), nil); err != nil {
+		if err := c.StartEpoch(1, inproc.GenTraces(c.Mapping, 1, 1), nil); err != nil {
 			t.Fatal(err)
 		}
 		honest := &byteChooser{data: prefix}
@@ -42,7 +43,7 @@ func FuzzHostilePeer(f *testing.F) {
 			msg := lie(b, c, to)
 			rank := c.Ranks[to]
 			before, stats := rank.String(), rank.Stats()
-			if err := c.step(to, msg); err != nil {
+			if err := c.Step(to, msg); err != nil {
 				if rank.HasReady() || rank.String() != before || rank.Stats() != stats {
 					t.Fatalf("refused %v (%v) but changed the rank", msg, err)
 				}
@@ -60,7 +61,7 @@ func FuzzHostilePeer(f *testing.F) {
 
 // honestStep takes one step of an honest run: a request, a delivery or a
 // read completion, as the chooser decides.
-func honestStep(c *Cluster, ch *byteChooser) error {
+func honestStep(c *inproc.Cluster, ch *byteChooser) error {
 	switch ch.IntN(3) {
 	case 0:
 		r := ch.IntN(len(c.Ranks))
@@ -83,7 +84,7 @@ func honestStep(c *Cluster, ch *byteChooser) error {
 
 // lie builds a message for rank to from fuzzer bytes, with fields drawn
 // near the values an honest peer would use.
-func lie(b *byteChooser, c *Cluster, to int) proto.Message {
+func lie(b *byteChooser, c *inproc.Cluster, to int) proto.Message {
 	from := b.IntN(3)
 	small := func() int32 { return int32(b.IntN(24)) - 2 }
 	m := proto.Message{
@@ -102,7 +103,7 @@ func lie(b *byteChooser, c *Cluster, to int) proto.Message {
 // atMostOncePerRank checks that rank r never received one file for two
 // positions. (A lying peer can make two ranks receive the same file; a
 // rank can only guard itself.)
-func atMostOncePerRank(c *Cluster, r int) error {
+func atMostOncePerRank(c *inproc.Cluster, r int) error {
 	seen := map[proto.FileID]int{}
 	for sn, f := range c.Delivered[r] {
 		if f == proto.NoFile {

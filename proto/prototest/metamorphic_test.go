@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/brandrt/brandrt/proto"
+	"github.com/brandrt/brandrt/proto/inproc"
 )
 
 // TestMetamorphicConfigs plays the same dataset and the same global order
@@ -45,13 +46,13 @@ func TestMetamorphicConfigs(t *testing.T) {
 // traffic.
 func playSplit(t *testing.T, sizes []int64, order []int, ranks, k, window int, v proto.Variant, mem float64) string {
 	t.Helper()
-	opts := Options{K: k, Window: window, Variant: v, MemFraction: mem, RemoteMemBytes: 300, Seed: 5, Codec: true}
+	opts := inproc.Options{K: k, Window: window, Variant: v, MemFraction: mem, RemoteMemBytes: 300, Seed: 5, Codec: true}
 	for r := 0; r < ranks; r++ {
 		shard := sizes[r*len(sizes)/ranks : (r+1)*len(sizes)/ranks]
 		opts.Files = append(opts.Files, len(shard))
 		opts.Sizes = append(opts.Sizes, shard)
 	}
-	c, err := New(opts)
+	c, err := inproc.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,12 +79,12 @@ func TestCodecIsTransparent(t *testing.T) {
 		var transcripts [2]string
 		for i, codec := range []bool{false, true} {
 			var b strings.Builder
-			c, err := New(Options{Files: []int{30, 25, 40}, K: 3, MemFraction: 0.3, RemoteMemBytes: 5, Window: 4, Seed: seed, Codec: codec})
+			c, err := inproc.New(inproc.Options{Files: []int{30, 25, 40}, K: 3, MemFraction: 0.3, RemoteMemBytes: 5, Window: 4, Seed: seed, Codec: codec})
 			if err != nil {
 				t.Fatal(err)
 			}
 			c.SetOutput(func(s string) { b.WriteString(s + "\n") })
-			if err := c.PlayEpoch(1, GenTraces(c.Mapping, seed, 1), 4, nil); err != nil {
+			if err := c.PlayEpoch(1, inproc.GenTraces(c.Mapping, seed, 1), 4, nil); err != nil {
 				t.Fatal(err)
 			}
 			transcripts[i] = b.String()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/brandrt/brandrt/internal/script"
 	"github.com/brandrt/brandrt/proto"
+	"github.com/brandrt/brandrt/proto/inproc"
 )
 
 // WindowEnv interprets datadriven commands over window plans:
@@ -84,11 +85,11 @@ func (w *WindowEnv) setup(cmd *script.Cmd) error {
 	if err != nil {
 		return fmt.Errorf("files: %w", err)
 	}
-	sizes := fixedSizes(files, int64(argInt(cmd, "size", 1)))
+	sizes := inproc.Sizes(files, int64(argInt(cmd, "size", 1)))
 	if cmd.Has("size-seed") {
 		sizes = randomSizes(files, uint64(argInt(cmd, "size-seed", 0)))
 	}
-	m, err := Mapping(Options{K: argInt(cmd, "k", 4), Sizes: sizes, MemFraction: 1})
+	m, err := inproc.Mapping(inproc.Options{K: argInt(cmd, "k", 4), Sizes: sizes, MemFraction: 1})
 	if err != nil {
 		return err
 	}

@@ -2,17 +2,17 @@ package sim
 
 import (
 	"github.com/brandrt/brandrt/proto"
-	"github.com/brandrt/brandrt/proto/prototest"
+	"github.com/brandrt/brandrt/proto/inproc"
 )
 
 // paper is the papers' protocol (package proto's Rank state machine) in
-// one of its variants, every rank in one process (prototest.Cluster):
+// one of its variants, every rank in one process (inproc.Cluster):
 // each round, every message and chunk read in flight completes, and each
 // rank's clients keep Config.Inflight requests outstanding.
 type paper struct {
 	cfg Config
 	v   proto.Variant
-	c   *prototest.Cluster
+	c   *inproc.Cluster
 }
 
 func init() {
@@ -24,14 +24,14 @@ func init() {
 }
 
 func newPaper(cfg Config, sizes [][]int64, m *proto.Mapping, v proto.Variant) (Policy, error) {
-	opts := prototest.Options{
+	opts := inproc.Options{
 		Files: make([]int, len(sizes)), K: cfg.ChunkFiles, Sizes: sizes, Chunks: cfg.DatasetChunks, MemFraction: cfg.MemFraction,
 		Window: cfg.Window, Variant: v, Seed: cfg.Seed, Light: true, RemoteMemBytes: remoteBytes(cfg, m),
 	}
 	for r := range sizes {
 		opts.Files[r] = len(sizes[r])
 	}
-	c, err := prototest.New(opts)
+	c, err := inproc.New(opts)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/brandrt/brandrt/proto"
-	"github.com/brandrt/brandrt/proto/prototest"
+	"github.com/brandrt/brandrt/proto/inproc"
 )
 
 // Config describes a simulation. Fields map one-to-one onto the flags of
@@ -212,7 +212,7 @@ func Run(cfg Config, emit func(Result)) error {
 		return err
 	}
 	sizes := Sizes(cfg)
-	m, err := prototest.Mapping(prototest.Options{K: cfg.ChunkFiles, Sizes: sizes, Chunks: cfg.DatasetChunks, MemFraction: cfg.MemFraction})
+	m, err := inproc.Mapping(inproc.Options{K: cfg.ChunkFiles, Sizes: sizes, Chunks: cfg.DatasetChunks, MemFraction: cfg.MemFraction})
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -310,14 +309,6 @@ func abortJob(comm collectives.Comm, code int) {
 func recoverPanic(err *error) {
 	if p := recover(); p != nil {
 		*err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
-	}
-}
-
-// panicForTests panics when $BRANDRT_TEST_PANIC names this rank: how the
-// tests check that a panic ends the job.
-func panicForTests(rank int) {
-	if os.Getenv("BRANDRT_TEST_PANIC") == strconv.Itoa(rank) {
-		panic(fmt.Sprintf("rank %d: a test asked for a panic ($BRANDRT_TEST_PANIC)", rank))
 	}
 }
 

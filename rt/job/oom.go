@@ -163,22 +163,3 @@ func memCgroup(rc *rt.Config) (launch.MemCgroup, error) {
 func startWatch(n *rt.Node, cg launch.MemCgroup, rank int) (func(), error) {
 	return watchOOM(oomWatch{rank: rank, pid: os.Getpid(), cg: cg, mem: n.Mapping().MemBytes(rank), footprint: n.Footprint().Total()})
 }
-
-// hogForTests takes memory, a MiB at a time, until the kernel kills the
-// rank, when $BRANDRT_TEST_HOG names this rank: how the tests check that
-// the job names the OOM killer.
-func hogForTests(rank int) {
-	if os.Getenv("BRANDRT_TEST_HOG") != strconv.Itoa(rank) {
-		return
-	}
-	for {
-		b := make([]byte, 1<<20)
-		for i := range b {
-			b[i] = 1
-		}
-		hogged = append(hogged, b)
-	}
-}
-
-// hogged is what hogForTests took.
-var hogged [][]byte

@@ -1,4 +1,4 @@
-package prototest
+package inproc
 
 import (
 	"errors"
@@ -38,8 +38,8 @@ func (c *Cluster) record(b *book, r int, d proto.Delivery) {
 	if !b.loaded[d.File] {
 		c.violate("file %d delivered to rank %d but never loaded in epoch %d", d.File, r, b.epoch)
 	}
-	if w, ok := c.Ranks[r].(*proto.WindowRank); ok {
-		if want := w.Plan().Files[r][d.Sn]; d.File != want {
+	if p := c.Ranks[r].Plan(); p != nil {
+		if want := p.Files[r][d.Sn]; d.File != want {
 			c.violate("rank %d: sn %d got file %d, planned %d", r, d.Sn, d.File, want)
 		}
 	} else if c.Mapping.GlobalSlot(b.traces[r][d.Sn]) != c.Mapping.GlobalSlot(d.File) {

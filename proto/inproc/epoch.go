@@ -1,4 +1,4 @@
-package prototest
+package inproc
 
 import (
 	"errors"
@@ -76,12 +76,12 @@ func (c *Cluster) ResumeEpoch(e uint32, traces [][]proto.FileID, start []int32, 
 	if err := errors.Join(errs...); err != nil || start == nil {
 		return err
 	}
-	w, ok := c.Ranks[0].(*proto.WindowRank)
-	if !ok {
-		return errors.New("prototest: only the window policy resumes mid-epoch")
+	p := c.Ranks[0].Plan()
+	if p == nil {
+		return errors.New("inproc: only the window policy resumes mid-epoch")
 	}
 	for r, n := range start {
-		for sn, f := range w.Plan().Files[r][:n] {
+		for sn, f := range p.Files[r][:n] {
 			c.cur.delivered[r][sn], c.cur.byFile[f] = f, int32(r)+1
 		}
 	}
@@ -101,7 +101,7 @@ func (c *Cluster) open(e uint32, traces [][]proto.FileID, start []int32, deliver
 
 // JoinEpoch starts the current epoch on rank r.
 func (c *Cluster) JoinEpoch(r int) error {
-	return c.step(r, proto.EpochStart{Epoch: c.Epoch, Traces: c.Traces, Start: c.Start, Delivered: c.resumed})
+	return c.Step(r, proto.EpochStart{Epoch: c.Epoch, Traces: c.Traces, Start: c.Start, Delivered: c.resumed})
 }
 
 // Request makes rank r's client ask for position sn of its epoch.
@@ -115,7 +115,7 @@ func (c *Cluster) Request(r int, sn int32) error {
 	if mark {
 		b.asked[r][sn] = true
 	}
-	err := c.step(r, proto.ClientRequest{Sn: sn})
+	err := c.Step(r, proto.ClientRequest{Sn: sn})
 	if err != nil && b != nil {
 		b.outstanding[r]-- // refused: nothing will answer it
 		if mark {
@@ -128,21 +128,21 @@ func (c *Cluster) Request(r int, sn int32) error {
 // Done tells rank r that its clients ask for nothing more in this epoch
 // (ClientsDone), as the runtime does; r tells the others (MsgDone).
 func (c *Cluster) Done(r int) error {
-	return c.step(r, proto.ClientsDone{})
+	return c.Step(r, proto.ClientsDone{})
 }
 
 // DeliverMsg hands message i of Net to its receiver.
 func (c *Cluster) DeliverMsg(i int) error {
 	msg := c.Net[i]
 	c.Net = slices.Delete(c.Net, i, i+1)
-	return c.step(int(msg.To), msg)
+	return c.Step(int(msg.To), msg)
 }
 
 // CompleteRead finishes read i of rank r, failed or not.
 func (c *Cluster) CompleteRead(r, i int, failed bool) error {
 	rd := c.Reads[r][i]
 	c.Reads[r] = slices.Delete(c.Reads[r], i, i+1)
-	return c.step(r, c.readDone(rd, failed))
+	return c.Step(r, c.readDone(rd, failed))
 }
 
 // readDone is the end of read rd: failed, or naming its chunk's files
@@ -193,7 +193,7 @@ func (c *Cluster) Round() error {
 		reads := c.Reads[r]
 		c.Reads[r] = nil
 		for i, rd := range reads {
-			if err := c.step(r, c.readDone(rd, false)); err != nil {
+			if err := c.Step(r, c.readDone(rd, false)); err != nil {
 				c.Reads[r] = append(reads[i+1:], c.Reads[r]...)
 				return err
 			}
@@ -202,7 +202,7 @@ func (c *Cluster) Round() error {
 	net := c.Net
 	c.Net = nil
 	for i, msg := range net {
-		if err := c.step(int(msg.To), msg); err != nil {
+		if err := c.Step(int(msg.To), msg); err != nil {
 			c.Net = append(net[i+1:], c.Net...)
 			return err
 		}
@@ -262,3 +262,7 @@ func (c *Cluster) Idle() bool {
 	}
 	return true
 }
+
+// Asked reports, per position of rank r's trace, whether its clients
+// asked for it in the current epoch.
+func (c *Cluster) Asked(r int) []bool { return c.cur.asked[r] }

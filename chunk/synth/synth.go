@@ -1,4 +1,9 @@
-package chunktest
+// Package synth writes synthetic labelled datasets in the ImageFolder
+// layout (class directories of files): file sizes drawn from a lognormal
+// distribution, bytes pseudo-random, everything from a seed, so that a
+// reader can recompute what any file must hold (Content). The demo, the
+// benchmarks (`brandrt bench`, examples/gendata) and the tests use it.
+package synth
 
 import (
 	"errors"
@@ -11,19 +16,19 @@ import (
 	"github.com/brandrt/brandrt/chunk"
 )
 
-// GenFile is one file of a generated dataset.
-type GenFile struct {
+// File is one file of a generated dataset.
+type File struct {
 	Rel   string // path relative to the root, slash-separated
 	Label int32
 	Size  int64
 }
 
-// GenConfig describes a generated ImageFolder dataset: Classes
+// Config describes a generated ImageFolder dataset: Classes
 // directories (class-000, …) holding Files files in all, with sizes drawn
 // from a lognormal distribution of mean MeanSize and shape Sigma (clamped
 // to [0, MaxSize]; Zero of them empty) and pseudo-random bytes, all from
 // Seed.
-type GenConfig struct {
+type Config struct {
 	Classes  int
 	Files    int
 	MeanSize int64
@@ -35,10 +40,10 @@ type GenConfig struct {
 
 // Generate writes the dataset under root (created if needed) and returns
 // its files in sorted path order.
-func Generate(root string, cfg GenConfig) ([]GenFile, error) {
+func Generate(root string, cfg Config) ([]File, error) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, 17))
 	mu := math.Log(float64(cfg.MeanSize)) - cfg.Sigma*cfg.Sigma/2
-	files := make([]GenFile, cfg.Files)
+	files := make([]File, cfg.Files)
 	for c := 0; c < cfg.Classes; c++ {
 		if err := os.MkdirAll(filepath.Join(root, className(c)), 0o755); err != nil {
 			return nil, err
@@ -51,7 +56,7 @@ func Generate(root string, cfg GenConfig) ([]GenFile, error) {
 		if i < cfg.Zero {
 			size = 0
 		}
-		f := GenFile{Rel: fmt.Sprintf("%s/img-%07d.bin", className(c), i), Label: int32(c), Size: size}
+		f := File{Rel: fmt.Sprintf("%s/img-%07d.bin", className(c), i), Label: int32(c), Size: size}
 		if err := writeFile(filepath.Join(root, f.Rel), Content(buf[:0], cfg.Seed, i, size)); err != nil {
 			return nil, err
 		}
@@ -86,20 +91,3 @@ func Content(dst []byte, seed uint64, i int, size int64) []byte {
 }
 
 func className(c int) string { return fmt.Sprintf("class-%03d", c) }
-
-// FlipByte damages a file on disk: it inverts the byte at off.
-func FlipByte(name string, off int64) error {
-	f, err := os.OpenFile(name, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	b := make([]byte, 1)
-	if _, err = f.ReadAt(b, off); err == nil {
-		b[0] ^= 0xff
-		_, err = f.WriteAt(b, off)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}

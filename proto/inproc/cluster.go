@@ -1,4 +1,4 @@
-package prototest
+package inproc
 
 import (
 	"errors"
@@ -110,10 +110,10 @@ type Cluster struct {
 func New(opts Options) (*Cluster, error) {
 	n := len(opts.Files)
 	if opts.Sizes == nil {
-		opts.Sizes = unitSizes(opts.Files)
+		opts.Sizes = Sizes(opts.Files, 1)
 	}
 	if len(opts.Sizes) != n {
-		return nil, fmt.Errorf("prototest: %d size lists for %d ranks", len(opts.Sizes), n)
+		return nil, fmt.Errorf("inproc: %d size lists for %d ranks", len(opts.Sizes), n)
 	}
 	m, err := Mapping(opts)
 	if err != nil {
@@ -123,7 +123,7 @@ func New(opts Options) (*Cluster, error) {
 		Issued: map[[2]int]int{}, early: map[uint32][]proto.FileID{}, damaged: map[proto.FileID]bool{}}
 	for _, f := range opts.Damaged {
 		if f < 0 || int(f) >= m.Files() {
-			return nil, fmt.Errorf("prototest: damaged file %d of %d", f, m.Files())
+			return nil, fmt.Errorf("inproc: damaged file %d of %d", f, m.Files())
 		}
 		c.damaged[f] = true
 	}
@@ -151,7 +151,7 @@ func newMachine(opts Options, m *proto.Mapping, r int) (proto.Machine, error) {
 		return proto.NewWindowRank(proto.WindowConfig{Rank: r, Mapping: m, Sizes: opts.Sizes, Seed: opts.Seed,
 			Lead: opts.Lead, Ramp: opts.Ramp, Window: opts.Window, Remote: remote, Keep: opts.Keep, Traces: opts.Traces, Epochs: opts.Epochs})
 	}
-	return nil, fmt.Errorf("prototest: unknown policy %q", opts.Policy)
+	return nil, fmt.Errorf("inproc: unknown policy %q", opts.Policy)
 }
 
 // Mapping builds the mapping of opts' dataset: K, and per rank (one per
@@ -180,12 +180,14 @@ func shard(opts Options, r int) proto.Shard {
 	return s
 }
 
-func unitSizes(files []int) [][]int64 {
+// Sizes returns a size list per rank, files[r] files of size bytes for
+// rank r.
+func Sizes(files []int, size int64) [][]int64 {
 	s := make([][]int64, len(files))
 	for r, n := range files {
 		s[r] = make([]int64, n)
 		for i := range s[r] {
-			s[r][i] = 1
+			s[r][i] = size
 		}
 	}
 	return s
@@ -201,8 +203,8 @@ func (c *Cluster) printf(format string, args ...any) {
 	c.out(fmt.Sprintf(format, args...))
 }
 
-// step feeds ev to rank r and carries out its Ready.
-func (c *Cluster) step(r int, ev proto.Event) error {
+// Step feeds ev to rank r and carries out its Ready.
+func (c *Cluster) Step(r int, ev proto.Event) error {
 	rank := c.Ranks[r]
 	if err := rank.Step(ev); err != nil {
 		return fmt.Errorf("rank %d: %w", r, err)
