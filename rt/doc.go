@@ -67,16 +67,12 @@
 //     (Node.peers).
 //   - training.go: trainingWatch, which ranks have had training beside
 //     them (Node.training).
-//   - training.go: trainingWatch, which ranks have had training beside
-//     them (Node.training).
 //   - stats.go: EpochStats, Node.reduce across the ranks, EpochStats.OK;
 //     the deliveries per file (Node.tally).
 //   - report.go: EpochStats.Report and Verdict, the lines serve prints.
 //   - mix.go: rank 0's measure of how random an epoch's order is.
 //   - consume.go: the in-process consumers (Config.Consume), which read
 //     the rank's trace and check every file's checksum.
-//   - p2pbench.go: MeasureP2P, a point-to-point bandwidth benchmark for
-//     brandrt bench serve; Serve does not use it.
 //   - config.go: Config, DefaultConfig, Config.Validate.
 //
 // # A request's way
@@ -143,7 +139,7 @@
 //   - startMix, on rank 0 with Config.MixBatch: one per epoch reads the
 //     plan and the traces, which stay put, and sends back a proto.Mix.
 //   - answerLateStarts: with Config.MayResume, one for the life of Serve
-//     answers the StartOffers after the one Node.resumePoint took.
+//     answers each StartOffer after the one Node.resumePoint took.
 //   - TrainingOver starts one that sends Over{}, to wake the loop.
 //
 // storage.go and peers.go start none: storageWatch is shared by the
@@ -159,7 +155,7 @@
 // # Buffers: who holds them, who gives them back
 //
 // A chunk read's buffer is a chunkBuf around the chunk.Chunk, freed by
-// Chunk.Release after its last hold. It comes from the shard's own
+// chunk.Chunk.Release after its last hold. It comes from the shard's own
 // buffers, or from Config.Memory when the budget holds the whole shard
 // (Node.open calls chunk.Home.SetMemory then). A read that keeps its
 // chunk (proto.Read.Keep: the window policy's last chunks of an epoch,
@@ -168,7 +164,7 @@
 // ioPool.resident holds: the next read of the chunk is answered from
 // those copies, without another; a read that does not keep it takes it
 // out, and ioPool.close lets go of the rest. loop.load gives each file
-// kept from the chunk (Ready.Loaded or Early) a hold, on the chunk's
+// kept from the chunk (proto.Ready.Loaded or Early) a hold, on the chunk's
 // buffer or on its own copy's; loop.keepOrCopy drops the read's own.
 // Unless the files are in copies already, keepOrCopy first copies them
 // out (copyOut) when they fill less than 7/8 of the bytes read, and
@@ -189,7 +185,7 @@
 //     files over 32 KiB from other ranks reach clients in place; smaller
 //     ones are Go memory. recvPool.drain, when Serve returns, gives the
 //     lent ones back, and those put back later.
-//   - Read ahead (Ready.Early): in Node.next.files until the next epoch's loop
+//   - Read ahead (proto.Ready.Early): in Node.next.files until the next epoch's loop
 //     starts with them; Node.dropAhead releases them when Serve returns.
 //   - Left over at an epoch's end: released; EpochStats.FilesLeft.
 //
@@ -211,7 +207,7 @@
 // from the seed (proto.Traces), waiting for nobody. With it,
 // Node.offered waits for a TraceOffer (those up to earlyEpochs ahead wait
 // in Node.next.offers; after TrainingOver the trace is empty), then come
-// quietBarrier, gatherTraces (Allgatherv) and Machine.CheckTraces: every
+// quietBarrier, gatherTraces (Allgatherv) and proto.Machine.CheckTraces: every
 // rank checks the same traces, so all accept or all refuse and wait for
 // new ones.
 //
@@ -222,7 +218,7 @@
 // of the whole epoch came (loop.endEpoch) and no client waits: it steps
 // proto.ClientsDone, and the machine tells each peer (proto.MsgDone, a
 // frame like any other, stepped after the sender's earlier messages). The
-// loop serves peers until it is finished: done, every peer's MsgDone of
+// loop serves peers until it is finished: done, every peer's proto.MsgDone of
 // the epoch in, nothing in flight or in an inbox.
 //
 // Then epoch waits for the consumers, releases the files left, and meets
@@ -275,15 +271,6 @@
 //     off, as rt/job then judges its processes by their exit.
 //     TrainingOver ends each epoch once the requests in flight are
 //     answered; Serve returns once every rank's training is over.
-//   - Training that never came: each rank tells its peers (tagTraining)
-//     when its first client attached; trainingWatch names the ranks
-//     without one every PeerWarn, tells the clients (TellClients), and
-//     ends the job after Config.TrainingWait. A rank outside the loop,
-//     waiting for its clients' trace or start, judges itself alone.
-//   - A client that stops reading: rt/shm takes no more of its reads past
-//     a bound (see its Rings section), so the loop, which never waits on a
-//     Reply channel (a full one panics), serves on; WatchClients counts it
-//     out of the readers, so that ClientWait covers it.
 //   - Training that never came: each rank tells its peers (tagTraining)
 //     when its first client attached; trainingWatch names the ranks
 //     without one every PeerWarn, tells the clients (TellClients), and

@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/brandrt/brandrt/collectives"
+	"github.com/brandrt/brandrt/collectives/p2pbench"
 	"github.com/brandrt/brandrt/rt"
 )
 
@@ -40,13 +41,13 @@ func runBenchServe(c *cli.Context) error {
 	return serving(c, func(comm collectives.Comm, w io.Writer) (func(io.Writer, rt.EpochStats), error) {
 		// Two baselines: messages in the CPU's cache (one buffer per send
 		// in flight), and messages spread over 256 MiB, as served files are.
-		var p2p [2]rt.P2P
+		var p2p [2]p2pbench.Result
 		for i, spread := range []int64{0, 256 << 20} {
 			if comm.Size() < 2 {
 				break
 			}
 			var err error
-			if p2p[i], err = rt.MeasureP2P(comm, size, messages, spread); err != nil {
+			if p2p[i], err = p2pbench.Measure(comm, size, messages, spread); err != nil {
 				return nil, err
 			}
 			p := p2p[i]
@@ -58,7 +59,7 @@ func runBenchServe(c *cli.Context) error {
 }
 
 // benchLine prints an epoch's rates per rank next to MPI's.
-func benchLine(w io.Writer, s rt.EpochStats, p2p [2]rt.P2P) {
+func benchLine(w io.Writer, s rt.EpochStats, p2p [2]p2pbench.Result) {
 	perRank := s.FilesPerSecond / float64(s.Ranks)
 	remote := float64(s.RemoteBytes) / s.Seconds / float64(s.Ranks)
 	fmt.Fprintf(w, "  bench    %s files/s per rank; %s/s per rank from other ranks", comma(int64(perRank)), ibytes(int64(remote)))

@@ -1,4 +1,7 @@
-package rt
+// Package p2pbench measures the point-to-point bandwidth between ranks
+// the way a rank's loop moves files between them (brandrt bench serve).
+// A job serving data does not use it.
+package p2pbench
 
 import (
 	"fmt"
@@ -8,11 +11,11 @@ import (
 	"github.com/brandrt/brandrt/collectives"
 )
 
-// P2P is the point-to-point bandwidth of the communicator, measured the
+// Result is the point-to-point bandwidth of the communicator, measured the
 // way the loop moves files: every rank streams messages of one size to
 // the next rank while receiving from the previous one, with Isend, Iprobe
 // and Recv, eight sends in flight.
-type P2P struct {
+type Result struct {
 	MessageBytes int
 	Messages     int
 	// SpreadBytes is the memory each side's messages are spread over:
@@ -25,35 +28,36 @@ type P2P struct {
 	BytesPerSecond float64
 }
 
-// tagBench is the tag of P2P's messages, used before serving starts.
+// tagBench is the tag of Measure's messages, used before serving
+// starts (rt's loop uses other tags, and only once serving).
 const tagBench = 3
 
 // p2pInflight is the number of sends each rank keeps in flight.
 const p2pInflight = 8
 
-// MeasureP2P streams messages of size bytes from each rank to the next,
+// Measure streams messages of size bytes from each rank to the next,
 // sent from and received into buffers spread over about spread bytes on
 // each side (at least eight messages' worth); every rank must call it. It
 // needs at least two ranks.
-func MeasureP2P(comm collectives.Comm, size, messages int, spread int64) (P2P, error) {
+func Measure(comm collectives.Comm, size, messages int, spread int64) (Result, error) {
 	n, me := comm.Size(), comm.Rank()
 	if n < 2 {
-		return P2P{}, fmt.Errorf("rt: point-to-point bandwidth needs two ranks or more, not %d", n)
+		return Result{}, fmt.Errorf("p2pbench: point-to-point bandwidth needs two ranks or more, not %d", n)
 	}
 	nb := max(1, int(spread/int64(max(size, 1)))/p2pInflight) * p2pInflight
 	if err := comm.Barrier(); err != nil {
-		return P2P{}, err
+		return Result{}, err
 	}
 	start := time.Now()
 	if err := stream(comm, (me+1)%n, size, messages, nb); err != nil {
-		return P2P{}, err
+		return Result{}, err
 	}
 	secs, err := comm.AllreduceMax([]int64{int64(time.Since(start))})
 	if err != nil {
-		return P2P{}, err
+		return Result{}, err
 	}
 	s := float64(secs[0]) / 1e9
-	return P2P{MessageBytes: size, Messages: messages, SpreadBytes: int64(nb * size), Seconds: s,
+	return Result{MessageBytes: size, Messages: messages, SpreadBytes: int64(nb * size), Seconds: s,
 		BytesPerSecond: float64(size*messages) / s}, nil
 }
 
