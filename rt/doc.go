@@ -50,7 +50,9 @@
 //   - traces.go: each epoch's traces, seeded or offered (TraceOffer).
 //   - barrier.go: quietBarrier, a barrier that sleeps while it waits.
 //   - resume.go: StartOffer and Node.resumePoint, where a job resumes.
-//   - place.go: Place, the saved state a job resumes from, and Delivered.
+//   - place.go: Place, the saved state a job resumes from; Resume, the
+//     one rule of whether and how a job takes one up (a rank's and
+//     brandrt simulate --resume's); Delivered.
 //   - clients.go: what clients send and the training beside them
 //     (Node.clients), training processes' sessions, clients gone
 //     (loop.checkGone), and the end of a share (loop.end).

@@ -147,10 +147,6 @@ func (p Place) key() int32 {
 	return int32(h.Sum32() >> 1)
 }
 
-// samePlan reports whether p was saved by a job that plans as this one
-// does: its positions mean the same files here.
-func (n *Node) samePlan(p Place) bool { return p.SamePlan(n.size, n.rule(), n.cfg.Policy) }
-
 // SamePlan reports whether p was saved by a job of ranks ranks that
 // plans as one with rule and policy does: its positions then mean the
 // same files in both, and the job resumes on that plan.
@@ -161,35 +157,51 @@ func (p Place) SamePlan(ranks int, rule PlanRule, policy string) bool {
 	return len(p.Before) == 0 && p.Plan == rule && p.Policy == policy
 }
 
-// placeError reports why this job cannot take up p.
-func (n *Node) placeError(p Place) error {
-	me := n.JobPlace()
+// A Takeup is how a job takes up a saved Place (Resume).
+type Takeup int
+
+const (
+	// OnItsPlan: the job plans as the one that saved the place did, and
+	// each rank's clients begin at the saved position.
+	OnItsPlan Takeup = iota + 1
+	// AfterDelivered: the job plans the rest of the epoch, the files not
+	// trained on before the restart (Delivered), and its clients begin
+	// at position 0.
+	AfterDelivered
+)
+
+// Resume decides whether a job takes up the saved place p, and how: job
+// is the place the job itself would save (Node.JobPlace: its ranks,
+// seed, dataset, policy, traces and plan rule), epochs its last epoch.
+// It is the one rule: a rank (Node.fits) and `brandrt simulate --resume`
+// both call it. The error says what differs, in the flags' words.
+func Resume(p, job Place, epochs int) (Takeup, error) {
 	switch {
-	case p.Seed != n.cfg.Seed:
-		return fmt.Errorf("the state was saved in a job with --seed %d and this one has --seed %d: the order would not be the interrupted one's", p.Seed, n.cfg.Seed)
-	case p.Epoch < 1 || int(p.Epoch) > n.cfg.Epochs:
-		return fmt.Errorf("resuming at epoch %d, but this job serves epochs 1 to %d (--epochs)", p.Epoch, n.cfg.Epochs)
-	case p.Dataset == "" && p.Ranks != n.size:
-		return fmt.Errorf("the state was saved in a job of %d brandrt ranks by a brandrt that did not record its plan: it resumes only on %d ranks; this job has %d (or start epoch %d over)",
-			p.Ranks, p.Ranks, n.size, p.Epoch)
+	case p.Seed != job.Seed:
+		return 0, fmt.Errorf("the state was saved in a job with --seed %d and this one has --seed %d: the order would not be the interrupted one's", p.Seed, job.Seed)
+	case p.Epoch < 1 || int(p.Epoch) > epochs:
+		return 0, fmt.Errorf("resuming at epoch %d, but this job serves epochs 1 to %d (--epochs)", p.Epoch, epochs)
+	case p.Dataset == "" && p.Ranks != job.Ranks:
+		return 0, fmt.Errorf("the state was saved in a job of %d brandrt ranks by a brandrt that did not record its plan: it resumes only on %d ranks; this job has %d (or start epoch %d over)",
+			p.Ranks, p.Ranks, job.Ranks, p.Epoch)
 	case p.Dataset == "":
-		return nil
-	case p.Dataset != me.Dataset:
-		return fmt.Errorf("the state was saved in a job serving another dataset (manifest hash %s; %s has %s): resume with the dataset it was saved with",
-			p.Dataset, n.cfg.Chunks, me.Dataset)
-	case p.Policy != n.cfg.Policy:
-		return fmt.Errorf("the state was saved with --policy %s and this job serves --policy %s: resume with --policy %s", p.Policy, n.cfg.Policy, p.Policy)
-	case p.Traces != me.Traces:
-		return fmt.Errorf("the state was saved with traces from %s and this job takes them from %s: resume with --traces %s", p.Traces, me.Traces, p.Traces)
-	case n.samePlan(p):
-		return nil
+		return OnItsPlan, nil
+	case p.Dataset != job.Dataset:
+		return 0, fmt.Errorf("the state was saved in a job serving another dataset (manifest hash %s; this job's has %s): resume with the dataset it was saved with",
+			p.Dataset, job.Dataset)
+	case p.Policy != job.Policy:
+		return 0, fmt.Errorf("the state was saved with --policy %s and this job serves --policy %s: resume with --policy %s", p.Policy, job.Policy, p.Policy)
+	case p.Traces != job.Traces:
+		return 0, fmt.Errorf("the state was saved with traces from %s and this job takes them from %s: resume with --traces %s", p.Traces, job.Traces, p.Traces)
+	case p.SamePlan(job.Ranks, job.Plan, job.Policy):
+		return OnItsPlan, nil
 	case p.Policy != "window":
-		return fmt.Errorf("the state was saved with --policy %s, whose order depends on timing: it resumes only in a job like the one that saved it (%d ranks, --mem and --ramp as then); this job has %d ranks",
-			p.Policy, p.Ranks, n.size)
+		return 0, fmt.Errorf("the state was saved with --policy %s, whose order depends on timing: it resumes only in a job like the one that saved it (%d ranks, --mem and --ramp as then); this job has %d ranks",
+			p.Policy, p.Ranks, job.Ranks)
 	case p.Traces != "seed":
-		return fmt.Errorf("the state was saved with the clients' traces (--traces clients): it resumes only on %d ranks; this job has %d", p.Ranks, n.size)
+		return 0, fmt.Errorf("the state was saved with the clients' traces (--traces clients): it resumes only on %d ranks; this job has %d", p.Ranks, job.Ranks)
 	}
-	return nil
+	return AfterDelivered, nil
 }
 
 // Delivered returns the files of p's epoch trained on before the

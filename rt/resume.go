@@ -112,7 +112,8 @@ func (n *Node) resumePoint(ctx context.Context) (uint32, resumption, StartOffer,
 			o = n.freshStart()
 		case o = <-n.clients.starts:
 		}
-		if err := n.fits(o.Place); err != nil {
+		how, err := n.fits(o.Place)
+		if err != nil {
 			o.answer(err)
 			continue
 		}
@@ -127,7 +128,7 @@ func (n *Node) resumePoint(ctx context.Context) (uint32, resumption, StartOffer,
 		same, read, start := true, -1, make([]int32, n.size)
 		for r := range n.size {
 			start[r] = all[4*r+1]
-			same = same && all[4*r] == all[0] && all[4*r+2] == all[2] && (n.samePlan(p) || start[r] == start[0])
+			same = same && all[4*r] == all[0] && all[4*r+2] == all[2] && (how == OnItsPlan || start[r] == start[0])
 			if all[4*r+3] == 1 && read < 0 {
 				read = r
 			}
@@ -144,7 +145,7 @@ func (n *Node) resumePoint(ctx context.Context) (uint32, resumption, StartOffer,
 			continue
 		}
 		o.began = make(chan struct{})
-		if n.samePlan(p) {
+		if how == OnItsPlan {
 			return p.Epoch, resumption{Start: start}, o, nil
 		}
 		d, err := n.delivered(p)
@@ -196,19 +197,18 @@ func (n *Node) delivered(p Place) ([]bool, error) {
 	return Delivered(n.data.man, n.data.allSizes, p)
 }
 
-// fits reports why a start offer does not fit this job.
-func (n *Node) fits(p Place) error {
-	if err := n.placeError(p); err != nil {
-		return err
-	}
-	if !n.samePlan(p) {
-		return nil // proto.Delivered takes positions past a trace as its end
+// fits reports how this job takes up a start offer's place (Resume), or
+// why it cannot.
+func (n *Node) fits(p Place) (Takeup, error) {
+	how, err := Resume(p, n.JobPlace(), n.cfg.Epochs)
+	if err != nil || how != OnItsPlan {
+		return how, err // proto.Delivered takes positions past a trace as its end
 	}
 	length := proto.TraceLen(n.data.m.Files(), n.size, n.me)
 	if int(p.Position) > length {
-		return fmt.Errorf("resuming epoch %d at position %d, but this rank's trace has %d positions", p.Epoch, p.Position, length)
+		return 0, fmt.Errorf("resuming epoch %d at position %d, but this rank's trace has %d positions", p.Epoch, p.Position, length)
 	}
-	return nil
+	return how, nil
 }
 
 // answerLateStarts answers the start offers that come after the job took

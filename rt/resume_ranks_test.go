@@ -182,7 +182,7 @@ func TestResumeRefusesOtherJobs(t *testing.T) {
 			if tc.name == "paper on other ranks" {
 				n.cfg.Policy = "paper" // the job serves the papers' policy too, on 1 rank
 			}
-			err = n.fits(p)
+			_, err = n.fits(p)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("%v: got %v, want an error saying %q", p, err, tc.want)
 			}
@@ -223,7 +223,7 @@ func TestResumeOldDataset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.fits(old); err == nil || !strings.Contains(err.Error(), "it resumes only on 2 ranks") {
+	if _, err := n.fits(old); err == nil || !strings.Contains(err.Error(), "it resumes only on 2 ranks") {
 		t.Errorf("an old state of 2 ranks on 1: %v", err)
 	}
 	n.Close()

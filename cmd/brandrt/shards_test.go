@@ -186,7 +186,7 @@ func TestServeOldDataset(t *testing.T) {
 // TestSimulateResume: simulate --resume on the plan of the job that saved
 // the state shows the positions before it as -1 and the rest as the
 // uninterrupted order; states it cannot take up are refused with what to
-// change.
+// change, by the rule serve follows (rt.Resume).
 func TestSimulateResume(t *testing.T) {
 	dir := servePack(t, 600, 3, filepath.Join(t.TempDir(), "chunks"))
 	m, err := chunk.ReadManifest(chunk.OS, dir)
@@ -234,11 +234,11 @@ func TestSimulateResume(t *testing.T) {
 		want   string
 	}{
 		{func(s map[string]any) { s["dataset"] = "0000000000000000" }, "another dataset"},
-		{func(s map[string]any) { s["seed"] = 7 }, "simulate with --seed 7"},
+		{func(s map[string]any) { s["seed"] = 7 }, "saved in a job with --seed 7"},
 		{func(s map[string]any) { s["policy"] = "paper" }, "--policy paper"},
-		{func(s map[string]any) { delete(s, "dataset") }, "records no plan"},
+		{func(s map[string]any) { delete(s, "dataset"); s["ranks"] = 2 }, "did not record its plan: it resumes only on 2 ranks"},
 		{func(s map[string]any) { delete(s, "position") }, `lacks one of "epoch", "position"`},
-		{func(s map[string]any) { s["epoch"] = 4 }, "resumes epoch 5, past --epochs 2"},
+		{func(s map[string]any) { s["epoch"] = 4 }, "resuming at epoch 5, but this job serves epochs 1 to 2"},
 	} {
 		name := state(tc.change)
 		_, errs, status := runCLI(t, "simulate", "--chunks", dir, "--epochs", "2", "--resume", name)

@@ -304,7 +304,6 @@ func writePlanning(w io.Writer, rs []sim.Result) {
 	fmt.Fprintln(w)
 }
 
-// percent prints a fraction as a percentage, "-" where there is none.
 // simResume reads the saved state in file name and returns where a job
 // of cfg on dataset m (its files' sizes per rank) takes up, as serve
 // does when the training offers that state.
@@ -317,20 +316,15 @@ func simResume(name string, m *chunk.Manifest, sizes [][]int64, cfg sim.Config) 
 	if err != nil {
 		return nil, fmt.Errorf("--resume %s: %w (a checkpoint of train.py holds it: json.dump(torch.load(ckpt)[\"loader\"], f))", name, err)
 	}
-	switch {
-	case p.Dataset == "":
-		return nil, fmt.Errorf("--resume %s: the state records no plan (saved by an older brandrt): only serve takes it up", name)
-	case p.Dataset != rt.DatasetID(m):
-		return nil, fmt.Errorf("--resume %s: the state was saved on another dataset (manifest hash %s; --chunks has %s)", name, p.Dataset, rt.DatasetID(m))
-	case p.Policy != "window" || p.Traces != "seed":
-		return nil, fmt.Errorf("--resume %s: the state was saved with --policy %s and traces from %s; simulate takes up the window policy's with traces from the seed", name, p.Policy, p.Traces)
-	case p.Seed != cfg.Seed:
-		return nil, fmt.Errorf("--resume %s: the state was saved with --seed %d: simulate with --seed %d", name, p.Seed, p.Seed)
-	case int(p.Epoch) > cfg.Epochs:
-		return nil, fmt.Errorf("--resume %s: the state resumes epoch %d, past --epochs %d", name, p.Epoch, cfg.Epochs)
-	}
+	// the place this simulated job would save: the window policy, traces
+	// from the seed, cfg's ranks and budget rule
 	rule := rt.PlanRule{Ranks: cfg.Ranks, MemFraction: cfg.MemFraction, Ramp: cfg.Ramp, Keep: cfg.Keep}
-	if p.SamePlan(cfg.Ranks, rule, "window") {
+	job := rt.Place{Ranks: cfg.Ranks, Seed: cfg.Seed, Dataset: rt.DatasetID(m), Policy: "window", Traces: "seed", Plan: rule}
+	how, err := rt.Resume(p, job, cfg.Epochs)
+	if err != nil {
+		return nil, fmt.Errorf("--resume %s: %w", name, err)
+	}
+	if how == rt.OnItsPlan {
 		start := make([]int32, cfg.Ranks)
 		for r := range start {
 			start[r] = p.Position
