@@ -124,15 +124,6 @@ type Config struct {
 	// the requests each keeps in flight. With none, other clients (shared
 	// memory) send their asks to Node.ClientEvents.
 	Consume, Depth int
-	// OnEpoch, when set, is called on every rank when an epoch starts,
-	// with this rank's trace length.
-	OnEpoch func(epoch uint32, positions int)
-	// OnResume, when set, is called on every rank of a resumed job just
-	// before OnEpoch for the epoch it resumes: its clients begin at
-	// position from, and rest says that the epoch goes on on this job's
-	// own plan of what was left (another number of ranks, another
-	// --mem), not on the plan of the job that saved the state.
-	OnResume func(epoch uint32, from int, rest bool)
 	// Pause makes the in-process consumers wait this long at the start of
 	// each epoch, as a training script busy elsewhere would; the rank is
 	// idle meanwhile, and the CPU it uses then is reported.

@@ -30,7 +30,7 @@
 //   - dataset.go: the dataset and the shard a rank serves (Node.data),
 //     opened and checked, and whether it was packed again under the job
 //     (Node.replaced).
-//   - serve.go: Serve, and Node.epoch, one epoch from traces to
+//   - serve.go: Announce, Serve, and Node.epoch, one epoch from traces to
 //     statistics; what came for the next epoch before it began
 //     (Node.next).
 //   - events.go: what clients tell the rank (ClientEvent: Ask, End,
@@ -214,8 +214,9 @@
 // new ones.
 //
 // Node.epoch steps proto.EpochStart, builds the loop on Node.next.files,
-// carries out a first Ready, calls OnResume and OnEpoch, answers the
-// offers, replays Node.next.held, starts the consumers and runs loop.serve. A
+// carries out a first Ready, announces the epoch (Node.onResume and
+// Node.onEpoch, given by Announce), answers the offers, replays
+// Node.next.held, starts the consumers and runs loop.serve. A
 // rank is done (loop.sayDone) once every position is answered, or an End
 // of the whole epoch came (loop.endEpoch) and no client waits: it steps
 // proto.ClientsDone, and the machine tells each peer (proto.MsgDone, a

@@ -23,7 +23,7 @@ type decls struct {
 func parseDecls(t *testing.T, dir string) decls {
 	t.Helper()
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,43 +34,48 @@ func parseDecls(t *testing.T, dir string) decls {
 		}
 		d.members[typ][name], d.any[name] = true, true
 	}
-	for _, p := range pkgs {
-		for _, f := range p.Files {
-			for _, decl := range f.Decls {
-				switch decl := decl.(type) {
-				case *ast.FuncDecl:
-					if decl.Recv == nil {
-						d.top[decl.Name.Name] = true
-						continue
-					}
-					typ := decl.Recv.List[0].Type
-					if star, ok := typ.(*ast.StarExpr); ok {
-						typ = star.X
-					}
-					if id, ok := typ.(*ast.Ident); ok {
-						member(id.Name, decl.Name.Name)
-					}
-				case *ast.GenDecl:
-					for _, spec := range decl.Specs {
-						switch spec := spec.(type) {
-						case *ast.TypeSpec:
-							d.top[spec.Name.Name] = true
-							if st, ok := spec.Type.(*ast.StructType); ok {
-								for _, fld := range st.Fields.List {
-									for _, n := range fld.Names {
-										member(spec.Name.Name, n.Name)
-									}
-									if len(fld.Names) == 0 { // embedded: its name is its type's
-										if id, ok := fld.Type.(*ast.Ident); ok {
-											member(spec.Name.Name, id.Name)
-										}
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range f.Decls {
+			switch decl := decl.(type) {
+			case *ast.FuncDecl:
+				if decl.Recv == nil {
+					d.top[decl.Name.Name] = true
+					continue
+				}
+				typ := decl.Recv.List[0].Type
+				if star, ok := typ.(*ast.StarExpr); ok {
+					typ = star.X
+				}
+				if id, ok := typ.(*ast.Ident); ok {
+					member(id.Name, decl.Name.Name)
+				}
+			case *ast.GenDecl:
+				for _, spec := range decl.Specs {
+					switch spec := spec.(type) {
+					case *ast.TypeSpec:
+						d.top[spec.Name.Name] = true
+						if st, ok := spec.Type.(*ast.StructType); ok {
+							for _, fld := range st.Fields.List {
+								for _, n := range fld.Names {
+									member(spec.Name.Name, n.Name)
+								}
+								if len(fld.Names) == 0 { // embedded: its name is its type's
+									if id, ok := fld.Type.(*ast.Ident); ok {
+										member(spec.Name.Name, id.Name)
 									}
 								}
 							}
-						case *ast.ValueSpec:
-							for _, n := range spec.Names {
-								d.top[n.Name] = true
-							}
+						}
+					case *ast.ValueSpec:
+						for _, n := range spec.Names {
+							d.top[n.Name] = true
 						}
 					}
 				}

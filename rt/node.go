@@ -34,6 +34,9 @@ type Node struct {
 	// training is which ranks have training beside them (training.go)
 	training *trainingWatch
 	readers  readers // readers.go: the processes that read the trace, and who asked each position
+	// onEpoch and onResume announce epochs as they start (Announce)
+	onEpoch  func(epoch uint32, positions int)
+	onResume func(epoch uint32, from int, rest bool)
 }
 
 // Open opens this rank's shard and builds the protocol state. Every rank

@@ -30,7 +30,7 @@ func TestTrainingOver(t *testing.T) {
 				cfg := DefaultConfig()
 				cfg.Chunks, cfg.MemFraction, cfg.Policy, cfg.Epochs = dir, 0.25, policy, 50
 				cfg.Fresh = true // the training waits for the epoch to start
-				cfg.OnEpoch = func(_ uint32, n int) { started <- n }
+				onEpoch := func(_ uint32, n int) { started <- n }
 				opened := make(chan *Node, 1)
 				wg.Add(2)
 				go func() { // Open and Serve run on every rank at once
@@ -42,6 +42,7 @@ func TestTrainingOver(t *testing.T) {
 						return
 					}
 					defer n.Close()
+					n.Announce(onEpoch, nil)
 					opened <- n
 					if stats[r], errs[r] = n.Serve(ctx); errs[r] != nil {
 						cancel()
@@ -104,12 +105,13 @@ func TestStaleEnd(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Chunks, cfg.MemFraction, cfg.Policy, cfg.Epochs, cfg.Fresh = dir, 0.25, "window", 2, true // the training waits for the epoch to start
 	started := make(chan int, 4)
-	cfg.OnEpoch = func(_ uint32, n int) { started <- n }
+	onEpoch := func(_ uint32, n int) { started <- n }
 	n, err := Open(cfg, collectives.NewLocal(1)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Close()
+	n.Announce(onEpoch, nil)
 	done := make(chan error, 1)
 	var stats []EpochStats
 	go func() {

@@ -33,7 +33,7 @@ func TestLateStartsAnswered(t *testing.T) {
 		started := make(chan int, 3)
 		cfg := DefaultConfig()
 		cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes, cfg.Epochs, cfg.Resume = dir, 0.25, 100_000, 3, true
-		cfg.OnEpoch = func(_ uint32, n int) { started <- n }
+		onEpoch := func(_ uint32, n int) { started <- n }
 		opened := make(chan *Node, 1)
 		wg.Add(2)
 		go func() {
@@ -50,6 +50,7 @@ func TestLateStartsAnswered(t *testing.T) {
 				return
 			}
 			defer n.Close()
+			n.Announce(onEpoch, nil)
 			opened <- n
 			stats[r], errs[r] = n.Serve(ctx)
 		}()

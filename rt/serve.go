@@ -20,6 +20,17 @@ type nextEpoch struct {
 	stats  loopStats
 }
 
+// Announce makes the rank announce each epoch as it starts: onEpoch
+// with the epoch and this rank's trace length; and, for the epoch a
+// resumed job takes up, onResume just before it: its clients begin at
+// position from, and rest says that the epoch goes on on this job's own
+// plan of what was left (another number of ranks, another --mem), not on
+// the plan of the job that saved the state. Either may be nil. Call it
+// before Serve.
+func (n *Node) Announce(onEpoch func(epoch uint32, positions int), onResume func(epoch uint32, from int, rest bool)) {
+	n.onEpoch, n.onResume = onEpoch, onResume
+}
+
 // Serve runs the configured epochs and returns their statistics, summed
 // over the ranks. It must run on every rank, on the one goroutine that
 // makes MPI calls while it runs. With MPI_THREAD_MULTIPLE that need not
@@ -98,8 +109,8 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	mix := n.startMix(e, traces, res.Delivered != nil)
 	n.tally.counts = make([]int32, files)
 	from := int(res.from(n.me))
-	if n.cfg.OnResume != nil && resumed.began != nil {
-		n.cfg.OnResume(e, from, res.Delivered != nil)
+	if n.onResume != nil && resumed.began != nil {
+		n.onResume(e, from, res.Delivered != nil)
 	}
 	l := &loop{n: n, p: n.p, comm: n.comm, io: io, pool: pool, reqs: reqs, epoch: e, traceLen: len(own), answered: from,
 		waiting: make(map[int32]chan<- Delivery), files: n.next.files, stats: n.next.stats, doneFrom: make([]bool, n.size)}
@@ -123,8 +134,8 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		return EpochStats{}, err
 	}
 	l.start, l.cpu0 = time.Now(), processCPU()
-	if n.cfg.OnEpoch != nil {
-		n.cfg.OnEpoch(e, len(own))
+	if n.onEpoch != nil {
+		n.onEpoch(e, len(own))
 	}
 	offer.answer(nil)
 	resumed.answer(nil)

@@ -43,7 +43,7 @@ func TestClientTraces(t *testing.T) {
 		started := make(chan int, 2)
 		cfg := DefaultConfig()
 		cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes, cfg.Epochs, cfg.ClientTraces = dir, 0.25, 100_000, 2, true
-		cfg.OnEpoch = func(_ uint32, n int) { started <- n }
+		onEpoch := func(_ uint32, n int) { started <- n }
 		opened := make(chan *Node, 1)
 		wg.Add(2)
 		go func() {
@@ -60,6 +60,7 @@ func TestClientTraces(t *testing.T) {
 				return
 			}
 			defer n.Close()
+			n.Announce(onEpoch, nil)
 			opened <- n
 			stats[r], errs[r] = n.Serve(ctx)
 		}()

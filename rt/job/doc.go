@@ -6,7 +6,14 @@
 // rank is left waiting for it.
 //
 // The command line (brandrt serve) turns its flags into a Config and
-// calls Run.
+// calls Run. Run joins the world and checks the nodes (job.go); serve
+// (serve.go) then goes through phases, each a function that returns what
+// undoes it, undone in the reverse order when the rank ends: stop on a
+// signal, stage the shard (--stage), find the node's memory and the
+// cgroup, make the memory shared with the training, open the shard
+// (rt.Open), watch for the OOM killer (oom.go), open the attach point
+// (rt/shm), start the training (train.go); then it serves the epochs
+// and reports how the training read its files.
 //
 // # Co-launch
 //

@@ -1,7 +1,6 @@
 package job
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,8 +9,6 @@ import (
 	"runtime/debug"
 	"syscall"
 	"time"
-
-	"github.com/dustin/go-humanize"
 
 	"github.com/brandrt/brandrt/collectives"
 	"github.com/brandrt/brandrt/launch"
@@ -121,141 +118,6 @@ func Run(cfg Config) (err error) {
 		}
 	}
 	return serve(cfg, env, comm, nodes)
-}
-
-// serve runs the node until its epochs are done, its training ended on
-// every node, or a signal or a failure stops it.
-func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) error {
-	rc := cfg.Runtime
-	rc.Nodes = nodes
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	served := make(chan struct{})
-	defer close(served)
-	st := &stopper{log: rc.Log, comm: comm, cancel: cancel, served: served, grace: interruptGrace}
-	if len(cfg.Train) > 0 {
-		st.grace += trainGrace // the training's own, first
-	}
-	go st.onSignal() // from the start: staging, opening and starting the training may take a while
-	if cfg.Stage != "" {
-		dirs, err := stageHome(rc.Chunks, comm.Rank(), comm.Size(), cfg.Stage, rc.Log, ctx.Done())
-		if err != nil {
-			return err
-		}
-		// a chunk damaged in a copy is read from the dataset instead
-		rc.Source, rc.Chunks, rc.ShardDirs = rc.Chunks, dirs[0], dirs
-	}
-	node, err := nodeMemory()
-	if err != nil {
-		return err
-	}
-	rc.NodeMemBytes = node
-	cg, err := memCgroup(&rc)
-	if err != nil {
-		return err
-	}
-	var srv *shm.Server
-	if rc.Consume == 0 {
-		rc.OnEpoch = func(e uint32, positions int) { srv.StartEpoch(e, positions) }
-		rc.OnResume = func(e uint32, from int, rest bool) { srv.Resumed(e, from, rest) }
-	}
-	// The files the rank keeps live in the arena, each in a buffer of its
-	// own, with in-process readers too: a chunk's buffer then goes back
-	// as soon as its files are copied out, and the rank's memory stays
-	// within its footprint (rt.Footprint). As large as the node's memory:
-	// it costs only the pages used.
-	arena, err := shm.NewArena(uint64(node))
-	if err != nil {
-		return err
-	}
-	defer arena.Close()
-	rc.Memory = arena
-	n, err := rt.Open(rc, comm)
-	if err != nil {
-		return err
-	}
-	defer n.Close()
-	if rc.FootprintOnly { // Open said it
-		return nil
-	}
-	goodbye, err := startWatch(n, cg, comm.Rank())
-	if err != nil {
-		return err
-	}
-	defer goodbye()
-	hogForTests(comm.Rank())
-	if rc.Consume == 0 {
-		if srv, err = listen(n, env, comm.Rank(), arena, rc.Log); err != nil {
-			return err
-		}
-		defer srv.Close()
-		n.WatchClients(srv.Clients)
-		n.TellClients(srv.Awaiting)
-		// On a signal the attach point goes at once: the rank may be
-		// killed (mpirun ending the job) before its deferred clean-ups run.
-		st.setUnlink(srv.Unlink)
-	}
-	if ctx.Err() != nil { // a signal while the shard opened
-		return context.Cause(ctx)
-	}
-	var tr *training
-	if len(cfg.Train) > 0 {
-		master, err := masterAddr(comm, nodes)
-		if err != nil {
-			return err
-		}
-		// started here, on the main thread, which lives as long as the
-		// process: the training processes' parent-death signal follows
-		// the thread that started them
-		if tr, err = startTraining(cfg, env, comm, srv.Dir(), master); err != nil {
-			return err
-		}
-		defer tr.stop()
-		n.SuperviseTraining()
-		st.setTraining(tr)
-		go tr.supervise(n, st)
-	}
-	// The loop runs off the main thread, which stays locked for MPI's
-	// Init and Finalize: on a locked thread every wait and yield of the
-	// loop would cost a handoff between OS threads (futex calls), which
-	// doubled the rank's CPU per file. MPI_THREAD_MULTIPLE allows its calls
-	// from any thread, and the loop still makes them all.
-	errc := make(chan error, 1)
-	go func() {
-		var err error
-		defer func() { errc <- err }()
-		defer recoverPanic(&err)
-		panicForTests(comm.Rank())
-		_, err = n.Serve(ctx)
-	}()
-	if err := <-errc; err != nil {
-		if cause := context.Cause(ctx); cause != nil {
-			return cause
-		}
-		return err
-	}
-	if tr != nil {
-		if err := tr.wait(ctx); err != nil { // the epochs are done; the training may not be
-			return err
-		}
-	}
-	if srv != nil {
-		srv.Close() // every delivery written, so that the counts are whole
-		handed := ""
-		if h := srv.Handed.Load(); h > 0 {
-			handed = fmt.Sprintf(" (%s of them handed on by DataLoader workers)", humanize.Comma(h))
-		}
-		fmt.Fprintf(rc.Log, "brandrt: rank %d: training processes read %s files in place in shared memory%s and %s as copies\n",
-			comm.Rank(), humanize.Comma(srv.Shared.Load()), handed, humanize.Comma(srv.Copied.Load()))
-		if r := srv.Readers.Load(); r > 0 {
-			fmt.Fprintf(rc.Log, "brandrt: rank %d: of the %s clients that read, %s handed their files on in place to their training process "+
-				"and %s kept them (a transform in the DataLoader worker, in_place=False, a plain DataLoader or a forkserver)\n",
-				comm.Rank(), humanize.Comma(r), humanize.Comma(srv.HandingOn.Load()), humanize.Comma(r-srv.HandingOn.Load()))
-		}
-		fmt.Fprintf(rc.Log, "brandrt: rank %d: memory shared with them peaked at %s, for at most %s lent at once (--mem %s)\n",
-			comm.Rank(), humanize.IBytes(arena.Resident()), humanize.IBytes(arena.PeakLent()), humanize.IBytes(uint64(n.Mapping().MemBytes(comm.Rank()))))
-	}
-	return nil
 }
 
 // finishJob ends a rank. Without an error, or with one that every rank
