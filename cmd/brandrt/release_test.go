@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -31,10 +32,8 @@ func TestReleaseLinksNoTestCode(t *testing.T) {
 	}
 	deps := strings.Fields(string(out))
 	for _, p := range testOnly {
-		for _, d := range deps {
-			if d == p {
-				t.Errorf("the binary links %s, a package only tests may use", p)
-			}
+		if slices.Contains(deps, p) {
+			t.Errorf("the binary links %s, a package only tests may use", p)
 		}
 	}
 	release := filepath.Join(t.TempDir(), "brandrt")

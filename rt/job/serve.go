@@ -142,25 +142,19 @@ func (s *serving) watch() (func(), error) {
 // runs in-process consumers. On a signal it goes at once: the rank may
 // be killed (mpirun ending the job) before its clean-ups run.
 func (s *serving) attach() (func(), error) {
+	var undo func()
 	if s.rc.Consume == 0 {
 		srv, err := listen(s.n, s.env, s.comm.Rank(), s.arena, s.rc.Log)
 		if err != nil {
 			return nil, err
 		}
-		s.srv = srv
+		s.srv, undo = srv, func() { srv.Close() }
 		s.n.WatchClients(srv.Clients)
 		s.n.TellClients(srv.Awaiting)
 		s.n.Announce(srv.StartEpoch, srv.Resumed)
 		s.st.setUnlink(srv.Unlink)
 	}
-	var undo func()
-	if s.srv != nil {
-		undo = func() { s.srv.Close() }
-	}
-	if s.ctx.Err() != nil { // a signal while the shard opened
-		return undo, context.Cause(s.ctx)
-	}
-	return undo, nil
+	return undo, context.Cause(s.ctx) // a signal while the shard opened
 }
 
 // train starts the training command beside the rank (cfg.Train), and its
