@@ -3,7 +3,6 @@ package rt
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/proto"
@@ -161,34 +160,24 @@ func (l *loop) send(m proto.Message) error {
 
 // isend starts a send of b, which f (if any) holds until it completes.
 func (l *loop) isend(b []byte, f *file, to, tag int) error {
-	req, err := l.comm.Isend(b, to, tag)
-	if err != nil {
+	if err := l.link.isend(b, f, to, tag); err != nil {
 		return err
 	}
 	l.stats.bytesOut += int64(len(b))
-	l.sends = append(l.sends, pendingSend{req: req, to: to, frame: b, file: f})
 	return nil
 }
 
 // deliver hands a file to the client waiting for its position.
 func (l *loop) deliver(d proto.Delivery) {
-	reply, ok := l.waiting[d.Sn]
-	if !ok {
-		panic(fmt.Sprintf("rt: rank %d: delivery for position %d, which no client asked for", l.n.me, d.Sn))
-	}
-	delete(l.waiting, d.Sn)
-	l.answered++
-	if l.dropping[d.Sn] { // asked by the rank to end a share's epoch: nobody reads it
-		delete(l.dropping, d.Sn)
+	reply, drop := l.asks.answer(l.n.me, d.Sn)
+	if drop { // asked by the rank to end a share's epoch: nobody reads it
 		if f := l.files[d.File]; d.Status.HasFile() && f != nil {
 			delete(l.files, d.File)
 			f.release()
 		}
 		return
 	}
-	if l.answered1.IsZero() {
-		l.answered1 = time.Now()
-	}
+	l.clock.answeredOne()
 	if !d.Status.HasFile() {
 		l.stats.failed++
 		answer(reply, Delivery{Sn: d.Sn, File: proto.NoFile, Err: fmt.Errorf("rt: rank %d: position %d: %s", l.n.me, d.Sn, d.Status)})
@@ -199,9 +188,7 @@ func (l *loop) deliver(d proto.Delivery) {
 		panic(fmt.Sprintf("rt: rank %d: delivering file %d, which it does not hold", l.n.me, d.File))
 	}
 	delete(l.files, d.File)
-	if l.order != nil {
-		l.order[d.Sn] = int32(d.File)
-	}
+	l.asks.delivered(d.Sn, d.File)
 	l.n.tally.counts[f.id]++
 	if d.Status == proto.StatusDamaged {
 		l.stats.skipped++

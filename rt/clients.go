@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/brandrt/brandrt/proto"
 )
 
 // clientSide is what a rank hears from its clients, and knows of the
@@ -72,6 +74,69 @@ func (n *Node) session(r Session) {
 	}
 }
 
+// client steps what a client said.
+func (l *loop) client(ev ClientEvent) error {
+	switch ev := ev.(type) {
+	case Session:
+		l.n.session(ev)
+		l.n.readers.session(ev)
+		return nil
+	case Over:
+		l.asks.ended = true
+		return nil
+	case End:
+		return l.endEpoch(ev)
+	case Ask:
+		return l.ask(ev)
+	}
+	return fmt.Errorf("rt: rank %d: unknown client event %T", l.n.me, ev)
+}
+
+// endEpoch takes an End: held when it is for a later epoch, ignored when
+// for an epoch over or past the job's last.
+func (l *loop) endEpoch(r End) error {
+	l.clock.markFirst()
+	switch {
+	case int64(r.Epoch) > int64(l.n.cfg.Epochs) || r.Epoch < l.epoch:
+		return nil
+	case r.Epoch > l.epoch:
+		l.n.next.held = append(l.n.next.held, r)
+		return nil
+	}
+	return l.end(r.Share)
+}
+
+// ask steps a client's ask for a position.
+func (l *loop) ask(r Ask) error {
+	l.clock.markFirst()
+	switch {
+	case int64(r.Epoch) > int64(l.n.cfg.Epochs):
+		r.fail(Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: epoch %d is past the job's last, epoch %d (brandrt serve --epochs %d)", l.n.me, r.Epoch, l.n.cfg.Epochs, l.n.cfg.Epochs)})
+		return nil
+	case r.Epoch > l.epoch:
+		l.n.next.held = append(l.n.next.held, r)
+		return nil
+	case r.Epoch < l.epoch:
+		r.fail(Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: epoch %d is over (this is epoch %d)", l.n.me, r.Epoch, l.epoch)})
+		return nil
+	}
+	if err := l.n.readers.refusal(l.n.me, r, l.epoch); err != nil {
+		r.fail(Delivery{Sn: r.Sn, Err: err})
+		return nil
+	}
+	if l.asks.waits(r.Sn) {
+		r.fail(Delivery{Sn: r.Sn, Err: fmt.Errorf("rt: rank %d: position %d is already requested", l.n.me, r.Sn)})
+		return nil
+	}
+	if err := l.p.Step(proto.ClientRequest{Sn: r.Sn}); err != nil {
+		r.fail(Delivery{Sn: r.Sn, Err: err})
+		return nil
+	}
+	l.asks.take(r.Sn, r.Reply)
+	l.n.readers.took(r)
+	return l.carry()
+}
+
 // watching reports whether the loop must wake now and then to check for
 // clients gone (checkGone): a share's training processes went away, or
 // every client did in the middle of the epoch.
@@ -80,13 +145,13 @@ func (l *loop) watching() bool {
 		return false
 	}
 	since, _ := l.alone()
-	return len(l.n.clients.sess.gone) > 0 || since.After(l.first)
+	return len(l.n.clients.sess.gone) > 0 || since.After(l.clock.first)
 }
 
 // midEpoch reports whether the rank watches its clients and is in the
 // middle of an epoch, where all of them going away ends the job.
 func (l *loop) midEpoch() bool {
-	return !l.n.clients.supervised && l.n.clients.look != nil && l.n.cfg.ClientWait > 0 && !l.first.IsZero() && !l.ended
+	return !l.n.clients.supervised && l.n.clients.look != nil && l.n.cfg.ClientWait > 0 && !l.clock.first.IsZero() && !l.asks.ended
 }
 
 // alone returns when the rank's last client that read went away or
@@ -105,8 +170,8 @@ func (l *loop) alone() (since time.Time, stalled string) {
 // be asked for in this epoch, or when every client went away
 // Config.ClientWait ago or more in the middle of the epoch.
 func (l *loop) checkGone() error {
-	if since, stalled := l.alone(); since.After(l.first) && time.Since(since) >= l.n.cfg.ClientWait {
-		if left := l.unaskedAll(); left > 0 {
+	if since, stalled := l.alone(); since.After(l.clock.first) && time.Since(since) >= l.n.cfg.ClientWait {
+		if left := l.asks.unaskedAll(); left > 0 {
 			what := "every client went away"
 			if stalled != "" {
 				what = "no client has read what it was answered (" + stalled + ") or every other went away"
@@ -114,46 +179,20 @@ func (l *loop) checkGone() error {
 			return fmt.Errorf("rt: rank %d: %s %v ago in the middle of epoch %d, with %d of its %d positions never asked for; "+
 				"the job ends (a training process that stops reading an epoch early says so with BrandSampler.end_epoch(); "+
 				"brandrt serve --client-wait sets how long a rank waits, 0 for ever)",
-				l.n.me, what, time.Since(since).Round(time.Second), l.epoch, left, l.traceLen)
+				l.n.me, what, time.Since(since).Round(time.Second), l.epoch, left, l.asks.traceLen)
 		}
 	}
 	for k, at := range l.n.clients.sess.gone {
-		if time.Since(at) < sessionGrace || l.ended {
+		if time.Since(at) < sessionGrace || l.asks.ended {
 			continue
 		}
-		if left := l.unasked(k); left > 0 {
+		if left := l.asks.unasked(k); left > 0 {
 			return fmt.Errorf("rt: rank %d: the training process %d (share %d of %d of the rank's trace) went away in epoch %d with %d of its positions never asked for; "+
 				"the job ends, since no other process can read them (take it up from a checkpoint with brandrt serve --resume)",
 				l.n.me, l.n.clients.sess.pid[k], k.Replica, k.Replicas, l.epoch, left)
 		}
 	}
 	return nil
-}
-
-// unaskedAll counts the positions not asked for in this epoch.
-func (l *loop) unaskedAll() int {
-	n := 0
-	for _, a := range l.asked {
-		if !a {
-			n++
-		}
-	}
-	return n
-}
-
-// unasked counts the positions of share k not asked for in this epoch,
-// unless its processes ended the epoch for it.
-func (l *loop) unasked(k Share) int {
-	if k.Replicas <= 0 || l.endedShare[k] {
-		return 0
-	}
-	n := 0
-	for sn := int(k.Replica); sn < l.traceLen; sn += int(k.Replicas) {
-		if !l.asked[sn] {
-			n++
-		}
-	}
-	return n
 }
 
 // end takes a client's word that no more requests come this epoch: from
@@ -164,26 +203,10 @@ func (l *loop) unasked(k Share) int {
 // frees the memory of their files no other way), while the other shares
 // read on.
 func (l *loop) end(k Share) error {
-	if k.Replicas <= 0 {
-		l.ended = true
-		return nil
-	}
-	if l.endedShare[k] {
-		return nil
-	}
-	if l.endedShare == nil {
-		l.endedShare, l.dropping = make(map[Share]bool), make(map[int32]bool)
-	}
-	l.endedShare[k] = true
-	l.endedEarly = true
-	for sn := int(k.Replica); sn < l.traceLen; sn += int(k.Replicas) {
-		if l.asked[sn] {
-			continue
-		}
-		l.dropping[int32(sn)] = true
+	for _, sn := range l.asks.endShare(k) {
 		// no reply channel: the answer is dropped (deliver), and a position
 		// of the trace not yet asked for gets no error answer
-		if err := l.ask(Ask{Epoch: l.epoch, Sn: int32(sn)}); err != nil {
+		if err := l.ask(Ask{Epoch: l.epoch, Sn: sn}); err != nil {
 			return err
 		}
 	}

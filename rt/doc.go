@@ -35,8 +35,14 @@
 //     (Node.next).
 //   - events.go: what clients tell the rank (ClientEvent: Ask, End,
 //     Session, Over) and what it hands them (Delivery).
-//   - loop.go: the loop: its rounds and naps, client events (loop.client,
-//     loop.ask), reads done, peers' messages, sends finished.
+//   - loop.go: the loop: its rounds and naps, reads done, peers'
+//     messages stepped (loop.receive, loop.stepFrom); the epoch's clock
+//     (epochClock).
+//   - asks.go: what the clients asked for in the epoch (asks): the
+//     positions asked, the replies waiting, the answers counted, the
+//     epoch or a share ended.
+//   - link.go: the traffic with the peers in the epoch (link): sends in
+//     flight, each peer's inbox, the peers done.
 //   - carry.go: loop.carry, which carries out a proto.Ready.
 //   - wire.go: the MPI tags and the frame of a message between ranks.
 //   - io.go: ioPool, the I/O workers that read chunks whole, and the
@@ -54,8 +60,9 @@
 //     one rule of whether and how a job takes one up (a rank's and
 //     brandrt simulate --resume's); Delivered.
 //   - clients.go: what clients send and the training beside them
-//     (Node.clients), training processes' sessions, clients gone
-//     (loop.checkGone), and the end of a share (loop.end).
+//     (Node.clients), client events (loop.client, loop.ask), training
+//     processes' sessions, clients gone (loop.checkGone), and the end of
+//     a share (loop.end).
 //   - readers.go: the processes that read the trace, and who asked for
 //     each position (Node.readers): a second training process is refused
 //     the positions another one reads, and told which.
@@ -88,7 +95,7 @@
 // Delivery.Err one it cannot serve (an earlier epoch, one past the last,
 // one from a second training process that Node.readers refuses, a
 // position already waiting, one the machine refuses), and else steps
-// proto.ClientRequest, keeps Reply in loop.waiting and calls loop.carry.
+// proto.ClientRequest, keeps Reply in asks.waiting and calls loop.carry.
 //
 // carry takes Ready from the machine until it has none. Reads go to the
 // ioPool; a worker reads the chunk whole (readChunk), and loop.readDone
@@ -109,17 +116,17 @@
 // with a proto.MsgRequest when a client asks (peerWatch notes the reply
 // owed); the home answers, from memory or after a read, with a
 // proto.MsgReply carrying the file, and the papers' policy may push files
-// for the requester's next positions too. A home's loop.receive takes the
-// frame (Iprobe, Recv); loop.message decodes it (decodeFrame) and steps
-// it. On the requester, loop.message takes a recvPool buffer
+// for the requester's next positions too. A rank's loop.receive takes the
+// frame (link.probe: Iprobe, Recv) and link.post decodes it
+// (decodeFrame): it takes a recvPool buffer
 // for each file the frame announces and posts a receive (Irecv) of its
 // tagData message into it, then queues the message in the sender's inbox
-// (inbound); loop.drain steps it once every receive completed, adds the
-// files to loop.files, and steps what the sender sent after it only then,
+// (inbound). link.next hands it to the loop (loop.stepFrom) once every
+// receive completed, and the loop adds the files to loop.files, and steps what the sender sent after it only then,
 // so that each peer's messages are stepped in the order sent. A file is
 // delivered then or when its position is asked for. The loop never waits
 // for a peer: its one Recv takes the frame Iprobe just reported. The home
-// releases its file when the Isend completes (loop.testSends).
+// releases its file when the Isend completes (link.testSends).
 //
 // # Goroutines and what each owns
 //
@@ -180,7 +187,7 @@
 //   - Delivered: loop.deliver moves the file into the Delivery;
 //     Delivery.Release, from any goroutine, releases it.
 //   - Sent: loop.send moves it into a pendingSend, with the frame, until
-//     loop.testSends sees the Isend complete.
+//     link.testSends sees the Isend complete.
 //   - Received: recvPool.get hands out buffers by power-of-two size
 //     class, and keeps up to poolKeep of a class for reuse. Classes of
 //     recvLentMin (64 KiB) and more are lent by Config.Memory, so that

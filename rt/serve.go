@@ -112,28 +112,17 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	if n.onResume != nil && resumed.began != nil {
 		n.onResume(e, from, res.Delivered != nil)
 	}
-	l := &loop{n: n, p: n.p, comm: n.comm, io: io, pool: pool, reqs: reqs, epoch: e, traceLen: len(own), answered: from,
-		waiting: make(map[int32]chan<- Delivery), files: n.next.files, stats: n.next.stats, doneFrom: make([]bool, n.size)}
+	l := &loop{n: n, p: n.p, io: io, reqs: reqs, epoch: e, files: n.next.files, stats: n.next.stats,
+		asks: newAsks(len(own), from, n.trainingOver(), n.cfg.Order != nil), link: newLink(n.me, n.size, n.comm, pool, e)}
 	n.next.files, n.next.stats = nil, loopStats{}
-	l.asked = make([]bool, len(own))
 	n.readers.begin(len(own))
-	l.ended = n.trainingOver()
-	for sn := range from {
-		l.asked[sn] = true // delivered before the restart
-	}
 	if l.files == nil {
 		l.files = make(map[proto.FileID]*file)
-	}
-	if n.cfg.Order != nil {
-		l.order = make([]int32, len(own))
-		for i := range l.order {
-			l.order[i] = int32(proto.NoFile)
-		}
 	}
 	if err := l.carry(); err != nil {
 		return EpochStats{}, err
 	}
-	l.start, l.cpu0 = time.Now(), processCPU()
+	l.clock.begin()
 	if n.onEpoch != nil {
 		n.onEpoch(e, len(own))
 	}
@@ -148,10 +137,8 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	}
 	cons := startConsumers(ctx, n.cfg.Consume, n.cfg.Depth, e, from, len(own), n.cfg.Pause, reqs)
 	err = l.serve(ctx)
-	if l.first.IsZero() { // no request at all: the whole epoch was idle
-		l.markFirst()
-	}
-	secs := time.Since(l.first).Seconds()
+	l.clock.markFirst() // if no request came at all, the whole epoch was idle
+	secs := time.Since(l.clock.first).Seconds()
 	if err != nil {
 		return EpochStats{}, err
 	}
@@ -163,16 +150,16 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	if err := n.quietBarrier(ctx, fmt.Sprintf("for every rank to end epoch %d (rank 0 gathers them)", e)); err != nil { // MPI's would spin while a rank is late
 		return EpochStats{}, err
 	}
-	if l.order != nil {
-		order, err := gatherTraces(n.comm, l.order)
+	if l.asks.order != nil {
+		order, err := gatherTraces(n.comm, l.asks.order)
 		if err != nil {
 			return EpochStats{}, err
 		}
 		n.cfg.Order(e, order)
 	}
 	st, err := n.reduce(e, epochCounts{proto: n.p.Stats(), loop: l.stats, cons: cons.total, left: left, seconds: secs,
-		idle: l.first.Sub(l.start).Seconds(), idleCPU: l.idleCPU, firstWait: firstWait(l), expected: positions(traces) - startSum(res.Start), before: res.before(),
-		verified: n.cfg.Consume > 0, ended: l.endedEarly || l.ended && l.unaskedAll() > 0, over: overCount(n.trainingOver())})
+		idle: l.clock.first.Sub(l.clock.start).Seconds(), idleCPU: l.clock.idleCPU, firstWait: l.clock.firstWait(), expected: positions(traces) - startSum(res.Start), before: res.before(),
+		verified: n.cfg.Consume > 0, ended: l.asks.endedBefore(), over: overCount(n.trainingOver())})
 	if mix != nil && err == nil {
 		st.Order = <-mix
 	}
@@ -192,15 +179,6 @@ func (n *Node) dropAhead() {
 		f.release()
 	}
 	n.next.files = nil
-}
-
-// firstWait is how long the epoch's first request waited for an answer
-// (0 when nothing was answered).
-func firstWait(l *loop) float64 {
-	if l.answered1.IsZero() {
-		return 0
-	}
-	return l.answered1.Sub(l.first).Seconds()
 }
 
 // positions counts the positions of every rank's trace.

@@ -228,3 +228,17 @@ func (s EpochStats) OK() bool {
 	return s.FilesDelivered+s.FilesSkipped == s.FilesExpected && s.DuplicateDeliveries == 0 && s.FilesMissing == 0 &&
 		s.FailedDeliveries == 0 && s.ChecksumErrors == 0 && whole
 }
+
+// loopStats counts what the loop itself sees.
+type loopStats struct {
+	bytesOut                   int64 // bytes sent to peers
+	remoteFiles, remoteBytes   int64 // delivered files other ranks sent
+	storageReads, storageBytes int64 // chunk reads that went to storage
+	// files delivered to clients, their bytes, and the sums of their
+	// checksums and labels as their owners' indexes have them
+	delivered, deliveredBytes, failed int64
+	crcSum, labelSum                  int64
+	// files left out as damaged, and the sums of their checksums and
+	// labels
+	skipped, skippedCRC, skippedLabel int64
+}
