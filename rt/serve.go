@@ -88,52 +88,30 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 // the epoch resumes there (Config.Resume), and resumed is told when it
 // starts.
 func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, reqs chan ClientEvent, res resumption, resumed StartOffer) (EpochStats, error) {
-	files := n.data.m.Files()
-	var traces [][]proto.FileID
-	var own []int32
-	var offer TraceOffer
-	var err error
-	if res.Delivered != nil { // the rest of an epoch begun on another plan
-		traces = proto.RestTraces(files, n.size, n.cfg.Seed, e, res.Delivered)
-		for _, f := range traces[n.me] {
-			own = append(own, int32(f))
-		}
-	} else if traces, own, offer, err = n.epochTraces(ctx, e); err != nil {
+	traces, own, offer, err := n.traces(ctx, e, res)
+	if err != nil {
 		return EpochStats{}, err
 	}
-	if err := n.p.Step(proto.EpochStart{Epoch: e, Traces: traces, Start: res.Start, Delivered: res.Delivered}); err != nil {
-		err = fmt.Errorf("rt: rank %d: epoch %d: %w", n.me, e, err)
+	if err := n.begin(e, traces, res); err != nil {
 		resumed.answer(err)
 		return EpochStats{}, err
 	}
 	mix := n.startMix(e, traces, res.Delivered != nil)
-	n.tally.counts = make([]int32, files)
 	from := int(res.from(n.me))
 	if n.onResume != nil && resumed.began != nil {
 		n.onResume(e, from, res.Delivered != nil)
 	}
-	l := &loop{n: n, p: n.p, io: io, reqs: reqs, epoch: e, files: n.next.files, stats: n.next.stats,
-		asks: newAsks(len(own), from, n.trainingOver(), n.cfg.Order != nil), link: newLink(n.me, n.size, n.comm, pool, e)}
-	n.next.files, n.next.stats = nil, loopStats{}
-	n.readers.begin(len(own))
-	if l.files == nil {
-		l.files = make(map[proto.FileID]*file)
-	}
-	if err := l.carry(); err != nil {
+	l, err := n.newLoop(e, len(own), from, io, pool, reqs)
+	if err != nil {
 		return EpochStats{}, err
 	}
-	l.clock.begin()
 	if n.onEpoch != nil {
 		n.onEpoch(e, len(own))
 	}
 	offer.answer(nil)
 	resumed.answer(nil)
-	held := n.next.held
-	n.next.held = nil
-	for _, r := range held {
-		if err := l.client(r); err != nil {
-			return EpochStats{}, err
-		}
+	if err := l.takeHeld(); err != nil {
+		return EpochStats{}, err
 	}
 	cons := startConsumers(ctx, n.cfg.Consume, n.cfg.Depth, e, from, len(own), n.cfg.Pause, reqs)
 	err = l.serve(ctx)
@@ -143,11 +121,79 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		return EpochStats{}, err
 	}
 	<-cons.done
+	st, err := n.closeEpoch(ctx, l, traces, epochCounts{cons: cons.total, seconds: secs, expected: positions(traces) - startSum(res.Start), before: res.before()})
+	if mix != nil && err == nil {
+		st.Order = <-mix
+	}
+	return st, err
+}
+
+// traces returns epoch e's traces, this rank's own, and the clients'
+// offer they came from (if so): the rest of an epoch begun on another
+// plan (res), or the epoch's whole.
+func (n *Node) traces(ctx context.Context, e uint32, res resumption) ([][]proto.FileID, []int32, TraceOffer, error) {
+	if res.Delivered == nil {
+		return n.epochTraces(ctx, e)
+	}
+	traces := proto.RestTraces(n.data.m.Files(), n.size, n.cfg.Seed, e, res.Delivered)
+	own := make([]int32, len(traces[n.me]))
+	for i, f := range traces[n.me] {
+		own[i] = int32(f)
+	}
+	return traces, own, TraceOffer{}, nil
+}
+
+// begin steps epoch e's start into the machine, resuming at res, and
+// starts the count of deliveries per file.
+func (n *Node) begin(e uint32, traces [][]proto.FileID, res resumption) error {
+	if err := n.p.Step(proto.EpochStart{Epoch: e, Traces: traces, Start: res.Start, Delivered: res.Delivered}); err != nil {
+		return fmt.Errorf("rt: rank %d: epoch %d: %w", n.me, e, err)
+	}
+	n.tally.counts = make([]int32, n.data.m.Files())
+	return nil
+}
+
+// newLoop makes the loop of epoch e, begun, for a trace of traceLen
+// positions whose first from were delivered before a restart: it takes
+// over what was read for the epoch before it began, carries out what the
+// machine asked at the start, and starts the clock.
+func (n *Node) newLoop(e uint32, traceLen, from int, io *ioPool, pool *recvPool, reqs <-chan ClientEvent) (*loop, error) {
+	l := &loop{n: n, p: n.p, io: io, reqs: reqs, epoch: e, files: n.next.files, stats: n.next.stats,
+		asks: newAsks(traceLen, from, n.trainingOver(), n.cfg.Order != nil), link: newLink(n.me, n.size, n.comm, pool, e)}
+	n.next.files, n.next.stats = nil, loopStats{}
+	n.readers.begin(traceLen)
+	if l.files == nil {
+		l.files = make(map[proto.FileID]*file)
+	}
+	if err := l.carry(); err != nil {
+		return nil, err
+	}
+	l.clock.begin()
+	return l, nil
+}
+
+// takeHeld steps what the clients sent for this epoch before it began.
+func (l *loop) takeHeld() error {
+	held := l.n.next.held
+	l.n.next.held = nil
+	for _, r := range held {
+		if err := l.client(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// closeEpoch lets go of the files the loop still holds, waits for every
+// rank to end the epoch, hands the order of the deliveries over
+// (Config.Order) and returns the epoch's statistics, summed over the
+// ranks, from c and what the loop counted.
+func (n *Node) closeEpoch(ctx context.Context, l *loop, traces [][]proto.FileID, c epochCounts) (EpochStats, error) {
 	left := int64(len(l.files))
 	for _, f := range l.files {
 		f.release()
 	}
-	if err := n.quietBarrier(ctx, fmt.Sprintf("for every rank to end epoch %d (rank 0 gathers them)", e)); err != nil { // MPI's would spin while a rank is late
+	if err := n.quietBarrier(ctx, fmt.Sprintf("for every rank to end epoch %d (rank 0 gathers them)", l.epoch)); err != nil { // MPI's would spin while a rank is late
 		return EpochStats{}, err
 	}
 	if l.asks.order != nil {
@@ -155,15 +201,12 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		if err != nil {
 			return EpochStats{}, err
 		}
-		n.cfg.Order(e, order)
+		n.cfg.Order(l.epoch, order)
 	}
-	st, err := n.reduce(e, epochCounts{proto: n.p.Stats(), loop: l.stats, cons: cons.total, left: left, seconds: secs,
-		idle: l.clock.first.Sub(l.clock.start).Seconds(), idleCPU: l.clock.idleCPU, firstWait: l.clock.firstWait(), expected: positions(traces) - startSum(res.Start), before: res.before(),
-		verified: n.cfg.Consume > 0, ended: l.asks.endedBefore(), over: overCount(n.trainingOver())})
-	if mix != nil && err == nil {
-		st.Order = <-mix
-	}
-	return st, err
+	c.proto, c.loop, c.left = n.p.Stats(), l.stats, left
+	c.idle, c.idleCPU, c.firstWait = l.clock.first.Sub(l.clock.start).Seconds(), l.clock.idleCPU, l.clock.firstWait()
+	c.verified, c.ended, c.over = n.cfg.Consume > 0, l.asks.endedBefore(), overCount(n.trainingOver())
+	return n.reduce(l.epoch, c)
 }
 
 func overCount(over bool) int64 {
