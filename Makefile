@@ -66,6 +66,7 @@ lint: deps
 	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	$(GOBIN)/staticcheck ./...
 	$(GO) test -count=1 -run 'TestProtoImports|TestProtoDepends' ./proto
+	$(GO) test -count=1 ./internal/codesize
 
 fuzz: deps
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./proto

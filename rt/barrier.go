@@ -34,50 +34,77 @@ func (n *Node) barrier(ctx context.Context, what string, watch func() error) err
 		return nil
 	}
 	n.peers.reset()
-	nap := minNap
-	wait := func(r collectives.Request, waits func(r int) bool) (collectives.Status, error) { // until r completes
-		for {
-			done, st, err := r.Test()
-			if err != nil || done {
+	w := &barrierWait{n: n, ctx: ctx, what: what, watch: watch, nap: minNap}
+	if n.me != 0 {
+		return w.toZero()
+	}
+	return w.atZero()
+}
+
+// barrierWait is one barrier of a rank: what it says it waits for
+// (peerWatch), what it watches meanwhile, and its growing nap.
+type barrierWait struct {
+	n     *Node
+	ctx   context.Context
+	what  string
+	watch func() error
+	nap   time.Duration
+}
+
+// wait sleeps until r completes, checking the peers (waits says on whom
+// the rank waits) and the watch between naps; a signal ends it at once,
+// as it does the loop's.
+func (w *barrierWait) wait(r collectives.Request, waits func(r int) bool) (collectives.Status, error) {
+	for {
+		done, st, err := r.Test()
+		if err != nil || done {
+			return st, err
+		}
+		if w.what != "" {
+			if err := w.n.peers.check(waits, w.what); err != nil {
 				return st, err
 			}
-			if what != "" {
-				if err := n.peers.check(waits, what); err != nil {
-					return st, err
-				}
-			}
-			if watch != nil {
-				if err := watch(); err != nil {
-					return st, err
-				}
-			}
-			t := time.NewTimer(nap)
-			select { // a signal ends the wait at once, as it does the loop's
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return st, ctx.Err()
-			}
-			nap = min(2*nap, maxNap)
 		}
+		if w.watch != nil {
+			if err := w.watch(); err != nil {
+				return st, err
+			}
+		}
+		t := time.NewTimer(w.nap)
+		select {
+		case <-t.C:
+		case <-w.ctx.Done():
+			t.Stop()
+			return st, w.ctx.Err()
+		}
+		w.nap = min(2*w.nap, maxNap)
 	}
-	if n.me != 0 {
-		var got [1]byte
-		send, err := n.comm.Isend(nil, 0, tagSync)
-		if err != nil {
-			return err
-		}
-		recv, err := n.comm.Irecv(got[:], 0, tagSync)
-		if err != nil {
-			return err
-		}
-		rankZero := func(r int) bool { return r == 0 }
-		if _, err := wait(send, rankZero); err != nil {
-			return err
-		}
-		_, err = wait(recv, rankZero)
+}
+
+// toZero is a rank's side other than 0's: it tells rank 0 it is in and
+// waits for its word that every rank is.
+func (w *barrierWait) toZero() error {
+	var got [1]byte
+	send, err := w.n.comm.Isend(nil, 0, tagSync)
+	if err != nil {
 		return err
 	}
+	recv, err := w.n.comm.Irecv(got[:], 0, tagSync)
+	if err != nil {
+		return err
+	}
+	rankZero := func(r int) bool { return r == 0 }
+	if _, err := w.wait(send, rankZero); err != nil {
+		return err
+	}
+	_, err = w.wait(recv, rankZero)
+	return err
+}
+
+// atZero is rank 0's side: it waits for every other rank's word (those
+// its loop took already, Node.peers.synced, count), then tells each.
+func (w *barrierWait) atZero() error {
+	n := w.n
 	in := make([]bool, n.size)
 	for _, r := range n.peers.synced { // told the loop, whose epoch ended after theirs
 		in[r] = true
@@ -90,7 +117,7 @@ func (n *Node) barrier(ctx context.Context, what string, watch func() error) err
 		if err != nil {
 			return err
 		}
-		st, err := wait(recv, func(r int) bool { return !in[r] })
+		st, err := w.wait(recv, func(r int) bool { return !in[r] })
 		if err != nil {
 			return err
 		}
@@ -101,7 +128,7 @@ func (n *Node) barrier(ctx context.Context, what string, watch func() error) err
 		if err != nil {
 			return err
 		}
-		if _, err := wait(req, func(int) bool { return false }); err != nil {
+		if _, err := w.wait(req, func(int) bool { return false }); err != nil {
 			return err
 		}
 	}

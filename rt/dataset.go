@@ -61,33 +61,10 @@ func (n *Node) open() error {
 	if n.data.homes, err = chunk.AssignDir(n.cfg.Chunks, man, n.size); err != nil {
 		return fmt.Errorf("rt: %w", err)
 	}
-	lo, hi := n.data.homes[n.me], n.data.homes[n.me+1]
-	dirs := n.cfg.ShardDirs
-	if dirs == nil {
-		dirs = slices.Repeat([]string{n.data.dir}, hi-lo)
-	}
-	if len(dirs) != hi-lo {
-		return fmt.Errorf("rt: rank %d serves shards %d–%d of %s, and was given %d directories for them", n.me, lo, hi-1, n.data.dir, len(dirs))
-	}
-	n.data.man, n.data.hash = man, man.Hash()
-	n.data.opened = distinct(append([]string{n.data.dir}, dirs...))
-	if err := w.retry(func() (err error) { n.data.shard, err = chunk.OpenHome(n.cfg.FS, dirs, man, lo); return err }); err != nil {
+	if err := n.openShard(man, w); err != nil {
 		return err
 	}
-	if err := n.checkSizes(); err != nil {
-		return err
-	}
-	sizes := make([]int64, n.data.shard.Len())
-	n.data.chunkBytes = make([]int64, n.data.shard.Chunks())
-	for i := range sizes {
-		e, c := n.data.shard.Locate(i)
-		sizes[i] = int64(e.Size)
-		n.data.maxSize = max(n.data.maxSize, sizes[i])
-		n.data.chunkBytes[c] = max(n.data.chunkBytes[c], e.Offset+int64(e.Size))
-		n.data.maxChunk = max(n.data.maxChunk, n.data.chunkBytes[c])
-		n.data.crcSum += int64(e.CRC)
-		n.data.labelSum += int64(e.Label)
-	}
+	sizes := n.data.fileSizes()
 	n.data.facts = newMemFacts(sizes, n.cfg.Memory)
 	if n.cfg.MemCgroupFraction > 0 {
 		if n.cfg.MemBytes, err = n.cgroupBudget(); err != nil {
@@ -97,7 +74,7 @@ func (n *Node) open() error {
 	if err := n.newRank(sizes); err != nil {
 		return err
 	}
-	if man.Ranks != n.size {
+	if lo, hi := n.data.homes[n.me], n.data.homes[n.me+1]; man.Ranks != n.size {
 		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d serves shards %d–%d of %d: %d files, %s\n",
 			n.me, lo, hi-1, man.Ranks, n.data.shard.Len(), mib(n.data.m.ShardBytes(n.me)))
 	}
@@ -119,6 +96,45 @@ func (n *Node) open() error {
 	// in place.
 	n.data.source = n.newFallback(nil)
 	return nil
+}
+
+// openShard opens the shards this rank serves of the dataset man
+// describes (in Config.ShardDirs, staged copies, or the dataset's own
+// directory), retrying through w, and checks that every chunk file is
+// there whole.
+func (n *Node) openShard(man *chunk.Manifest, w *storageWatch) error {
+	lo, hi := n.data.homes[n.me], n.data.homes[n.me+1]
+	dirs := n.cfg.ShardDirs
+	if dirs == nil {
+		dirs = slices.Repeat([]string{n.data.dir}, hi-lo)
+	}
+	if len(dirs) != hi-lo {
+		return fmt.Errorf("rt: rank %d serves shards %d–%d of %s, and was given %d directories for them", n.me, lo, hi-1, n.data.dir, len(dirs))
+	}
+	n.data.man, n.data.hash = man, man.Hash()
+	n.data.opened = distinct(append([]string{n.data.dir}, dirs...))
+	if err := w.retry(func() (err error) { n.data.shard, err = chunk.OpenHome(n.cfg.FS, dirs, man, lo); return err }); err != nil {
+		return err
+	}
+	return n.checkSizes()
+}
+
+// fileSizes returns the size of each file of the open shard, noting the
+// largest file, each chunk's bytes, the largest chunk, and the sums of
+// the checksums and labels.
+func (d *dataset) fileSizes() []int64 {
+	sizes := make([]int64, d.shard.Len())
+	d.chunkBytes = make([]int64, d.shard.Chunks())
+	for i := range sizes {
+		e, c := d.shard.Locate(i)
+		sizes[i] = int64(e.Size)
+		d.maxSize = max(d.maxSize, sizes[i])
+		d.chunkBytes[c] = max(d.chunkBytes[c], e.Offset+int64(e.Size))
+		d.maxChunk = max(d.maxChunk, d.chunkBytes[c])
+		d.crcSum += int64(e.CRC)
+		d.labelSum += int64(e.Label)
+	}
+	return sizes
 }
 
 // checkSizes checks, before anything is read, that every chunk file of

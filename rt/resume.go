@@ -82,35 +82,15 @@ func (n *Node) resumePoint(ctx context.Context) (uint32, resumption, StartOffer,
 	if n.me == 0 && n.cfg.Resume {
 		fmt.Fprintf(n.cfg.Log, "brandrt: waiting for the training processes to say where the job resumes (--resume)\n")
 	}
-	tick := time.NewTicker(peerCheckEvery)
-	defer tick.Stop()
-	var heard <-chan ClientEvent // without --resume, a read is a fresh start
-	if !n.cfg.Resume {
-		heard = n.clients.events
+	w := &offerWait{tick: time.NewTicker(peerCheckEvery), over: n.clients.over}
+	defer w.tick.Stop()
+	if !n.cfg.Resume { // without --resume, a read is a fresh start
+		w.heard = n.clients.events
 	}
-	over := n.clients.over
 	for {
-		var o StartOffer
-		select {
-		case <-ctx.Done():
-			return 0, resumption{}, o, ctx.Err()
-		case <-tick.C: // a rank whose training never came would wait for ever
-			if err := n.training.checkSelf(); err != nil {
-				return 0, resumption{}, o, err
-			}
-			continue
-		case <-over:
-			if n.cfg.Resume {
-				return 0, resumption{}, o, fmt.Errorf("rt: rank %d: the training ended before saying where the job resumes (--resume)", n.me)
-			}
-			over, o = nil, n.freshStart()
-		case ev := <-heard:
-			n.next.held = append(n.next.held, ev) // for the epoch, in order
-			if _, ok := ev.(Session); ok {
-				continue // a training process declares itself before it offers
-			}
-			o = n.freshStart()
-		case o = <-n.clients.starts:
+		o, err := n.nextOffer(ctx, w)
+		if err != nil {
+			return 0, resumption{}, o, err
 		}
 		how, err := n.fits(o.Place)
 		if err != nil {
@@ -120,47 +100,113 @@ func (n *Node) resumePoint(ctx context.Context) (uint32, resumption, StartOffer,
 		if err := n.startBarrier(ctx); err != nil { // each rank waits for its clients' start: no peer to blame
 			return 0, resumption{}, o, err
 		}
-		p := o.Place
-		all, _, err := n.comm.Allgatherv([]int32{int32(p.Epoch), p.Position, p.key(), boolInt(o.read)})
+		start, again, err := n.agreeStart(o, how)
+		if again {
+			continue
+		}
 		if err != nil {
 			return 0, resumption{}, o, err
 		}
-		same, read, start := true, -1, make([]int32, n.size)
-		for r := range n.size {
-			start[r] = all[4*r+1]
-			same = same && all[4*r] == all[0] && all[4*r+2] == all[2] && (how == OnItsPlan || start[r] == start[0])
-			if all[4*r+3] == 1 && read < 0 {
-				read = r
-			}
-		}
-		if !same && read >= 0 { // a rank that read cannot take back what it served
-			err = fmt.Errorf("rt: rank %d: the training processes of rank %d read before offering a saved state (a fresh start), and another rank's offer resumes (per rank: epoch, position, state, read: %v): every rank must start fresh or resume from the same checkpoint", n.me, read, all)
-			o.answer(err)
-			return 0, resumption{}, o, everyRank{err}
-		}
-		if !same {
-			err = fmt.Errorf("the ranks' training processes resume from different states (%v, per rank: epoch, position, state, read): every rank must resume from the same checkpoint", all)
-			fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v; waiting for new ones\n", n.me, err)
-			o.answer(err)
-			continue
-		}
 		o.began = make(chan struct{})
-		if how == OnItsPlan {
-			return p.Epoch, resumption{Start: start}, o, nil
+		res, err := n.takeUp(o, how, start)
+		if err != nil {
+			return 0, resumption{}, o, err
 		}
-		d, err := n.delivered(p)
-		if err != nil { // every rank computes the same, and fails alike
-			err = fmt.Errorf("rt: rank %d: resuming %v: %w", n.me, p, err)
-			o.answer(err)
-			return 0, resumption{}, o, everyRank{err}
-		}
-		if n.me == 0 {
-			r := resumption{Delivered: d}
-			fmt.Fprintf(n.cfg.Log, "brandrt: the job was saved on %d ranks (--mem, --ramp as %s) and resumes on %d: epoch %d goes on with the %d files of %d not yet trained on, planned for %d ranks\n",
-				p.Ranks, p.Plan.describe(), n.size, p.Epoch, len(d)-int(r.before()), len(d), n.size)
-		}
-		return p.Epoch, resumption{Delivered: d}, o, nil
+		return o.Place.Epoch, res, o, nil
 	}
+}
+
+// offerWait is what resumePoint waits on: a tick to check that the
+// training came, the clients' events (nil with --resume: a read is no
+// fresh start then) and the training's end (nil once taken).
+type offerWait struct {
+	tick  *time.Ticker
+	heard <-chan ClientEvent
+	over  <-chan struct{}
+}
+
+// nextOffer waits for the next start offered: a saved state, or a fresh
+// start when the clients read or the training ends first.
+func (n *Node) nextOffer(ctx context.Context, w *offerWait) (StartOffer, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return StartOffer{}, ctx.Err()
+		case <-w.tick.C: // a rank whose training never came would wait for ever
+			if err := n.training.checkSelf(); err != nil {
+				return StartOffer{}, err
+			}
+		case <-w.over:
+			if n.cfg.Resume {
+				return StartOffer{}, fmt.Errorf("rt: rank %d: the training ended before saying where the job resumes (--resume)", n.me)
+			}
+			w.over = nil
+			return n.freshStart(), nil
+		case ev := <-w.heard:
+			n.next.held = append(n.next.held, ev) // for the epoch, in order
+			if _, ok := ev.(Session); !ok {       // a training process declares itself before it offers
+				return n.freshStart(), nil
+			}
+		case o := <-n.clients.starts:
+			return o, nil
+		}
+	}
+}
+
+// agreeStart has every rank compare its offer with the others': it
+// returns each rank's start position, or again when the ranks resume
+// from different states (each rank's offer is refused, and they wait for
+// new ones), or an error every rank returns alike when one rank's
+// clients read already and another's offer resumes.
+func (n *Node) agreeStart(o StartOffer, how Takeup) (start []int32, again bool, err error) {
+	p := o.Place
+	all, _, err := n.comm.Allgatherv([]int32{int32(p.Epoch), p.Position, p.key(), boolInt(o.read)})
+	if err != nil {
+		return nil, false, err
+	}
+	same, read := true, -1
+	start = make([]int32, n.size)
+	for r := range n.size {
+		start[r] = all[4*r+1]
+		same = same && all[4*r] == all[0] && all[4*r+2] == all[2] && (how == OnItsPlan || start[r] == start[0])
+		if all[4*r+3] == 1 && read < 0 {
+			read = r
+		}
+	}
+	if !same && read >= 0 { // a rank that read cannot take back what it served
+		err = fmt.Errorf("rt: rank %d: the training processes of rank %d read before offering a saved state (a fresh start), and another rank's offer resumes (per rank: epoch, position, state, read: %v): every rank must start fresh or resume from the same checkpoint", n.me, read, all)
+		o.answer(err)
+		return nil, false, everyRank{err}
+	}
+	if !same {
+		err = fmt.Errorf("the ranks' training processes resume from different states (%v, per rank: epoch, position, state, read): every rank must resume from the same checkpoint", all)
+		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v; waiting for new ones\n", n.me, err)
+		o.answer(err)
+		return nil, true, nil
+	}
+	return start, false, nil
+}
+
+// takeUp returns where the job takes up the state o offered, which every
+// rank agreed on: each rank at its start position on the saved plan, or
+// the rest of the epoch (the files not yet delivered) on this job's.
+func (n *Node) takeUp(o StartOffer, how Takeup, start []int32) (resumption, error) {
+	if how == OnItsPlan {
+		return resumption{Start: start}, nil
+	}
+	p := o.Place
+	d, err := n.delivered(p)
+	if err != nil { // every rank computes the same, and fails alike
+		err = fmt.Errorf("rt: rank %d: resuming %v: %w", n.me, p, err)
+		o.answer(err)
+		return resumption{}, everyRank{err}
+	}
+	r := resumption{Delivered: d}
+	if n.me == 0 {
+		fmt.Fprintf(n.cfg.Log, "brandrt: the job was saved on %d ranks (--mem, --ramp as %s) and resumes on %d: epoch %d goes on with the %d files of %d not yet trained on, planned for %d ranks\n",
+			p.Ranks, p.Plan.describe(), n.size, p.Epoch, len(d)-int(r.before()), len(d), n.size)
+	}
+	return r, nil
 }
 
 // freshStart is the start a rank takes when its clients read, or its

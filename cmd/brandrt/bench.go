@@ -51,35 +51,39 @@ func benchCommand() *cli.Command {
 				intFlag("ranks", int64(d.Ranks), 1, maxFiles, "each shard holds a chunk, each chunk a file", "shards"),
 				intFlag("workers", int64(defaultWorkers()), 1, maxWorkers, whyWorkers, "pack workers"),
 			},
-			Action: func(c *cli.Context) error {
-				if err := noArgs(c, ""); err != nil {
-					return err
-				}
-				cfg := chunkbench.DefaultConfig()
-				cfg.Dir, cfg.Files, cfg.MeanSize = c.String("dir"), int(files.n), size.n
-				cfg.K, cfg.Ranks, cfg.Workers = c.Int("chunk-files"), c.Int("ranks"), c.Int("workers")
-				cfg.Log = func(s string) { fmt.Fprintln(c.App.ErrWriter, s) }
-				r, err := chunkbench.Run(cfg)
-				if err != nil {
-					return err
-				}
-				w := c.App.Writer
-				mb := func(v float64) string { return fmt.Sprintf("%.0f MB/s", v/1e6) }
-				fmt.Fprintf(w, "dataset        %s files, %s, %d chunks of K=%d (mean chunk %s)\n",
-					comma(int64(cfg.Files)), ibytes(r.DatasetBytes), r.Chunks, cfg.K, ibytes(r.MeanChunk))
-				fmt.Fprintf(w, "pack           %s (%.1f s) = %.0f%% of the disk's sequential write, %s\n",
-					mb(r.Pack), r.PackSeconds, 100*r.Pack/r.DiskWrite, mb(r.DiskWrite))
-				fmt.Fprintf(w, "               = %.0f%% of reading the inputs alone as pack does, writing nothing, %s\n",
-					100*r.Pack/r.InputRead, mb(r.InputRead))
-				med := chunkbench.Median
-				fmt.Fprintf(w, "chunk reads    storage order: %s = %.0f%% of fio sequential read at %s blocks, %s\n",
-					mb(med(r.SeqReads)), 100*med(r.SeqReads)/med(r.FioSeq), ibytes(r.FioBlock), mb(med(r.FioSeq)))
-				fmt.Fprintf(w, "               random order:  %s = %.0f%% of fio random read at %s blocks, %s\n",
-					mb(med(r.RandReads)), 100*med(r.RandReads)/med(r.FioRand), ibytes(r.FioBlock), mb(med(r.FioRand)))
-				fmt.Fprintf(w, "               medians of %d alternating trials: brandrt %s and %s; fio %s and %s\n",
-					chunkbench.Trials, rates(r.SeqReads[:]), rates(r.RandReads[:]), rates(r.FioSeq[:]), rates(r.FioRand[:]))
-				return nil
-			},
+			Action: func(c *cli.Context) error { return runBenchStorage(c, int(files.n), size.n) },
 		}, benchServeCommand()},
 	}
+}
+
+// runBenchStorage runs brandrt bench storage on a dataset of files files
+// of mean size bytes, and prints its ratios.
+func runBenchStorage(c *cli.Context, files int, size int64) error {
+	if err := noArgs(c, ""); err != nil {
+		return err
+	}
+	cfg := chunkbench.DefaultConfig()
+	cfg.Dir, cfg.Files, cfg.MeanSize = c.String("dir"), files, size
+	cfg.K, cfg.Ranks, cfg.Workers = c.Int("chunk-files"), c.Int("ranks"), c.Int("workers")
+	cfg.Log = func(s string) { fmt.Fprintln(c.App.ErrWriter, s) }
+	r, err := chunkbench.Run(cfg)
+	if err != nil {
+		return err
+	}
+	w := c.App.Writer
+	mb := func(v float64) string { return fmt.Sprintf("%.0f MB/s", v/1e6) }
+	fmt.Fprintf(w, "dataset        %s files, %s, %d chunks of K=%d (mean chunk %s)\n",
+		comma(int64(cfg.Files)), ibytes(r.DatasetBytes), r.Chunks, cfg.K, ibytes(r.MeanChunk))
+	fmt.Fprintf(w, "pack           %s (%.1f s) = %.0f%% of the disk's sequential write, %s\n",
+		mb(r.Pack), r.PackSeconds, 100*r.Pack/r.DiskWrite, mb(r.DiskWrite))
+	fmt.Fprintf(w, "               = %.0f%% of reading the inputs alone as pack does, writing nothing, %s\n",
+		100*r.Pack/r.InputRead, mb(r.InputRead))
+	med := chunkbench.Median
+	fmt.Fprintf(w, "chunk reads    storage order: %s = %.0f%% of fio sequential read at %s blocks, %s\n",
+		mb(med(r.SeqReads)), 100*med(r.SeqReads)/med(r.FioSeq), ibytes(r.FioBlock), mb(med(r.FioSeq)))
+	fmt.Fprintf(w, "               random order:  %s = %.0f%% of fio random read at %s blocks, %s\n",
+		mb(med(r.RandReads)), 100*med(r.RandReads)/med(r.FioRand), ibytes(r.FioBlock), mb(med(r.FioRand)))
+	fmt.Fprintf(w, "               medians of %d alternating trials: brandrt %s and %s; fio %s and %s\n",
+		chunkbench.Trials, rates(r.SeqReads[:]), rates(r.RandReads[:]), rates(r.FioSeq[:]), rates(r.FioRand[:]))
+	return nil
 }

@@ -61,29 +61,9 @@ func runStage(c *cli.Context) error {
 	}
 	cfg := stage.DefaultConfig()
 	cfg.Source, cfg.Local, cfg.Workers = c.String("chunks"), c.String("to"), c.Int("workers")
-	env, err := launch.FromEnv()
+	rank, ranks, m, err := stageRank(c, cfg.Source)
 	if err != nil {
 		return err
-	}
-	rank, ranks := env.Rank, env.Size
-	if env.Launcher == "" {
-		ranks = 0 // by hand: one shard per rank, unless --ranks
-	}
-	if c.IsSet("rank") {
-		rank = c.Int("rank")
-	}
-	if c.IsSet("ranks") {
-		ranks = c.Int("ranks")
-	}
-	m, err := chunk.ReadManifest(chunk.OS, chunk.ForRank(cfg.Source, rank))
-	if err != nil {
-		return err
-	}
-	if ranks <= 0 { // not under a launcher: one shard per rank, as packed
-		ranks = len(m.Shards)
-	}
-	if rank < 0 || rank >= ranks {
-		return fmt.Errorf("--rank %d of a job of %d ranks (--ranks)", rank, ranks)
 	}
 	homes, err := chunk.AssignDir(cfg.Source, m, ranks)
 	if err != nil {
@@ -117,6 +97,36 @@ func runStage(c *cli.Context) error {
 		rank, ranks, lo, hi-1, len(m.Shards), cfg.Source, cfg.Local, ranks)
 	fmt.Fprintln(c.App.Writer, cfg.Local)
 	return nil
+}
+
+// stageRank returns the rank stage copies for, of how many ranks (from
+// the launcher, or --rank and --ranks; one per shard by hand), and the
+// manifest of the dataset at source.
+func stageRank(c *cli.Context, source string) (rank, ranks int, m *chunk.Manifest, err error) {
+	env, err := launch.FromEnv()
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	rank, ranks = env.Rank, env.Size
+	if env.Launcher == "" {
+		ranks = 0 // by hand: one shard per rank, unless --ranks
+	}
+	if c.IsSet("rank") {
+		rank = c.Int("rank")
+	}
+	if c.IsSet("ranks") {
+		ranks = c.Int("ranks")
+	}
+	if m, err = chunk.ReadManifest(chunk.OS, chunk.ForRank(source, rank)); err != nil {
+		return 0, 0, nil, err
+	}
+	if ranks <= 0 { // not under a launcher: one shard per rank, as packed
+		ranks = len(m.Shards)
+	}
+	if rank < 0 || rank >= ranks {
+		return 0, 0, nil, fmt.Errorf("--rank %d of a job of %d ranks (--ranks)", rank, ranks)
+	}
+	return rank, ranks, m, nil
 }
 
 // stageProgress draws a bar per shard and step of the stage on w.
