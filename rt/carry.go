@@ -202,7 +202,7 @@ func (l *loop) deliver(d proto.Delivery) {
 		l.stats.remoteFiles++
 		l.stats.remoteBytes += int64(len(f.data))
 	}
-	answer(reply, Delivery{Sn: d.Sn, File: d.File, Label: f.label, Data: f.data, CRC: f.crc, f: f})
+	answer(reply, Delivery{Sn: d.Sn, File: d.File, Label: f.label, Data: f.data, CRC: f.crc, Holder: f})
 }
 
 // count adds a delivered file to the epoch's tallies.

@@ -93,22 +93,19 @@ type Delivery struct {
 	// out of the epoch (Config.OnDamage "skip"), naming it: there are no
 	// bytes, and the position has no other answer.
 	Damaged string
-	// OnRelease, when set, is called by Release: how a delivery made
-	// outside the runtime (a test's stand-in for the loop) learns that its
-	// bytes are free again.
-	OnRelease func()
-	f         *file
+	// Holder holds Data's bytes until Release hands them back: the
+	// runtime's file (its buffer from the pool, or its hold on the chunk
+	// or the memory shared with the clients); or, for a delivery made
+	// outside the runtime, whatever frees its bytes. Nil: nothing to
+	// give back.
+	Holder interface{ Release() }
 }
 
-// Release hands the delivered bytes back to the runtime.
+// Release hands the delivered bytes back to their holder.
 func (d *Delivery) Release() {
-	if d.f != nil {
-		d.f.release()
-		d.f = nil
-	}
-	if d.OnRelease != nil {
-		d.OnRelease()
-		d.OnRelease = nil
+	if d.Holder != nil {
+		d.Holder.Release()
+		d.Holder = nil
 	}
 	d.Data = nil
 }

@@ -26,6 +26,10 @@ type file struct {
 	pool *recvPool
 }
 
+// Release gives up f's bytes, for the client it was delivered to
+// (Delivery.Holder).
+func (f *file) Release() { f.release() }
+
 // release gives up f's bytes: its hold on its chunk buffer, or its
 // buffer from the pool.
 func (f *file) release() {

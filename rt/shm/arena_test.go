@@ -123,7 +123,7 @@ func TestSharedRecords(t *testing.T) {
 			copy(b, data)
 			sn := r.Sn
 			r.Reply <- rt.Delivery{Sn: r.Sn, File: proto.FileID(1000 + r.Sn), Data: b[:len(data)], CRC: chunk.Checksum(data),
-				OnRelease: func() { a.Free(b); released <- sn }}
+				Holder: releaseFunc(func() { a.Free(b); released <- sn })}
 		}
 	}()
 	s, err := Listen(t.TempDir(), 0, Options{Slots: 4, Data: 64 << 10, Events: reqs, Arena: a})

@@ -16,7 +16,7 @@ func TestHandedReferences(t *testing.T) {
 	s := &Server{opt: Options{HandCap: 310}}
 	released := map[int]int{}
 	delivery := func(sn int32, n int) *rt.Delivery {
-		return &rt.Delivery{Sn: sn, Data: make([]byte, n), OnRelease: func() { released[int(sn)]++ }}
+		return &rt.Delivery{Sn: sn, Data: make([]byte, n), Holder: releaseFunc(func() { released[int(sn)]++ })}
 	}
 	const owner, worker = 1000, 1001
 	line := []int{worker, owner, 1}
@@ -78,3 +78,9 @@ func TestHandedReferences(t *testing.T) {
 		t.Fatalf("closing released %d files: %v, %d bytes left", n, released, s.HandedBytes())
 	}
 }
+
+// releaseFunc is a Delivery.Holder that calls itself on Release: a
+// delivery made by a test in the loop's place.
+type releaseFunc func()
+
+func (f releaseFunc) Release() { f() }
