@@ -213,6 +213,14 @@ func TestMain(m *testing.M) {
 	if err == nil {
 		os.Setenv("OMPI_MCA_orte_tmpdir_base", session)
 	}
+	// A training process that is killed (the tests of clients gone, of
+	// a stalled or lost rank) leaves its multiprocessing directory
+	// (pymp-*) in TMPDIR: every process the tests start gets one
+	// removed at the end.
+	tmp, err := os.MkdirTemp("", "brandrt-test-tmp-")
+	if err == nil {
+		os.Setenv("TMPDIR", tmp)
+	}
 	// Every test job runs its ranks on this one machine; the check that
 	// refuses that has a test of its own (TestSharedNodeRefused).
 	os.Setenv("BRANDRT_ALLOW_SHARED_NODE", "1")
@@ -225,6 +233,9 @@ func TestMain(m *testing.M) {
 	}
 	if session != "" {
 		os.RemoveAll(session)
+	}
+	if tmp != "" {
+		os.RemoveAll(tmp)
 	}
 	os.Exit(code)
 }
