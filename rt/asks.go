@@ -28,7 +28,7 @@ type asks struct {
 	endedShare map[Share]bool
 	dropping   map[int32]bool
 	endedEarly bool
-	// order holds the file delivered at each position (Config.Order);
+	// order holds the file delivered at each position (Site.Order);
 	// nil when nobody wants it.
 	order []int32
 }

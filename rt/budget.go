@@ -256,7 +256,7 @@ func (n *Node) HandCap() int64 { return n.handCapAt(n.data.m.MemBytes(n.me)) }
 // smaller ones share theirs, and the training process gets a copy.
 func Handable(size int64) bool { return size >= 32<<10 || (size > 0 && size%4096 == 0) }
 
-// placer is a Config.Memory that says what it lends for n bytes.
+// placer is a Site.Memory that says what it lends for n bytes.
 type placer interface{ Placed(n int64) int64 }
 
 // memFacts are what the footprint needs of the shard, from its file

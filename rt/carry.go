@@ -77,7 +77,7 @@ func (l *loop) load(f proto.FileID, files map[proto.FileID]*file) {
 // go at once, unless they fill at least 7/8 of it: memory then stays
 // within 8/7 of what proto accounts for. (At half, the rule before, a
 // quarter of the data in memory cost up to twice the budget.) With
-// Config.Memory (shared with the clients) they are always copied, each
+// Site.Memory (shared with the clients) they are always copied, each
 // into its own buffer from it, so that they still reach the clients in
 // place and each file's memory goes back as soon as the file goes: files
 // of one chunk read leave one by one over the epoch, and a buffer shared
@@ -101,7 +101,7 @@ func (l *loop) keepOrCopy() {
 		return
 	}
 	defer func() { res.buf = nil }()
-	mem := l.n.cfg.Memory
+	mem := l.n.site.Memory
 	full := res.keptBytes*8 >= res.ch.BytesRead*7
 	if !full || mem != nil {
 		for _, f := range res.kept {

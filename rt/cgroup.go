@@ -8,7 +8,7 @@ import "fmt"
 // on files handed on lowered to fit (fitHanded).
 
 // fitsCgroup says the rank's footprint and what its memory cgroup
-// allows (Config.MemLimitBytes) less what it leaves for the other
+// allows (Site.MemLimitBytes) less what it leaves for the other
 // processes in it (Config.MemLeaveBytes), and refuses a rank whose
 // footprint exceeds that: the kernel would kill it, or reclaim the
 // training processes' pages over and over, later.
@@ -19,16 +19,16 @@ func (n *Node) fitsCgroup() error {
 		return fmt.Errorf("%w: %s", err, f)
 	}
 	if limit <= 0 {
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; its memory cgroup sets no limit%s\n", n.me, f, n.leaveUnused())
+		fmt.Fprintf(n.site.Log, "brandrt: rank %d: %s; its memory cgroup sets no limit%s\n", n.me, f, n.leaveUnused())
 		return nil
 	}
 	allows := n.allows()
 	if f.Total() <= limit {
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; %s%s\n", n.me, f, allows, n.leaves(limit-f.Total()))
+		fmt.Fprintf(n.site.Log, "brandrt: rank %d: %s; %s%s\n", n.me, f, allows, n.leaves(limit-f.Total()))
 		return nil
 	}
 	if fit, ok := n.fitHanded(f, limit); ok {
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %s; %s%s: the files handed on are bounded at %s to fit it, not %s (beyond it the training processes get copies; --hand-mem sets it)\n",
+		fmt.Fprintf(n.site.Log, "brandrt: rank %d: %s; %s%s: the files handed on are bounded at %s to fit it, not %s (beyond it the training processes get copies; --hand-mem sets it)\n",
 			n.me, fit, allows, n.leaves(limit-fit.Total()), mib(n.HandCap()), mib(n.handRule(f.Budget)))
 		return nil
 	}
@@ -46,12 +46,12 @@ func (n *Node) fitsCgroup() error {
 // --leave; 0 when the cgroup sets no limit. A --leave that takes all of
 // the limit is an error.
 func (n *Node) cgroupRoom() (int64, error) {
-	limit, leave := n.cfg.MemLimitBytes, n.cfg.MemLeaveBytes
+	limit, leave := n.site.MemLimitBytes, n.cfg.MemLeaveBytes
 	if limit <= 0 {
 		return 0, nil
 	}
 	if leave >= limit {
-		return 0, fmt.Errorf("rt: --leave %s leaves the rank nothing: its memory cgroup allows %s in all (%s)", mib(leave), mib(limit), n.cfg.MemLimitFrom)
+		return 0, fmt.Errorf("rt: --leave %s leaves the rank nothing: its memory cgroup allows %s in all (%s)", mib(leave), mib(limit), n.site.MemLimitFrom)
 	}
 	return limit - leave, nil
 }
@@ -60,7 +60,7 @@ func (n *Node) cgroupRoom() (int64, error) {
 // cgroup allows 1.5 GiB (FILE)", and "less 620 MiB left for the other
 // processes in it (--leave)".
 func (n *Node) allows() string {
-	s := fmt.Sprintf("its memory cgroup allows %s (%s)", mib(n.cfg.MemLimitBytes), n.cfg.MemLimitFrom)
+	s := fmt.Sprintf("its memory cgroup allows %s (%s)", mib(n.site.MemLimitBytes), n.site.MemLimitFrom)
 	if n.cfg.MemLeaveBytes > 0 {
 		s += fmt.Sprintf(", less %s it leaves for the other processes in it (--leave)", mib(n.cfg.MemLeaveBytes))
 	}
@@ -127,12 +127,12 @@ func (n *Node) fitBudget(limit int64) int64 {
 	return lo
 }
 
-// cgroupBudget is the budget that Config.MemCgroupFraction gives the rank
-// in its memory cgroup (cgroupRoom: Config.MemLimitBytes less --leave):
+// cgroupBudget is the budget that Config.Mem.Cgroup gives the rank
+// in its memory cgroup (cgroupRoom: Site.MemLimitBytes less --leave):
 // that share of the largest budget whose footprint fits it, so that
 // 100 % just fits (fitsCgroup).
 func (n *Node) cgroupBudget() (int64, error) {
-	frac := n.cfg.MemCgroupFraction
+	frac := n.cfg.Mem.Cgroup
 	limit, err := n.cgroupRoom()
 	if err != nil {
 		return 0, err
@@ -149,9 +149,9 @@ func (n *Node) cgroupBudget() (int64, error) {
 }
 
 // fitsNode refuses a budget larger than the node's memory
-// (Config.NodeMemBytes): the kernel would end the rank instead, later.
+// (Site.NodeMemBytes): the kernel would end the rank instead, later.
 func (n *Node) fitsNode() error {
-	node := n.cfg.NodeMemBytes
+	node := n.site.NodeMemBytes
 	own, shard, remote := n.data.m.MemBytes(n.me), n.data.m.ShardBytes(n.me), n.remoteBytes()
 	held := min(own, shard)
 	if node <= 0 || held+remote <= node {

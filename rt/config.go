@@ -3,15 +3,16 @@ package rt
 import (
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
-	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/proto"
 )
 
-// Config configures one rank of the runtime. Flags of `brandrt serve` map
-// onto its fields one to one.
+// Config is what the user chose for one rank of the runtime: flags of
+// `brandrt serve` map onto its fields one to one. What the rank finds
+// where it runs (its node, its cgroup, staged copies) and the services
+// it is given (a log, a file system, shared memory, callbacks) are its
+// Site, beside it.
 type Config struct {
 	// Chunks is the packed dataset's directory; "{rank}" in it is replaced
 	// by the rank, for node-local copies (each holding the shard of its
@@ -19,47 +20,22 @@ type Config struct {
 	// The job's ranks split the dataset's shards between them
 	// (chunk.Assign).
 	Chunks string
-	// ShardDirs, when set, are the directories that hold this rank's
-	// shards, one per shard in order (staged copies; see chunk.OpenHome).
-	ShardDirs []string
-	// Source, when set, is the dataset that the copies the rank reads
-	// (ShardDirs, or Chunks) were staged from, "{rank}" in it replaced by
-	// the rank: a chunk that a copy holds damaged (read twice) is read
-	// from there before it counts as damage (see fallback).
-	Source string
-	// MemBytes is the rank's budget in bytes for its own files in memory
-	// (its local VCs). When zero, MemFraction of the rank's shard is used.
-	MemBytes    int64
-	MemFraction float64
-	// MemCgroupFraction, when positive, is the budget as a share of what
-	// the rank's memory cgroup leaves beside the allowance and
-	// --remote-mem (Node.cgroupBudget): Open sets MemBytes from it.
-	MemCgroupFraction float64
+	// Mem is the rank's budget for its own files in memory (its local
+	// VCs): bytes, or a share of its shard or of its memory cgroup.
+	Mem Budget
 	// RemoteMemBytes bounds the bytes of files other ranks push ahead of
 	// time into this rank's memory (its buffer VCs); −1 means a tenth of
 	// the rank's budget.
 	RemoteMemBytes int64
-	// NodeMemBytes is the node's memory in bytes. When positive, Open
-	// refuses a rank whose own files in memory (MemBytes, as far as its
-	// shard fills it) and other ranks' files (RemoteMemBytes) together
-	// need more; 0 checks nothing.
-	NodeMemBytes int64
-	// MemLimitBytes is the memory limit of the rank's cgroup in bytes
-	// (launch.MemCgroup), and MemLimitFrom the file that sets it, for
-	// messages. When positive, Open refuses a rank whose memory
-	// (Footprint) does not fit it; 0 checks nothing.
-	MemLimitBytes int64
-	MemLimitFrom  string
 	// MemLeaveBytes is what the rank leaves of its memory cgroup for the
 	// other processes in it (--leave): training processes launched in the
 	// same cgroup (a Slurm job step, a container). Open checks the
 	// footprint, and takes --mem P%cgroup, against the limit less this.
 	MemLeaveBytes int64
-	// Policy is "window" (each chunk read once, every epoch planned
-	// ahead: proto.WindowRank) or "paper" (the papers' protocol,
-	// proto.Rank, in its Variant). Window is how many positions ahead
-	// files of other ranks are prefetched, for either.
-	Policy  string
+	// Policy is PolicyWindow or PolicyPaper (in its Variant). Window is
+	// how many positions ahead files of other ranks are prefetched, for
+	// either.
+	Policy  Policy
 	Variant proto.Variant
 	Window  int
 	// Ramp is, for the window policy, the chunks each rank reads before
@@ -97,10 +73,6 @@ type Config struct {
 	// memory it would take: Node.Footprint) and what its memory cgroup
 	// allows, and serves nothing.
 	FootprintOnly bool
-	// Order, when set, is called on every rank at the end of each epoch
-	// with the file delivered at every position of every rank's trace
-	// (proto.NoFile where none was).
-	Order func(epoch uint32, files [][]proto.FileID)
 	// Readers is the clients that read files from the rank at once: the
 	// DataLoader workers of its training processes, or the processes
 	// themselves when they have none; Procs is the training processes.
@@ -128,9 +100,6 @@ type Config struct {
 	// each epoch, as a training script busy elsewhere would; the rank is
 	// idle meanwhile, and the CPU it uses then is reported.
 	Pause time.Duration
-	// Report, when set, is called on every rank with each epoch's
-	// statistics, summed over the ranks.
-	Report func(EpochStats)
 	// OnDamage says what a rank does with a file whose bytes are damaged
 	// on storage (its checksum fails on a read and again on a second
 	// read, or its chunk file is missing or short): "fail" stops the job
@@ -155,10 +124,8 @@ type Config struct {
 	// PeerWarn is how long a rank waits on a peer that sends nothing
 	// before it says so, naming the peer (and again each PeerWarn after);
 	// PeerTimeout, when positive, how long before it ends the job (shorter
-	// than PeerWarn too: the job then ends without a warning). Nodes,
-	// when set, names each rank's node for those messages.
+	// than PeerWarn too: the job then ends without a warning).
 	PeerWarn, PeerTimeout time.Duration
-	Nodes                 []string
 	// ClientWait is how long a rank whose clients all went away in the
 	// middle of an epoch (some of its positions asked for, others not)
 	// waits for one to come back before it ends the job; 0 waits for
@@ -171,16 +138,6 @@ type Config struct {
 	// before it ends, naming those that had none; 0 waits for ever.
 	// Meanwhile every PeerWarn the ranks say which have none.
 	TrainingWait time.Duration
-	// Log receives messages about this rank (damaged files).
-	Log io.Writer
-	// FS is the file system the chunks are read through.
-	FS chunk.FS
-	// Memory, when set, lends the buffers chunks are read into and those
-	// files of more than 32 KiB from other ranks are received into (memory
-	// shared with the clients); by default the shard maps its own and
-	// received files live in Go memory. It must lend the sizes asked for
-	// exactly when they are powers of two of 64 KiB or more.
-	Memory chunk.Memory
 }
 
 // Most consumers, requests in flight per consumer and I/O workers a rank
@@ -198,9 +155,8 @@ const (
 // DefaultConfig returns the defaults; the caller sets Chunks and the
 // memory.
 func DefaultConfig() Config {
-	return Config{Policy: "window", Variant: proto.Full, Window: 64, Ramp: proto.DefaultRamp, Keep: proto.KeepShare, RemoteMemBytes: -1, HandMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 0, Depth: 4,
-		ClientWait: time.Minute, TrainingWait: 10 * time.Minute, OnDamage: "fail", MaxSkippedFraction: 0.001, StorageWait: 2 * time.Minute, PeerWarn: 30 * time.Second,
-		Log: io.Discard, FS: chunk.OS}
+	return Config{Policy: PolicyWindow, Variant: proto.Full, Window: 64, Ramp: proto.DefaultRamp, Keep: proto.KeepShare, RemoteMemBytes: -1, HandMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 0, Depth: 4,
+		ClientWait: time.Minute, TrainingWait: 10 * time.Minute, OnDamage: "fail", MaxSkippedFraction: 0.001, StorageWait: 2 * time.Minute, PeerWarn: 30 * time.Second}
 }
 
 // Validate reports every problem of c at once.
@@ -214,10 +170,11 @@ func (c Config) Validate() error {
 	add(c.Chunks != "", "no chunk directory (--chunks)")
 	add(c.Readers >= 0 && c.Procs >= 0, "%d readers and %d training processes, want 0 or more (0: the defaults)", c.Readers, c.Procs)
 	add(c.MemLeaveBytes >= 0, "memory left for the other processes in the cgroup: %d bytes, want 0 or more", c.MemLeaveBytes)
-	add(c.MemBytes > 0 || (c.MemFraction > 0 && c.MemFraction <= 1) || (c.MemCgroupFraction > 0 && c.MemCgroupFraction <= 1),
-		"memory budget: %d bytes or a fraction %g of the shard or %g of the memory cgroup, want one of them positive (and a fraction ≤ 1)", c.MemBytes, c.MemFraction, c.MemCgroupFraction)
+	if err := c.Mem.check(); err != nil {
+		errs = append(errs, err)
+	}
 	add(c.RemoteMemBytes >= -1, "remote memory %d bytes, want ≥ 0 (or −1 for a tenth of the budget)", c.RemoteMemBytes)
-	add(c.Policy == "window" || c.Policy == "paper", "policy %q, want window or paper", c.Policy)
+	add(c.Policy == PolicyWindow || c.Policy == PolicyPaper, "policy %q, want window or paper", c.Policy)
 	add(int(c.Variant) < len(proto.Variants), "unknown variant %d", c.Variant)
 	add(c.Window >= 0, "window %d, want ≥ 0", c.Window)
 	add(c.Ramp >= 0, "ramp %d chunks, want ≥ 0", c.Ramp)
@@ -230,7 +187,7 @@ func (c Config) Validate() error {
 	add(c.Consume >= 0 && c.Consume <= MaxConsumers, "%d consumers, want 0 to %d", c.Consume, MaxConsumers)
 	add(c.Depth >= 1 && c.Depth <= MaxDepth, "depth %d, want 1 to %d", c.Depth, MaxDepth)
 	add(!c.ClientTraces || c.Consume == 0, "in-process consumers read generated traces: client traces need 0 consumers, not %d", c.Consume)
-	add(!c.Resume || c.Policy == "window", "resuming mid-epoch needs --policy window: the paper policy chooses files as requests come, so an interrupted epoch cannot be taken up where it stopped")
+	add(!c.Resume || c.Policy == PolicyWindow, "resuming mid-epoch needs --policy window: the paper policy chooses files as requests come, so an interrupted epoch cannot be taken up where it stopped")
 	add(!c.Resume || !c.Fresh, "resuming and starting fresh at once: --resume or --fresh, not both")
 	add(!c.Resume || !c.ClientTraces, "resuming needs the traces of the epochs before it: use traces from --seed, not from the clients")
 	add(c.OnDamage == "fail" || c.OnDamage == "skip", "on damage %q, want fail or skip", c.OnDamage)
@@ -240,7 +197,6 @@ func (c Config) Validate() error {
 	add(c.Pause >= 0, "pause %v, want ≥ 0", c.Pause)
 	add(c.ClientWait >= 0, "client wait %v, want ≥ 0", c.ClientWait)
 	add(c.TrainingWait >= 0, "training wait %v, want ≥ 0", c.TrainingWait)
-	add(c.FS != nil && c.Log != nil, "no file system or log")
 	return errors.Join(errs...)
 }
 
@@ -249,5 +205,51 @@ func (c Config) Validate() error {
 // else wherever a job can resume (the window policy with the seed's
 // traces, served to clients). A rank that may not starts epoch 1 at once.
 func (c Config) MayResume() bool {
-	return c.Resume || !c.Fresh && c.Policy == "window" && !c.ClientTraces && c.Consume == 0 && !c.FootprintOnly
+	return c.Resume || !c.Fresh && c.Policy == PolicyWindow && !c.ClientTraces && c.Consume == 0 && !c.FootprintOnly
+}
+
+// Policy names how the ranks choose what to read and what answers a
+// position.
+type Policy string
+
+const (
+	// PolicyWindow plans each epoch before it starts: each chunk is read
+	// once, as memory frees (proto.WindowRank).
+	PolicyWindow Policy = "window"
+	// PolicyPaper is the Brand/Redox protocol (proto.Rank), which chooses
+	// files as requests come, in Config.Variant.
+	PolicyPaper Policy = "paper"
+)
+
+// ParsePolicy returns the policy named s.
+func ParsePolicy(s string) (Policy, error) {
+	switch p := Policy(s); p {
+	case PolicyWindow, PolicyPaper:
+		return p, nil
+	}
+	return "", fmt.Errorf("policy %q: want window or paper", s)
+}
+
+// Budget is the memory a rank keeps its own files in (--mem): Bytes, or
+// a share in (0, 1] of its shard (Shard), or of what its memory cgroup
+// leaves beside the rest of the rank's footprint and Config.MemLeaveBytes
+// (Cgroup; Node.cgroupBudget); exactly one is set. A rank resolves it
+// once, when it opens (Node.Budget): to bytes or a share of the shard.
+type Budget struct {
+	Bytes         int64
+	Shard, Cgroup float64
+}
+
+// check reports a budget that is not exactly one positive amount.
+func (b Budget) check() error {
+	set := 0
+	for _, on := range []bool{b.Bytes != 0, b.Shard != 0, b.Cgroup != 0} {
+		if on {
+			set++
+		}
+	}
+	if set != 1 || b.Bytes < 0 || b.Shard < 0 || b.Shard > 1 || b.Cgroup < 0 || b.Cgroup > 1 {
+		return fmt.Errorf("rt: memory budget: %d bytes, %g of the shard, %g of the memory cgroup: want exactly one of them positive (a share ≤ 1)", b.Bytes, b.Shard, b.Cgroup)
+	}
+	return nil
 }

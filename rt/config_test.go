@@ -18,12 +18,29 @@ func TestConfigBounds(t *testing.T) {
 		{func(c *Config) { c.IOWorkers = 1 << 31 }, "2147483648 I/O workers, want 1 to 1024"},
 		{func(c *Config) { c.Consume = 1025 }, "1025 consumers, want 0 to 1024"},
 		{func(c *Config) { c.Depth = 0 }, "depth 0, want 1 to 1024"},
+		{func(c *Config) { c.Mem = Budget{} }, "want exactly one of them positive"},
+		{func(c *Config) { c.Mem = Budget{Bytes: 1 << 30, Shard: 0.5} }, "1073741824 bytes, 0.5 of the shard, 0 of the memory cgroup: want exactly one"},
+		{func(c *Config) { c.Mem = Budget{Cgroup: 1.5} }, "1.5 of the memory cgroup: want exactly one of them positive (a share ≤ 1)"},
+		{func(c *Config) { c.Mem = Budget{Bytes: -1} }, "-1 bytes"},
+		{func(c *Config) { c.Policy = "lru" }, `policy "lru", want window or paper`},
 	} {
 		cfg := DefaultConfig()
-		cfg.Chunks, cfg.MemFraction = "x", 0.5
+		cfg.Chunks, cfg.Mem.Shard = "x", 0.5
 		c.set(&cfg)
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v, want %q", err, c.want)
 		}
+	}
+}
+
+// ParsePolicy takes the two policies' names and refuses others.
+func TestParsePolicy(t *testing.T) {
+	for _, s := range []string{"window", "paper"} {
+		if p, err := ParsePolicy(s); err != nil || string(p) != s {
+			t.Errorf("%s: %q, %v", s, p, err)
+		}
+	}
+	if _, err := ParsePolicy("Window"); err == nil || err.Error() != `policy "Window": want window or paper` {
+		t.Errorf("Window: %v", err)
 	}
 }

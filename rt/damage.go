@@ -33,10 +33,10 @@ func (n *Node) damaged(res *readResult) error {
 	}
 	n.stagedDamage(res)
 	if d := res.transient; d != nil && n.once(d) {
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v on a first read; read again, the chunk was intact\n", n.me, d)
+		fmt.Fprintf(n.site.Log, "brandrt: rank %d: %v on a first read; read again, the chunk was intact\n", n.me, d)
 	}
 	if d := res.header; d != nil && n.once(d) {
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v; its files match the index and are served\n", n.me, d)
+		fmt.Fprintf(n.site.Log, "brandrt: rank %d: %v; its files match the index and are served\n", n.me, d)
 	}
 	if len(res.damage) == 0 {
 		return nil
@@ -60,7 +60,7 @@ func (n *Node) damaged(res *readResult) error {
 		return nil
 	}
 	most := n.skipLimit()
-	fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v%s%s; left out of every epoch (--on-damage skip; this rank has left out %d files, the job may leave out %d: --max-skipped)\n",
+	fmt.Fprintf(n.site.Log, "brandrt: rank %d: %v%s%s; left out of every epoch (--on-damage skip; this rank has left out %d files, the job may leave out %d: --max-skipped)\n",
 		n.me, &news[0], moreSlots(news[1:]), also, len(n.damage.lost), most)
 	if int64(len(n.damage.lost)) > most {
 		return n.tooManySkipped(int64(len(n.damage.lost)), "on this rank")
@@ -79,7 +79,7 @@ func (n *Node) stagedDamage(res *readResult) {
 		n.damage.staged = make(map[[2]int]bool)
 	}
 	n.damage.staged[[2]int{d.Rank, d.Chunk}] = true
-	fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: its staged copy of shard %d chunk %d is damaged (read twice): %v; read the chunk from the source, %s, instead\n",
+	fmt.Fprintf(n.site.Log, "brandrt: rank %d: its staged copy of shard %d chunk %d is damaged (read twice): %v; read the chunk from the source, %s, instead\n",
 		n.me, d.Rank, d.Chunk, d, res.stagedFrom)
 }
 

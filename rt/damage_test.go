@@ -30,7 +30,7 @@ func TestServeRereadsDamage(t *testing.T) {
 	for e.Size == 0 {
 		t.Fatal("the damaged file is empty")
 	}
-	for _, policy := range []string{"window", "paper"} {
+	for _, policy := range []Policy{PolicyWindow, PolicyPaper} {
 		for _, mem := range []float64{0.25, 1} {
 			for _, tc := range []struct {
 				times    int
@@ -38,8 +38,8 @@ func TestServeRereadsDamage(t *testing.T) {
 			}{{1, "fail"}, {0, "fail"}, {0, "skip"}} {
 				t.Run(fmt.Sprintf("%s/%g/%d/%s", policy, mem, tc.times, tc.onDamage), func(t *testing.T) {
 					log := new(testkit.Log)
-					cfg := DefaultConfig()
-					cfg.Chunks, cfg.MemFraction, cfg.Policy, cfg.Epochs, cfg.Consume, cfg.Log, cfg.OnDamage = dir, mem, policy, 2, 2, log, tc.onDamage
+					cfg := defaultJob()
+					cfg.Chunks, cfg.Mem.Shard, cfg.Policy, cfg.Epochs, cfg.Consume, cfg.Log, cfg.OnDamage = dir, mem, policy, 2, 2, log, tc.onDamage
 					cfg.FS = chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpRead, Path: "rank-00001/chunk-00000003.brc",
 						Flip: e.Offset + int64(e.Size)/2, Times: tc.times})
 					stats, err := serveLocalErr(t, 2, cfg)
@@ -88,8 +88,8 @@ func TestServeRetriesIOErrors(t *testing.T) {
 	}{{3, true}, {0, false}} {
 		t.Run(fmt.Sprint(tc.times), func(t *testing.T) {
 			log := new(testkit.Log)
-			cfg := DefaultConfig()
-			cfg.Chunks, cfg.MemFraction, cfg.Epochs, cfg.Consume, cfg.Log, cfg.StorageWait = dir, 0.25, 1, 2, log, 2*time.Second
+			cfg := defaultJob()
+			cfg.Chunks, cfg.Mem.Shard, cfg.Epochs, cfg.Consume, cfg.Log, cfg.StorageWait = dir, 0.25, 1, 2, log, 2*time.Second
 			cfg.FS = chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpOpen, Path: "rank-00001/chunk-00000003.brc",
 				Err: syscall.ENOENT, Times: tc.times})
 			start := time.Now()
@@ -144,8 +144,8 @@ func TestServeStagedCopyFallsBack(t *testing.T) {
 	for _, tc := range []struct{ name, onDamage string }{{"source", "fail"}, {"source gone", "fail"}, {"source gone", "skip"}} {
 		t.Run(tc.name+"/"+tc.onDamage, func(t *testing.T) {
 			log := new(testkit.Log)
-			cfg := DefaultConfig()
-			cfg.Chunks, cfg.Source, cfg.MemFraction, cfg.Epochs, cfg.Consume, cfg.Log = staged, src, 0.25, 2, 2, log
+			cfg := defaultJob()
+			cfg.Chunks, cfg.Source, cfg.Mem.Shard, cfg.Epochs, cfg.Consume, cfg.Log = staged, src, 0.25, 2, 2, log
 			cfg.OnDamage, cfg.StorageWait = tc.onDamage, time.Second
 			fsys := chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpRead, Path: copied, Flip: e.Offset + int64(e.Size)/2})
 			if tc.name == "source gone" {
@@ -213,12 +213,12 @@ func TestChangedManifest(t *testing.T) {
 		{"unreadable", chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpOpen, Path: chunk.ManifestName, Err: syscall.EIO}), ""},
 		{"gone", chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpOpen, Path: chunk.ManifestName, Err: syscall.ENOENT}), "its manifest is gone"},
 	} {
-		n.cfg.FS = tc.fs
+		n.site.FS = tc.fs
 		if got := n.changed(dir); tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
-	n.cfg.FS, n.data.hash = chunk.OS, man.Hash()+1
+	n.site.FS, n.data.hash = chunk.OS, man.Hash()+1
 	if got := n.changed(dir); !strings.Contains(got, "its manifest says it was packed at") {
 		t.Errorf("another manifest: %q", got)
 	}

@@ -54,7 +54,7 @@ type dataset struct {
 func (n *Node) open() error {
 	w := n.newStorageWatch()
 	var man *chunk.Manifest
-	err := w.retry(func() (err error) { man, err = chunk.ReadManifest(n.cfg.FS, n.data.dir); return err })
+	err := w.retry(func() (err error) { man, err = chunk.ReadManifest(n.site.FS, n.data.dir); return err })
 	if err != nil {
 		return err
 	}
@@ -65,17 +65,19 @@ func (n *Node) open() error {
 		return err
 	}
 	sizes := n.data.fileSizes()
-	n.data.facts = newMemFacts(sizes, n.cfg.Memory)
-	if n.cfg.MemCgroupFraction > 0 {
-		if n.cfg.MemBytes, err = n.cgroupBudget(); err != nil {
+	n.data.facts = newMemFacts(sizes, n.site.Memory)
+	if n.cfg.Mem.Cgroup > 0 {
+		b, err := n.cgroupBudget()
+		if err != nil {
 			return err
 		}
+		n.budget = Budget{Bytes: b}
 	}
 	if err := n.newRank(sizes); err != nil {
 		return err
 	}
 	if lo, hi := n.data.homes[n.me], n.data.homes[n.me+1]; man.Ranks != n.size {
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d serves shards %d–%d of %d: %d files, %s\n",
+		fmt.Fprintf(n.site.Log, "brandrt: rank %d serves shards %d–%d of %d: %d files, %s\n",
 			n.me, lo, hi-1, man.Ranks, n.data.shard.Len(), mib(n.data.m.ShardBytes(n.me)))
 	}
 	if err := n.fitsNode(); err != nil {
@@ -99,12 +101,12 @@ func (n *Node) open() error {
 }
 
 // openShard opens the shards this rank serves of the dataset man
-// describes (in Config.ShardDirs, staged copies, or the dataset's own
+// describes (in Site.ShardDirs, staged copies, or the dataset's own
 // directory), retrying through w, and checks that every chunk file is
 // there whole.
 func (n *Node) openShard(man *chunk.Manifest, w *storageWatch) error {
 	lo, hi := n.data.homes[n.me], n.data.homes[n.me+1]
-	dirs := n.cfg.ShardDirs
+	dirs := n.site.ShardDirs
 	if dirs == nil {
 		dirs = slices.Repeat([]string{n.data.dir}, hi-lo)
 	}
@@ -113,7 +115,7 @@ func (n *Node) openShard(man *chunk.Manifest, w *storageWatch) error {
 	}
 	n.data.man, n.data.hash = man, man.Hash()
 	n.data.opened = distinct(append([]string{n.data.dir}, dirs...))
-	if err := w.retry(func() (err error) { n.data.shard, err = chunk.OpenHome(n.cfg.FS, dirs, man, lo); return err }); err != nil {
+	if err := w.retry(func() (err error) { n.data.shard, err = chunk.OpenHome(n.site.FS, dirs, man, lo); return err }); err != nil {
 		return err
 	}
 	return n.checkSizes()
@@ -165,7 +167,7 @@ func (n *Node) checkSizes() error {
 	if n.cfg.OnDamage != "skip" {
 		return fmt.Errorf("rt: chunk files of rank %d cut short: %d (brandrt serve --on-damage skip leaves their files out; brandrt verify checks every byte):\n%w", n.me, bad, err)
 	}
-	fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: chunk files cut short: %d; the files they lack are left out (--on-damage skip):\n%v\n", n.me, bad, err)
+	fmt.Fprintf(n.site.Log, "brandrt: rank %d: chunk files cut short: %d; the files they lack are left out (--on-damage skip):\n%v\n", n.me, bad, err)
 	return nil
 }
 
@@ -202,7 +204,7 @@ func (n *Node) replaced() error {
 // opened, or "" when it does not, or cannot be read (storage's fault,
 // not the dataset's).
 func (n *Node) changed(dir string) string {
-	man, err := chunk.ReadManifest(n.cfg.FS, dir)
+	man, err := chunk.ReadManifest(n.site.FS, dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return "its manifest is gone (a pack under way, or the dataset removed)"

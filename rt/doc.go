@@ -19,11 +19,17 @@
 // they write in their rings into ClientEvents; the in-process consumers
 // of Config.Consume (brandrt serve --consume) stand in for them. Package
 // rt/job is the process around a rank: it joins MPI, makes the memory
-// shared with the clients (Config.Memory), calls Open and Serve, starts
+// shared with the clients (Site.Memory), calls Open and Serve, starts
 // the training command, and ends the job on every rank when one fails.
 //
 // # Files
 //
+//   - config.go: Config, what the user chose (flags map onto it;
+//     DefaultConfig, Config.Validate); its Budget (Config.Mem, resolved
+//     once by Open: Node.Budget) and Policy.
+//   - site.go: Site, what a rank finds where it runs and is given (its
+//     node's and cgroup's memory, staged copies, a log, a file system,
+//     shared memory, callbacks), filled by rt/job.
 //   - node.go: Node, its parts, Open, EveryRank, what a caller sets
 //     before Serve (WatchClients, TrainingOver, SuperviseTraining), and
 //     the machine built (newRank, newWindowRank).
@@ -82,7 +88,6 @@
 //   - mix.go: rank 0's measure of how random an epoch's order is.
 //   - consume.go: the in-process consumers (Config.Consume), which read
 //     the rank's trace and check every file's checksum.
-//   - config.go: Config, DefaultConfig, Config.Validate.
 //
 // # A request's way
 //
@@ -156,7 +161,7 @@
 // goroutine's. All else crosses through channels (Node.clients' events,
 // offers, starts, over; ioPool's queue and done; each Reply) or is guarded:
 // clients release files from their own goroutines, so chunkBuf.refs is
-// atomic, recvPool locks, and Config.Memory must allow it too. Between
+// atomic, recvPool locks, and Site.Memory must allow it too. Between
 // epochs nothing reads Node.ClientEvents: events wait for the next loop
 // (before the first, Node.resumePoint takes them as the training's first
 // word and holds them for it in Node.next.held).
@@ -165,7 +170,7 @@
 //
 // A chunk read's buffer is a chunkBuf around the chunk.Chunk, freed by
 // chunk.Chunk.Release after its last hold. It comes from the shard's own
-// buffers, or from Config.Memory when the budget holds the whole shard
+// buffers, or from Site.Memory when the budget holds the whole shard
 // (Node.open calls chunk.Home.SetMemory then). A read that keeps its
 // chunk (proto.Read.Keep: the window policy's last chunks of an epoch,
 // every chunk when the budget holds the shard) copies each of its files
@@ -177,7 +182,7 @@
 // buffer or on its own copy's; loop.keepOrCopy drops the read's own.
 // Unless the files are in copies already, keepOrCopy first copies them
 // out (copyOut) when they fill less than 7/8 of the bytes read, and
-// always with Config.Memory: each into its own buffer from it, or into Go
+// always with Site.Memory: each into its own buffer from it, or into Go
 // memory.
 //
 // A file (the type file) is in one place at a time: loop.files,
@@ -190,7 +195,7 @@
 //     link.testSends sees the Isend complete.
 //   - Received: recvPool.get hands out buffers by power-of-two size
 //     class, and keeps up to poolKeep of a class for reuse. Classes of
-//     recvLentMin (64 KiB) and more are lent by Config.Memory, so that
+//     recvLentMin (64 KiB) and more are lent by Site.Memory, so that
 //     files over 32 KiB from other ranks reach clients in place; smaller
 //     ones are Go memory. recvPool.drain, when Serve returns, gives the
 //     lent ones back, and those put back later.
@@ -237,7 +242,7 @@
 // Node.peers.synced). Node.reduce sums the ranks' counts (AllreduceSum), takes
 // peaks and times (AllreduceMax), and sums the deliveries per file
 // (Node.perFile) for duplicates and files missing. Serve hands the
-// EpochStats to Config.Report, and stops after the epoch in which every
+// EpochStats to Site.Report, and stops after the epoch in which every
 // rank's training is over. The window policy with seeded traces plans
 // the next epoch too, so while an epoch drains its machine reads the next
 // one's first chunks into the memory freed (EpochStats.EarlyReads).
@@ -253,7 +258,7 @@
 //     Delivery.Damaged (Node.damageNote). Past Node.skipLimit on one rank
 //     is that rank's error; the ranks' sum past it, at an epoch's end,
 //     every rank's. At Open, Node.checkSizes treats chunk files cut short
-//     the same way. A rank reading staged copies (Config.Source) reads a
+//     the same way. A rank reading staged copies (Site.Source) reads a
 //     chunk whose damage stands from the source instead (fallback), and
 //     says so once per chunk; only when the source cannot stand in (it
 //     cannot be reached, or is damaged too) is it damage, named with why.

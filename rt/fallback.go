@@ -11,7 +11,7 @@ import (
 )
 
 // fallback is the dataset that a rank's staged copies were copied from
-// (Config.Source): a chunk that a copy holds damaged, read twice, is read
+// (Site.Source): a chunk that a copy holds damaged, read twice, is read
 // from there in its place (readChunk), before it counts as damage. It is
 // opened at the first such read, so that a job whose copies are intact
 // reads nothing of it. Storage that cannot be reached is waited for as
@@ -28,13 +28,13 @@ type fallback struct {
 	gone bool // the last wait for it ran out
 }
 
-// newFallback returns the rank's fallback, or nil without Config.Source.
+// newFallback returns the rank's fallback, or nil without Site.Source.
 func (n *Node) newFallback(mem chunk.Memory) *fallback {
-	if n.cfg.Source == "" {
+	if n.site.Source == "" {
 		return nil
 	}
 	lo, hi := n.data.homes[n.me], n.data.homes[n.me+1]
-	return &fallback{fsys: n.cfg.FS, man: n.data.man, lo: lo, mem: mem, dirs: slices.Repeat([]string{chunk.ForRank(n.cfg.Source, n.me)}, hi-lo)}
+	return &fallback{fsys: n.site.FS, man: n.data.man, lo: lo, mem: mem, dirs: slices.Repeat([]string{chunk.ForRank(n.site.Source, n.me)}, hi-lo)}
 }
 
 // standIn reads chunk c from the source in place of res, the copy's read

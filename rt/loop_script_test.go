@@ -101,10 +101,10 @@ func (e *loopEnv) handle(c *script.Cmd) string {
 func (e *loopEnv) job(c *script.Cmd) string {
 	ranks, files, k := e.intArg(c, "ranks"), e.intArg(c, "files"), e.intArg(c, "k")
 	dir := packed(e.t, files, ranks, k)
-	cfg := DefaultConfig()
-	cfg.Chunks, cfg.IOWorkers, cfg.MemFraction, cfg.Epochs = dir, 1, 1, 1
+	cfg := defaultJob()
+	cfg.Chunks, cfg.IOWorkers, cfg.Mem.Shard, cfg.Epochs = dir, 1, 1, 1
 	if c.Has("mem") {
-		cfg.MemFraction, _ = strconv.ParseFloat(c.Args["mem"], 64)
+		cfg.Mem.Shard, _ = strconv.ParseFloat(c.Args["mem"], 64)
 	}
 	if c.Has("epochs") {
 		cfg.Epochs = e.intArg(c, "epochs")
@@ -114,7 +114,7 @@ func (e *loopEnv) job(c *script.Cmd) string {
 	errs := make([]error, ranks)
 	var wg sync.WaitGroup
 	for r, comm := range comms {
-		wg.Go(func() { e.nodes[r], errs[r] = Open(cfg, comm) })
+		wg.Go(func() { e.nodes[r], errs[r] = Open(cfg.Config, cfg.Site, comm) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

@@ -19,7 +19,11 @@ import (
 // called on every rank; they run collectives. Its state is in parts, by
 // concern, each in the file that deals with it.
 type Node struct {
-	cfg      Config
+	cfg  Config
+	site Site
+	// budget is Config.Mem resolved once, when the node opens: bytes, or
+	// a share of the shard (Budget).
+	budget   Budget
 	comm     collectives.Comm
 	me, size int
 	// p is the rank's protocol machine (newRank, newWindowRank).
@@ -43,11 +47,11 @@ type Node struct {
 // must call it: it checks with the others that they all opened the same
 // dataset, and fails on every rank when one of them could not (its error
 // is then EveryRank).
-func Open(cfg Config, comm collectives.Comm) (*Node, error) {
+func Open(cfg Config, site Site, comm collectives.Comm) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, comm: comm, me: comm.Rank(), size: comm.Size(), data: dataset{dir: chunk.ForRank(cfg.Chunks, comm.Rank())},
+	n := &Node{cfg: cfg, site: site.withDefaults(), budget: cfg.Mem, comm: comm, me: comm.Rank(), size: comm.Size(), data: dataset{dir: chunk.ForRank(cfg.Chunks, comm.Rank())},
 		clients: clientSide{events: make(chan ClientEvent, 1024), offers: make(chan TraceOffer, 16), starts: make(chan StartOffer, 16),
 			over: make(chan struct{})},
 		next: nextEpoch{offers: make(map[uint32]TraceOffer)}}
@@ -57,7 +61,7 @@ func Open(cfg Config, comm collectives.Comm) (*Node, error) {
 	if err == nil {
 		err = n.sameDataset()
 	}
-	if err == nil && cfg.Policy == "window" {
+	if err == nil && cfg.Policy == PolicyWindow {
 		err = n.newWindowRank() // the same input on every rank: every rank fails alike
 	}
 	if err != nil {
@@ -153,6 +157,10 @@ func (n *Node) trainingOver() bool {
 // Config returns the configuration the node was opened with.
 func (n *Node) Config() Config { return n.cfg }
 
+// Budget returns the rank's budget for its own files, resolved when it
+// opened: Config.Mem, a share of the memory cgroup turned into bytes.
+func (n *Node) Budget() Budget { return n.budget }
+
 // MaxFileSize returns the size of this rank's largest file.
 func (n *Node) MaxFileSize() int64 { return n.data.maxSize }
 
@@ -165,13 +173,13 @@ func (n *Node) Mapping() *proto.Mapping { return n.data.m }
 // newRank builds the mapping from the manifest and the budget, and the
 // protocol state of this rank.
 func (n *Node) newRank(sizes []int64) error {
-	m, err := newMapping(n.data.man, n.data.homes, n.cfg.MemBytes, n.cfg.MemFraction)
+	m, err := newMapping(n.data.man, n.data.homes, n.budget.Bytes, n.budget.Shard)
 	if err != nil {
 		return err
 	}
 	n.data.m = m
 	n.data.first, _ = m.RankFiles(n.me)
-	if n.cfg.Policy == "window" {
+	if n.cfg.Policy == PolicyWindow {
 		n.data.sizes = sizes // the window rank is built once every rank opened (Open)
 		return nil
 	}

@@ -18,8 +18,8 @@ import (
 func TestTrainingOver(t *testing.T) {
 	const files, ranks = 400, 2
 	dir := packed(t, files, ranks, 8)
-	for _, policy := range []string{"window", "paper"} {
-		t.Run(policy, func(t *testing.T) {
+	for _, policy := range []Policy{PolicyWindow, PolicyPaper} {
+		t.Run(string(policy), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			stats := make([][]EpochStats, ranks)
@@ -27,15 +27,15 @@ func TestTrainingOver(t *testing.T) {
 			var wg sync.WaitGroup
 			for r, c := range collectives.NewLocal(ranks) {
 				started := make(chan int, 64)
-				cfg := DefaultConfig()
-				cfg.Chunks, cfg.MemFraction, cfg.Policy, cfg.Epochs = dir, 0.25, policy, 50
+				cfg := defaultJob()
+				cfg.Chunks, cfg.Mem.Shard, cfg.Policy, cfg.Epochs = dir, 0.25, policy, 50
 				cfg.Fresh = true // the training waits for the epoch to start
 				onEpoch := func(_ uint32, n int) { started <- n }
 				opened := make(chan *Node, 1)
 				wg.Add(2)
 				go func() { // Open and Serve run on every rank at once
 					defer wg.Done()
-					n, err := Open(cfg, c)
+					n, err := Open(cfg.Config, cfg.Site, c)
 					if errs[r] = err; err != nil {
 						close(opened)
 						cancel()
@@ -102,11 +102,11 @@ func TestStaleEnd(t *testing.T) {
 	dir := packed(t, files, 1, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg := DefaultConfig()
-	cfg.Chunks, cfg.MemFraction, cfg.Policy, cfg.Epochs, cfg.Fresh = dir, 0.25, "window", 2, true // the training waits for the epoch to start
+	cfg := defaultJob()
+	cfg.Chunks, cfg.Mem.Shard, cfg.Policy, cfg.Epochs, cfg.Fresh = dir, 0.25, "window", 2, true // the training waits for the epoch to start
 	started := make(chan int, 4)
 	onEpoch := func(_ uint32, n int) { started <- n }
-	n, err := Open(cfg, collectives.NewLocal(1)[0])
+	n, err := Open(cfg.Config, cfg.Site, collectives.NewLocal(1)[0])
 	if err != nil {
 		t.Fatal(err)
 	}

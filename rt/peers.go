@@ -118,14 +118,14 @@ func (w *peerWatch) warn(silent []int, quiet time.Duration, from time.Time, what
 	if cfg.PeerTimeout > 0 {
 		ends = fmt.Sprintf("the job ends if it lasts %v (--peer-timeout)", cfg.PeerTimeout)
 	}
-	fmt.Fprintf(cfg.Log, "brandrt: rank %s waits %s: %s sent nothing since %s (%v); %s\n",
+	fmt.Fprintf(w.n.site.Log, "brandrt: rank %s waits %s: %s sent nothing since %s (%v); %s\n",
 		w.node(w.n.me), what, w.ranks(silent), from.Format("15:04:05"), quiet.Round(time.Second), ends)
 }
 
 // node names rank r and its node: "1 (node a12)".
 func (w *peerWatch) node(r int) string {
-	if r < len(w.n.cfg.Nodes) {
-		return fmt.Sprintf("%d (node %s)", r, w.n.cfg.Nodes[r])
+	if r < len(w.n.site.Nodes) {
+		return fmt.Sprintf("%d (node %s)", r, w.n.site.Nodes[r])
 	}
 	return fmt.Sprint(r)
 }

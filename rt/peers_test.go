@@ -24,10 +24,10 @@ func TestPeerTimeout(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("warn %v timeout %v", c.warn, c.timeout), func(t *testing.T) {
 			var log strings.Builder
-			cfg := DefaultConfig()
+			cfg := defaultJob()
 			cfg.PeerWarn, cfg.PeerTimeout, cfg.Log = c.warn, c.timeout, &log
 			clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-			w := newPeerWatch(&Node{cfg: cfg, me: 0, size: 2})
+			w := newPeerWatch(&Node{cfg: cfg.Config, site: cfg.Site, me: 0, size: 2})
 			w.now = func() time.Time { return clock }
 			start := clock
 			var err error

@@ -33,7 +33,7 @@ type Place struct {
 	Seed     uint64 `json:"-"`
 
 	Dataset string    `json:"dataset,omitempty"`
-	Policy  string    `json:"policy,omitempty"`
+	Policy  Policy    `json:"policy,omitempty"`
 	Traces  string    `json:"traces,omitempty"`
 	Plan    PlanRule  `json:"plan"`
 	Before  []Stretch `json:"before,omitempty"`
@@ -72,7 +72,7 @@ func (n *Node) JobPlace() Place {
 
 // rule returns this job's plan rule.
 func (n *Node) rule() PlanRule {
-	return PlanRule{Ranks: n.size, MemBytes: n.cfg.MemBytes, MemFraction: n.cfg.MemFraction, Ramp: n.cfg.Ramp, Keep: n.cfg.Keep}
+	return PlanRule{Ranks: n.size, MemBytes: n.budget.Bytes, MemFraction: n.budget.Shard, Ramp: n.cfg.Ramp, Keep: n.cfg.Keep}
 }
 
 // DatasetID names a dataset in a saved state: its manifest's hash.
@@ -150,7 +150,7 @@ func (p Place) key() int32 {
 // SamePlan reports whether p was saved by a job of ranks ranks that
 // plans as one with rule and policy does: its positions then mean the
 // same files in both, and the job resumes on that plan.
-func (p Place) SamePlan(ranks int, rule PlanRule, policy string) bool {
+func (p Place) SamePlan(ranks int, rule PlanRule, policy Policy) bool {
 	if p.Dataset == "" { // saved before plans were recorded: as before, by ranks
 		return p.Ranks == ranks
 	}
@@ -195,7 +195,7 @@ func Resume(p, job Place, epochs int) (Takeup, error) {
 		return 0, fmt.Errorf("the state was saved with traces from %s and this job takes them from %s: resume with --traces %s", p.Traces, job.Traces, p.Traces)
 	case p.SamePlan(job.Ranks, job.Plan, job.Policy):
 		return OnItsPlan, nil
-	case p.Policy != "window":
+	case p.Policy != PolicyWindow:
 		return 0, fmt.Errorf("the state was saved with --policy %s, whose order depends on timing: it resumes only in a job like the one that saved it (%d ranks, --mem and --ramp as then); this job has %d ranks",
 			p.Policy, p.Ranks, job.Ranks)
 	case p.Traces != "seed":

@@ -11,7 +11,7 @@ import (
 // recvPool recycles the buffers that files from other ranks are received
 // into, by power-of-two size class: a fresh buffer would cost the zeroing
 // of its pages and later the garbage collector's work. With mem (the
-// memory shared with the clients, Config.Memory), buffers of recvLentMin
+// memory shared with the clients, Site.Memory), buffers of recvLentMin
 // bytes and more come from it, so that received files too reach the
 // clients in place; smaller ones stay in Go memory, where they do not
 // take a whole unit of the lender's. Safe for concurrent use (clients

@@ -80,7 +80,7 @@ func (r resumption) before() int64 {
 // on every rank.
 func (n *Node) resumePoint(ctx context.Context) (uint32, resumption, StartOffer, error) {
 	if n.me == 0 && n.cfg.Resume {
-		fmt.Fprintf(n.cfg.Log, "brandrt: waiting for the training processes to say where the job resumes (--resume)\n")
+		fmt.Fprintf(n.site.Log, "brandrt: waiting for the training processes to say where the job resumes (--resume)\n")
 	}
 	w := &offerWait{tick: time.NewTicker(peerCheckEvery), over: n.clients.over}
 	defer w.tick.Stop()
@@ -180,7 +180,7 @@ func (n *Node) agreeStart(o StartOffer, how Takeup) (start []int32, again bool, 
 	}
 	if !same {
 		err = fmt.Errorf("the ranks' training processes resume from different states (%v, per rank: epoch, position, state, read): every rank must resume from the same checkpoint", all)
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v; waiting for new ones\n", n.me, err)
+		fmt.Fprintf(n.site.Log, "brandrt: rank %d: %v; waiting for new ones\n", n.me, err)
 		o.answer(err)
 		return nil, true, nil
 	}
@@ -203,7 +203,7 @@ func (n *Node) takeUp(o StartOffer, how Takeup, start []int32) (resumption, erro
 	}
 	r := resumption{Delivered: d}
 	if n.me == 0 {
-		fmt.Fprintf(n.cfg.Log, "brandrt: the job was saved on %d ranks (--mem, --ramp as %s) and resumes on %d: epoch %d goes on with the %d files of %d not yet trained on, planned for %d ranks\n",
+		fmt.Fprintf(n.site.Log, "brandrt: the job was saved on %d ranks (--mem, --ramp as %s) and resumes on %d: epoch %d goes on with the %d files of %d not yet trained on, planned for %d ranks\n",
 			p.Ranks, p.Plan.describe(), n.size, p.Epoch, len(d)-int(r.before()), len(d), n.size)
 	}
 	return r, nil

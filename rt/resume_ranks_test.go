@@ -21,7 +21,7 @@ type orderRun struct {
 
 // runOrders serves cfg on ranks in-process ranks with in-process
 // consumers; with resume, every rank is told to resume there.
-func runOrders(t *testing.T, ranks int, cfg Config, resume *Place) (orderRun, error) {
+func runOrders(t *testing.T, ranks int, cfg testJob, resume *Place) (orderRun, error) {
 	t.Helper()
 	run := orderRun{orders: map[uint32][][]proto.FileID{}}
 	var mu sync.Mutex
@@ -60,8 +60,8 @@ func runOrders(t *testing.T, ranks int, cfg Config, resume *Place) (orderRun, er
 func TestResumeOnOtherRanks(t *testing.T) {
 	const files, shards = 600, 6
 	dir := packed(t, files, shards, 8)
-	cfg := DefaultConfig()
-	cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes, cfg.Epochs = dir, 0.25, 100_000, 3
+	cfg := defaultJob()
+	cfg.Chunks, cfg.Mem.Shard, cfg.RemoteMemBytes, cfg.Epochs = dir, 0.25, 100_000, 3
 	full, err := runOrders(t, 3, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -148,8 +148,8 @@ func once(t *testing.T, what string, before []int, orders [][]proto.FileID) {
 // to change.
 func TestResumeRefusesOtherJobs(t *testing.T) {
 	dir := packed(t, 300, 3, 8)
-	cfg := DefaultConfig()
-	cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes, cfg.Epochs = dir, 0.25, 100_000, 2
+	cfg := defaultJob()
+	cfg.Chunks, cfg.Mem.Shard, cfg.RemoteMemBytes, cfg.Epochs = dir, 0.25, 100_000, 2
 	run, err := runOrders(t, 3, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +191,7 @@ func TestResumeRefusesOtherJobs(t *testing.T) {
 }
 
 // openOne opens a job of one rank.
-func openOne(cfg Config, c collectives.Comm) (*Node, error) { return Open(cfg, c) }
+func openOne(cfg testJob, c collectives.Comm) (*Node, error) { return Open(cfg.Config, cfg.Site, c) }
 
 // TestResumeOldDataset resumes jobs on a dataset packed before shards
 // were split over ranks (cmd/brandrt/testdata/pack-2026-11-25, 2 shards):
@@ -199,8 +199,8 @@ func openOne(cfg Config, c collectives.Comm) (*Node, error) { return Open(cfg, c
 // that saved it exactly as the uninterrupted job goes on, and is refused
 // on 1 rank; a state of today's resumes on 1 rank, every file once.
 func TestResumeOldDataset(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes, cfg.Epochs = "../cmd/brandrt/testdata/pack-2026-11-25", 0.5, 100_000, 2
+	cfg := defaultJob()
+	cfg.Chunks, cfg.Mem.Shard, cfg.RemoteMemBytes, cfg.Epochs = "../cmd/brandrt/testdata/pack-2026-11-25", 0.5, 100_000, 2
 	full, err := runOrders(t, 2, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +219,7 @@ func TestResumeOldDataset(t *testing.T) {
 	}
 	one := cfg
 	one.Resume = true
-	n, err := Open(one, collectives.NewLocal(1)[0])
+	n, err := Open(one.Config, one.Site, collectives.NewLocal(1)[0])
 	if err != nil {
 		t.Fatal(err)
 	}

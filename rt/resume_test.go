@@ -31,8 +31,8 @@ func TestLateStartsAnswered(t *testing.T) {
 	var wg sync.WaitGroup
 	for r, c := range collectives.NewLocal(ranks) {
 		started := make(chan int, 3)
-		cfg := DefaultConfig()
-		cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes, cfg.Epochs, cfg.Resume = dir, 0.25, 100_000, 3, true
+		cfg := defaultJob()
+		cfg.Chunks, cfg.Mem.Shard, cfg.RemoteMemBytes, cfg.Epochs, cfg.Resume = dir, 0.25, 100_000, 3, true
 		onEpoch := func(_ uint32, n int) { started <- n }
 		opened := make(chan *Node, 1)
 		wg.Add(2)
@@ -44,7 +44,7 @@ func TestLateStartsAnswered(t *testing.T) {
 					c.Abort(1)
 				}
 			}()
-			n, err := Open(cfg, c)
+			n, err := Open(cfg.Config, cfg.Site, c)
 			if errs[r] = err; err != nil {
 				close(opened)
 				return

@@ -28,9 +28,18 @@ func packed(t testing.TB, files, ranks, k int) string {
 		K: k, Ranks: ranks, Seed: 5}.Packed(t)
 }
 
+// testJob is a rank's configuration and site, as a test sets them.
+type testJob struct {
+	Config
+	Site
+}
+
+// defaultJob is the defaults, on the default site.
+func defaultJob() testJob { return testJob{Config: DefaultConfig()} }
+
 // serveLocal runs every rank of cfg in-process and returns rank 0's
 // statistics.
-func serveLocal(t *testing.T, ranks int, cfg Config) []EpochStats {
+func serveLocal(t *testing.T, ranks int, cfg testJob) []EpochStats {
 	t.Helper()
 	stats, err := serveLocalErr(t, ranks, cfg)
 	if err != nil {
@@ -40,14 +49,14 @@ func serveLocal(t *testing.T, ranks int, cfg Config) []EpochStats {
 }
 
 // serveLocalErr is serveLocal returning the ranks' errors.
-func serveLocalErr(t *testing.T, ranks int, cfg Config) ([]EpochStats, error) {
+func serveLocalErr(t *testing.T, ranks int, cfg testJob) ([]EpochStats, error) {
 	t.Helper()
 	return serveLocalOpened(t, ranks, cfg, nil)
 }
 
 // serveLocalOpened is serveLocalErr calling opened, when set, with each
 // rank's node once it is open and before it serves.
-func serveLocalOpened(t *testing.T, ranks int, cfg Config, opened func(r int, n *Node)) ([]EpochStats, error) {
+func serveLocalOpened(t *testing.T, ranks int, cfg testJob, opened func(r int, n *Node)) ([]EpochStats, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -65,7 +74,7 @@ func serveLocalOpened(t *testing.T, ranks int, cfg Config, opened func(r int, n 
 					c.Abort(1)
 				}
 			}()
-			n, err := Open(cfg, c)
+			n, err := Open(cfg.Config, cfg.Site, c)
 			if err != nil {
 				errs[r] = err
 				return
@@ -124,8 +133,8 @@ func (m *lentMemory) Free(b []byte) {
 func serveLent(t *testing.T, memFraction float64) (*lentMemory, []EpochStats) {
 	t.Helper()
 	mem := &lentMemory{}
-	cfg := DefaultConfig()
-	cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes = packed(t, 700, 3, 8), memFraction, 200_000
+	cfg := defaultJob()
+	cfg.Chunks, cfg.Mem.Shard, cfg.RemoteMemBytes = packed(t, 700, 3, 8), memFraction, 200_000
 	cfg.Epochs, cfg.Consume, cfg.Depth, cfg.Memory = 2, 3, 3, mem
 	stats := serveLocal(t, 3, cfg)
 	for _, st := range stats {
@@ -137,7 +146,7 @@ func serveLent(t *testing.T, memFraction float64) (*lentMemory, []EpochStats) {
 }
 
 // TestServeFromLentMemory: with chunks read into memory the runtime is
-// lent (Config.Memory), the files kept from a chunk read move into one
+// lent (Site.Memory), the files kept from a chunk read move into one
 // buffer of that memory too, every file arrives intact, and every buffer
 // goes back.
 func TestServeFromLentMemory(t *testing.T) {
@@ -159,8 +168,8 @@ func TestServeFromLentMemory(t *testing.T) {
 // last of them went, the peak was over twice that.)
 func TestLentMemoryFollowsTheBudget(t *testing.T) {
 	mem := &lentMemory{}
-	cfg := DefaultConfig()
-	cfg.Chunks, cfg.MemFraction, cfg.Epochs, cfg.Consume, cfg.Depth, cfg.Memory = packed(t, 3000, 1, 32), 0.25, 2, 2, 4, mem
+	cfg := defaultJob()
+	cfg.Chunks, cfg.Mem.Shard, cfg.Epochs, cfg.Consume, cfg.Depth, cfg.Memory = packed(t, 3000, 1, 32), 0.25, 2, 2, 4, mem
 	stats := serveLocal(t, 1, cfg)
 	var peak int64
 	for _, st := range stats {
@@ -222,8 +231,8 @@ func TestServeExactlyOnce(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := DefaultConfig()
-			cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes = dir, tc.mem, 200_000
+			cfg := defaultJob()
+			cfg.Chunks, cfg.Mem.Shard, cfg.RemoteMemBytes = dir, tc.mem, 200_000
 			cfg.Policy = "paper" // the window policy: TestServeWindowReadsEachChunkOnce
 			cfg.Variant, cfg.Window, cfg.Epochs, cfg.Consume, cfg.Depth = tc.variant, tc.window, 2, 3, 3
 			for _, st := range serveLocal(t, 3, cfg) {
@@ -253,8 +262,8 @@ func TestServeWindowReadsEachChunkOnce(t *testing.T) {
 	}{{1, 0.25, 64}, {2, 0.25, 64}, {3, 0.25, 8}, {2, 0.1, 0}, {3, 1, 64}} {
 		t.Run(fmt.Sprintf("%d ranks, %.0f%% in memory, window %d", tc.ranks, 100*tc.mem, tc.window), func(t *testing.T) {
 			dir := packed(t, 700, tc.ranks, 8)
-			cfg := DefaultConfig()
-			cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes, cfg.Keep = dir, tc.mem, 20_000, 0 // nothing carried (TestPartialResidency)
+			cfg := defaultJob()
+			cfg.Chunks, cfg.Mem.Shard, cfg.RemoteMemBytes, cfg.Keep = dir, tc.mem, 20_000, 0 // nothing carried (TestPartialResidency)
 			cfg.Window, cfg.Epochs, cfg.Consume, cfg.Depth = tc.window, 2, 3, 3
 			for _, st := range serveLocal(t, tc.ranks, cfg) {
 				if !st.OK() || st.FilesExpected != 700 || st.ChunkBytes != st.BytesDelivered {
@@ -280,9 +289,9 @@ func TestServeWindowReadsEachChunkOnce(t *testing.T) {
 // A budget smaller than a chunk cannot run the window policy; the error
 // says what to change.
 func TestWindowBudgetBelowAChunk(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Chunks, cfg.MemBytes = packed(t, 100, 1, 8), 100
-	n, err := Open(cfg, collectives.NewLocal(1)[0])
+	cfg := defaultJob()
+	cfg.Chunks, cfg.Mem.Bytes = packed(t, 100, 1, 8), 100
+	n, err := Open(cfg.Config, cfg.Site, collectives.NewLocal(1)[0])
 	if err == nil {
 		n.Close()
 		t.Fatal("a 100-byte budget opened")
@@ -311,9 +320,9 @@ func TestBudgetLargerThanNode(t *testing.T) {
 		{"above the shard", 1 << 40, 0, 0, 64 << 20, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := DefaultConfig()
-			cfg.Chunks, cfg.MemBytes, cfg.MemFraction, cfg.RemoteMemBytes, cfg.NodeMemBytes = dir, tc.mem, tc.fraction, tc.remote, tc.node
-			n, err := Open(cfg, collectives.NewLocal(1)[0])
+			cfg := defaultJob()
+			cfg.Chunks, cfg.Mem.Bytes, cfg.Mem.Shard, cfg.RemoteMemBytes, cfg.NodeMemBytes = dir, tc.mem, tc.fraction, tc.remote, tc.node
+			n, err := Open(cfg.Config, cfg.Site, collectives.NewLocal(1)[0])
 			if err == nil {
 				n.Close()
 			}
@@ -351,8 +360,8 @@ func TestPartialResidency(t *testing.T) {
 		{shard, proto.KeepShare, 0},
 	} {
 		log := new(testkit.Log)
-		cfg := DefaultConfig()
-		cfg.Chunks, cfg.MemBytes, cfg.Keep, cfg.Epochs, cfg.Consume, cfg.Log = dir, tc.mem, tc.keep, 3, 2, log
+		cfg := defaultJob()
+		cfg.Chunks, cfg.Mem.Bytes, cfg.Keep, cfg.Epochs, cfg.Consume, cfg.Log = dir, tc.mem, tc.keep, 3, 2, log
 		stats := serveLocal(t, 1, cfg)
 		in, err := windowInput(m, sizes, cfg.Seed, PlanRule{Ranks: 1, MemBytes: tc.mem, Ramp: cfg.Ramp, Keep: tc.keep})
 		if err != nil {

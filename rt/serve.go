@@ -39,12 +39,12 @@ func (n *Node) Announce(onEpoch func(epoch uint32, positions int), onResume func
 func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 	n.training.begin()
 	firstPC, _ := n.data.m.RankPCs(n.me)
-	io := newIOPool(n.data.shard, n.data.source, firstPC, n.cfg.IOWorkers, n.newStorageWatch(), n.replaced, n.cfg.Memory)
+	io := newIOPool(n.data.shard, n.data.source, firstPC, n.cfg.IOWorkers, n.newStorageWatch(), n.replaced, n.site.Memory)
 	io.readMem, io.bytes = n.readMem(), func(pc int) int64 { return mibUp(n.data.chunkBytes[pc-firstPC]) }
 	defer io.close()
 	n.sayResidency()
 	reqs := n.clients.events
-	pool := &recvPool{mem: n.cfg.Memory}
+	pool := &recvPool{mem: n.site.Memory}
 	defer pool.drain()
 	defer n.dropAhead()
 	var all []EpochStats
@@ -68,8 +68,8 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 		if over && st.FilesDelivered+st.FilesSkipped+st.FailedDeliveries == 0 {
 			break // an epoch no training process read: not one to report
 		}
-		if n.cfg.Report != nil {
-			n.cfg.Report(st)
+		if n.site.Report != nil {
+			n.site.Report(st)
 		}
 		all = append(all, st)
 		if n.cfg.OnDamage == "skip" && st.FilesSkipped > n.skipLimit() { // every rank sees the same sums
@@ -159,7 +159,7 @@ func (n *Node) begin(e uint32, traces [][]proto.FileID, res resumption) error {
 // machine asked at the start, and starts the clock.
 func (n *Node) newLoop(e uint32, traceLen, from int, io *ioPool, pool *recvPool, reqs <-chan ClientEvent) (*loop, error) {
 	l := &loop{n: n, p: n.p, io: io, reqs: reqs, epoch: e, files: n.next.files, stats: n.next.stats,
-		asks: newAsks(traceLen, from, n.trainingOver(), n.cfg.Order != nil), link: newLink(n.me, n.size, n.comm, pool, e)}
+		asks: newAsks(traceLen, from, n.trainingOver(), n.site.Order != nil), link: newLink(n.me, n.size, n.comm, pool, e)}
 	n.next.files, n.next.stats = nil, loopStats{}
 	n.readers.begin(traceLen)
 	if l.files == nil {
@@ -186,7 +186,7 @@ func (l *loop) takeHeld() error {
 
 // closeEpoch lets go of the files the loop still holds, waits for every
 // rank to end the epoch, hands the order of the deliveries over
-// (Config.Order) and returns the epoch's statistics, summed over the
+// (Site.Order) and returns the epoch's statistics, summed over the
 // ranks, from c and what the loop counted.
 func (n *Node) closeEpoch(ctx context.Context, l *loop, traces [][]proto.FileID, c epochCounts) (EpochStats, error) {
 	left := int64(len(l.files))
@@ -201,7 +201,7 @@ func (n *Node) closeEpoch(ctx context.Context, l *loop, traces [][]proto.FileID,
 		if err != nil {
 			return EpochStats{}, err
 		}
-		n.cfg.Order(l.epoch, order)
+		n.site.Order(l.epoch, order)
 	}
 	c.proto, c.loop, c.left = n.p.Stats(), l.stats, left
 	c.idle, c.idleCPU, c.firstWait = l.clock.first.Sub(l.clock.start).Seconds(), l.clock.idleCPU, l.clock.firstWait()
@@ -256,11 +256,11 @@ func startSum(start []int32) int64 {
 // holds part of the shard.
 func (n *Node) sayResidency() {
 	mem, shard := n.data.m.MemBytes(n.me), n.data.m.ShardBytes(n.me)
-	if mem >= shard || n.cfg.Policy != "window" {
+	if mem >= shard || n.cfg.Policy != PolicyWindow {
 		return
 	}
 	keep := int64(n.cfg.Keep * float64(mem))
-	fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: --mem holds %.1f%% of its shard (%s of %s): each epoch after the first begins with up to %s "+
+	fmt.Fprintf(n.site.Log, "brandrt: rank %d: --mem holds %.1f%% of its shard (%s of %s): each epoch after the first begins with up to %s "+
 		"of the chunks the one before read last (--keep %g), and reads about %s from storage; --mem %d (%s) would keep the whole shard and read nothing after epoch 1\n",
 		n.me, 100*float64(mem)/float64(shard), mib(mem), mib(shard), mib(keep), n.cfg.Keep, mib(shard-keep), shard, mib(shard))
 }

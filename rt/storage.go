@@ -41,7 +41,7 @@ const (
 // newStorageWatch returns the rank's watch for one set of readers; closing
 // its stop ends their waits.
 func (n *Node) newStorageWatch() *storageWatch {
-	return &storageWatch{me: n.me, limit: n.cfg.StorageWait, log: n.cfg.Log, stop: make(chan struct{})}
+	return &storageWatch{me: n.me, limit: n.cfg.StorageWait, log: n.site.Log, stop: make(chan struct{})}
 }
 
 // retry runs try, and again while it fails for unreachable storage and

@@ -78,7 +78,7 @@ func (n *Node) epochTraces(ctx context.Context, e uint32) ([][]proto.FileID, []i
 			return traces, offer.Files, offer, nil
 		}
 		err = fmt.Errorf("epoch %d: the clients' traces were refused: %w", e, err)
-		fmt.Fprintf(n.cfg.Log, "brandrt: rank %d: %v; waiting for new ones\n", n.me, err)
+		fmt.Fprintf(n.site.Log, "brandrt: rank %d: %v; waiting for new ones\n", n.me, err)
 		offer.answer(err)
 	}
 }
@@ -96,7 +96,7 @@ func (n *Node) offered(ctx context.Context, e uint32) (TraceOffer, error) {
 		return o, nil
 	}
 	if n.me == 0 {
-		fmt.Fprintf(n.cfg.Log, "brandrt: epoch %d waits for the clients' traces\n", e)
+		fmt.Fprintf(n.site.Log, "brandrt: epoch %d waits for the clients' traces\n", e)
 	}
 	tick := time.NewTicker(peerCheckEvery)
 	defer tick.Stop()

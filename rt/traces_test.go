@@ -41,8 +41,8 @@ func TestClientTraces(t *testing.T) {
 	var wg sync.WaitGroup
 	for r, c := range comms {
 		started := make(chan int, 2)
-		cfg := DefaultConfig()
-		cfg.Chunks, cfg.MemFraction, cfg.RemoteMemBytes, cfg.Epochs, cfg.ClientTraces = dir, 0.25, 100_000, 2, true
+		cfg := defaultJob()
+		cfg.Chunks, cfg.Mem.Shard, cfg.RemoteMemBytes, cfg.Epochs, cfg.ClientTraces = dir, 0.25, 100_000, 2, true
 		onEpoch := func(_ uint32, n int) { started <- n }
 		opened := make(chan *Node, 1)
 		wg.Add(2)
@@ -54,7 +54,7 @@ func TestClientTraces(t *testing.T) {
 					c.Abort(1)
 				}
 			}()
-			n, err := Open(cfg, c)
+			n, err := Open(cfg.Config, cfg.Site, c)
 			if errs[r] = err; err != nil {
 				close(opened)
 				return

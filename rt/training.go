@@ -176,7 +176,7 @@ func (w *trainingWatch) judge(now time.Time, missing []int) error {
 	if len(missing) > 1 {
 		its, node = "their", "those nodes"
 	}
-	fmt.Fprintf(cfg.Log, "brandrt: rank %s: %s had no training process attached %v after serving began; the training on the other nodes will wait for %s files. "+
+	fmt.Fprintf(w.n.site.Log, "brandrt: rank %s: %s had no training process attached %v after serving began; the training on the other nodes will wait for %s files. "+
 		"Did the training command start on %s? %s\n", w.n.peers.node(w.n.me), w.n.peers.ranks(missing), since.Round(time.Second), its, node, ends)
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/dustin/go-humanize"
 	"github.com/urfave/cli/v2"
+
+	"github.com/brandrt/brandrt/rt"
 )
 
 // bytesOnly sets *into from the memBudget flag name when it is given,
@@ -32,7 +34,7 @@ type memBudget struct {
 	fraction float64
 	positive bool
 	// cgroup is a share of what the memory cgroup leaves (P%cgroup;
-	// rt.Config.MemCgroupFraction), when allowed.
+	// rt.Budget.Cgroup), when allowed.
 	cgroup, allowCgroup bool
 }
 
@@ -63,6 +65,17 @@ func (m *memBudget) Set(s string) error {
 	}
 	*m = memBudget{bytes: b.n, positive: m.positive, allowCgroup: m.allowCgroup}
 	return nil
+}
+
+// budget returns the rank's budget m gives (rt.Config.Mem).
+func (m *memBudget) budget() rt.Budget {
+	switch {
+	case m.cgroup:
+		return rt.Budget{Cgroup: m.fraction}
+	case m.fraction > 0:
+		return rt.Budget{Shard: m.fraction}
+	}
+	return rt.Budget{Bytes: m.bytes}
 }
 
 // byteSize is the range of m's bytes: 1 (0 unless positive) to

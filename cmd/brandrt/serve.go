@@ -62,7 +62,7 @@ func serveCommand() *cli.Command {
 			&cli.GenericFlag{Name: "mem", Value: &mem, Usage: "memory for this rank's own files: bytes (12GiB), a percentage of its shard (25%), or a percentage of what its memory cgroup (Slurm's, a container's) leaves beside --remote-mem, --leave and the rest of its footprint (90%cgroup); the default is half this node's RAM. " +
 				"The rank takes at most its footprint, which it says at start-up term by term (--footprint says it and stops): --mem in shared memory and a record per file it holds, --remote-mem (with other ranks), its chunk reads in flight (--read-mem), the rings of its training processes and of the clients that read (--readers), the files those were answered in place and hold (a ring's worth each, when --mem holds less than the shard) and files handed on to the training processes (--hand-mem), tables that grow with its shard's files (320 B each) and 54 MiB for the process; one whose memory cgroup allows less is refused at start-up, with the numbers"},
 			&cli.GenericFlag{Name: "remote-mem", Value: &memBudget{bytes: -1}, Usage: "memory for files other ranks push ahead of time, in bytes"},
-			&cli.StringFlag{Name: "policy", Value: d.Policy, Usage: "window (read each chunk once, every epoch planned ahead, as brandrt simulate does) or paper (the Brand/Redox protocol)"},
+			&cli.StringFlag{Name: "policy", Value: string(d.Policy), Usage: "window (read each chunk once, every epoch planned ahead, as brandrt simulate does) or paper (the Brand/Redox protocol)"},
 			&cli.StringFlag{Name: "variant", Value: d.Variant.String(), Usage: "the paper policy's variant: full, random-selection, no-prefetching or no-optimization"},
 			intFlag("ramp", int64(d.Ramp), 0, maxFiles, whyFiles, "window: chunks each rank reads before the first epoch's first answer (as brandrt simulate --ramp: the same value gives the same order)"),
 			floatFlag("keep", d.Keep, 0, 1, false, "window, --mem below the shard: the share of --mem (of what it lacks of the shard, when less) that keeps the chunks an epoch read last in memory for the next, which begins with them and reads only the rest from storage (0.95 of a quarter of the shard: 0.76 of it read per epoch). More reads less, but leaves the end of an epoch and the start of the next less mixed; 0 keeps nothing. A --mem that holds the shard keeps it all, whatever --keep"),
@@ -107,14 +107,13 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 	var err error
 	cfg.Chunks = c.String("chunks")
 	mem := c.Generic("mem").(*memBudget)
-	cfg.MemBytes, cfg.MemFraction = mem.bytes, mem.fraction
-	if mem.cgroup {
-		cfg.MemFraction, cfg.MemCgroupFraction = 0, mem.fraction
-	}
+	cfg.Mem = mem.budget()
 	if err := bytesOnly(c, "remote-mem", "1GiB", &cfg.RemoteMemBytes); err != nil {
 		return cfg, err
 	}
-	cfg.Policy = c.String("policy")
+	if cfg.Policy, err = rt.ParsePolicy(c.String("policy")); err != nil {
+		return cfg, err
+	}
 	if cfg.Variant, err = proto.ParseVariant(c.String("variant")); err != nil {
 		return cfg, err
 	}
@@ -143,7 +142,6 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 	ms := c.Generic("max-skipped").(*countOrShare)
 	cfg.MaxSkipped, cfg.MaxSkippedFraction = ms.n, ms.fraction
 	cfg.StorageWait, cfg.PeerWarn, cfg.PeerTimeout = c.Duration("storage-wait"), c.Duration("peer-warn"), c.Duration("peer-timeout")
-	cfg.Log = c.App.ErrWriter
 	return cfg, cfg.Validate()
 }
 
@@ -163,7 +161,7 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 	if err != nil {
 		return badUsage(c, err)
 	}
-	jc := job.Config{Runtime: cfg, Train: train, ProcsPerNode: c.Int("nproc-per-node"), AllowSharedNode: c.Bool("allow-shared-node"), Stage: c.String("stage")}
+	jc := job.Config{Runtime: cfg, Site: rt.Site{Log: c.App.ErrWriter}, Train: train, ProcsPerNode: c.Int("nproc-per-node"), AllowSharedNode: c.Bool("allow-shared-node"), Stage: c.String("stage")}
 	if len(train) > 0 && !c.IsSet("epochs") {
 		jc.Runtime.Epochs = untilTrainingEnds
 	}
@@ -181,8 +179,8 @@ func serving(c *cli.Context, before func(comm collectives.Comm, w io.Writer) (fu
 // it starts rank 0's report and each rank's profiles, runs before, and
 // records the order for --order-out (name) on rank 0; what it returns
 // stops the profiles, closes the report and writes the order.
-func prepareRank(c *cli.Context, name string, before func(comm collectives.Comm, w io.Writer) (func(io.Writer, rt.EpochStats), error)) func(collectives.Comm, *rt.Config) (func() error, error) {
-	return func(comm collectives.Comm, rc *rt.Config) (func() error, error) {
+func prepareRank(c *cli.Context, name string, before func(comm collectives.Comm, w io.Writer) (func(io.Writer, rt.EpochStats), error)) func(collectives.Comm, rt.Config, *rt.Site) (func() error, error) {
+	return func(comm collectives.Comm, rc rt.Config, site *rt.Site) (func() error, error) {
 		report, closeReport, err := reporter(c, comm.Rank(), rc.Epochs)
 		if err != nil {
 			return nil, err
@@ -209,7 +207,7 @@ func prepareRank(c *cli.Context, name string, before func(comm collectives.Comm,
 				return after, err
 			}
 		}
-		rc.Report = func(s rt.EpochStats) {
+		site.Report = func(s rt.EpochStats) {
 			if report != nil {
 				report(s)
 			}
@@ -218,21 +216,22 @@ func prepareRank(c *cli.Context, name string, before func(comm collectives.Comm,
 			}
 		}
 		if name != "" {
-			order = recordOrder(rc, comm.Rank())
+			order = recordOrder(rc, site, comm.Rank())
 		}
 		return after, nil
 	}
 }
 
-// recordOrder makes rc write each epoch's order into the buffer it
-// returns, on rank 0, as --order-out files hold it.
-func recordOrder(rc *rt.Config, rank int) *bytes.Buffer {
-	label := rc.Policy
-	if label == "paper" {
+// recordOrder makes the site write each epoch's order into the buffer it
+// returns, on rank 0, as --order-out files hold it (rc's policy and seed
+// in its header).
+func recordOrder(rc rt.Config, site *rt.Site, rank int) *bytes.Buffer {
+	label := string(rc.Policy)
+	if rc.Policy == rt.PolicyPaper {
 		label = policyLabel(rc.Variant.String())
 	}
 	order := bytes.NewBuffer(orderfile.Header{Policy: label, Seed: rc.Seed}.Append(nil))
-	rc.Order = func(e uint32, files [][]proto.FileID) {
+	site.Order = func(e uint32, files [][]proto.FileID) {
 		if rank == 0 {
 			order.Write(orderfile.Epoch{Epoch: int(e), Files: files}.Append(order.AvailableBuffer()))
 		}

@@ -18,10 +18,12 @@ import (
 
 // Config configures one rank of a job.
 type Config struct {
-	// Runtime configures the rank. Unless it runs in-process readers
-	// (Consume), the job sets its Memory (the memory shared with the
-	// training processes) and OnEpoch.
+	// Runtime is what the user chose for the rank; Site what it is given
+	// (its Log, say): the job fills in the rest of the site (the node's
+	// and the cgroup's memory, the nodes' names, staged copies, the
+	// memory shared with the training processes).
 	Runtime rt.Config
+	Site    rt.Site
 	// Train, when set, is the training command, started on every node
 	// once the node's rank serves, with the environment Train describes.
 	Train []string
@@ -35,14 +37,14 @@ type Config struct {
 	// each rank copies its shards there from Runtime.Chunks, verified, or
 	// reuses verified copies of an earlier job (chunk/stage), and reads
 	// the copies; a chunk it finds damaged in a copy it reads from
-	// Runtime.Chunks (rt.Config.Source).
+	// Runtime.Chunks (rt.Site.Source).
 	Stage string
 	// Prepare, when set, runs on every rank once the ranks have joined the
 	// job, before the dataset is opened, with the runtime's configuration
-	// to complete (its Report and Order, say). The function it returns,
+	// and the site to complete (its Report and Order, say). The function it returns,
 	// when not nil, runs once the rank is done. An error of either ends
 	// the job.
-	Prepare func(comm collectives.Comm, cfg *rt.Config) (after func() error, err error)
+	Prepare func(comm collectives.Comm, cfg rt.Config, site *rt.Site) (after func() error, err error)
 }
 
 // Exit is an error that ends the process with a status of its own: the
@@ -78,7 +80,10 @@ func (t together) Unwrap() error { return t.error }
 // that does not open, flags that do not fit the job) are returned on
 // every rank, printed. Call it on the main thread (MPI's).
 func Run(cfg Config) (err error) {
-	log := cfg.Runtime.Log
+	if cfg.Site.Log == nil {
+		cfg.Site.Log = io.Discard
+	}
+	log := cfg.Site.Log
 	env, err := launch.FromEnv()
 	if err != nil {
 		return err
@@ -105,7 +110,7 @@ func Run(cfg Config) (err error) {
 		}
 	}
 	if cfg.Prepare != nil {
-		after, err := cfg.Prepare(comm, &cfg.Runtime)
+		after, err := cfg.Prepare(comm, cfg.Runtime, &cfg.Site)
 		if err != nil {
 			return err
 		}

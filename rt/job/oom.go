@@ -143,17 +143,17 @@ func parseWatch(args []string) (oomWatch, error) {
 	return w, nil
 }
 
-// memCgroup reads the rank's memory cgroup's limit into rc: Open checks
+// memCgroup reads the rank's memory cgroup's limit into site: Open checks
 // the rank's memory against it, and takes --mem P%cgroup from it. A
 // cgroup that cannot be read is said and not checked.
-func memCgroup(rc *rt.Config) (launch.MemCgroup, error) {
+func memCgroup(site *rt.Site) (launch.MemCgroup, error) {
 	cg, err := launch.ReadMemCgroup("/")
 	if err != nil {
-		fmt.Fprintf(rc.Log, "brandrt: the memory cgroup: %v (the rank's memory is not checked against it)\n", err)
+		fmt.Fprintf(site.Log, "brandrt: the memory cgroup: %v (the rank's memory is not checked against it)\n", err)
 		cg = launch.MemCgroup{}
 	}
 	if cg.Limit > 0 {
-		rc.MemLimitBytes, rc.MemLimitFrom = cg.Limit, cg.LimitFile()
+		site.MemLimitBytes, site.MemLimitFrom = cg.Limit, cg.LimitFile()
 	}
 	return cg, nil
 }

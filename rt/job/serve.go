@@ -16,7 +16,8 @@ import (
 // each phase sets what it makes here for the phases after it.
 type serving struct {
 	cfg   Config
-	rc    rt.Config // cfg.Runtime, completed by the phases
+	rc    rt.Config // cfg.Runtime (Chunks: the staged copy, with --stage)
+	site  rt.Site   // cfg.Site, completed by the phases
 	env   launch.Env
 	comm  collectives.Comm
 	nodes []string
@@ -45,8 +46,8 @@ type phase func() (undo func(), err error)
 // open the shard, watch for the OOM killer, open the attach point, start
 // the training), then the epochs, then the report.
 func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) error {
-	s := &serving{cfg: cfg, rc: cfg.Runtime, env: env, comm: comm, nodes: nodes}
-	s.rc.Nodes = nodes
+	s := &serving{cfg: cfg, rc: cfg.Runtime, site: cfg.Site, env: env, comm: comm, nodes: nodes}
+	s.site.Nodes = nodes
 	for _, p := range []phase{s.signals, s.stage, s.memory, s.makeArena, s.open, s.watch, s.attach, s.train} {
 		undo, err := p()
 		if undo != nil {
@@ -68,7 +69,7 @@ func serve(cfg Config, env launch.Env, comm collectives.Comm, nodes []string) er
 func (s *serving) signals() (func(), error) {
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	served := make(chan struct{})
-	s.st = &stopper{log: s.rc.Log, comm: s.comm, cancel: s.cancel, served: served, grace: interruptGrace}
+	s.st = &stopper{log: s.site.Log, comm: s.comm, cancel: s.cancel, served: served, grace: interruptGrace}
 	if len(s.cfg.Train) > 0 {
 		s.st.grace += trainGrace // the training's own, first
 	}
@@ -82,11 +83,11 @@ func (s *serving) stage() (func(), error) {
 	if s.cfg.Stage == "" {
 		return nil, nil
 	}
-	dirs, err := stageHome(s.rc.Chunks, s.comm.Rank(), s.comm.Size(), s.cfg.Stage, s.rc.Log, s.ctx.Done())
+	dirs, err := stageHome(s.rc.Chunks, s.comm.Rank(), s.comm.Size(), s.cfg.Stage, s.site.Log, s.ctx.Done())
 	if err != nil {
 		return nil, err
 	}
-	s.rc.Source, s.rc.Chunks, s.rc.ShardDirs = s.rc.Chunks, dirs[0], dirs
+	s.site.Source, s.rc.Chunks, s.site.ShardDirs = s.rc.Chunks, dirs[0], dirs
 	return nil, nil
 }
 
@@ -97,8 +98,8 @@ func (s *serving) memory() (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	s.rc.NodeMemBytes = node
-	s.cg, err = memCgroup(&s.rc)
+	s.site.NodeMemBytes = node
+	s.cg, err = memCgroup(&s.site)
 	return nil, err
 }
 
@@ -109,17 +110,17 @@ func (s *serving) memory() (func(), error) {
 // within its footprint (rt.Footprint). It is as large as the node's
 // memory: it costs only the pages used.
 func (s *serving) makeArena() (func(), error) {
-	arena, err := shm.NewArena(uint64(s.rc.NodeMemBytes))
+	arena, err := shm.NewArena(uint64(s.site.NodeMemBytes))
 	if err != nil {
 		return nil, err
 	}
-	s.arena, s.rc.Memory = arena, arena
+	s.arena, s.site.Memory = arena, arena
 	return func() { arena.Close() }, nil
 }
 
 // open opens the rank's shard (rt.Open, with every rank).
 func (s *serving) open() (func(), error) {
-	n, err := rt.Open(s.rc, s.comm)
+	n, err := rt.Open(s.rc, s.site, s.comm)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +145,7 @@ func (s *serving) watch() (func(), error) {
 func (s *serving) attach() (func(), error) {
 	var undo func()
 	if s.rc.Consume == 0 {
-		srv, err := listen(s.n, s.env, s.comm.Rank(), s.arena, s.rc.Log)
+		srv, err := listen(s.n, s.env, s.comm.Rank(), s.arena, s.site.Log)
 		if err != nil {
 			return nil, err
 		}
@@ -209,7 +210,7 @@ func (s *serving) run() error {
 // report says how the training processes read their files: in place or
 // as copies, handed on or kept, and the memory shared with them.
 func (s *serving) report() {
-	srv, me, log := s.srv, s.comm.Rank(), s.rc.Log
+	srv, me, log := s.srv, s.comm.Rank(), s.site.Log
 	if srv == nil {
 		return
 	}

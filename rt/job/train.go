@@ -57,7 +57,7 @@ type exit struct {
 // rank's attach directory, master the address of rank 0's node.
 func startTraining(cfg Config, env launch.Env, comm collectives.Comm, attach, master string) (*training, error) {
 	procs := max(cfg.ProcsPerNode, 1)
-	t := &training{log: cfg.Runtime.Log, cmd: cfg.Train, node: env.Node, rank: comm.Rank(), exits: make(chan exit, procs),
+	t := &training{log: cfg.Site.Log, cmd: cfg.Train, node: env.Node, rank: comm.Rank(), exits: make(chan exit, procs),
 		exited: make([]atomic.Bool, procs), all: make(chan struct{}), over: make(chan struct{})}
 	var wg sync.WaitGroup
 	for i := range procs {
@@ -84,7 +84,7 @@ func startTraining(cfg Config, env launch.Env, comm collectives.Comm, attach, ma
 		}()
 	}
 	go func() { wg.Wait(); close(t.all) }()
-	fmt.Fprintf(cfg.Runtime.Log, "brandrt: rank %d: started the training command on node %s (%d process%s): %s\n",
+	fmt.Fprintf(cfg.Site.Log, "brandrt: rank %d: started the training command on node %s (%d process%s): %s\n",
 		comm.Rank(), env.Node, procs, map[bool]string{true: "", false: "es"}[procs == 1], quote(cfg.Train))
 	return t, nil
 }
