@@ -62,17 +62,19 @@ type Stretch struct {
 // JobPlace is what this job's clients put in the states they save
 // (Place, less the epoch, position and stretches before): the rings
 // publish it.
-func (n *Node) JobPlace() Place {
+func (n *Node) JobPlace() Place { return PlaceOf(n.cfg, n.budget, n.size, n.data.man) }
+
+// PlaceOf is the place a job of cfg on ranks ranks saves over the
+// dataset man, with its budget resolved (Node.Budget), less the epoch,
+// position and stretches before: what a rank publishes, and what brandrt
+// simulate --resume holds a saved state against.
+func PlaceOf(cfg Config, budget Budget, ranks int, man *chunk.Manifest) Place {
 	traces := "seed"
-	if n.cfg.ClientTraces {
+	if cfg.ClientTraces {
 		traces = "clients"
 	}
-	return Place{Ranks: n.size, Seed: n.cfg.Seed, Dataset: DatasetID(n.data.man), Policy: n.cfg.Policy, Traces: traces, Plan: n.rule()}
-}
-
-// rule returns this job's plan rule.
-func (n *Node) rule() PlanRule {
-	return PlanRule{Ranks: n.size, MemBytes: n.budget.Bytes, MemFraction: n.budget.Shard, Ramp: n.cfg.Ramp, Keep: n.cfg.Keep}
+	rule := PlanRule{Ranks: ranks, MemBytes: budget.Bytes, MemFraction: budget.Shard, Ramp: cfg.Ramp, Keep: cfg.Keep}
+	return Place{Ranks: ranks, Seed: cfg.Seed, Dataset: DatasetID(man), Policy: cfg.Policy, Traces: traces, Plan: rule}
 }
 
 // DatasetID names a dataset in a saved state: its manifest's hash.

@@ -316,10 +316,11 @@ func simResume(name string, m *chunk.Manifest, sizes [][]int64, cfg sim.Config) 
 	if err != nil {
 		return nil, fmt.Errorf("--resume %s: %w (a checkpoint of train.py holds it: json.dump(torch.load(ckpt)[\"loader\"], f))", name, err)
 	}
-	// the place this simulated job would save: the window policy, traces
-	// from the seed, cfg's ranks and budget rule
-	rule := rt.PlanRule{Ranks: cfg.Ranks, MemFraction: cfg.MemFraction, Ramp: cfg.Ramp, Keep: cfg.Keep}
-	job := rt.Place{Ranks: cfg.Ranks, Seed: cfg.Seed, Dataset: rt.DatasetID(m), Policy: "window", Traces: "seed", Plan: rule}
+	// the place this simulated job would save: serve's, of the window
+	// policy with traces from the seed and cfg's ranks, budget and plan
+	rc := rt.DefaultConfig()
+	rc.Policy, rc.Seed, rc.Ramp, rc.Keep = rt.PolicyWindow, cfg.Seed, cfg.Ramp, cfg.Keep
+	job := rt.PlaceOf(rc, rt.Budget{Shard: cfg.MemFraction}, cfg.Ranks, m)
 	how, err := rt.Resume(p, job, cfg.Epochs)
 	if err != nil {
 		return nil, fmt.Errorf("--resume %s: %w", name, err)
