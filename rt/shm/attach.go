@@ -79,36 +79,9 @@ func (s *Server) accept() {
 // goes away.
 func (s *Server) attach(conn *net.UnixConn) error {
 	defer conn.Close()
-	cred, err := peerCred(conn)
-	if err == nil {
-		err = checkPeer(cred, "a client")
-	}
-	if err != nil {
-		return fmt.Errorf("shm: refused: %w", err)
-	}
-	pid, err := readHello(conn)
-	if cred.Pid > 0 { // the kernel's word, not the client's
-		pid = uint32(cred.Pid)
-	}
-	if errors.Is(err, io.EOF) {
-		return nil // a probe (clearStale of another rank), not a client
-	}
-	var other otherRelease
-	if errors.As(err, &other) {
-		_ = sendRefusal(conn, other)
-		s.noteRefusal("refused a client", other)
-		return nil
-	}
-	if err != nil {
+	pid, line, ok, err := s.admit(conn)
+	if !ok || err != nil {
 		return err
-	}
-	line, err := lineage(int(pid))
-	if err == nil {
-		err = roomForClient()
-	}
-	if err != nil {
-		s.refuse(conn, err)
-		return nil
 	}
 	s.mu.Lock()
 	s.next++
@@ -121,23 +94,10 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	}
 	defer ring.Close()
 	c := &client{srv: s, id: id, pid: pid, lineage: line, conn: conn, ring: ring, replies: make(chan rt.Delivery, s.maxUnread())}
-	// The ring holds the job, the epoch being served and whether the rank
-	// waits for a start before the client sees it: the client reads them
-	// as soon as it maps the ring (an epoch 0 read there once made a
-	// resumed job's training offer its start again). Registered first, the
-	// client misses no later StartEpoch.
-	s.mu.Lock()
-	if s.closing() { // Close has taken its list of clients to drop: this one missed it
-		s.mu.Unlock()
+	if !s.register(c) {
 		syscall.Close(fd)
 		return nil
 	}
-	s.clients[id] = c
-	ring.setResumed(s.resumed.epoch, s.resumed.from, s.resumed.rest)
-	ring.setJob(uint32(s.opt.Ranks), s.opt.Seed, s.opt.Epochs, s.opt.Job, s.resumeState())
-	ring.setEpoch(s.epoch, s.traceLen)
-	ring.setAwaited(s.awaited[0], s.awaited[1])
-	s.mu.Unlock()
 	err = sendWelcome(conn, id, s.rank, len(ring.mem), fd, s.opt.Arena)
 	syscall.Close(fd) // the client holds its own descriptor now
 	if err == nil {
@@ -149,12 +109,7 @@ func (s *Server) attach(conn *net.UnixConn) error {
 			}
 		}
 	}
-	s.mu.Lock()
-	delete(s.clients, id)
-	if len(s.clients) == 0 {
-		s.alone = time.Now()
-	}
-	s.mu.Unlock()
+	s.forget(id)
 	switch {
 	case err != nil && s.closing(): // Close dropped it before its welcome
 		return nil
@@ -166,6 +121,77 @@ func (s *Server) attach(conn *net.UnixConn) error {
 	}
 	s.Gone.Add(1)
 	return nil
+}
+
+// admit reads a client's hello and decides whether it may attach: ok
+// with its process and lineage. A probe (clearStale of another rank), a
+// client of another release and one refused (another user, no room)
+// are answered here and not ok; err is for the log.
+func (s *Server) admit(conn *net.UnixConn) (pid uint32, line []int, ok bool, err error) {
+	cred, err := peerCred(conn)
+	if err == nil {
+		err = checkPeer(cred, "a client")
+	}
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("shm: refused: %w", err)
+	}
+	pid, err = readHello(conn)
+	if cred.Pid > 0 { // the kernel's word, not the client's
+		pid = uint32(cred.Pid)
+	}
+	if errors.Is(err, io.EOF) {
+		return 0, nil, false, nil // a probe, not a client
+	}
+	var other otherRelease
+	if errors.As(err, &other) {
+		_ = sendRefusal(conn, other)
+		s.noteRefusal("refused a client", other)
+		return 0, nil, false, nil
+	}
+	if err != nil {
+		return 0, nil, false, err
+	}
+	line, err = lineage(int(pid))
+	if err == nil {
+		err = roomForClient()
+	}
+	if err != nil {
+		s.refuse(conn, err)
+		return 0, nil, false, nil
+	}
+	return pid, line, true, nil
+}
+
+// register adds c to the server's clients, its ring holding the job, the
+// epoch being served and whether the rank waits for a start before the
+// client sees it: the client reads them as soon as it maps the ring (an
+// epoch 0 read there once made a resumed job's training offer its start
+// again). Registered first, the client misses no later StartEpoch. It
+// reports false when Close has taken its list of clients to drop: c
+// missed it, and must not attach.
+func (s *Server) register(c *client) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing() {
+		return false
+	}
+	s.clients[c.id] = c
+	c.ring.setResumed(s.resumed.epoch, s.resumed.from, s.resumed.rest)
+	c.ring.setJob(uint32(s.opt.Ranks), s.opt.Seed, s.opt.Epochs, s.opt.Job, s.resumeState())
+	c.ring.setEpoch(s.epoch, s.traceLen)
+	c.ring.setAwaited(s.awaited[0], s.awaited[1])
+	return true
+}
+
+// forget takes client id off the server's clients, noting when the last
+// one went.
+func (s *Server) forget(id uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.clients, id)
+	if len(s.clients) == 0 {
+		s.alone = time.Now()
+	}
 }
 
 // helloMessage is a client's hello from process pid.

@@ -293,9 +293,12 @@
 // ring's requests, taken to the loop as rt.Ask, rt.End and rt.Session),
 // deliver.go (the loop's deliveries, written into its ring or lent in
 // the arena), unread.go (what a client was answered and has not read:
-// the bound on it, and the client named when it stops reading), arena.go (the memory shared with every client), hand.go
+// the bound on it, and the client named when it stops reading), arena.go
+// (the memory shared with every client; slab.go, its small buffers that
+// share pages; extent.go, its runs of free pages), hand.go
 // (files handed on by DataLoader workers), lineage.go (which processes
 // may read), secure.go (the attach directory's and the peers' checks).
-// Both sides: ring.go (the ring layout, and a mapped ring pair) and
+// Both sides: ring.go (the ring layout, and a mapped ring pair),
+// ringjob.go (what a ring's header says of the job and the epoch) and
 // futex.go. client.go is the Go twin of the Python client, for tests.
 package shm
