@@ -221,15 +221,6 @@ const (
 	PolicyPaper Policy = "paper"
 )
 
-// ParsePolicy returns the policy named s.
-func ParsePolicy(s string) (Policy, error) {
-	switch p := Policy(s); p {
-	case PolicyWindow, PolicyPaper:
-		return p, nil
-	}
-	return "", fmt.Errorf("policy %q: want window or paper", s)
-}
-
 // Budget is the memory a rank keeps its own files in (--mem): Bytes, or
 // a share in (0, 1] of its shard (Shard), or of what its memory cgroup
 // leaves beside the rest of the rank's footprint and Config.MemLeaveBytes

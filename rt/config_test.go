@@ -32,15 +32,3 @@ func TestConfigBounds(t *testing.T) {
 		}
 	}
 }
-
-// ParsePolicy takes the two policies' names and refuses others.
-func TestParsePolicy(t *testing.T) {
-	for _, s := range []string{"window", "paper"} {
-		if p, err := ParsePolicy(s); err != nil || string(p) != s {
-			t.Errorf("%s: %q, %v", s, p, err)
-		}
-	}
-	if _, err := ParsePolicy("Window"); err == nil || err.Error() != `policy "Window": want window or paper` {
-		t.Errorf("Window: %v", err)
-	}
-}

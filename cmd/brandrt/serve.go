@@ -111,9 +111,7 @@ func serveConfig(c *cli.Context) (rt.Config, error) {
 	if err := bytesOnly(c, "remote-mem", "1GiB", &cfg.RemoteMemBytes); err != nil {
 		return cfg, err
 	}
-	if cfg.Policy, err = rt.ParsePolicy(c.String("policy")); err != nil {
-		return cfg, err
-	}
+	cfg.Policy = rt.Policy(c.String("policy")) // Validate says what is wrong with it, beside the rest
 	if cfg.Variant, err = proto.ParseVariant(c.String("variant")); err != nil {
 		return cfg, err
 	}

@@ -215,11 +215,17 @@ func TestMain(m *testing.M) {
 	}
 	// A training process that is killed (the tests of clients gone, of
 	// a stalled or lost rank) leaves its multiprocessing directory
-	// (pymp-*) in TMPDIR: every process the tests start gets one
-	// removed at the end.
-	tmp, err := os.MkdirTemp("", "brandrt-test-tmp-")
-	if err == nil {
-		os.Setenv("TMPDIR", tmp)
+	// (pymp-*) in Python's temporary directory: the processes the tests
+	// start get one removed at the end. Python takes TEMP when TMPDIR is
+	// not set; TMPDIR itself stays, since Go's own temporary paths, and
+	// with them the attach sockets' (at most 108 bytes) and munge's
+	// (which wants /tmp's permissions), follow it.
+	var tmp string
+	if os.Getenv("TMPDIR") == "" {
+		if tmp, err = os.MkdirTemp("", "brandrt-test-py-"); err == nil {
+			os.Setenv("TEMP", tmp)
+			os.Setenv("TMP", tmp)
+		}
 	}
 	// Every test job runs its ranks on this one machine; the check that
 	// refuses that has a test of its own (TestSharedNodeRefused).
