@@ -62,7 +62,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			"cut to fit. Where a command writes a file you name, - is standard output, a\n" +
 			"device, FIFO or socket (/dev/null, /dev/stdout) is written into, a regular\n" +
 			"file replaced, and anything else refused.",
-		Commands:        []*cli.Command{packCommand(), verifyCommand(), inspectCommand(), stageCommand(), serveCommand(), simulateCommand(), benchCommand(), infoCommand()},
+		Commands:        []*cli.Command{packCommand(), verifyCommand(), inspectCommand(), stageCommand(), serveCommand(), planCommand(), simulateCommand(), benchCommand(), infoCommand()},
 		HideHelpCommand: true,
 		Writer:          stdout,
 		ErrWriter:       stderr,

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/brandrt/brandrt/internal/human"
+	"github.com/brandrt/brandrt/rt"
+)
+
+// timeModel holds the rates of the epoch's time model: what the storage gives all the nodes
+// together and a node's link each way, in bytes per second; what a rank
+// serves and a node's training consumes, in files per second. 0: not
+// given, bounds nothing.
+type timeModel struct{ storage, link, serve, train float64 }
+
+func planRates(c *cli.Context) timeModel {
+	get := func(name string) float64 {
+		if !c.IsSet(name) {
+			return 0
+		}
+		switch v := c.Generic(name).(type) {
+		case *byteSize:
+			return float64(v.n)
+		case *count:
+			return float64(v.n)
+		}
+		return 0
+	}
+	return timeModel{storage: get("storage-rate"), link: get("link-rate"), serve: get("serve-rate"), train: get("train-rate")}
+}
+
+// given reports whether any rate was given.
+func (r timeModel) given() bool { return r.storage > 0 || r.link > 0 || r.serve > 0 || r.train > 0 }
+
+// epoch returns how long an epoch of ranks' forecasts takes at these
+// rates, and what bounds it: the storage (every rank's reads share it),
+// the network (the busiest link, each way), the rank's CPU or the
+// training (the node with the most positions). 0 and "" with no rate.
+func (r timeModel) epoch(ranks []rt.RankForecast) (float64, string) {
+	var read, moved, files int64
+	for _, rf := range ranks {
+		read += rf.ReadBytes
+		moved = max(moved, rf.ReceivedBytes, rf.SentBytes)
+		files = max(files, rf.Files)
+	}
+	secs, bound := 0.0, ""
+	for _, t := range []struct {
+		what       string
+		amount, at float64
+	}{{"storage", float64(read), r.storage}, {"network", float64(moved), r.link}, {"the rank's CPU", float64(files), r.serve}, {"the training", float64(files), r.train}} {
+		if t.at > 0 && t.amount/t.at > secs {
+			secs, bound = t.amount/t.at, t.what
+		}
+	}
+	return secs, bound
+}
+
+// perNode is one figure of an epoch's busiest node.
+type perNode func(e plannedEpoch) float64
+
+func maxRank(get func(rt.RankForecast) int64) perNode {
+	return func(e plannedEpoch) float64 {
+		var m int64
+		for _, rf := range e.Ranks {
+			m = max(m, get(rf))
+		}
+		return float64(m)
+	}
+}
+
+// firstAndAfter returns f of epoch 1 and its mean over the epochs after.
+func firstAndAfter(p planned, f perNode) (float64, float64) {
+	first, after := f(p.Epochs[0]), 0.0
+	for _, e := range p.Epochs[1:] {
+		after += f(e)
+	}
+	if n := len(p.Epochs) - 1; n > 0 {
+		after /= float64(n)
+	}
+	return first, after
+}
+
+// printPlan writes the table of every number of nodes planned, and the
+// smallest whose memory holds the dataset.
+func printPlan(w io.Writer, all []planned, r timeModel, share bool) {
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
+	head := "nodes\t--mem per node\tof its shard\tfootprint\tstorage read per node, epoch 1 / after\tnetwork per node (in or out), epoch 1 / after\t"
+	if r.given() {
+		head += "epoch time, 1 / after\tbound by (after)\t"
+	}
+	fmt.Fprintln(tw, head)
+	for _, p := range all {
+		memMin, shareMin, fpMax := p.MemBytes[0], 1.0, int64(0)
+		for i := range p.MemBytes {
+			memMin, fpMax = min(memMin, p.MemBytes[i]), max(fpMax, p.Footprint[i])
+			shareMin = min(shareMin, float64(p.MemBytes[i])/float64(max(p.ShardBytes[i], 1)))
+		}
+		r1, r2 := firstAndAfter(p, maxRank(func(rf rt.RankForecast) int64 { return rf.ReadBytes }))
+		n1, n2 := firstAndAfter(p, maxRank(func(rf rt.RankForecast) int64 { return max(rf.ReceivedBytes, rf.SentBytes) }))
+		line := fmt.Sprintf("%d\t%s\t%.0f %%\t%s\t%s / %s\t%s / %s\t", p.Nodes, ibytes(memMin), 100*shareMin, ibytes(fpMax),
+			ibytes(int64(r1)), ibytes(int64(r2)), ibytes(int64(n1)), ibytes(int64(n2)))
+		if r.given() {
+			t1, t2 := firstAndAfter(p, func(e plannedEpoch) float64 { return e.Seconds })
+			line += fmt.Sprintf("%s / %s\t%s\t", human.Seconds(t1), human.Seconds(t2), p.Epochs[len(p.Epochs)-1].Bound)
+		}
+		fmt.Fprintln(tw, line)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, holdsLine(all, share))
+}
+
+// holdsLine says the smallest number of nodes planned whose memory holds
+// the dataset, or about how many would; share says that --mem is a share
+// of each shard, which no number of nodes changes.
+func holdsLine(all []planned, share bool) string {
+	for _, p := range all {
+		if p.Holds {
+			return fmt.Sprintf("the nodes' memory holds the whole dataset from %s on: from epoch 2 they read nothing from storage", human.Plural(int64(p.Nodes), "node"))
+		}
+	}
+	if share {
+		return "--mem as a share of each shard holds that share on any number of nodes: give it in bytes, or give --node-mem, to find how many nodes hold the whole dataset"
+	}
+	last := all[len(all)-1]
+	var shards, mem int64
+	for i := range last.MemBytes {
+		shards, mem = shards+last.ShardBytes[i], mem+last.MemBytes[i]
+	}
+	need := (shards*int64(last.Nodes) + mem - 1) / max(mem, 1)
+	return fmt.Sprintf("none of these holds the whole dataset (%d nodes hold %.0f %% of it); about %d nodes of this memory would (plan them to be sure: the footprint grows with the shard)",
+		last.Nodes, 100*float64(mem)/float64(shards), need)
+}

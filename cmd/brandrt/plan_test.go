@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestPlanIsWhatServeDoes plans 3 epochs of a dataset of 2 shards on 2
+// nodes with a quarter of it in memory, serves them under mpirun, and
+// holds the plan against what the ranks counted: per epoch the chunks
+// read from storage, their bytes (up to a page per read, which O_DIRECT
+// adds), and the files and bytes the ranks moved to each other.
+func TestPlanIsWhatServeDoes(t *testing.T) {
+	dir := servePack(t, 1200, 2, filepath.Join(t.TempDir(), "chunks"))
+	out, errs, status := runCLI(t, "plan", "--chunks", dir, "--nodes", "2", "--mem", "25%", "--epochs", "3", "--json")
+	if status != 0 {
+		t.Fatalf("plan: status %d\n%s", status, errs)
+	}
+	var p planned
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
+			t.Fatalf("plan --json: %v\n%s", err, out)
+		}
+	}
+	if p.Nodes != 2 || len(p.Epochs) != 3 || p.Holds {
+		t.Fatalf("plan --json: %+v", p)
+	}
+	js := filepath.Join(t.TempDir(), "stats.json")
+	mpirun(t, 2, "serve", "--chunks", dir, "--mem", "25%", "--consume", "2", "--epochs", "3", "--stats-json", js)
+	for i, s := range readStats(t, js) {
+		var reads, readBytes, files, moved, movedBytes int64
+		for _, rf := range p.Epochs[i].Ranks {
+			reads, readBytes, files = reads+rf.Reads, readBytes+rf.ReadBytes, files+rf.Files
+			moved, movedBytes = moved+rf.ReceivedFiles, movedBytes+rf.ReceivedBytes
+		}
+		t.Logf("epoch %d: planned %d reads of %d bytes, %d files moved (%d bytes); served %d reads of %d bytes, %d files moved (%d bytes)",
+			s.Epoch, reads, readBytes, moved, movedBytes, s.StorageReads, s.StorageBytes, s.RemoteFiles, s.RemoteBytes)
+		if reads != s.StorageReads || s.StorageBytes < readBytes || s.StorageBytes > readBytes+4095*reads || files != s.FilesDelivered ||
+			moved != s.RemoteFiles || movedBytes != s.RemoteBytes || moved == 0 {
+			t.Errorf("epoch %d: planned %d reads of %d bytes, %d files, %d moved (%d bytes); served %d reads of %d bytes, %d files, %d moved (%d bytes)",
+				s.Epoch, reads, readBytes, files, moved, movedBytes, s.StorageReads, s.StorageBytes, s.FilesDelivered, s.RemoteFiles, s.RemoteBytes)
+		}
+	}
+}
+
+// The table: a row per number of nodes, and the smallest that holds the
+// dataset; bad flags are refused, naming what to do.
+func TestPlanTable(t *testing.T) {
+	dir := servePack(t, 600, 3, filepath.Join(t.TempDir(), "chunks"))
+	out, errs, status := runCLI(t, "plan", "--chunks", dir, "--nodes", "3,1,2", "--mem", "1MiB", "--storage-rate", "100MB", "--serve-rate", "10k")
+	if status != 0 {
+		t.Fatalf("plan: status %d\n%s", status, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 5 || !strings.Contains(lines[0], "storage read per node") || !strings.Contains(lines[0], "bound by") ||
+		!strings.HasPrefix(strings.TrimSpace(lines[1]), "1 ") || !strings.HasPrefix(strings.TrimSpace(lines[3]), "3 ") ||
+		!strings.Contains(lines[4], "holds the whole dataset from") {
+		t.Errorf("the table:\n%s", out)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nodes", "2"}, "give --mem (each rank's memory for its files) or --node-mem"},
+		{[]string{"--nodes", "0,2", "--mem", "25%"}, `--nodes "0,2": want numbers of nodes from 1 to 4096`},
+		{[]string{"--nodes", "4", "--mem", "25%"}, "4 ranks for 3 shards"},
+		{[]string{"--nodes", "1", "--node-mem", "50%"}, "--node-mem takes bytes"},
+		{[]string{"--nodes", "1", "--node-mem", "20MiB"}, "which leaves nothing for its files"},
+	} {
+		_, errs, status := runCLI(t, append([]string{"plan", "--chunks", dir}, c.args...)...)
+		if status == 0 || !strings.Contains(errs, c.want) {
+			t.Errorf("plan %v: status %d, want %q in\n%s", c.args, status, c.want, errs)
+		}
+	}
+}
