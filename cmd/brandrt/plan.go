@@ -41,8 +41,8 @@ func planCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "the packed dataset"},
 			&cli.StringFlag{Name: "nodes", Value: "1,2,3,4", Usage: "the numbers of nodes to plan for, one rank each (each at most the dataset's shards)"},
-			&cli.GenericFlag{Name: "mem", Value: &memBudget{positive: true}, Usage: "each rank's memory for its own files, as serve takes it: bytes (12GiB) or a percentage of its shard (25%); by default, with --node-mem, the most its footprint leaves room for"},
-			&cli.GenericFlag{Name: "node-mem", Value: &memBudget{}, Usage: "each node's memory for the rank and its training processes (its memory cgroup's limit, Slurm's --mem): the rank's footprint must fit it beside --leave"},
+			withDefault(&cli.GenericFlag{Name: "mem", Value: &memBudget{positive: true, allowCgroup: true}, Usage: "each rank's memory for its own files, as serve takes it: bytes (12GiB), a percentage of its shard (25%) or of what --node-mem leaves (90%cgroup)"}, "with --node-mem, the most its footprint leaves room for"),
+			withDefault(&cli.GenericFlag{Name: "node-mem", Value: &memBudget{}, Usage: "each node's memory for the rank and its training processes (its memory cgroup's limit, Slurm's --mem): the rank's footprint must fit it beside --leave"}, "none: nothing is checked"),
 			withDefault(&cli.GenericFlag{Name: "leave", Value: &memBudget{bytes: 0}, Usage: "what the rank leaves of --node-mem for the training processes, as serve --leave"}, "0"),
 			withDefault(intFlag("readers", 0, 1, maxReaders, whyReaders, "the clients that read from each rank at once, as serve --readers"), "4 for each training process"),
 			intFlag("nproc-per-node", 1, 1, maxProcsPerNode, "processes on one node", "training processes on each node, as serve --nproc-per-node"),
@@ -137,6 +137,7 @@ func nodeCounts(s string) ([]int, error) {
 func planConfig(c *cli.Context) (rt.Config, rt.Site, error) {
 	cfg := rt.DefaultConfig()
 	cfg.Chunks, cfg.Epochs, cfg.Fresh = c.String("chunks"), c.Int("epochs"), true
+	cfg.StorageWait = 0 // a dataset plan cannot read is said at once
 	cfg.Ramp, cfg.Keep, cfg.Window, cfg.Seed = c.Int("ramp"), c.Float64("keep"), c.Int("window"), c.Uint64("seed")
 	cfg.Procs, cfg.Readers = c.Int("nproc-per-node"), c.Int("readers")
 	site := rt.Site{Log: io.Discard}
@@ -146,6 +147,8 @@ func planConfig(c *cli.Context) (rt.Config, rt.Site, error) {
 	}
 	site.MemLimitBytes, site.MemLimitFrom = node.bytes, "--node-mem"
 	switch mem := c.Generic("mem").(*memBudget); {
+	case c.IsSet("mem") && mem.cgroup && node.bytes == 0:
+		return cfg, site, errors.New("--mem " + mem.String() + " is a share of what --node-mem leaves: give --node-mem")
 	case c.IsSet("mem"):
 		cfg.Mem = mem.budget()
 	case node.bytes > 0:

@@ -69,6 +69,7 @@ func TestPlanTable(t *testing.T) {
 		{[]string{"--nodes", "0,2", "--mem", "25%"}, `--nodes "0,2": want numbers of nodes from 1 to 4096`},
 		{[]string{"--nodes", "4", "--mem", "25%"}, "4 ranks for 3 shards"},
 		{[]string{"--nodes", "1", "--node-mem", "50%"}, "--node-mem takes bytes"},
+		{[]string{"--nodes", "1", "--mem", "90%cgroup"}, "--mem 90%cgroup is a share of what --node-mem leaves: give --node-mem"},
 		{[]string{"--nodes", "1", "--node-mem", "20MiB"}, "which leaves nothing for its files"},
 	} {
 		_, errs, status := runCLI(t, append([]string{"plan", "--chunks", dir}, c.args...)...)
