@@ -98,9 +98,31 @@ var serveRanges = map[string]flagRange{
 	"depth":          {"1", "1024", "", nil},
 }
 
+// planRanges are plan's: serve's where plan takes serve's flag.
+var planRanges = map[string]flagRange{
+	"mem":            serveRanges["mem"],
+	"node-mem":       {"0", "1125899906842624", "", zeroBig},
+	"leave":          serveRanges["leave"],
+	"readers":        serveRanges["readers"],
+	"nproc-per-node": serveRanges["nproc-per-node"],
+	"remote-mem":     serveRanges["remote-mem"],
+	"ramp":           serveRanges["ramp"],
+	"keep":           serveRanges["keep"],
+	"window":         serveRanges["window"],
+	"seed":           serveRanges["seed"],
+	"epochs":         serveRanges["epochs"],
+	"storage-rate":   {"1", "1125899906842624", "", big},
+	"link-rate":      {"1", "1125899906842624", "", big},
+	"serve-rate":     {"1", maxInt32, "", nil},
+	"train-rate":     {"1", maxInt32, "", nil},
+}
+
 func init() {
 	for name, r := range serveRanges {
 		numericFlags["serve --"+name], numericFlags["bench serve --"+name] = r, r
+	}
+	for name, r := range planRanges {
+		numericFlags["plan --"+name] = r
 	}
 }
 
