@@ -22,6 +22,8 @@ import os
 import subprocess
 import sys
 
+import prepare
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
@@ -81,10 +83,10 @@ def main():
         results = os.path.join(a.out, "results.jsonl")
     work = a.work
     for run in runs(results):
-        chunks = os.path.join(work, "chunks-k%d-r%d" % (run["chunk_files"], run["nodes"]))
+        chunks = os.path.join(work, prepare.chunks_name(run["chunk_files"], run["nodes"]))
         cmd, planned = plan(a.brandrt, chunks, run, run.get("workers", a.workers))
-        print("\n== %d nodes, memory %s (--mem %s per node), %s files of %s bytes" % (
-            run["nodes"], run["mem"], "{:,}".format(run["budget_bytes"]), "{:,}".format(run["files"]), "{:,}".format(run["dataset_bytes"])))
+        print("\n== %d node%s, memory %s (--mem %s per node), %s files of %s bytes" % (
+            run["nodes"], "" if run["nodes"] == 1 else "s", run["mem"], "{:,}".format(run["budget_bytes"]), "{:,}".format(run["files"]), "{:,}".format(run["dataset_bytes"])))
         print("$ " + " ".join(cmd))
         print("\n".join(table(run, planned)))
 
