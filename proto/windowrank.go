@@ -160,13 +160,23 @@ func NewWindowRank(cfg WindowConfig) (*WindowRank, error) {
 			return nil, fmt.Errorf("proto: rank %d's remote limit is %d bytes, want ≥ 0", r, b)
 		}
 	}
-	w := &WindowRank{cfg: cfg, me: cfg.Rank, in: WindowInput{Mapping: m, Sizes: cfg.Sizes, Seed: cfg.Seed,
-		Lead: cfg.Lead, Ramp: cfg.Ramp, Window: cfg.Window, Remote: cfg.Remote, Keep: cfg.Keep, Traces: make([][]FileID, m.Ranks())}}
-	for h := range m.Ranks() {
-		w.in.Budget = append(w.in.Budget, m.MemBytes(h))
-	}
+	w := &WindowRank{cfg: cfg, me: cfg.Rank, in: cfg.Input()}
+	w.in.Traces = make([][]FileID, m.Ranks())
 	w.first, _ = m.RankFiles(cfg.Rank)
 	return w, w.in.validate()
+}
+
+// Input returns the plan input the rank plans every epoch from, less the
+// epoch, its traces and what the epoch before left (After, Resident):
+// every rank's sizes, budgets (the mapping's) and remote limits, and the
+// plan's shape.
+func (c WindowConfig) Input() WindowInput {
+	m := c.Mapping
+	in := WindowInput{Mapping: m, Sizes: c.Sizes, Seed: c.Seed, Lead: c.Lead, Ramp: c.Ramp, Window: c.Window, Remote: c.Remote, Keep: c.Keep}
+	for h := range m.Ranks() {
+		in.Budget = append(in.Budget, m.MemBytes(h))
+	}
+	return in
 }
 
 // input returns the input of epoch e's plan on traces.

@@ -45,6 +45,9 @@ type dataset struct {
 	// file's, by file id (a job resumed on another plan replans the
 	// epoch's start on them).
 	sizes, allSizes []int64
+	// window is what the window policy's rank was built from
+	// (newWindowRank).
+	window proto.WindowConfig
 }
 
 // open reads the manifest, opens the shards this rank serves, and builds

@@ -38,11 +38,12 @@ type RankForecast struct {
 }
 
 // Forecast plans this job's first epochs as its ranks will serve them
-// (the window policy, the traces drawn from the seed) and returns what
-// each rank reads, sends and receives in each. chunkBytes[r] holds rank
-// r's chunks' read extents, in its chunks' order (Node.ChunkBytes of
-// each rank); any rank may forecast for all, since each plans every
-// rank's epoch.
+// (the window policy, the traces drawn from the seed, from the input its
+// machine plans from: proto.WindowConfig.Input) and returns what each
+// rank reads, sends and receives in each. chunkBytes[r] holds rank r's
+// chunks' read extents, in its chunks' order (Node.ChunkBytes of each
+// rank); any rank may forecast for all, since each plans every rank's
+// epoch.
 func (n *Node) Forecast(epochs int, chunkBytes [][]int64) ([]Forecast, error) {
 	if n.cfg.Policy != PolicyWindow || n.cfg.ClientTraces {
 		return nil, errors.New("rt: only the window policy, with the seed's traces, plans its epochs ahead")
@@ -51,13 +52,7 @@ func (n *Node) Forecast(epochs int, chunkBytes [][]int64) ([]Forecast, error) {
 	if len(chunkBytes) != m.Ranks() {
 		return nil, fmt.Errorf("rt: chunk extents of %d ranks for a job of %d", len(chunkBytes), m.Ranks())
 	}
-	in := proto.WindowInput{Mapping: m, Seed: n.cfg.Seed, Lead: proto.DefaultLead, Ramp: n.cfg.Ramp, Window: n.cfg.Window, Keep: n.cfg.Keep}
-	for r := range m.Ranks() {
-		first, c := m.RankFiles(r)
-		in.Sizes = append(in.Sizes, n.data.allSizes[first:int(first)+c])
-		in.Budget = append(in.Budget, m.MemBytes(r))
-		in.Remote = append(in.Remote, n.remoteBytesOf(r))
-	}
+	in := n.data.window.Input()
 	var out []Forecast
 	for e := 1; e <= epochs; e++ {
 		in.Epoch, in.Traces = uint32(e), proto.Traces(m.Files(), m.Ranks(), n.cfg.Seed, uint32(e))
