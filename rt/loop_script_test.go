@@ -3,7 +3,7 @@ package rt
 import (
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/collectives"
 	"github.com/brandrt/brandrt/internal/script"
 	"github.com/brandrt/brandrt/internal/script/scripttest"
@@ -122,10 +123,7 @@ func (e *loopEnv) job(c *script.Cmd) string {
 	}
 	var b strings.Builder
 	for r, n := range e.nodes {
-		firstPC, _ := n.data.m.RankPCs(n.me)
-		io := newIOPool(n.data.shard, n.data.source, firstPC, 1, n.newStorageWatch(), n.replaced, nil)
-		io.readMem, io.bytes = n.readMem(), func(pc int) int64 { return mibUp(n.data.chunkBytes[pc-firstPC]) }
-		e.ios, e.pools = append(e.ios, io), append(e.pools, &recvPool{})
+		e.ios, e.pools = append(e.ios, n.newIOPool()), append(e.pools, &recvPool{})
 		e.replies = append(e.replies, make(chan Delivery, 4*files))
 		fmt.Fprintf(&b, "rank %d: %d files\n", r, func() int { _, k := n.data.m.RankFiles(r); return k }())
 	}
@@ -225,7 +223,7 @@ func (e *loopEnv) say(r int, l *loop) string {
 		switch {
 		case d.Err != nil:
 			errs[d.Err.Error()]++
-		case crc32.Checksum(d.Data, crc32.MakeTable(crc32.Castagnoli)) != d.CRC:
+		case chunk.Checksum(d.Data) != d.CRC:
 			bad++
 		default:
 			sns = append(sns, int(d.Sn))
@@ -246,23 +244,13 @@ func (e *loopEnv) say(r int, l *loop) string {
 		b.WriteString("; finished")
 	}
 	b.WriteString("\n")
-	for _, m := range slices.Sorted(mapKeys(errs)) {
+	for _, m := range slices.Sorted(maps.Keys(errs)) {
 		fmt.Fprintf(&b, "  answered with an error %d×: %s\n", errs[m], m)
 	}
 	if e.failed[r] != nil {
 		fmt.Fprintf(&b, "  error: %v\n", e.failed[r])
 	}
 	return b.String()
-}
-
-func mapKeys(m map[string]int) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // spans writes sorted positions as ranges: "0-4,7".

@@ -38,9 +38,7 @@ func (n *Node) Announce(onEpoch func(epoch uint32, positions int), onResume func
 // thread costs a handoff between OS threads every time.
 func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 	n.training.begin()
-	firstPC, _ := n.data.m.RankPCs(n.me)
-	io := newIOPool(n.data.shard, n.data.source, firstPC, n.cfg.IOWorkers, n.newStorageWatch(), n.replaced, n.site.Memory)
-	io.readMem, io.bytes = n.readMem(), func(pc int) int64 { return mibUp(n.data.chunkBytes[pc-firstPC]) }
+	io := n.newIOPool()
 	defer io.close()
 	n.sayResidency()
 	reqs := n.clients.events
@@ -80,6 +78,15 @@ func (n *Node) Serve(ctx context.Context) ([]EpochStats, error) {
 		}
 	}
 	return all, nil
+}
+
+// newIOPool starts the rank's I/O workers, reading its shard's chunks
+// within its read memory (Config.IOWorkers, readMem).
+func (n *Node) newIOPool() *ioPool {
+	firstPC, _ := n.data.m.RankPCs(n.me)
+	io := newIOPool(n.data.shard, n.data.source, firstPC, n.cfg.IOWorkers, n.newStorageWatch(), n.replaced, n.site.Memory)
+	io.readMem, io.bytes = n.readMem(), func(pc int) int64 { return mibUp(n.data.chunkBytes[pc-firstPC]) }
+	return io
 }
 
 // epoch serves one epoch: its traces are computed (or, offered by the
