@@ -207,13 +207,13 @@ func openRanks(cfg rt.Config, site rt.Site, n int) ([]*rt.Node, error) {
 		wg.Go(func() { nodes[r], errs[r] = rt.Open(cfg, site, comm) })
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := firstError(errs); err != nil {
 		for _, nd := range nodes {
 			if nd != nil {
 				nd.Close()
 			}
 		}
-		return nil, firstError(errs)
+		return nil, err
 	}
 	return nodes, nil
 }
