@@ -110,20 +110,32 @@ class Group:
                 "limit_bytes": int(self._read("memory", "memory.limit_in_bytes")), "oom_kills": oom}
 
     def held(self):
-        """Bytes the group holds that the kernel cannot drop as clean page
-        cache: anonymous memory and shared memory (tmpfs, memfd)."""
+        """Bytes the group and the groups below it hold that the kernel
+        cannot drop as clean page cache: anonymous memory and shared
+        memory (tmpfs, memfd)."""
         held = 0
         for line in self._read("memory", "memory.stat").splitlines():
             k, _, v = line.partition(" ")
-            if k in ("rss", "shmem"):
+            if k in ("total_rss", "total_shmem"):
                 held += int(v)
         return held
 
     def pids(self):
-        try:
-            return [int(p) for p in self._read("memory", "cgroup.procs").split()]
-        except OSError:
-            return []
+        """The processes in the group and in the groups below it (an
+        emulated node's mpi group: cgroup v1 lists each process in its own
+        group only)."""
+        out = []
+        for d, _, _ in os.walk(self.dirs["memory"]):
+            try:
+                with open(os.path.join(d, "cgroup.procs")) as f:
+                    out += [int(p) for p in f.read().split()]
+            except OSError:
+                pass
+        return out
+
+    def child(self, name):
+        """The group name below this one, as it is."""
+        return Group.existing(self.name + "/" + name, self.device)
 
     def kill(self):
         """SIGKILL to every process left in the group, until none is."""

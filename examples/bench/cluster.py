@@ -14,7 +14,8 @@ the nodes' links), each node's runner reading from its node's rank.
 What the run measured comes from the kernel: the bytes the NAS sent over
 its one link, the bytes that went into the nodes over theirs less those
 (between the nodes), the CPU of the nodes' cgroups (their NAS clients
-included), the peak of each node's memory cgroup.
+included), the peak of each node's memory cgroup, and the peak of its
+child group that holds what mpirun started there (orted and the rank).
 """
 
 import json
@@ -106,6 +107,7 @@ def run(a, cl, cat, mem, label, system, k, n, serve_flags):
         g.kill()
         g._write("memory", "memory.limit_in_bytes", str(limit))
         g._write("memory", "memory.max_usage_in_bytes", "0")
+        g.child("mpi")._write("memory", "memory.max_usage_in_bytes", "0")
         oom0.append(g.memory()["oom_kills"])
     port = 20000 + random.randrange(20000)
     spec = {"system": system, "root": cl.nas(work), "input": cl.nas(cat["input"]), "catalog": os.path.join(work, "files.json"),
@@ -140,8 +142,8 @@ def run(a, cl, cat, mem, label, system, k, n, serve_flags):
                                           stderr=open(os.path.join(node_tmp, "err"), "w"), text=True,
                                           env=dict(os.environ, TMPDIR=node_tmp), start_new_session=True))
         timer.start()
-        held = [0] * nodes
-        sampler = threading.Thread(target=sample_held, args=(groups, procs[0], held), daemon=True)
+        held, held_mpi = [0] * nodes, [0] * nodes
+        sampler = threading.Thread(target=sample_held, args=(groups, procs[0], held, held_mpi), daemon=True)
         sampler.start()
         for line in procs[0].stdout:
             # the runners started their cold epoch's clock: brandrt's
@@ -182,7 +184,10 @@ def run(a, cl, cat, mem, label, system, k, n, serve_flags):
             g.kill()
         sampler.join(timeout=5)
         mems = [g.memory() for g in groups]
+        # what mpirun started on each node (orted and its rank), apart
+        mpi = [g.child("mpi").memory()["peak_bytes"] for g in groups]
         rec["memory"] = {"peak_bytes": max(m["peak_bytes"] for m in mems), "per_node_peak_bytes": [m["peak_bytes"] for m in mems],
+                         "per_node_mpi_peak_bytes": mpi, "per_node_mpi_held_peak_bytes": held_mpi,
                          "oom_kills": sum(m["oom_kills"] for m in mems) - sum(oom0), "held_peak_bytes": max(held),
                          "limit_bytes": limit}
         finish(rec, a, procs, killed, tmp)
@@ -250,12 +255,15 @@ def finish(rec, a, procs, killed, tmp):
         log("  %s failed: %s" % (rec["system"], rec["error"]))
 
 
-def sample_held(groups, proc, held):
-    """Each node's peak of held memory (rss and shmem) while proc runs."""
+def sample_held(groups, proc, held, held_mpi):
+    """Each node's peak of held memory (rss and shmem) while proc runs,
+    and that of what mpirun started on it (its mpi group)."""
+    mpi = [g.child("mpi") for g in groups]
     while proc.poll() is None:
         for i, g in enumerate(groups):
             try:
                 held[i] = max(held[i], g.held())
+                held_mpi[i] = max(held_mpi[i], mpi[i].held())
             except OSError:
                 return
         time.sleep(0.05)

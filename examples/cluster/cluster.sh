@@ -32,7 +32,10 @@
 #   one export share no page cache) and its node-local disk at
 #   $STATE/scratch (/var/tmp/brandrt-cluster-NAME/nI);
 # - a memory and a cpuacct cgroup (NAME-nI) that every process started on
-#   the node joins, its NAS client (sshfs) apart in NAME-nI-fs.
+#   the node joins, its NAS client (sshfs) apart in NAME-nI-fs; what
+#   mpirun starts there through the agent (orted and the ranks) is in its
+#   child NAME-nI/mpi, so that a rank's memory and CPU can be told from the
+#   training processes' beside it (the node's limit holds them all).
 # $STATE is /run/brandrt-cluster-NAME. On this host $STATE/nas and
 # $STATE/scratch are empty: they are each node's.
 #
@@ -114,7 +117,7 @@ down() {
 		ip link del "$l" 2>/dev/null || true
 	done
 	ip link del "$name-br" 2>/dev/null || true
-	for d in "$cg/$name"-* "$cpu/$name"-*; do
+	for d in "$cg/$name"-*/mpi "$cpu/$name"-*/mpi "$cg/$name"-* "$cpu/$name"-*; do
 		[ -d "$d" ] || continue
 		rmdir "$d" 2>/dev/null || { sleep 0.5; rmdir "$d" 2>/dev/null; } || echo "cluster.sh: $d still has processes: $(cat "$d/cgroup.procs" | tr '\n' ' ')" >&2
 	done
@@ -132,7 +135,7 @@ running() {
 # cgroup of the same name.
 killall_in() {
 	local p
-	for p in $(ip netns pids "$1" 2>/dev/null) $(cat "$cg/$1/cgroup.procs" "$cg/$1-fs/cgroup.procs" 2>/dev/null); do
+	for p in $(ip netns pids "$1" 2>/dev/null) $(cat "$cg/$1/cgroup.procs" "$cg/$1/mpi/cgroup.procs" "$cg/$1-fs/cgroup.procs" 2>/dev/null); do
 		kill -s "$2" "$p" 2>/dev/null || true
 	done
 }
@@ -220,7 +223,7 @@ node_up() {
 	link "$node" "$i" "$nic"
 	mkdir -p "$d" "$scratch/n$i"
 	touch "$d/mnt" "$d/uts"
-	mkdir -p "$cg/$node" "$cpu/$node" "$cg/$node-fs" "$cpu/$node-fs"
+	mkdir -p "$cg/$node/mpi" "$cpu/$node/mpi" "$cg/$node-fs" "$cpu/$node-fs"
 	if [ -n "$mem" ]; then
 		echo "$mem" > "$cg/$node/memory.limit_in_bytes"
 	fi
@@ -244,8 +247,9 @@ on() {
 	node=$(ns "$i")
 	[ -f "$state/n$i/uts" ] || die "no node $i in cluster $name (cluster.sh status)"
 	# its NAS client (FS=1) in a cgroup of its own, so that what the
-	# node's jobs use can be measured and ended apart from it
-	local group=$node${FS:+-fs}
+	# node's jobs use can be measured and ended apart from it; what the
+	# agent starts (MPI=1) in the node's child group mpi
+	local group=$node${FS:+-fs}${MPI:+/mpi}
 	echo $BASHPID > "$cg/$group/cgroup.procs"
 	echo $BASHPID > "$cpu/$group/cgroup.procs"
 	exec nsenter --net="/run/netns/$node" --mount="$state/n$i/mnt" --uts="$state/n$i/uts" --wd="$PWD" -- "$@"
@@ -396,7 +400,7 @@ agent)
 	node=${host#"$name-n"}
 	[[ $node =~ ^[0-9]+$ ]] || die "agent: host $host is not a node of cluster $name"
 	# as sshd would: a login environment, not this one
-	on "$node" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME="${HOME:-/root}" USER="$(id -un)" \
+	MPI=1 on "$node" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME="${HOME:-/root}" USER="$(id -un)" \
 		LOGNAME="$(id -un)" SHELL=/bin/sh LANG="${LANG:-C.UTF-8}" /bin/sh -c "$*"
 	;;
 -h | --help | help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
