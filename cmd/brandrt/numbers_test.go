@@ -115,6 +115,7 @@ var planRanges = map[string]flagRange{
 	"link-rate":      {"1", "1125899906842624", "", big},
 	"serve-rate":     {"1", maxInt32, "", nil},
 	"train-rate":     {"1", maxInt32, "", nil},
+	"cores":          {">0", "65536", "", nil},
 }
 
 func init() {

@@ -34,10 +34,14 @@ func planCommand() *cli.Command {
 			"smallest number of nodes whose memory holds the whole dataset.\n\n" +
 			"Bytes are the plan's, which serve follows byte for byte (each read rounds up\n" +
 			"to a page with O_DIRECT; the messages' frames add a few dozen bytes per file\n" +
-			"moved). With rates (--storage-rate, --link-rate, --serve-rate, --train-rate)\n" +
-			"it also prints the epoch's time as the slowest of them allows, and which one\n" +
-			"bounds it; a rate not given bounds nothing.\n\n" +
-			"Example: brandrt plan --chunks /scratch/chunks --nodes 1,2,4,8 --node-mem 64GiB --storage-rate 1.2GB",
+			"moved). With rates (--storage-rate, --link-rate, --serve-rate, --train-rate,\n" +
+			"--cpu-costs with --cores) it also prints the epoch's time as the slowest of\n" +
+			"them allows, and which one bounds it; a rate not given bounds nothing.\n" +
+			"--cpu-costs holds the CPU seconds a node spends per file and per byte, fitted\n" +
+			"on the target machine from runs of the loader benchmark\n" +
+			"(examples/bench/calibrate.py; README, \"Sizing a job before asking for it\").\n\n" +
+			"Example: brandrt plan --chunks /scratch/chunks --nodes 1,2,4,8 --node-mem 64GiB --storage-rate 1.2GB\n" +
+			"         --link-rate 12GB --cpu-costs costs.json --cores 32",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "the packed dataset"},
 			&cli.StringFlag{Name: "nodes", Value: "1,2,3,4", Usage: "the numbers of nodes to plan for, one rank each (each at most the dataset's shards)"},
@@ -56,6 +60,8 @@ func planCommand() *cli.Command {
 			&cli.GenericFlag{Name: "link-rate", Value: &byteSize{intValue{lo: 1, hi: maxMemory, why: whyMemory}}, Usage: "bytes per second a node's link carries each way"},
 			&cli.GenericFlag{Name: "serve-rate", Value: &count{intValue{lo: 1, hi: maxFiles, why: whyFiles}}, Usage: "files per second a rank serves from memory (its CPU: brandrt bench serve measures it)"},
 			&cli.GenericFlag{Name: "train-rate", Value: &count{intValue{lo: 1, hi: maxFiles, why: whyFiles}}, Usage: "files per second a node's training consumes"},
+			&cli.StringFlag{Name: "cpu-costs", Usage: "a JSON file of the CPU seconds a node spends per file and per byte (the rank's, the storage client's, the training processes' reading through it), measured on the target machine by examples/bench/calibrate.py; with --cores, the busiest node's CPU bounds the epoch's time"},
+			floatFlag("cores", 0, 0, 65536, true, "the cores of a node that the rank and the processes reading through it share, with --cpu-costs"),
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per number of nodes instead of the table"},
 		},
 		Action: runPlan,
@@ -63,12 +69,14 @@ func planCommand() *cli.Command {
 }
 
 // planned is one number of nodes planned: each rank's budget, shard and
-// footprint, and each epoch's forecast.
+// footprint (its total, and its terms as rt.Footprint names them), and
+// each epoch's forecast.
 type planned struct {
 	Nodes      int            `json:"nodes"`
 	MemBytes   []int64        `json:"mem_bytes"`
 	ShardBytes []int64        `json:"shard_bytes"`
 	Footprint  []int64        `json:"footprint_bytes"`
+	Terms      []rt.Footprint `json:"footprint_terms"`
 	Holds      bool           `json:"holds_dataset"`
 	Epochs     []plannedEpoch `json:"epochs"`
 }
@@ -78,6 +86,7 @@ type planned struct {
 type plannedEpoch struct {
 	Epoch   int               `json:"epoch"`
 	Ranks   []rt.RankForecast `json:"ranks"`
+	CPU     []float64         `json:"cpu_seconds,omitempty"`
 	Seconds float64           `json:"seconds,omitempty"`
 	Bound   string            `json:"bound,omitempty"`
 }
@@ -95,6 +104,9 @@ func runPlan(c *cli.Context) error {
 		return badUsage(c, err)
 	}
 	model := planRates(c)
+	if model.cpu, err = planCosts(c); err != nil {
+		return badUsage(c, err)
+	}
 	var all []planned
 	for _, n := range counts {
 		p, err := planNodes(cfg, site, n, c.Int("epochs"))
@@ -102,7 +114,12 @@ func runPlan(c *cli.Context) error {
 			return fmt.Errorf("%s: %w", human.Plural(int64(n), "node"), err)
 		}
 		for i := range p.Epochs {
-			p.Epochs[i].Seconds, p.Epochs[i].Bound = model.epoch(p.Epochs[i].Ranks)
+			e := &p.Epochs[i]
+			e.CPU = model.cpuSeconds(p, *e)
+			e.Seconds, e.Bound = model.epoch(e.Ranks, e.CPU)
+			if e.Epoch == 1 && model.cpu != nil {
+				e.Seconds += model.cpu.Start
+			}
 		}
 		all = append(all, p)
 	}
@@ -117,6 +134,19 @@ func runPlan(c *cli.Context) error {
 	}
 	printPlan(c.App.Writer, all, model, cfg.Mem.Shard > 0)
 	return nil
+}
+
+// planCosts reads --cpu-costs, which needs --cores.
+func planCosts(c *cli.Context) (*cpuCosts, error) {
+	switch {
+	case !c.IsSet("cpu-costs") && c.IsSet("cores"):
+		return nil, errors.New("--cores goes with --cpu-costs: the node's CPU seconds that its cores share")
+	case !c.IsSet("cpu-costs"):
+		return nil, nil
+	case !c.IsSet("cores"):
+		return nil, errors.New("--cpu-costs needs --cores: the cores of a node that the rank and its training processes share")
+	}
+	return readCPUCosts(c.String("cpu-costs"))
 }
 
 // nodeCounts parses a list of node counts: "1,2,4".
@@ -186,6 +216,7 @@ func planNodes(cfg rt.Config, site rt.Site, n, epochs int) (planned, error) {
 		p.MemBytes = append(p.MemBytes, m.MemBytes(r))
 		p.ShardBytes = append(p.ShardBytes, m.ShardBytes(r))
 		p.Footprint = append(p.Footprint, nd.Footprint().Total())
+		p.Terms = append(p.Terms, nd.Footprint())
 		p.Holds = p.Holds && m.MemBytes(r) >= m.ShardBytes(r)
 		extents[r] = nd.ChunkBytes()
 	}

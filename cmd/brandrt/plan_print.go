@@ -14,8 +14,13 @@ import (
 // timeModel holds the rates of the epoch's time model: what the storage gives all the nodes
 // together and a node's link each way, in bytes per second; what a rank
 // serves and a node's training consumes, in files per second. 0: not
-// given, bounds nothing.
-type timeModel struct{ storage, link, serve, train float64 }
+// given, bounds nothing. With cpu, the CPU a node spends on its epoch
+// over its cores bounds it too.
+type timeModel struct {
+	storage, link, serve, train float64
+	cpu                         *cpuCosts
+	cores                       float64
+}
 
 func planRates(c *cli.Context) timeModel {
 	get := func(name string) float64 {
@@ -30,28 +35,60 @@ func planRates(c *cli.Context) timeModel {
 		}
 		return 0
 	}
-	return timeModel{storage: get("storage-rate"), link: get("link-rate"), serve: get("serve-rate"), train: get("train-rate")}
+	return timeModel{storage: get("storage-rate"), link: get("link-rate"), serve: get("serve-rate"), train: get("train-rate"),
+		cores: c.Float64("cores")}
 }
 
 // given reports whether any rate was given.
-func (r timeModel) given() bool { return r.storage > 0 || r.link > 0 || r.serve > 0 || r.train > 0 }
+func (r timeModel) given() bool {
+	return r.storage > 0 || r.link > 0 || r.serve > 0 || r.train > 0 || r.cpu != nil
+}
+
+// usable is the cores' seconds per second the node's CPU bound takes:
+// --cores, as busy as the calibration kept them.
+func (r timeModel) usable() float64 {
+	if r.cpu == nil {
+		return 0
+	}
+	return r.cores * r.cpu.Busy
+}
+
+// cpuSeconds returns the CPU each rank's node spends on its share of
+// epoch e of p; nil without costs.
+func (r timeModel) cpuSeconds(p planned, e plannedEpoch) []float64 {
+	if r.cpu == nil {
+		return nil
+	}
+	out := make([]float64, len(e.Ranks))
+	for i, rf := range e.Ranks {
+		out[i] = r.cpu.seconds(rf, e.Epoch == 1, min(p.MemBytes[i], p.ShardBytes[i]))
+	}
+	return out
+}
 
 // epoch returns how long an epoch of ranks' forecasts takes at these
 // rates, and what bounds it: the storage (every rank's reads share it),
-// the network (the busiest link, each way), the rank's CPU or the
-// training (the node with the most positions). 0 and "" with no rate.
-func (r timeModel) epoch(ranks []rt.RankForecast) (float64, string) {
+// the network (the busiest link, each way), the rank's CPU (at
+// --serve-rate), the training (the node with the most positions) or the
+// busiest node's CPU over its cores (cpu, the CPU seconds of each rank's
+// node). 0 and "" with no rate.
+func (r timeModel) epoch(ranks []rt.RankForecast, cpu []float64) (float64, string) {
 	var read, moved, files int64
 	for _, rf := range ranks {
 		read += rf.ReadBytes
 		moved = max(moved, rf.ReceivedBytes, rf.SentBytes)
 		files = max(files, rf.Files)
 	}
+	busiest := 0.0
+	for _, s := range cpu {
+		busiest = max(busiest, s)
+	}
 	secs, bound := 0.0, ""
 	for _, t := range []struct {
 		what       string
 		amount, at float64
-	}{{"storage", float64(read), r.storage}, {"network", float64(moved), r.link}, {"the rank's CPU", float64(files), r.serve}, {"the training", float64(files), r.train}} {
+	}{{"storage", float64(read), r.storage}, {"network", float64(moved), r.link}, {"the rank's CPU", float64(files), r.serve},
+		{"the training", float64(files), r.train}, {"the node's CPU", busiest, r.usable()}} {
 		if t.at > 0 && t.amount/t.at > secs {
 			secs, bound = t.amount/t.at, t.what
 		}

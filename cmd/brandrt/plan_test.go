@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,6 +53,11 @@ func TestPlanIsWhatServeDoes(t *testing.T) {
 // dataset; bad flags are refused, naming what to do.
 func TestPlanTable(t *testing.T) {
 	dir := servePack(t, 600, 3, filepath.Join(t.TempDir(), "chunks"))
+	costs, badCosts := filepath.Join(t.TempDir(), "costs.json"), filepath.Join(t.TempDir(), "bad.json")
+	writeFile(t, costs, `{"rank_s_per_file": 1e-5, "rank_s_per_moved_file": 2e-5, "rank_s_per_moved_byte": 1e-10, "read_s_per_byte": 1e-9,
+		"rank_s_start": 0.1, "rank_s_per_filled_byte": 1e-9, "client_s_per_file": 1e-5, "client_s_per_byte": 1e-10, "cores_busy": 0.9, "start_s": 1}`)
+	writeFile(t, badCosts, `{"rank_s_per_file": 1e-5, "rank_s_per_moved_file": 2e-5, "read_s_per_byte": 1e-9,
+		"rank_s_start": 0.1, "rank_s_per_filled_byte": 1e-9, "client_s_per_file": 1e-5, "client_s_per_byte": -1, "cores_busy": 1.5, "start_s": 1}`)
 	out, errs, status := runCLI(t, "plan", "--chunks", dir, "--nodes", "3,1,2", "--mem", "1MiB", "--storage-rate", "100MB", "--serve-rate", "10k")
 	if status != 0 {
 		t.Fatalf("plan: status %d\n%s", status, errs)
@@ -71,10 +78,62 @@ func TestPlanTable(t *testing.T) {
 		{[]string{"--nodes", "1", "--node-mem", "50%"}, "--node-mem takes bytes"},
 		{[]string{"--nodes", "1", "--mem", "90%cgroup"}, "--mem 90%cgroup is a share of what --node-mem leaves: give --node-mem"},
 		{[]string{"--nodes", "1", "--node-mem", "20MiB"}, "which leaves nothing for its files"},
+		{[]string{"--nodes", "1", "--mem", "1MiB", "--cores", "4"}, "--cores goes with --cpu-costs"},
+		{[]string{"--nodes", "1", "--mem", "1MiB", "--cpu-costs", costs}, "--cpu-costs needs --cores"},
+		{[]string{"--nodes", "1", "--mem", "1MiB", "--cpu-costs", badCosts, "--cores", "4"},
+			`--cpu-costs ` + badCosts + ` (examples/bench/calibrate.py writes it): no "rank_s_per_moved_byte"` + "\n" + `"client_s_per_byte" is -1 seconds, want 0 to 60` + "\n" + `"cores_busy" is 1.5, want more than 0, up to 1`},
+		{[]string{"--nodes", "1", "--mem", "1MiB", "--cpu-costs", filepath.Join(dir, "none.json"), "--cores", "4"}, "--cpu-costs: open " + filepath.Join(dir, "none.json")},
 	} {
 		_, errs, status := runCLI(t, append([]string{"plan", "--chunks", dir}, c.args...)...)
 		if status == 0 || !strings.Contains(errs, c.want) {
 			t.Errorf("plan %v: status %d, want %q in\n%s", c.args, status, c.want, errs)
 		}
+	}
+}
+
+// With CPU costs and cores, the node's CPU is a bound of the epoch's
+// time: the costs times what the plan has the node do, over its cores as
+// busy as the costs say they were.
+func TestPlanCPUBound(t *testing.T) {
+	dir := servePack(t, 600, 2, filepath.Join(t.TempDir(), "chunks"))
+	costs := filepath.Join(t.TempDir(), "costs.json")
+	writeFile(t, costs, `{"rank_s_per_file": 1e-3, "rank_s_per_moved_file": 2e-3, "rank_s_per_moved_byte": 0, "read_s_per_byte": 0,
+		"rank_s_start": 0.5, "rank_s_per_filled_byte": 0, "client_s_per_file": 1e-3, "client_s_per_byte": 0, "cores_busy": 0.5, "start_s": 2}`)
+	out, errs, status := runCLI(t, "plan", "--chunks", dir, "--nodes", "2", "--mem", "25%", "--epochs", "2", "--json",
+		"--cpu-costs", costs, "--cores", "2", "--storage-rate", "1TB")
+	if status != 0 {
+		t.Fatalf("plan: status %d\n%s", status, errs)
+	}
+	var p planned
+	if err := json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &p); err != nil {
+		t.Fatalf("plan --json: %v\n%s", err, out)
+	}
+	for _, e := range p.Epochs {
+		busiest := 0.0
+		for r, rf := range e.Ranks {
+			want := 2e-3*float64(rf.Files) + 2e-3*float64(rf.SentFiles+rf.ReceivedFiles)
+			if e.Epoch == 1 {
+				want += 0.5
+			}
+			if math.Abs(e.CPU[r]-want) > 1e-9 {
+				t.Errorf("epoch %d, rank %d: %g CPU seconds, want %g", e.Epoch, r, e.CPU[r], want)
+			}
+			busiest = max(busiest, want)
+		}
+		// 2 cores, busy half the time; the job's start before epoch 1
+		if e.Epoch == 1 {
+			busiest += 2
+		}
+		if e.Bound != "the node's CPU" || math.Abs(e.Seconds-busiest) > 1e-9 {
+			t.Errorf("epoch %d: %g s bound by %q, want %g s bound by the node's CPU", e.Epoch, e.Seconds, e.Bound, busiest)
+		}
+	}
+}
+
+// writeFile writes text to path, failing the test if it cannot.
+func writeFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

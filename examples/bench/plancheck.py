@@ -7,7 +7,10 @@ Runs the loader benchmark's brandrt on the emulated cluster (loaders.py
 per epoch and over all of them, the bytes the plan has each node read from
 storage against those the NAS link carried, and the bytes it has them move
 to each other against those the nodes' links carried (the kernel's counts:
-TCP and the NAS's protocol included).
+TCP and the NAS's protocol included), and each rank's footprint as plan
+prints it against the peak of the memory cgroup that holds what mpirun
+started on its node (orted and the rank; the DataLoader's processes are
+in the node's group, outside it).
 
     .venv/bin/python examples/bench/plancheck.py --files 12000 --nodes 2,3 --mem 25%,100%
 
@@ -37,12 +40,64 @@ def runs(results):
                 yield r
 
 
-def plan(brandrt, chunks, run, workers):
-    """brandrt plan of run: its nodes, --mem and --readers, its epochs."""
+def meta(results):
+    """The results file's first record: the run's settings."""
+    with open(results) as f:
+        return json.loads(f.readline())
+
+
+def rate(s):
+    """Bytes per second of a tc rate: 3gbit, 100mbit."""
+    for unit, bits in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1)):
+        if s.endswith(unit):
+            return int(float(s[:-len(unit)]) * bits / 8)
+    raise ValueError("rate %r: want NUMBER followed by gbit, mbit or kbit" % s)
+
+
+def plan(brandrt, chunks, run, workers, timing=None):
+    """brandrt plan of run: its nodes, --mem and --readers, its epochs;
+    with timing (costs file, machine's cores, NAS rate, nodes' link rate),
+    its time model too, each node given its share of the cores."""
     cmd = [brandrt, "plan", "--chunks", chunks, "--nodes", str(run["nodes"]), "--mem", str(run["budget_bytes"]),
            "--readers", str(max(1, workers)), "--epochs", str(len(run["epochs"])), "--seed", "1", "--json"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return cmd, json.loads(out.splitlines()[0])
+    if timing:
+        costs, cores, nas, nic = timing
+        cmd += ["--cpu-costs", costs, "--cores", "%.4f" % (cores / run["nodes"]), "--storage-rate", str(nas), "--link-rate", str(nic)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("plancheck: %s: exit status %d: %s" % (" ".join(cmd), p.returncode, p.stderr.strip()))
+    return cmd, json.loads(p.stdout.splitlines()[0])
+
+
+def times(run, planned, costs, cores, ratios):
+    """Lines of each epoch's planned time against the measured one (each
+    ratio appended to ratios, by epoch). The emulated nodes share the
+    machine's cores with the emulated NAS's server and the kernel's
+    network work between them (calibrate.py's host_s_per_read_byte and
+    host_s_per_moved_byte): that CPU joins the nodes' in a bound of its
+    own, all of it over every core."""
+    lines = ["%-6s %10s %22s %13s %10s %7s" % ("epoch", "plan", "bound", "with server", "measured", "ratio")]
+    for e, m in zip(planned["epochs"], run["epochs"]):
+        read = sum(r["read_bytes"] for r in e["ranks"])
+        moved = sum(r["received_bytes"] for r in e["ranks"])
+        outside = costs.get("host_s_per_read_byte", 0) * read + costs.get("host_s_per_moved_byte", 0) * moved
+        shared = (sum(e["cpu_seconds"]) + outside) / (cores * costs["cores_busy"])
+        if e["epoch"] == 1:
+            shared += costs["start_s"]
+        model = max(e["seconds"], shared)
+        ratios.append((e["epoch"], m["seconds"] / model))
+        lines.append("%-6s %9.2fs %22s %12.2fs %9.2fs %7s" % (e["epoch"], e["seconds"], e["bound"], model, m["seconds"], ratio(m["seconds"], model)))
+    return lines
+
+
+def spread(ratios):
+    """A line saying how many epochs' times were within 20 % of the plan."""
+    def part(rs):
+        if not rs:
+            return "none"
+        return "%d of %d within 20 %% (%.2f to %.2f)" % (sum(0.8 <= r <= 1.2 for r in rs), len(rs), min(rs), max(rs))
+    return "measured / planned time: epoch 1 %s; later epochs %s" % (
+        part([r for e, r in ratios if e == 1]), part([r for e, r in ratios if e > 1]))
 
 
 def table(run, planned):
@@ -62,8 +117,38 @@ def table(run, planned):
     return lines
 
 
+def memory(run, planned):
+    """Lines of each node's planned footprint against the peak of what
+    mpirun started on it (orted and the rank), the kernel's count: its
+    cgroup's (page cache included, which a limit would reclaim) and that
+    of its anonymous and shared memory (held, sampled every 50 ms)."""
+    peaks = run.get("memory", {}).get("per_node_mpi_peak_bytes")
+    if not peaks:
+        return ["memory: this run has no peak per rank (a loaders.py from before the cluster's mpi groups)"]
+    held = run["memory"].get("per_node_mpi_held_peak_bytes") or [0] * len(peaks)
+    lines = ["%-6s %15s %15s %7s %15s %7s %15s" % ("node", "footprint", "rank's peak", "ratio", "held", "ratio", "node's peak")]
+    for i, (fp, peak, h) in enumerate(zip(planned["footprint_bytes"], peaks, held)):
+        node = run["memory"]["per_node_peak_bytes"][i]
+        lines.append("%-6d %15s %15s %7s %15s %7s %15s" % (i + 1, "{:,}".format(fp), "{:,}".format(peak), ratio(peak, fp),
+                                                       "{:,}".format(h), ratio(h, fp) if h else "-", "{:,}".format(node)))
+    return lines
+
+
 def ratio(measured, planned):
     return "%.3f" % (measured / planned) if planned else "-"
+
+
+def datasets(a, rest):
+    """(results, work) of each dataset the run measured: one, or one per
+    size of a --file-size list (loaders.py's OUT/<SIZE> and WORK/size-<SIZE>)."""
+    if a.report:
+        return [(a.report, a.work)]
+    sizes = [x for x in (a.file_size or "").split(",") if x.strip()]
+    if len(sizes) <= 1:
+        return [(os.path.join(a.out, "results.jsonl"), a.work)]
+    import loaders
+    labels = [loaders.size_label(loaders.parse_size(x)) for x in sizes]
+    return [(os.path.join(a.out, l, "results.jsonl"), os.path.join(a.work, "size-" + l)) for l in labels]
 
 
 def main():
@@ -72,23 +157,96 @@ def main():
     ap.add_argument("--work", default="/var/tmp/brandrt-bench/plancheck", help="loaders.py --work")
     ap.add_argument("--brandrt", default=os.path.join(ROOT, "bin", "brandrt"))
     ap.add_argument("--workers", type=int, default=4, help="loaders.py --workers (serve --readers)")
-    ap.add_argument("--report", help="an earlier loaders.py results.jsonl: run nothing")
+    ap.add_argument("--file-size", help="loaders.py --file-size: one size, or a list (a dataset each)")
+    ap.add_argument("--report", help="an earlier loaders.py results.jsonl (of --work's dataset): run nothing")
+    ap.add_argument("--cpu-costs", help="calibrate.py's costs file: hold plan's epoch time against the measured too")
+    ap.add_argument("--calibrate", metavar="NODES",
+                    help="fit the CPU costs (calibrate.py) on this run's runs on these numbers of nodes (2 or 2,3), "
+                         "write them to OUT/costs.json and hold the time of every run against them")
     a, rest = ap.parse_known_args()
-    results = a.report
-    if not results:
+    if not a.report:
         cmd = [sys.executable, os.path.join(HERE, "loaders.py"), "--work", a.work, "--out", a.out, "--brandrt", a.brandrt,
                "--workers", str(a.workers), "--storage", "nas", "--systems", "brandrt-window"] + rest
+        if a.file_size:
+            cmd += ["--file-size", a.file_size]
         print("$ " + " ".join(cmd[1:]), flush=True)
         subprocess.run(cmd, check=True)
-        results = os.path.join(a.out, "results.jsonl")
-    work = a.work
+    pairs = datasets(a, rest)
+    costs_path = a.cpu_costs
+    if a.calibrate:
+        import calibrate
+        nodes = [int(n) for n in a.calibrate.split(",")]
+        costs, lines = calibrate.calibrate(pairs, a.brandrt, nodes)
+        costs_path = os.path.join(os.path.dirname(pairs[0][0]) if a.report else a.out, "costs.json")
+        calibrate.write(costs, costs_path)
+        print("\n== CPU costs fitted on the runs on %s node(s), written to %s" % (a.calibrate, costs_path))
+        print("\n".join(lines))
+    total = Totals()
+    for results, work in pairs:
+        check(a, results, work, costs_path, total)
+    print("\n== over every run\n" + "\n".join(total.lines()))
+
+
+class Totals:
+    """What every run's check found, for the last lines."""
+
+    def __init__(self):
+        self.bytes, self.mem, self.held, self.times, self.rows = [], [], [], [], []
+
+    def lines(self):
+        def span(rs):
+            return "%.3f to %.3f" % (min(rs), max(rs)) if rs else "-"
+        out = ["%-8s %5s %6s %8s %8s %13s %13s %s" % ("files", "nodes", "memory", "storage", "network", "rank's peak", "held", "time by epoch")]
+        out += self.rows
+        out += ["(storage, network: bytes over all epochs, measured / planned; rank's peak, held: per node, the lowest and",
+                "highest against the footprint; time: each epoch's measured / planned)", ""]
+        out += ["bytes over all epochs, measured / planned: storage and network %s" % span(self.bytes)]
+        if self.mem:
+            out.append("memory, rank's cgroup peak / footprint: %s, %d of %d nodes within 10 %%; held (anonymous and shared) / footprint: %s, %d of %d" % (
+                span(self.mem), sum(0.9 <= r <= 1.1 for r in self.mem), len(self.mem),
+                span(self.held), sum(0.9 <= r <= 1.1 for r in self.held), len(self.held)))
+        if self.times:
+            out.append(spread(self.times))
+        return out
+
+
+def check(a, results, work, costs_path, total):
+    """Holds plan against each brandrt-window run of results (its
+    datasets in work), printing a section per run; adds to total."""
+    timing, costs = None, None
+    if costs_path:
+        m = meta(results)
+        timing = (costs_path, os.cpu_count(), rate(m["nas_rate"]), rate(m["nic"]))
+        with open(costs_path) as f:
+            costs = json.load(f)
     for run in runs(results):
         chunks = os.path.join(work, prepare.chunks_name(run["chunk_files"], run["nodes"]))
-        cmd, planned = plan(a.brandrt, chunks, run, run.get("workers", a.workers))
+        cmd, planned = plan(a.brandrt, chunks, run, run.get("workers", a.workers), timing)
         print("\n== %d node%s, memory %s (--mem %s per node), %s files of %s bytes" % (
             run["nodes"], "" if run["nodes"] == 1 else "s", run["mem"], "{:,}".format(run["budget_bytes"]), "{:,}".format(run["files"]), "{:,}".format(run["dataset_bytes"])))
         print("$ " + " ".join(cmd))
-        print("\n".join(table(run, planned)))
+        lines = table(run, planned)
+        print("\n".join(lines))
+        last = lines[-1].split()
+        total.bytes += [float(last[3])] + ([float(last[6])] if last[6] != "-" else [])
+        print("\n".join(memory(run, planned)))
+        mem = run.get("memory", {})
+        peaks, helds = [], []
+        for fp, peak, held in zip(planned["footprint_bytes"], mem.get("per_node_mpi_peak_bytes", []), mem.get("per_node_mpi_held_peak_bytes", [])):
+            peaks.append(peak / fp)
+            helds.append(held / fp)
+        total.mem += peaks
+        total.held += helds
+        ratios = []
+        if timing:
+            print("\n".join(times(run, planned, costs, os.cpu_count(), ratios)))
+            total.times += ratios
+
+        def minmax(rs):
+            return "%.2f-%.2f" % (min(rs), max(rs)) if rs else "-"
+        size = "%.0f KB" % (run["dataset_bytes"] / run["files"] / 1e3)
+        total.rows.append("%-8s %5d %6s %8s %8s %13s %13s %s" % (size, run["nodes"], run["mem"], last[3], last[6], minmax(peaks), minmax(helds),
+                                                           " ".join("%.2f" % r for _, r in ratios) or "-"))
 
 
 if __name__ == "__main__":

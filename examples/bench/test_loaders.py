@@ -212,6 +212,14 @@ class EndToEnd(unittest.TestCase):
             self.assertGreater(st["network_bytes"], 0)
         self.assertGreaterEqual(sum(e["between_nodes_bytes"] for e in brt["epochs"]),
                                 sum(st["network_bytes"] for st in brt["own"]["stats"]))
+        # What mpirun started on each node (orted and the rank) is measured
+        # apart, within the node's cgroup; other systems start nothing there.
+        mem = brt["memory"]
+        for rank, held, node in zip(mem["per_node_mpi_peak_bytes"], mem["per_node_mpi_held_peak_bytes"], mem["per_node_peak_bytes"]):
+            self.assertGreater(held, 1 << 20)
+            self.assertLessEqual(held, rank)
+            self.assertLess(rank, node)
+        self.assertEqual(by["coordl"]["memory"]["per_node_mpi_peak_bytes"], [0, 0])
         # From epoch 2 coordl fetches what the other node keeps from it.
         self.assertGreater(by["coordl"]["epochs"][1]["between_nodes_bytes"], 0)
         self.assertIn("== 2 nodes, NAS, memory 50%", p.stdout)
@@ -385,6 +393,42 @@ class Arguments(unittest.TestCase):
 
 
 class Checks(unittest.TestCase):
+    def test_calibrate_fits(self):
+        import calibrate
+
+        # costs recovered from rows they made, none below 0
+        rng = __import__("random").Random(1)
+        x = [[rng.randrange(1000, 9000), rng.randrange(0, 5000), rng.randrange(0, 10**9)] for _ in range(40)]
+        y = [2e-5 * a + 0 * b + 1e-9 * c for a, b, c in x]
+        coef = calibrate.nnls(calibrate.np.array(x, dtype=float), calibrate.np.array(y))
+        self.assertTrue(all(c >= 0 for c in coef))
+        for got, want in zip(coef, (2e-5, 0, 1e-9)):
+            self.assertAlmostEqual(got, want, delta=want * 1e-6 + 1e-12)
+        # a column that would fit best below 0 is left at 0
+        y = [1e-5 * a - 1e-6 * b for a, b, _ in x]
+        self.assertEqual(calibrate.nnls(calibrate.np.array(x, dtype=float), calibrate.np.array(y))[1], 0)
+
+    def test_plancheck_time(self):
+        import plancheck
+
+        self.assertEqual(plancheck.rate("3gbit"), 375000000)
+        self.assertEqual(plancheck.rate("100mbit"), 12500000)
+        with self.assertRaises(ValueError):
+            plancheck.rate("3 gigs")
+        run = {"epochs": [{"seconds": 5.0}, {"seconds": 2.0}]}
+        planned = {"epochs": [
+            {"epoch": 1, "seconds": 3.0, "bound": "storage", "cpu_seconds": [2.0, 2.0], "ranks": [{"read_bytes": 10**9, "received_bytes": 0}] * 2},
+            {"epoch": 2, "seconds": 0.5, "bound": "the node's CPU", "cpu_seconds": [1.0, 1.0], "ranks": [{"read_bytes": 0, "received_bytes": 10**9}] * 2}]}
+        costs = {"cores_busy": 0.5, "start_s": 1.0, "host_s_per_read_byte": 1e-9, "host_s_per_moved_byte": 0.0}
+        ratios = []
+        lines = plancheck.times(run, planned, costs, 2, ratios)
+        # epoch 1: (4 s of the nodes + 2 s outside) over 2 cores half busy, and the start: 7 s
+        # epoch 2: 2 s over 1 core's worth: 2 s
+        self.assertEqual(ratios, [(1, 5.0 / 7.0), (2, 1.0)])
+        self.assertIn("7.00s", lines[1])
+        self.assertEqual(plancheck.spread(ratios), "measured / planned time: epoch 1 0 of 1 within 20 % (0.71 to 0.71); "
+                                                   "later epochs 1 of 1 within 20 % (1.00 to 1.00)")
+
     def test_process_kinds(self):
         import runner
 
