@@ -176,11 +176,7 @@ func PlanWindow(in WindowInput) (*WindowPlan, error) {
 	}
 	for t := int32(0); int(t) < p.Steps; t++ {
 		for h, pl := range pools {
-			in.issue(h, pl, t, 0)
-			in.admit(pl, t)
-			if pl.next == len(pl.order) {
-				pl.drain = append(pl.drain, pl.held-pl.kept)
-			}
+			in.begin(pl, h, t)
 		}
 		for r, tr := range in.Traces {
 			if int(t) < len(tr) {
@@ -202,6 +198,18 @@ func PlanWindow(in WindowInput) (*WindowPlan, error) {
 		p.Drains = append(p.Drains, Drain{Held: pl.drain, LastDue: pl.lastDue - int32(p.Steps)})
 	}
 	return p, nil
+}
+
+// begin starts step t of h's pool, before its draws: the reads its
+// budget has room for issued, those due by t landed, and, once every read
+// is issued, what it holds noted for the next epoch's drain. The pools
+// of one step may begin in any order: none looks at another (PlanHome).
+func (in WindowInput) begin(pl *pool, h int, t int32) {
+	in.issue(h, pl, t, 0)
+	in.admit(pl, t)
+	if pl.next == len(pl.order) {
+		pl.drain = append(pl.drain, pl.held-pl.kept)
+	}
 }
 
 // fillDrain issues h's first reads into the room the previous epoch's
@@ -432,7 +440,11 @@ func (in WindowInput) steps() int {
 }
 
 // validate reports every problem of the input at once.
-func (in WindowInput) validate() error {
+func (in WindowInput) validate() error { return in.validateFor(-1) }
+
+// validateFor reports every problem of the input that planning home h's
+// pool meets (-1: every home's).
+func (in WindowInput) validateFor(h int) error {
 	m := in.Mapping
 	if m == nil {
 		return errors.New("proto: window plan without a mapping")
@@ -460,8 +472,10 @@ func (in WindowInput) validate() error {
 		errs = append(errs, fmt.Errorf("proto: window plan for %d ranks given %d drains", m.Ranks(), len(in.After)))
 		return errors.Join(errs...)
 	}
-	for h := range m.Ranks() {
-		errs = append(errs, in.validateRank(h))
+	for r := range m.Ranks() {
+		if h < 0 || r == h {
+			errs = append(errs, in.validateRank(r))
+		}
 	}
 	errs = append(errs, in.validateTraces())
 	return errors.Join(errs...)

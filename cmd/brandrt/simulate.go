@@ -296,9 +296,13 @@ func policyLabel(name string) string {
 func writePlanning(w io.Writer, rs []sim.Result) {
 	for _, r := range rs {
 		if r.Policy == "window" {
-			took := time.Duration(r.Seconds * float64(time.Second)).Round(time.Millisecond)
+			// the epoch's time less the pool planned alone beside it
+			took := time.Duration((r.Seconds - r.HomeSeconds) * float64(time.Second)).Round(time.Millisecond)
 			fmt.Fprintf(w, "\nwindow epoch %d: planned in %s, allocating %s; %s of %s chunk reads done before the epoch, in the room the previous one's drain freed",
 				r.Epoch, took, ibytes(r.PlanBytes), comma(r.ReadsAhead), comma(r.ChunkReads))
+			home := time.Duration(r.HomeSeconds * float64(time.Second)).Round(time.Millisecond)
+			fmt.Fprintf(w, "\n  rank 0's pool alone (what it reads, and the files of its own that answer any rank): planned in %s, allocating %s",
+				home, ibytes(r.HomeBytes))
 		}
 	}
 	fmt.Fprintln(w)

@@ -198,6 +198,11 @@ type Result struct {
 	// freed; PlanBytes is the memory its planner allocated.
 	ReadsAhead int64 `json:"reads_ahead"`
 	PlanBytes  int64 `json:"plan_bytes"`
+	// HomeSeconds and HomeBytes are, for the window policy, what
+	// planning rank 0's pool alone took (proto.PlanHome): the part of the
+	// plan a rank can make by itself.
+	HomeSeconds float64 `json:"home_plan_seconds"`
+	HomeBytes   int64   `json:"home_plan_bytes"`
 
 	proto.Mix
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"time"
 
 	"github.com/brandrt/brandrt/proto"
 )
@@ -32,6 +33,14 @@ func (w *window) Epoch(e int, traces [][]proto.FileID, _ func(done, total int64)
 	w.in.Epoch, w.in.Traces = uint32(e), traces
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
+	start := time.Now()
+	if _, err := proto.PlanHome(w.in, 0); err != nil {
+		return nil, Result{}, err
+	}
+	homeSeconds := time.Since(start).Seconds()
+	runtime.ReadMemStats(&after)
+	homeBytes := int64(after.TotalAlloc - before.TotalAlloc)
+	runtime.ReadMemStats(&before)
 	p, err := proto.PlanWindow(w.in)
 	runtime.ReadMemStats(&after)
 	if err != nil {
@@ -39,6 +48,7 @@ func (w *window) Epoch(e int, traces [][]proto.FileID, _ func(done, total int64)
 	}
 	res := w.result(p)
 	res.PlanBytes = int64(after.TotalAlloc - before.TotalAlloc)
+	res.HomeSeconds, res.HomeBytes = homeSeconds, homeBytes
 	w.in.After, w.in.Resident = p.Drains, p.Resident
 	return p.Files, res, nil
 }
