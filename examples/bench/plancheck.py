@@ -85,7 +85,7 @@ def times(run, planned, costs, cores, ratios):
         if e["epoch"] == 1:
             shared += costs["start_s"]
         model = max(e["seconds"], shared)
-        ratios.append((e["epoch"], m["seconds"] / model))
+        ratios.append((e["epoch"], m["seconds"] / model, model, m["seconds"]))
         lines.append("%-6s %9.2fs %22s %12.2fs %9.2fs %7s" % (e["epoch"], e["seconds"], e["bound"], model, m["seconds"], ratio(m["seconds"], model)))
     return lines
 
@@ -97,7 +97,7 @@ def spread(ratios):
             return "none"
         return "%d of %d within 20 %% (%.2f to %.2f)" % (sum(0.8 <= r <= 1.2 for r in rs), len(rs), min(rs), max(rs))
     return "measured / planned time: epoch 1 %s; later epochs %s" % (
-        part([r for e, r in ratios if e == 1]), part([r for e, r in ratios if e > 1]))
+        part([r[1] for r in ratios if r[0] == 1]), part([r[1] for r in ratios if r[0] > 1]))
 
 
 def table(run, planned):
@@ -141,14 +141,15 @@ def ratio(measured, planned):
 def datasets(a, rest):
     """(results, work) of each dataset the run measured: one, or one per
     size of a --file-size list (loaders.py's OUT/<SIZE> and WORK/size-<SIZE>)."""
-    if a.report:
+    if a.report and not os.path.isdir(a.report):
         return [(a.report, a.work)]
+    out = a.report or a.out
     sizes = [x for x in (a.file_size or "").split(",") if x.strip()]
     if len(sizes) <= 1:
-        return [(os.path.join(a.out, "results.jsonl"), a.work)]
+        return [(os.path.join(out, "results.jsonl"), a.work)]
     import loaders
     labels = [loaders.size_label(loaders.parse_size(x)) for x in sizes]
-    return [(os.path.join(a.out, l, "results.jsonl"), os.path.join(a.work, "size-" + l)) for l in labels]
+    return [(os.path.join(out, l, "results.jsonl"), os.path.join(a.work, "size-" + l)) for l in labels]
 
 
 def main():
@@ -158,12 +159,13 @@ def main():
     ap.add_argument("--brandrt", default=os.path.join(ROOT, "bin", "brandrt"))
     ap.add_argument("--workers", type=int, default=4, help="loaders.py --workers (serve --readers)")
     ap.add_argument("--file-size", help="loaders.py --file-size: one size, or a list (a dataset each)")
-    ap.add_argument("--report", help="an earlier loaders.py results.jsonl (of --work's dataset): run nothing")
+    ap.add_argument("--report", help="an earlier run: its results.jsonl (of --work's dataset), or its --out (with its --file-size list); run nothing")
     ap.add_argument("--cpu-costs", help="calibrate.py's costs file: hold plan's epoch time against the measured too")
     ap.add_argument("--calibrate", metavar="NODES",
                     help="fit the CPU costs (calibrate.py) on this run's runs on these numbers of nodes (2 or 2,3), "
                          "write them to OUT/costs.json and hold the time of every run against them")
     a, rest = ap.parse_known_args()
+    print("$ " + " ".join([os.path.relpath(sys.argv[0], ROOT) if sys.argv[0].startswith(ROOT) else sys.argv[0]] + sys.argv[1:]), flush=True)
     if not a.report:
         cmd = [sys.executable, os.path.join(HERE, "loaders.py"), "--work", a.work, "--out", a.out, "--brandrt", a.brandrt,
                "--workers", str(a.workers), "--storage", "nas", "--systems", "brandrt-window"] + rest
@@ -177,7 +179,7 @@ def main():
         import calibrate
         nodes = [int(n) for n in a.calibrate.split(",")]
         costs, lines = calibrate.calibrate(pairs, a.brandrt, nodes)
-        costs_path = os.path.join(os.path.dirname(pairs[0][0]) if a.report else a.out, "costs.json")
+        costs_path = os.path.join(a.out if not a.report else a.report if os.path.isdir(a.report) else os.path.dirname(a.report), "costs.json")
         calibrate.write(costs, costs_path)
         print("\n== CPU costs fitted on the runs on %s node(s), written to %s" % (a.calibrate, costs_path))
         print("\n".join(lines))
@@ -185,6 +187,10 @@ def main():
     for results, work in pairs:
         check(a, results, work, costs_path, total)
     print("\n== over every run\n" + "\n".join(total.lines()))
+    if total.points or total.memory:
+        path = os.path.join(a.out if not a.report else a.report if os.path.isdir(a.report) else os.path.dirname(a.report), "plancheck.png")
+        plot(total, path)
+        print("plot: " + path)
 
 
 class Totals:
@@ -192,6 +198,8 @@ class Totals:
 
     def __init__(self):
         self.bytes, self.mem, self.held, self.times, self.rows = [], [], [], [], []
+        self.points = []  # (size label, epoch, planned s, measured s) and (size label, footprint, peak, held)
+        self.memory = []
 
     def lines(self):
         def span(rs):
@@ -208,6 +216,50 @@ class Totals:
         if self.times:
             out.append(spread(self.times))
         return out
+
+
+def plot(self, path):
+    """Measured against planned: each epoch's time, and each rank's memory
+    (its cgroup's peak and its held memory against its footprint), a
+    colour per file size, the lines of equality and of ±20 % (time) and
+    ±10 % (memory)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ta, ma) = plt.subplots(1, 2, figsize=(12, 5.5))
+    sizes = sorted({p[0] for p in self.points + self.memory}, key=lambda s: float(s.split()[0]) * (1e3 if s.endswith("MB") else 1))
+    colours = dict(zip(sizes, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")))
+    for size in sizes:
+        pts = [p for p in self.points if p[0] == size]
+        ta.scatter([p[2] for p in pts if p[1] == 1], [p[3] for p in pts if p[1] == 1], marker="s", color=colours[size],
+                   label="files of ~%s, epoch 1" % size)
+        ta.scatter([p[2] for p in pts if p[1] > 1], [p[3] for p in pts if p[1] > 1], marker="o", color=colours[size],
+                   label="files of ~%s, later epochs" % size)
+        mem = [p for p in self.memory if p[0] == size]
+        ma.scatter([p[1] / 2**20 for p in mem], [p[2] / 2**20 for p in mem], marker="^", color=colours[size],
+                   label="files of ~%s: the rank's cgroup peak" % size)
+        ma.scatter([p[1] / 2**20 for p in mem], [p[3] / 2**20 for p in mem], marker="x", color=colours[size],
+                   label="files of ~%s: held (anonymous and shared)" % size)
+    for ax, band, unit in ((ta, 0.2, "s"), (ma, 0.1, "MiB")):
+        lo, hi = ax.get_xlim()
+        hi = max(hi, ax.get_ylim()[1])
+        xs = [0, hi]
+        ax.plot(xs, xs, color="black", linewidth=1)
+        for f in (1 - band, 1 + band):
+            ax.plot(xs, [x * f for x in xs], color="grey", linewidth=0.8, linestyle="--")
+        ax.set_xlim(0, hi)
+        ax.set_ylim(0, hi)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    ta.set_xlabel("planned epoch time (s): brandrt plan --cpu-costs, on the emulated cluster's shared cores")
+    ta.set_ylabel("measured epoch time (s)")
+    ta.set_title("Epoch time: measured against planned (dashed: ±20 %)", fontsize=10)
+    ma.set_xlabel("planned footprint per rank (MiB)")
+    ma.set_ylabel("measured per rank (MiB)")
+    ma.set_title("Memory: measured against the footprint (dashed: ±10 %)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def check(a, results, work, costs_path, total):
@@ -237,16 +289,20 @@ def check(a, results, work, costs_path, total):
             helds.append(held / fp)
         total.mem += peaks
         total.held += helds
+        mean = run["dataset_bytes"] / run["files"]
+        size = "%.0f KB" % (mean / 1e3) if mean < 0.95e6 else "%.1f MB" % (mean / 1e6)
+        for fp, peak, held in zip(planned["footprint_bytes"], mem.get("per_node_mpi_peak_bytes", []), mem.get("per_node_mpi_held_peak_bytes", [])):
+            total.memory.append((size, fp, peak, held))
         ratios = []
         if timing:
             print("\n".join(times(run, planned, costs, os.cpu_count(), ratios)))
             total.times += ratios
+            total.points += [(size, e, model, measured) for e, _, model, measured in ratios]
 
         def minmax(rs):
             return "%.2f-%.2f" % (min(rs), max(rs)) if rs else "-"
-        size = "%.0f KB" % (run["dataset_bytes"] / run["files"] / 1e3)
         total.rows.append("%-8s %5d %6s %8s %8s %13s %13s %s" % (size, run["nodes"], run["mem"], last[3], last[6], minmax(peaks), minmax(helds),
-                                                           " ".join("%.2f" % r for _, r in ratios) or "-"))
+                                                           " ".join("%.2f" % r[1] for r in ratios) or "-"))
 
 
 if __name__ == "__main__":

@@ -424,7 +424,7 @@ class Checks(unittest.TestCase):
         lines = plancheck.times(run, planned, costs, 2, ratios)
         # epoch 1: (4 s of the nodes + 2 s outside) over 2 cores half busy, and the start: 7 s
         # epoch 2: 2 s over 1 core's worth: 2 s
-        self.assertEqual(ratios, [(1, 5.0 / 7.0), (2, 1.0)])
+        self.assertEqual(ratios, [(1, 5.0 / 7.0, 7.0, 5.0), (2, 1.0, 2.0, 2.0)])
         self.assertIn("7.00s", lines[1])
         self.assertEqual(plancheck.spread(ratios), "measured / planned time: epoch 1 0 of 1 within 20 % (0.71 to 0.71); "
                                                    "later epochs 1 of 1 within 20 % (1.00 to 1.00)")
