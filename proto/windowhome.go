@@ -9,13 +9,23 @@ import "fmt"
 // with h's share of the files (and one pass over the traces), where
 // PlanWindow plans every pool: it is the part of the plan a rank can make
 // by itself, which a plan per rank starts from.
+//
+// A plan per rank is three steps, each in one rank's share of the files:
+// each home plans its pool (PlanHome) and tells each rank the answers to
+// its positions (HomePlan.ByRank); each rank puts its positions together
+// from them and plans its pushes (PlanShare); each rank tells each home
+// which of its files it takes ahead (RankShare.AheadBy). Together they
+// are PlanWindow's Files, At and PushAt, to the byte
+// (TestPlanPerRankIsTheWindowPlan). serve and simulate still plan whole:
+// the steps' messages between the ranks are not built yet.
 
 // Answer is a position answered by a home's pool: position Sn of rank
-// Rank gets File, in the pool from step At.
+// Rank gets File, of Size bytes, in the pool from step At.
 type Answer struct {
 	Rank, Sn int32
 	File     FileID
 	At       int32
+	Size     int64
 }
 
 // HomePlan is one home rank's pool in an epoch's window plan: the parts
@@ -59,7 +69,7 @@ func PlanHome(in WindowInput, h int) (*HomePlan, error) {
 		for r, tr := range in.Traces {
 			if int(t) < len(tr) && m.Home(tr[t]) == h {
 				f, at := in.draw(h, pl, t)
-				hp.Answers = append(hp.Answers, Answer{Rank: int32(r), Sn: t, File: f, At: at})
+				hp.Answers = append(hp.Answers, Answer{Rank: int32(r), Sn: t, File: f, At: at, Size: in.size(h, f)})
 			}
 		}
 	}
@@ -76,4 +86,77 @@ func PlanHome(in WindowInput, h int) (*HomePlan, error) {
 		}
 	}
 	return hp, nil
+}
+
+// ByRank returns the home's answers by the rank whose positions they
+// answer, each in position order: what the home tells each rank of the
+// plan.
+func (hp *HomePlan) ByRank(ranks int) [][]Answer {
+	out := make([][]Answer, ranks)
+	for _, a := range hp.Answers {
+		out[a.Rank] = append(out[a.Rank], a)
+	}
+	return out
+}
+
+// RankShare is rank r's own positions in an epoch's window plan: the
+// file answering each (Files, from step At) and when a file of another
+// rank is pushed to it (PushAt): WindowPlan's Files[r], At[r] and
+// PushAt[r].
+type RankShare struct {
+	Rank   int
+	Files  []FileID
+	At     []int32
+	PushAt []int32
+}
+
+// PlanShare puts together rank r's positions from the answers each home
+// gave them (fromHomes[h]: HomePlan.ByRank of h, r's part) and plans its
+// pushes as PlanWindow does. Every position of r's trace must be
+// answered once.
+func PlanShare(in WindowInput, r int, fromHomes [][]Answer) (*RankShare, error) {
+	m := in.Mapping
+	if m == nil || r < 0 || r >= m.Ranks() || r >= len(in.Traces) || len(fromHomes) != m.Ranks() {
+		return nil, fmt.Errorf("proto: rank %d's share of a plan given answers of %d homes", r, len(fromHomes))
+	}
+	n := len(in.Traces[r])
+	rs := &RankShare{Rank: r, Files: make([]FileID, n), At: make([]int32, n)}
+	sizes, seen := make([]int64, n), make([]bool, n)
+	for h, as := range fromHomes {
+		for _, a := range as {
+			switch {
+			case int(a.Rank) != r || a.Sn < 0 || int(a.Sn) >= n:
+				return nil, fmt.Errorf("proto: home %d answers position %d of rank %d, not one of rank %d's %d", h, a.Sn, a.Rank, r, n)
+			case a.File < 0 || int(a.File) >= m.Files() || m.Home(a.File) != h || m.Home(in.Traces[r][a.Sn]) != h:
+				return nil, fmt.Errorf("proto: home %d answers position %d of rank %d with file %d, not one of its own, for file %d of home %d",
+					h, a.Sn, r, a.File, in.Traces[r][a.Sn], m.Home(in.Traces[r][a.Sn]))
+			case seen[a.Sn]:
+				return nil, fmt.Errorf("proto: position %d of rank %d answered twice (again by home %d)", a.Sn, r, h)
+			}
+			seen[a.Sn] = true
+			rs.Files[a.Sn], rs.At[a.Sn], sizes[a.Sn] = a.File, a.At, a.Size
+		}
+	}
+	for sn, ok := range seen {
+		if !ok {
+			return nil, fmt.Errorf("proto: no home answered position %d of rank %d", sn, r)
+		}
+	}
+	rs.PushAt = in.pushes(r, rs.Files, rs.At, sizes)
+	return rs, nil
+}
+
+// AheadBy returns, by home, the positions of the share that the home's
+// file is pushed to ahead of the position's step, in position order:
+// what the rank tells each home of the plan (the home pushes them as the
+// rank grants; the others it sends when asked).
+func (rs *RankShare) AheadBy(m *Mapping) [][]int32 {
+	out := make([][]int32, m.Ranks())
+	for sn, at := range rs.PushAt {
+		if at >= 0 && int(at) < sn {
+			h := m.Home(rs.Files[sn])
+			out[h] = append(out[h], int32(sn))
+		}
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package proto_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/brandrt/brandrt/proto"
@@ -96,6 +97,106 @@ func TestPlanHomeRefusesOtherRanks(t *testing.T) {
 	for _, h := range []int{-1, in.Mapping.Ranks()} {
 		if _, err := proto.PlanHome(in, h); err == nil {
 			t.Errorf("PlanHome(%d) of %d ranks: no error", h, in.Mapping.Ranks())
+		}
+	}
+}
+
+// The three steps of a plan per rank (each home's pool, each rank's
+// share of its positions, the pushes each home is told of) put together
+// are the whole plan's Files, At and PushAt, to the byte.
+func TestPlanPerRankIsTheWindowPlan(t *testing.T) {
+	for seed := range uint64(200) {
+		in := windowCase(t, 12000+seed)
+		p, err := proto.PlanWindow(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := in.Mapping
+		told := make([][][]proto.Answer, m.Ranks()) // told[r][h]: home h's answers to r
+		for r := range told {
+			told[r] = make([][]proto.Answer, m.Ranks())
+		}
+		for h := range m.Ranks() {
+			hp, err := proto.PlanHome(in, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r, as := range hp.ByRank(m.Ranks()) {
+				told[r][h] = as
+			}
+		}
+		ahead := make([][]int32, m.Ranks()) // what the ranks told each home
+		for r := range m.Ranks() {
+			rs, err := proto.PlanShare(in, r, told[r])
+			if err != nil {
+				t.Fatalf("seed %d, rank %d: %v", seed, r, err)
+			}
+			if !slices.Equal(rs.Files, p.Files[r]) || !slices.Equal(rs.At, p.At[r]) || !slices.Equal(rs.PushAt, p.PushAt[r]) {
+				t.Fatalf("seed %d, rank %d: its share\n%v %v %v\nthe whole plan\n%v %v %v",
+					seed, r, rs.Files, rs.At, rs.PushAt, p.Files[r], p.At[r], p.PushAt[r])
+			}
+			for h, sns := range rs.AheadBy(m) {
+				for _, sn := range sns {
+					ahead[h] = append(ahead[h], int32(r)<<20|sn)
+				}
+			}
+		}
+		for h := range m.Ranks() { // the whole plan's pushes ahead of h's files
+			var want []int32
+			for r := range m.Ranks() {
+				for sn, at := range p.PushAt[r] {
+					if at >= 0 && int(at) < sn && m.Home(p.Files[r][sn]) == h {
+						want = append(want, int32(r)<<20|int32(sn))
+					}
+				}
+			}
+			if !slices.Equal(ahead[h], want) {
+				t.Fatalf("seed %d, home %d: told of pushes %v, the whole plan has %v", seed, h, ahead[h], want)
+			}
+		}
+	}
+}
+
+// A share is refused when its answers are not its positions' once each.
+func TestPlanShareRefusesBadAnswers(t *testing.T) {
+	in := windowCase(t, 3)
+	for in.Mapping.Ranks() < 2 || len(in.Traces[0]) < 2 {
+		in = windowCase(t, uint64(len(in.Traces))+100)
+	}
+	m := in.Mapping
+	told := make([][]proto.Answer, m.Ranks())
+	for h := range m.Ranks() {
+		hp, err := proto.PlanHome(in, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		told[h] = hp.ByRank(m.Ranks())[0]
+	}
+	if _, err := proto.PlanShare(in, 0, told); err != nil {
+		t.Fatal(err)
+	}
+	h := m.Home(in.Traces[0][0])
+	cases := map[string]func() [][]proto.Answer{
+		"answered twice": func() [][]proto.Answer {
+			c := slices.Clone(told)
+			c[h] = append(slices.Clone(c[h]), c[h][0])
+			return c
+		},
+		"no home answered": func() [][]proto.Answer {
+			c := slices.Clone(told)
+			c[h] = c[h][1:]
+			return c
+		},
+		"answers position": func() [][]proto.Answer { // by another home
+			c := slices.Clone(told)
+			other := (h + 1) % m.Ranks()
+			c[other] = append(slices.Clone(c[other]), c[h][0])
+			return c
+		},
+	}
+	for want, bad := range cases {
+		if _, err := proto.PlanShare(in, 0, bad()); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v", want, err)
 		}
 	}
 }

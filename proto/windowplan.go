@@ -186,7 +186,7 @@ func PlanWindow(in WindowInput) (*WindowPlan, error) {
 		}
 	}
 	for r := range in.Traces {
-		p.PushAt = append(p.PushAt, in.pushes(r, p.Files[r], p.At[r]))
+		p.PushAt = append(p.PushAt, in.pushes(r, p.Files[r], p.At[r], nil))
 	}
 	for _, pl := range pools {
 		// reads still pending serve no position (the traces left files of
@@ -376,8 +376,9 @@ func (pl *pool) stall(t int32) {
 // files of r's positions in (t, t+Window] are pushed, in position order,
 // once they are in their home's pool and while r's Remote bytes allow; a
 // pushed file's bytes are r's until its position's step is over. A file
-// not pushed ahead is sent on demand, at its step.
-func (in WindowInput) pushes(r int, files []FileID, at []int32) []int32 {
+// not pushed ahead is sent on demand, at its step. sizes[sn] is the size
+// of files[sn]; nil: in.Sizes has them.
+func (in WindowInput) pushes(r int, files []FileID, at []int32, sizes []int64) []int32 {
 	push := make([]int32, len(files))
 	var remote []int32 // r's positions answered by other ranks' files
 	for sn, f := range files {
@@ -395,8 +396,12 @@ func (in WindowInput) pushes(r int, files []FileID, at []int32) []int32 {
 	for t := int32(0); int(t) < len(files); t++ {
 		for ; next < len(remote); next++ {
 			sn := remote[next]
-			f := files[sn]
-			b := in.size(in.Mapping.Home(f), f)
+			var b int64
+			if sizes != nil {
+				b = sizes[sn]
+			} else {
+				b = in.FileSize(files[sn])
+			}
 			if sn == t {
 				push[sn] = t // on demand
 				continue

@@ -198,9 +198,11 @@ type Result struct {
 	// freed; PlanBytes is the memory its planner allocated.
 	ReadsAhead int64 `json:"reads_ahead"`
 	PlanBytes  int64 `json:"plan_bytes"`
-	// HomeSeconds and HomeBytes are, for the window policy, what
-	// planning rank 0's pool alone took (proto.PlanHome): the part of the
-	// plan a rank can make by itself.
+	// HomeSeconds and HomeBytes are, for the window policy, what rank
+	// 0's share of the plan took: its pool (proto.PlanHome), then its
+	// positions and pushes from the answers of every home
+	// (proto.PlanShare, RankShare.AheadBy). The answers themselves come
+	// from the other ranks' pools, planned in parallel on them.
 	HomeSeconds float64 `json:"home_plan_seconds"`
 	HomeBytes   int64   `json:"home_plan_bytes"`
 
