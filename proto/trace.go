@@ -17,11 +17,21 @@ func Traces(files, ranks int, seed uint64, e uint32) [][]FileID {
 // taken out, cut into runs per rank whose lengths differ by at most one.
 // With delivered nil it is Traces.
 func RestTraces(files, ranks int, seed uint64, e uint32, delivered []bool) [][]FileID {
-	perm := rand.New(rand.NewPCG(seed, 0x7ace_0000_0000|uint64(e))).Perm(files)
-	all := make([]FileID, 0, files)
-	for _, f := range perm {
-		if delivered == nil || !delivered[f] {
-			all = append(all, FileID(f))
+	// rand.Perm's permutation (the same draws: Perm is Shuffle of 0…n-1),
+	// held as FileIDs, and the delivered files taken out in place: one
+	// slice of 4 bytes per file, where Perm's ints and a copy took 12
+	perm := make([]FileID, files)
+	for i := range perm {
+		perm[i] = FileID(i)
+	}
+	rand.New(rand.NewPCG(seed, 0x7ace_0000_0000|uint64(e))).Shuffle(files, func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+	all := perm
+	if delivered != nil {
+		all = perm[:0]
+		for _, f := range perm {
+			if !delivered[f] {
+				all = append(all, f)
+			}
 		}
 	}
 	traces := make([][]FileID, ranks)
