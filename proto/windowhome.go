@@ -64,10 +64,12 @@ func PlanHome(in WindowInput, h int) (*HomePlan, error) {
 		in.fillDrain(h, pl, in.After[h])
 	}
 	hp := &HomePlan{Home: h, Steps: in.steps()}
+	lo, files := m.RankFiles(h)
+	hi := lo + FileID(files)
 	for t := int32(0); int(t) < hp.Steps; t++ {
 		in.begin(pl, h, t)
 		for r, tr := range in.Traces {
-			if int(t) < len(tr) && m.Home(tr[t]) == h {
+			if int(t) < len(tr) && tr[t] >= lo && tr[t] < hi { // a file of h's
 				f, at := in.draw(h, pl, t)
 				hp.Answers = append(hp.Answers, Answer{Rank: int32(r), Sn: t, File: f, At: at, Size: in.size(h, f)})
 			}

@@ -520,22 +520,23 @@ func (in WindowInput) validateRank(h int) error {
 }
 
 func (in WindowInput) validateTraces() error {
-	seen := make([]bool, in.Mapping.Files())
-	if in.Delivered != nil && len(in.Delivered) != len(seen) {
-		return fmt.Errorf("proto: %d files marked delivered or not, for a dataset of %d", len(in.Delivered), len(seen))
+	files := in.Mapping.Files()
+	seen := newBitset(files) // a bit per file: a rank planning its share holds little else
+	if in.Delivered != nil && len(in.Delivered) != files {
+		return fmt.Errorf("proto: %d files marked delivered or not, for a dataset of %d", len(in.Delivered), files)
 	}
 	for r, tr := range in.Traces {
 		for sn, f := range tr {
-			if f < 0 || int(f) >= len(seen) {
+			if f < 0 || int(f) >= files {
 				return fmt.Errorf("proto: position %d of rank %d names file %d, not in the dataset", sn, r, f)
 			}
-			if seen[f] {
+			if seen.has(int(f)) {
 				return fmt.Errorf("proto: file %d appears twice in the traces (again at position %d of rank %d)", f, sn, r)
 			}
 			if in.Delivered != nil && in.Delivered[f] {
 				return fmt.Errorf("proto: position %d of rank %d names file %d, delivered before the plan begins", sn, r, f)
 			}
-			seen[f] = true
+			seen.set(int(f))
 		}
 	}
 	return nil
