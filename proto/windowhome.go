@@ -66,6 +66,15 @@ func PlanHome(in WindowInput, h int) (*HomePlan, error) {
 	hp := &HomePlan{Home: h, Steps: in.steps()}
 	lo, files := m.RankFiles(h)
 	hi := lo + FileID(files)
+	asked := 0 // positions asking for a file of h's: the answers, allocated once
+	for _, tr := range in.Traces {
+		for _, f := range tr {
+			if f >= lo && f < hi {
+				asked++
+			}
+		}
+	}
+	hp.Answers = make([]Answer, 0, asked)
 	for t := int32(0); int(t) < hp.Steps; t++ {
 		in.begin(pl, h, t)
 		for r, tr := range in.Traces {
@@ -94,7 +103,14 @@ func PlanHome(in WindowInput, h int) (*HomePlan, error) {
 // answer, each in position order: what the home tells each rank of the
 // plan.
 func (hp *HomePlan) ByRank(ranks int) [][]Answer {
+	n := make([]int, ranks)
+	for _, a := range hp.Answers {
+		n[a.Rank]++
+	}
 	out := make([][]Answer, ranks)
+	for r := range out {
+		out[r] = make([]Answer, 0, n[r])
+	}
 	for _, a := range hp.Answers {
 		out[a.Rank] = append(out[a.Rank], a)
 	}
