@@ -38,8 +38,8 @@ type HomePlan struct {
 	WaitSteps int64
 	PeakBytes int64
 	Drain     Drain
-	// Resident marks, per chunk of h (from its first, Mapping.RankPCs),
-	// those kept to the epoch's end: the next epoch's Resident.
+	// Resident marks, by global chunk id as WindowPlan's, h's chunks kept
+	// to the epoch's end: the next epoch's Resident of h. Nil when none is.
 	Resident []bool
 	Answers  []Answer
 	// Steps is the length of the longest trace, as WindowPlan's.
@@ -87,15 +87,7 @@ func PlanHome(in WindowInput, h int) (*HomePlan, error) {
 	hp.Reads = append(pl.reads, pl.pending...)
 	hp.WaitSteps, hp.PeakBytes = pl.waits, pl.peak
 	hp.Drain = Drain{Held: pl.drain, LastDue: pl.lastDue - int32(hp.Steps)}
-	first, n := m.RankPCs(h)
-	for _, rd := range hp.Reads {
-		if kept[rd.PC] {
-			if hp.Resident == nil {
-				hp.Resident = make([]bool, n)
-			}
-			hp.Resident[rd.PC-first] = true
-		}
-	}
+	hp.Resident = residentAfter(nil, kept, hp.Reads)
 	return hp, nil
 }
 

@@ -62,8 +62,13 @@ func checkHomes(t *testing.T, what string, in proto.WindowInput, p *proto.Window
 				what, h, hp.Reads, hp.WaitSteps, hp.PeakBytes, hp.Drain, p.Reads[h], p.WaitSteps[h], p.PeakBytes[h], p.Drains[h])
 		}
 		first, n := m.RankPCs(h)
+		for pc, res := range hp.Resident {
+			if res && (pc < first || pc >= first+n) {
+				t.Fatalf("%s: home %d marks chunk %d, of another home, resident", what, h, pc)
+			}
+		}
 		for pc := first; pc < first+n; pc++ {
-			alone := hp.Resident != nil && hp.Resident[pc-first]
+			alone := hp.Resident != nil && hp.Resident[pc]
 			whole := p.Resident != nil && p.Resident[pc]
 			if alone != whole {
 				t.Fatalf("%s: home %d: chunk %d resident after the epoch %v alone, %v in the whole plan", what, h, pc, alone, whole)
