@@ -115,11 +115,7 @@ func runPlan(c *cli.Context) error {
 		}
 		for i := range p.Epochs {
 			e := &p.Epochs[i]
-			e.CPU = model.cpuSeconds(p, *e)
-			e.Seconds, e.Bound = model.epoch(e.Ranks, e.CPU)
-			if e.Epoch == 1 && model.cpu != nil {
-				e.Seconds += model.cpu.Start
-			}
+			e.CPU, e.Seconds, e.Bound = model.epoch(p, *e)
 		}
 		all = append(all, p)
 	}

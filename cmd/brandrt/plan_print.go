@@ -66,13 +66,25 @@ func (r timeModel) cpuSeconds(p planned, e plannedEpoch) []float64 {
 	return out
 }
 
-// epoch returns how long an epoch of ranks' forecasts takes at these
-// rates, and what bounds it: the storage (every rank's reads share it),
-// the network (the busiest link, each way), the rank's CPU (at
-// --serve-rate), the training (the node with the most positions) or the
-// busiest node's CPU over its cores (cpu, the CPU seconds of each rank's
-// node). 0 and "" with no rate.
-func (r timeModel) epoch(ranks []rt.RankForecast, cpu []float64) (float64, string) {
+// epoch returns, for epoch e of p, the CPU seconds of each rank's node
+// (nil without costs), how long the epoch takes at these rates, and what
+// bounds it: the storage (every rank's reads share it), the network (the
+// busiest link, each way), the rank's CPU (at --serve-rate), the training
+// (the node with the most positions) or the busiest node's CPU over its
+// cores. The first epoch adds the job's start (with costs). 0 and ""
+// with no rate.
+func (r timeModel) epoch(p planned, e plannedEpoch) ([]float64, float64, string) {
+	cpu := r.cpuSeconds(p, e)
+	secs, bound := r.bound(e.Ranks, cpu)
+	if e.Epoch == 1 && r.cpu != nil {
+		secs += r.cpu.Start
+	}
+	return cpu, secs, bound
+}
+
+// bound returns how long an epoch of ranks' forecasts, whose nodes spend
+// cpu, takes at these rates, and which one bounds it.
+func (r timeModel) bound(ranks []rt.RankForecast, cpu []float64) (float64, string) {
 	var read, moved, files int64
 	for _, rf := range ranks {
 		read += rf.ReadBytes
