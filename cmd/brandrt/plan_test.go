@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,10 +52,9 @@ func TestPlanIsWhatServeDoes(t *testing.T) {
 // dataset; bad flags are refused, naming what to do.
 func TestPlanTable(t *testing.T) {
 	dir := servePack(t, 600, 3, filepath.Join(t.TempDir(), "chunks"))
-	costs, badCosts := filepath.Join(t.TempDir(), "costs.json"), filepath.Join(t.TempDir(), "bad.json")
-	writeFile(t, costs, `{"rank_s_per_file": 1e-5, "rank_s_per_moved_file": 2e-5, "rank_s_per_moved_byte": 1e-10, "read_s_per_byte": 1e-9,
+	costs := writeTemp(t, "costs.json", 0o644, `{"rank_s_per_file": 1e-5, "rank_s_per_moved_file": 2e-5, "rank_s_per_moved_byte": 1e-10, "read_s_per_byte": 1e-9,
 		"rank_s_start": 0.1, "rank_s_per_filled_byte": 1e-9, "client_s_per_file": 1e-5, "client_s_per_byte": 1e-10, "cores_busy": 0.9, "start_s": 1}`)
-	writeFile(t, badCosts, `{"rank_s_per_file": 1e-5, "rank_s_per_moved_file": 2e-5, "read_s_per_byte": 1e-9,
+	badCosts := writeTemp(t, "bad.json", 0o644, `{"rank_s_per_file": 1e-5, "rank_s_per_moved_file": 2e-5, "read_s_per_byte": 1e-9,
 		"rank_s_start": 0.1, "rank_s_per_filled_byte": 1e-9, "client_s_per_file": 1e-5, "client_s_per_byte": -1, "cores_busy": 1.5, "start_s": 1}`)
 	out, errs, status := runCLI(t, "plan", "--chunks", dir, "--nodes", "3,1,2", "--mem", "1MiB", "--storage-rate", "100MB", "--serve-rate", "10k")
 	if status != 0 {
@@ -96,8 +94,7 @@ func TestPlanTable(t *testing.T) {
 // busy as the costs say they were.
 func TestPlanCPUBound(t *testing.T) {
 	dir := servePack(t, 600, 2, filepath.Join(t.TempDir(), "chunks"))
-	costs := filepath.Join(t.TempDir(), "costs.json")
-	writeFile(t, costs, `{"rank_s_per_file": 1e-3, "rank_s_per_moved_file": 2e-3, "rank_s_per_moved_byte": 0, "read_s_per_byte": 0,
+	costs := writeTemp(t, "costs.json", 0o644, `{"rank_s_per_file": 1e-3, "rank_s_per_moved_file": 2e-3, "rank_s_per_moved_byte": 0, "read_s_per_byte": 0,
 		"rank_s_start": 0.5, "rank_s_per_filled_byte": 0, "client_s_per_file": 1e-3, "client_s_per_byte": 0, "cores_busy": 0.5, "start_s": 2}`)
 	out, errs, status := runCLI(t, "plan", "--chunks", dir, "--nodes", "2", "--mem", "25%", "--epochs", "2", "--json",
 		"--cpu-costs", costs, "--cores", "2", "--storage-rate", "1TB")
@@ -127,13 +124,5 @@ func TestPlanCPUBound(t *testing.T) {
 		if e.Bound != "the node's CPU" || math.Abs(e.Seconds-busiest) > 1e-9 {
 			t.Errorf("epoch %d: %g s bound by %q, want %g s bound by the node's CPU", e.Epoch, e.Seconds, e.Bound, busiest)
 		}
-	}
-}
-
-// writeFile writes text to path, failing the test if it cannot.
-func writeFile(t *testing.T, path, text string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -62,8 +62,15 @@ echo after the step
 
 func writeScript(t *testing.T, name, text string) string {
 	t.Helper()
+	return writeTemp(t, name, 0o755, text)
+}
+
+// writeTemp writes text to a file name of mode in a directory of the
+// test's own, and returns its path.
+func writeTemp(t *testing.T, name string, mode os.FileMode, text string) string {
+	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, []byte(text), 0o755); err != nil {
+	if err := os.WriteFile(p, []byte(text), mode); err != nil {
 		t.Fatal(err)
 	}
 	return p
