@@ -91,17 +91,20 @@ def times(run, planned, costs, cores, ratios):
 
 
 def spread(ratios):
-    """A line saying how many epochs' times were within 20 % of the plan."""
+    """A line saying how many epochs' times (ratios: epoch, measured /
+    planned) were within 20 % of the plan."""
     def part(rs):
         if not rs:
             return "none"
         return "%d of %d within 20 %% (%.2f to %.2f)" % (sum(0.8 <= r <= 1.2 for r in rs), len(rs), min(rs), max(rs))
     return "measured / planned time: epoch 1 %s; later epochs %s" % (
-        part([r[1] for r in ratios if r[0] == 1]), part([r[1] for r in ratios if r[0] > 1]))
+        part([r for e, r in ratios if e == 1]), part([r for e, r in ratios if e > 1]))
 
 
 def table(run, planned):
-    """Rows of planned against carried bytes, per epoch and over all."""
+    """Rows of planned against carried bytes, per epoch and over all, and
+    the measured / planned ratios over all: storage's, and the network's
+    (None where nothing was planned to move)."""
     rows, sums = [], [0, 0, 0, 0]
     for e, m in zip(planned["epochs"], run["epochs"]):
         pr = sum(r["read_bytes"] for r in e["ranks"])
@@ -114,7 +117,8 @@ def table(run, planned):
     for name, pr, nas, pm, links in rows:
         lines.append("%-6s %15s %15s %7s %15s %15s %7s" % (name, "{:,}".format(pr), "{:,}".format(nas), ratio(nas, pr),
                                                              "{:,}".format(pm), "{:,}".format(links), ratio(links, pm)))
-    return lines
+    pr, nas, pm, links = sums
+    return lines, nas / pr, links / pm if pm else None
 
 
 def memory(run, planned):
@@ -138,7 +142,7 @@ def ratio(measured, planned):
     return "%.3f" % (measured / planned) if planned else "-"
 
 
-def datasets(a, rest):
+def datasets(a):
     """(results, work) of each dataset the run measured: one, or one per
     size of a --file-size list (loaders.py's OUT/<SIZE> and WORK/size-<SIZE>)."""
     if a.report and not os.path.isdir(a.report):
@@ -173,13 +177,15 @@ def main():
             cmd += ["--file-size", a.file_size]
         print("$ " + " ".join(cmd[1:]), flush=True)
         subprocess.run(cmd, check=True)
-    pairs = datasets(a, rest)
+    pairs = datasets(a)
+    # where this check writes: the run's --out, or the report's
+    out = a.out if not a.report else a.report if os.path.isdir(a.report) else os.path.dirname(a.report)
     costs_path = a.cpu_costs
     if a.calibrate:
         import calibrate
         nodes = [int(n) for n in a.calibrate.split(",")]
         costs, lines = calibrate.calibrate(pairs, a.brandrt, nodes)
-        costs_path = os.path.join(a.out if not a.report else a.report if os.path.isdir(a.report) else os.path.dirname(a.report), "costs.json")
+        costs_path = os.path.join(out, "costs.json")
         calibrate.write(costs, costs_path)
         print("\n== CPU costs fitted on the runs on %s node(s), written to %s" % (a.calibrate, costs_path))
         print("\n".join(lines))
@@ -187,8 +193,8 @@ def main():
     for results, work in pairs:
         check(a, results, work, costs_path, total)
     print("\n== over every run\n" + "\n".join(total.lines()))
-    if total.points or total.memory:
-        path = os.path.join(a.out if not a.report else a.report if os.path.isdir(a.report) else os.path.dirname(a.report), "plancheck.png")
+    if total.times or total.memory:
+        path = os.path.join(out, "plancheck.png")
         plot(total, path)
         print("plot: " + path)
 
@@ -197,24 +203,25 @@ class Totals:
     """What every run's check found, for the last lines."""
 
     def __init__(self):
-        self.bytes, self.mem, self.held, self.times, self.rows = [], [], [], [], []
-        self.points = []  # (size label, epoch, planned s, measured s) and (size label, footprint, peak, held)
-        self.memory = []
+        self.bytes, self.rows = [], []
+        self.times = []  # (size label, epoch, measured / planned, planned s, measured s)
+        self.memory = []  # (size label, footprint, rank's cgroup peak, held), per node
 
     def lines(self):
         def span(rs):
             return "%.3f to %.3f" % (min(rs), max(rs)) if rs else "-"
+        mem = [peak / fp for _, fp, peak, _ in self.memory]
+        held = [h / fp for _, fp, _, h in self.memory]
         out = ["%-8s %5s %6s %8s %8s %13s %13s %s" % ("files", "nodes", "memory", "storage", "network", "rank's peak", "held", "time by epoch")]
         out += self.rows
         out += ["(storage, network: bytes over all epochs, measured / planned; rank's peak, held: per node, the lowest and",
                 "highest against the footprint; time: each epoch's measured / planned)", ""]
         out += ["bytes over all epochs, measured / planned: storage and network %s" % span(self.bytes)]
-        if self.mem:
+        if mem:
             out.append("memory, rank's cgroup peak / footprint: %s, %d of %d nodes within 10 %%; held (anonymous and shared) / footprint: %s, %d of %d" % (
-                span(self.mem), sum(0.9 <= r <= 1.1 for r in self.mem), len(self.mem),
-                span(self.held), sum(0.9 <= r <= 1.1 for r in self.held), len(self.held)))
+                span(mem), sum(0.9 <= r <= 1.1 for r in mem), len(mem), span(held), sum(0.9 <= r <= 1.1 for r in held), len(held)))
         if self.times:
-            out.append(spread(self.times))
+            out.append(spread([(e, r) for _, e, r, _, _ in self.times]))
         return out
 
 
@@ -227,13 +234,13 @@ def plot(self, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (ta, ma) = plt.subplots(1, 2, figsize=(12, 5.5))
-    sizes = sorted({p[0] for p in self.points + self.memory}, key=lambda s: float(s.split()[0]) * (1e3 if s.endswith("MB") else 1))
+    sizes = sorted({p[0] for p in self.times + self.memory}, key=lambda s: float(s.split()[0]) * (1e3 if s.endswith("MB") else 1))
     colours = dict(zip(sizes, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")))
     for size in sizes:
-        pts = [p for p in self.points if p[0] == size]
-        ta.scatter([p[2] for p in pts if p[1] == 1], [p[3] for p in pts if p[1] == 1], marker="s", color=colours[size],
+        pts = [p for p in self.times if p[0] == size]
+        ta.scatter([p[3] for p in pts if p[1] == 1], [p[4] for p in pts if p[1] == 1], marker="s", color=colours[size],
                    label="files of ~%s, epoch 1" % size)
-        ta.scatter([p[2] for p in pts if p[1] > 1], [p[3] for p in pts if p[1] > 1], marker="o", color=colours[size],
+        ta.scatter([p[3] for p in pts if p[1] > 1], [p[4] for p in pts if p[1] > 1], marker="o", color=colours[size],
                    label="files of ~%s, later epochs" % size)
         mem = [p for p in self.memory if p[0] == size]
         ma.scatter([p[1] / 2**20 for p in mem], [p[2] / 2**20 for p in mem], marker="^", color=colours[size],
@@ -277,32 +284,27 @@ def check(a, results, work, costs_path, total):
         print("\n== %d node%s, memory %s (--mem %s per node), %s files of %s bytes" % (
             run["nodes"], "" if run["nodes"] == 1 else "s", run["mem"], "{:,}".format(run["budget_bytes"]), "{:,}".format(run["files"]), "{:,}".format(run["dataset_bytes"])))
         print("$ " + " ".join(cmd))
-        lines = table(run, planned)
+        lines, storage, network = table(run, planned)
         print("\n".join(lines))
-        last = lines[-1].split()
-        total.bytes += [float(last[3])] + ([float(last[6])] if last[6] != "-" else [])
+        total.bytes += [storage] + ([network] if network is not None else [])
         print("\n".join(memory(run, planned)))
-        mem = run.get("memory", {})
-        peaks, helds = [], []
-        for fp, peak, held in zip(planned["footprint_bytes"], mem.get("per_node_mpi_peak_bytes", []), mem.get("per_node_mpi_held_peak_bytes", [])):
-            peaks.append(peak / fp)
-            helds.append(held / fp)
-        total.mem += peaks
-        total.held += helds
         mean = run["dataset_bytes"] / run["files"]
         size = "%.0f KB" % (mean / 1e3) if mean < 0.95e6 else "%.1f MB" % (mean / 1e6)
-        for fp, peak, held in zip(planned["footprint_bytes"], mem.get("per_node_mpi_peak_bytes", []), mem.get("per_node_mpi_held_peak_bytes", [])):
-            total.memory.append((size, fp, peak, held))
+        mem = run.get("memory", {})
+        nodes = [(size, fp, peak, held) for fp, peak, held in
+                 zip(planned["footprint_bytes"], mem.get("per_node_mpi_peak_bytes", []), mem.get("per_node_mpi_held_peak_bytes", []))]
+        total.memory += nodes
         ratios = []
         if timing:
             print("\n".join(times(run, planned, costs, os.cpu_count(), ratios)))
-            total.times += ratios
-            total.points += [(size, e, model, measured) for e, _, model, measured in ratios]
+            total.times += [(size,) + r for r in ratios]
 
         def minmax(rs):
             return "%.2f-%.2f" % (min(rs), max(rs)) if rs else "-"
-        total.rows.append("%-8s %5d %6s %8s %8s %13s %13s %s" % (size, run["nodes"], run["mem"], last[3], last[6], minmax(peaks), minmax(helds),
-                                                           " ".join("%.2f" % r[1] for r in ratios) or "-"))
+        total.rows.append("%-8s %5d %6s %8.3f %8s %13s %13s %s" % (
+            size, run["nodes"], run["mem"], storage, "%.3f" % network if network is not None else "-",
+            minmax([peak / fp for _, fp, peak, _ in nodes]), minmax([held / fp for _, fp, _, held in nodes]),
+            " ".join("%.2f" % r for _, r, _, _ in ratios) or "-"))
 
 
 if __name__ == "__main__":
