@@ -31,23 +31,17 @@ func init() {
 
 func (w *window) Epoch(e int, traces [][]proto.FileID, _ func(done, total int64)) ([][]proto.FileID, Result, error) {
 	w.in.Epoch, w.in.Traces = uint32(e), traces
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	start := time.Now()
-	if _, err := proto.PlanHome(w.in, 0); err != nil {
+	homeSeconds, homeBytes, err := cost(func() error { _, err := proto.PlanHome(w.in, 0); return err })
+	if err != nil {
 		return nil, Result{}, err
 	}
-	homeSeconds := time.Since(start).Seconds()
-	runtime.ReadMemStats(&after)
-	homeBytes := int64(after.TotalAlloc - before.TotalAlloc)
-	runtime.ReadMemStats(&before)
-	p, err := proto.PlanWindow(w.in)
-	runtime.ReadMemStats(&after)
+	var p *proto.WindowPlan
+	_, planBytes, err := cost(func() (err error) { p, err = proto.PlanWindow(w.in); return err })
 	if err != nil {
 		return nil, Result{}, err
 	}
 	res := w.result(p)
-	res.PlanBytes = int64(after.TotalAlloc - before.TotalAlloc)
+	res.PlanBytes = planBytes
 	// rank 0's positions put together from what the homes would tell it
 	// (here taken from the whole plan), and the pushes it tells them of
 	told := make([][]proto.Answer, w.in.Mapping.Ranks())
@@ -55,18 +49,31 @@ func (w *window) Epoch(e int, traces [][]proto.FileID, _ func(done, total int64)
 		h := w.in.Mapping.Home(f)
 		told[h] = append(told[h], proto.Answer{Rank: 0, Sn: int32(sn), File: f, At: p.At[0][sn], Size: w.in.FileSize(f)})
 	}
-	runtime.ReadMemStats(&before)
-	start = time.Now()
-	share, err := proto.PlanShare(w.in, 0, told)
+	shareSeconds, shareBytes, err := cost(func() error {
+		share, err := proto.PlanShare(w.in, 0, told)
+		if err == nil {
+			share.AheadBy(w.in.Mapping)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, Result{}, err
 	}
-	share.AheadBy(w.in.Mapping)
-	res.HomeSeconds = homeSeconds + time.Since(start).Seconds()
-	runtime.ReadMemStats(&after)
-	res.HomeBytes = homeBytes + int64(after.TotalAlloc-before.TotalAlloc)
+	res.HomeSeconds, res.HomeBytes = homeSeconds+shareSeconds, homeBytes+shareBytes
 	w.in.After, w.in.Resident = p.Drains, p.Resident
 	return p.Files, res, nil
+}
+
+// cost runs f and returns the wall time it took and the bytes it
+// allocated.
+func cost(f func() error) (float64, int64, error) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	err := f()
+	secs := time.Since(start).Seconds()
+	runtime.ReadMemStats(&after)
+	return secs, int64(after.TotalAlloc - before.TotalAlloc), err
 }
 
 func (w *window) result(p *proto.WindowPlan) Result {
