@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,7 +97,7 @@ func trainRuns(t *testing.T, name string) []string {
 // left.
 func startTrainers(t *testing.T, env []string, np int, extra func(r int) []string) []*exec.Cmd {
 	t.Helper()
-	port := 20000 + rand.IntN(20000)
+	port := testkit.FreePort(t) // a random port may be another's: an ephemeral one, or a test's beside
 	var cmds []*exec.Cmd
 	for r := range np {
 		args := append([]string{"-W", "ignore", "../../examples/pytorch/train.py", "--num-classes", "4", "--local-rank", fmt.Sprint(r),

@@ -127,7 +127,7 @@ func (s *Slurm) writeFiles(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(s.Dir, "munge", "key"), key, 0o400); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(s.Conf, []byte(s.conf(freePort(t), freePort(t), randomJobID())), 0o644); err != nil {
+	if err := os.WriteFile(s.Conf, []byte(s.conf(FreePort(t), FreePort(t), randomJobID())), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -180,8 +180,9 @@ PartitionName=%s Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 `, ctldPort, slurmdPort, d, d, d, d, d, d, d, d, firstJob, partition)
 }
 
-// freePort returns a TCP port nothing listens on now.
-func freePort(t *testing.T) int {
+// FreePort returns a TCP port nothing listens on now: one the kernel
+// gave a listener, which is then closed.
+func FreePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", ":0")
 	if err != nil {
