@@ -22,6 +22,9 @@ type Comm interface {
 	// Isend starts sending b to rank dst with tag. b must not change
 	// until the request completes.
 	Isend(b []byte, dst, tag int) (Request, error)
+	// Issend is Isend that completes only once dst has posted the
+	// receive that takes b (synchronous mode).
+	Issend(b []byte, dst, tag int) (Request, error)
 	// Irecv starts receiving into b a message from src (AnySource) with
 	// tag (AnyTag); Test reports its source, tag and length.
 	Irecv(b []byte, src, tag int) (Request, error)

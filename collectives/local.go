@@ -10,7 +10,8 @@ import (
 // Local is a Comm between goroutines of one process, for tests of code
 // that runs on MPI. Messages between a pair of ranks arrive in the order
 // they were sent, as with MPI; collectives block until every rank calls
-// them. Isend copies its buffer and completes at once.
+// them. Isend copies its buffer and completes at once; Issend copies it
+// and completes once a receive took it.
 type Local struct {
 	h    *hub
 	rank int
@@ -50,6 +51,14 @@ type hub struct {
 type envelope struct {
 	src, tag int
 	data     []byte
+	sent     *localReq // an Issend's request, completed when received
+}
+
+// taken completes e's Issend, if it was one: a receive took e.
+func (e envelope) taken() {
+	if e.sent != nil {
+		e.sent.done = true
+	}
 }
 
 // ErrAborted is returned by every call on a Local after a rank aborted.
@@ -147,8 +156,9 @@ func (l *Local) Abort(code int) {
 	panic(h.aborted)
 }
 
-// localReq is a Local request; sends complete at once. A posted receive
-// is completed by the sender's goroutine under mu, the hub's lock.
+// localReq is a Local request; Isends complete at once. A posted
+// receive is completed by the sender's goroutine, and an Issend by the
+// receiver's, under mu, the hub's lock.
 type localReq struct {
 	mu       *sync.Mutex
 	buf      []byte
@@ -172,7 +182,12 @@ func matches(src, tag int, e envelope) bool {
 }
 
 // Isend copies b into dst's mailbox, or into a receive dst posted for it.
-func (l *Local) Isend(b []byte, dst, tag int) (Request, error) {
+func (l *Local) Isend(b []byte, dst, tag int) (Request, error) { return l.send(b, dst, tag, false) }
+
+// Issend is Isend whose request completes once a receive took b.
+func (l *Local) Issend(b []byte, dst, tag int) (Request, error) { return l.send(b, dst, tag, true) }
+
+func (l *Local) send(b []byte, dst, tag int, sync bool) (Request, error) {
 	h := l.h
 	if dst < 0 || dst >= h.n || tag < 0 {
 		return nil, fmt.Errorf("collectives: send to rank %d tag %d of %d ranks", dst, tag, h.n)
@@ -190,9 +205,14 @@ func (l *Local) Isend(b []byte, dst, tag int) (Request, error) {
 			return &localReq{done: true}, nil
 		}
 	}
+	sent := &localReq{done: true}
+	if sync {
+		sent = &localReq{mu: &h.mu}
+		e.sent = sent
+	}
 	h.inbox[dst] = append(h.inbox[dst], e)
 	h.cond.Broadcast() // a Recv may wait for it
-	return &localReq{done: true}, nil
+	return sent, nil
 }
 
 func (r *localReq) fill(e envelope) {
@@ -217,6 +237,7 @@ func (l *Local) Irecv(b []byte, src, tag int) (Request, error) {
 		if matches(src, tag, e) {
 			h.inbox[l.rank] = slices.Delete(h.inbox[l.rank], i, i+1)
 			r.fill(e)
+			e.taken()
 			return r, nil
 		}
 	}
@@ -253,6 +274,7 @@ func (l *Local) Recv(b []byte, src, tag int) error {
 				}
 				h.inbox[l.rank] = slices.Delete(h.inbox[l.rank], i, i+1)
 				copy(b, e.data)
+				e.taken()
 				return nil
 			}
 		}

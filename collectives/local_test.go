@@ -121,3 +121,30 @@ func TestLocalAbort(t *testing.T) {
 		t.Fatalf("got %v, want ErrAborted", err)
 	}
 }
+
+// TestLocalIssend: an Issend completes only once a receive took it, by
+// Irecv (posted before or after) or by Recv; an Isend at once.
+func TestLocalIssend(t *testing.T) {
+	ls := NewLocal(2)
+	a, b := ls[0], ls[1]
+	done := func(r Request) bool { ok, _, _ := r.Test(); return ok }
+	s1, _ := a.Issend([]byte("one"), 1, 7)
+	s2, _ := a.Issend([]byte("two"), 1, 7)
+	plain, _ := a.Isend([]byte("three"), 1, 8)
+	if done(s1) || done(s2) || !done(plain) {
+		t.Fatalf("before any receive: Issends done %v %v, Isend done %v; want false, false, true", done(s1), done(s2), done(plain))
+	}
+	got := make([]byte, 3)
+	r, _ := b.Irecv(got, 0, 7)
+	if !done(r) || !done(s1) || done(s2) || string(got) != "one" {
+		t.Fatalf("after an Irecv: receive %v %q, first Issend %v, second %v", done(r), got, done(s1), done(s2))
+	}
+	if err := b.Recv(got, 0, 7); err != nil || !done(s2) || string(got) != "two" {
+		t.Fatalf("after a Recv: %v %q, second Issend %v", err, got, done(s2))
+	}
+	pre, _ := b.Irecv(got, 0, 9)
+	s3, _ := a.Issend([]byte("for"), 1, 9)
+	if !done(s3) || !done(pre) || string(got) != "for" {
+		t.Fatalf("an Issend into a posted receive: %v %v %q", done(s3), done(pre), got)
+	}
+}

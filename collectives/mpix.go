@@ -15,6 +15,10 @@ static int brandrt_isend(void *b, int n, int dst, int tag, MPI_Request *r) {
 	return MPI_Isend(b, n, MPI_BYTE, dst, tag, MPI_COMM_WORLD, r);
 }
 
+static int brandrt_issend(void *b, int n, int dst, int tag, MPI_Request *r) {
+	return MPI_Issend(b, n, MPI_BYTE, dst, tag, MPI_COMM_WORLD, r);
+}
+
 static int brandrt_irecv(void *b, int n, int src, int tag, MPI_Request *r) {
 	if (src < 0) src = MPI_ANY_SOURCE;
 	if (tag < 0) tag = MPI_ANY_TAG;
@@ -109,14 +113,23 @@ func (r *mpiRequest) pinned(b []byte) unsafe.Pointer {
 	return cPtr(b)
 }
 
-// isend starts MPI_Isend of b to dst.
-func isend(b []byte, dst, tag int) (*mpiRequest, error) {
-	if err := checkCount(len(b), "MPI_Isend"); err != nil {
+// isend starts MPI_Isend of b to dst, or MPI_Issend with sync.
+func isend(b []byte, dst, tag int, sync bool) (*mpiRequest, error) {
+	call := "MPI_Isend"
+	if sync {
+		call = "MPI_Issend"
+	}
+	if err := checkCount(len(b), call); err != nil {
 		return nil, err
 	}
 	r := &mpiRequest{}
-	rc := C.brandrt_isend(r.pinned(b), C.int(len(b)), C.int(dst), C.int(tag), &r.req)
-	if err := mpiError(rc, "MPI_Isend to rank %d", dst); err != nil {
+	var rc C.int
+	if sync {
+		rc = C.brandrt_issend(r.pinned(b), C.int(len(b)), C.int(dst), C.int(tag), &r.req)
+	} else {
+		rc = C.brandrt_isend(r.pinned(b), C.int(len(b)), C.int(dst), C.int(tag), &r.req)
+	}
+	if err := mpiError(rc, call+" to rank %d", dst); err != nil {
 		r.pin.Unpin()
 		return nil, err
 	}

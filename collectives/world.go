@@ -153,7 +153,13 @@ func allgatherRound(send, all, buf []int32, counts []int, lo, piece int) error {
 // Isend starts sending b to rank dst with tag (MPI_Isend). b must not
 // change until Test reports the request done; the Status it reports is
 // zero.
-func (w *World) Isend(b []byte, dst, tag int) (Request, error) { return isend(b, dst, tag) }
+func (w *World) Isend(b []byte, dst, tag int) (Request, error) { return isend(b, dst, tag, false) }
+
+// Issend is Isend in synchronous mode (MPI_Issend): it completes only
+// once dst posted the receive that takes it, so that a sender that
+// bounds its Issends in flight bounds what waits, unmatched, in dst's
+// MPI buffers.
+func (w *World) Issend(b []byte, dst, tag int) (Request, error) { return isend(b, dst, tag, true) }
 
 // Irecv starts receiving into b a message from src, or AnySource, with
 // tag, or AnyTag (MPI_Irecv). Test reports its source, tag and length.
