@@ -30,6 +30,11 @@ type Footprint struct {
 	// --remote-mem (RemoteMem) in the buffers they are received into,
 	// and a record of each. None with one rank.
 	Remote, RemoteMem int64
+	// MPI is what MPI holds of the files in flight between ranks (none
+	// with one rank): copies of what this rank sent and a peer has not
+	// yet taken, and what its peers sent it before its receives (each
+	// bounded by the rank's sends in flight: mpiHeld).
+	MPI int64
 	// Reads is the chunk reads in flight: --read-mem (ReadMem), or the
 	// largest chunk (MaxChunk), which may go alone.
 	Reads, ReadMem, MaxChunk int64
@@ -51,7 +56,7 @@ type Footprint struct {
 
 // Total is the whole footprint, in whole pages (as a cgroup's limit).
 func (f Footprint) Total() int64 {
-	return pageUp(f.Own + f.Records + f.Remote + f.Reads + f.Rings + f.Answered + f.Handed + f.Tables + f.Process)
+	return pageUp(f.Own + f.Records + f.Remote + f.MPI + f.Reads + f.Rings + f.Answered + f.Handed + f.Tables + f.Process)
 }
 
 // String says the footprint term by term: "the rank needs 208 MiB of
@@ -65,6 +70,9 @@ func (f Footprint) String() string {
 	fmt.Fprintf(&b, "; %.2f× their bytes), %s for the records of the %s files that holds", f.OwnRatio, mib(f.Records), count(f.Held))
 	if f.RemoteMem > 0 {
 		fmt.Fprintf(&b, ", %s of other ranks' (--remote-mem %s)", mib(f.Remote), mib(f.RemoteMem))
+	}
+	if f.MPI > 0 {
+		fmt.Fprintf(&b, ", %s for MPI's buffers of the files in flight between ranks", mib(f.MPI))
 	}
 	fmt.Fprintf(&b, ", %s for its chunk reads in flight (--read-mem %s; chunks up to %s)", mib(f.Reads), mib(f.ReadMem), mib(f.MaxChunk))
 	if f.RingClients > 0 {
@@ -314,6 +322,7 @@ func (n *Node) footprintAt(budget, remote int64) Footprint {
 	if n.size > 1 {
 		f.RemoteMem = remote
 		f.Remote = int64(float64(remote)*ratio(mf.recvd, mf.bytes)) + records(remote)
+		f.MPI = mpiHeld(n.size, n.data.maxSize)
 	}
 	if n.cfg.Consume == 0 {
 		f.Readers, f.Procs = n.clientCounts()

@@ -141,9 +141,10 @@ func (l *loop) send(m proto.Message) error {
 		delete(l.files, it.id)
 	}
 	b := encodeFrame(m, files)
-	if err := l.isend(b, nil, int(m.To), tagMsg); err != nil {
+	if err := l.link.isend(b, int(m.To), tagMsg); err != nil {
 		return err
 	}
+	l.stats.bytesOut += int64(len(b))
 	if m.Type == proto.MsgRequest || m.Type == proto.MsgGrant { // a reply, or a push, is owed
 		l.n.peers.askedOf(int(m.To))
 	}
@@ -151,19 +152,11 @@ func (l *loop) send(m proto.Message) error {
 		if !items[i].bytes {
 			continue
 		}
-		if err := l.isend(f.data, f, int(m.To), tagData); err != nil {
+		if err := l.link.sendFile(f, int(m.To)); err != nil {
 			return err
 		}
+		l.stats.bytesOut += int64(len(f.data))
 	}
-	return nil
-}
-
-// isend starts a send of b, which f (if any) holds until it completes.
-func (l *loop) isend(b []byte, f *file, to, tag int) error {
-	if err := l.link.isend(b, f, to, tag); err != nil {
-		return err
-	}
-	l.stats.bytesOut += int64(len(b))
 	return nil
 }
 

@@ -106,7 +106,12 @@
 // ioPool; a worker reads the chunk whole (readChunk), and loop.readDone
 // steps proto.ReadDone and keeps the Loaded files in loop.files
 // (loop.load). Sends go out with Isend: a frame under tagMsg, then a
-// tagData message per file it carries, from the file's bytes in place.
+// tagData message per file it carries, from the file's bytes in place,
+// with Issend (complete once the peer posted its receive), at most
+// sendMem bytes of them at once and a peer's share of that to each peer;
+// the rest wait in the link, in order (link.sendFile): MPI keeps copies
+// of what it has not yet put on the wire, so they stay bounded
+// (Footprint.MPI).
 // Deliveries go to the waiting clients (loop.deliver) with Data, Label
 // and CRC, or Err, or Damaged. Forget files are released. The client
 // calls Delivery.Release when done: rt/shm (deliver.go) once it copied
@@ -131,13 +136,13 @@
 // so that each peer's messages are stepped in the order sent. A file is
 // delivered then or when its position is asked for. The loop never waits
 // for a peer: its one Recv takes the frame Iprobe just reported. The home
-// releases its file when the Isend completes (link.testSends).
+// releases its file when the Issend completes (link.testSends).
 //
 // # Goroutines and what each owns
 //
 //   - The serving goroutine, the caller of Open and Serve, makes every
-//     MPI call (collectives, quietBarrier, the loop's Isend, Iprobe, Recv
-//     and Test) and every call on the machine, and alone touches the Node
+//     MPI call (collectives, quietBarrier, the loop's Isend and Issend,
+//     Iprobe, Recv and Test) and every call on the machine, and alone touches the Node
 //     and the loop: held events and offers, Node.next.files, the per-file
 //     counts, damage named, sessions, peerWatch, the ioPool's backlog.
 //   - The I/O workers, Config.IOWorkers of them (newIOPool), take a
@@ -191,8 +196,9 @@
 //
 //   - Delivered: loop.deliver moves the file into the Delivery;
 //     Delivery.Release, from any goroutine, releases it.
-//   - Sent: loop.send moves it into a pendingSend, with the frame, until
-//     link.testSends sees the Isend complete.
+//   - Sent: loop.send moves it into a pendingSend, queued in the link
+//     until the bytes in flight leave room, until link.testSends sees
+//     its Issend complete.
 //   - Received: recvPool.get hands out buffers by power-of-two size
 //     class, and keeps up to poolKeep of a class for reuse. Classes of
 //     recvLentMin (64 KiB) and more are lent by Site.Memory, so that

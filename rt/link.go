@@ -18,6 +18,19 @@ type link struct {
 	epoch    uint32
 	sends    []pendingSend
 	stuck    []bool // per rank, scratch for testSends
+	// A file's bytes go in synchronous mode (Issend), which completes
+	// once the peer has posted its receive, and at most sendMem bytes of
+	// them at once, peerSendMem to one peer (sending: the bytes in
+	// flight, per peer and in all); the rest wait in queued, in order per
+	// peer (queuedN over every peer). MPI copies what a send has not yet
+	// put on the wire into buffers it keeps at their most, and a peer's
+	// MPI what came before its receive: so both stay bounded (Footprint's
+	// MPI term).
+	sending  []int64
+	sendingN int64
+	queued   [][]pendingSend
+	queuedN  int
+	turn     int
 	// inbox holds, per peer, what it sent that is not yet stepped, in
 	// its order: messages whose files are still arriving, and what came
 	// after them (see inbound); inboxed counts them over every peer.
@@ -35,7 +48,7 @@ type pendingSend struct {
 	req   collectives.Request
 	to    int
 	frame []byte
-	file  *file
+	file  *file // a file's bytes (an Issend), or nil (a frame)
 }
 
 // inbound is what a peer sent, waiting to be stepped: a message (m) whose
@@ -52,17 +65,72 @@ type inbound struct {
 
 func newLink(me, size int, comm collectives.Comm, pool *recvPool, epoch uint32) *link {
 	return &link{me: me, size: size, comm: comm, pool: pool, epoch: epoch, doneFrom: make([]bool, size),
-		inbox: make([][]inbound, size), stuck: make([]bool, size)}
+		inbox: make([][]inbound, size), stuck: make([]bool, size), sending: make([]int64, size), queued: make([][]pendingSend, size)}
 }
 
-// isend starts a send of b to rank to, which f (if any) holds until it
-// completes.
-func (k *link) isend(b []byte, f *file, to, tag int) error {
+// sendMem bounds the bytes of files a rank has in flight to its peers
+// (a file larger goes alone).
+const sendMem = 8 << 20
+
+// peerSendMem bounds those to one peer, of size ranks: sendMem shared
+// by the peers, at least 256 KiB each (a file larger goes alone to it).
+func peerSendMem(size int) int64 { return max(256<<10, sendMem/int64(max(size-1, 1))) }
+
+// mpiHeld bounds what MPI holds of files in flight to and from a rank
+// of size ranks whose largest file has maxFile bytes: what it sent and
+// a peer did not yet take (sendMem, or a larger file alone), and what
+// each peer sent it before it posted the receive (peerSendMem, or a
+// larger file alone). Open MPI over TCP copies what it has not yet put
+// on the wire into buffers it keeps at their most: before this bound, a
+// rank of 4 held 50-100 MiB more (BENCHMARKS.md, "MPI's buffers between
+// the ranks").
+func mpiHeld(size int, maxFile int64) int64 {
+	if size < 2 {
+		return 0
+	}
+	return max(sendMem, maxFile) + int64(size-1)*max(peerSendMem(size), maxFile)
+}
+
+// canSend says whether n bytes more may go to rank to now.
+func (k *link) canSend(to int, n int64) bool {
+	if k.sendingN == 0 {
+		return true
+	}
+	return k.sendingN+n <= sendMem && (k.sending[to] == 0 || k.sending[to]+n <= peerSendMem(k.size))
+}
+
+// isend starts a send of the frame b to rank to.
+func (k *link) isend(b []byte, to, tag int) error {
 	req, err := k.comm.Isend(b, to, tag)
 	if err != nil {
 		return err
 	}
-	k.sends = append(k.sends, pendingSend{req: req, to: to, frame: b, file: f})
+	k.sends = append(k.sends, pendingSend{req: req, to: to, frame: b})
+	return nil
+}
+
+// sendFile sends the bytes of f to rank to, which holds it until the
+// send completes: now, or once the bytes in flight leave room (canSend).
+func (k *link) sendFile(f *file, to int) error {
+	s := pendingSend{to: to, frame: f.data, file: f}
+	if len(k.queued[to]) > 0 || !k.canSend(to, int64(len(f.data))) {
+		k.queued[to] = append(k.queued[to], s)
+		k.queuedN++
+		return nil
+	}
+	return k.startFile(s)
+}
+
+// startFile starts the Issend of s's file.
+func (k *link) startFile(s pendingSend) error {
+	req, err := k.comm.Issend(s.frame, s.to, tagData)
+	if err != nil {
+		return err
+	}
+	s.req = req
+	k.sends = append(k.sends, s)
+	k.sending[s.to] += int64(len(s.frame))
+	k.sendingN += int64(len(s.frame))
 	return nil
 }
 
@@ -158,11 +226,30 @@ func (k *link) testSends() (bool, error) {
 			kept = append(kept, s)
 		} else if s.file != nil {
 			s.file.release()
+			k.sending[s.to] -= int64(len(s.frame))
+			k.sendingN -= int64(len(s.frame))
 		}
 	}
 	moved := len(kept) < len(k.sends)
 	clear(k.sends[len(kept):])
 	k.sends = kept
+	k.turn = (k.turn + 1) % k.size // the first peer served turns round
+	for i := range k.size {
+		to := (k.turn + i) % k.size
+		q := k.queued[to]
+		n := 0
+		for ; n < len(q) && k.canSend(to, int64(len(q[n].frame))); n++ {
+			if err := k.startFile(q[n]); err != nil {
+				return false, err
+			}
+		}
+		if n > 0 {
+			clear(q[:n])
+			k.queued[to] = q[n:]
+			k.queuedN -= n
+			moved = true
+		}
+	}
 	return moved, nil
 }
 
@@ -170,7 +257,7 @@ func (k *link) testSends() (bool, error) {
 // to come in, for a send to r to complete, or (once this rank said it
 // is done) for r's done.
 func (k *link) waitsOn(r int, saidDone bool) bool {
-	if saidDone && !k.doneFrom[r] || len(k.inbox[r]) > 0 {
+	if saidDone && !k.doneFrom[r] || len(k.inbox[r]) > 0 || len(k.queued[r]) > 0 {
 		return true
 	}
 	for _, s := range k.sends {
@@ -182,7 +269,7 @@ func (k *link) waitsOn(r int, saidDone bool) bool {
 }
 
 // busy reports whether a send or something a peer sent is in flight.
-func (k *link) busy() bool { return len(k.sends) > 0 || k.inboxed > 0 }
+func (k *link) busy() bool { return len(k.sends) > 0 || k.queuedN > 0 || k.inboxed > 0 }
 
 // peersDone reports whether every peer said it is done this epoch.
 func (k *link) peersDone() bool { return k.doneIn == k.size-1 }

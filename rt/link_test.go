@@ -1,6 +1,7 @@
 package rt
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -42,11 +43,11 @@ func (c *heldComm) Irecv(b []byte, src, tag int) (collectives.Request, error) {
 // file's bytes.
 func sendMsg(t *testing.T, from *link, m proto.Message, files []*file) {
 	t.Helper()
-	if err := from.isend(encodeFrame(m, files), nil, int(m.To), tagMsg); err != nil {
+	if err := from.isend(encodeFrame(m, files), int(m.To), tagMsg); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range files {
-		if err := from.isend(f.data, f, int(m.To), tagData); err != nil {
+		if err := from.sendFile(f, int(m.To)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -135,7 +136,10 @@ func TestLinkSends(t *testing.T) {
 	k := newLink(0, 3, comms[0], &recvPool{}, 1)
 	released := 0
 	f := &file{id: 1, data: []byte("x"), buf: newBuf(func() { released++ })}
-	if err := k.isend(f.data, f, 1, tagData); err != nil {
+	if _, err := comms[1].Irecv(make([]byte, 1), 0, tagData); err != nil { // the Issend completes once taken
+		t.Fatal(err)
+	}
+	if err := k.sendFile(f, 1); err != nil {
 		t.Fatal(err)
 	}
 	slow := &stalledReq{}
@@ -158,4 +162,55 @@ type stalledReq struct{ tests int }
 func (r *stalledReq) Test() (bool, collectives.Status, error) {
 	r.tests++
 	return false, collectives.Status{}, nil
+}
+
+// A rank has at most sendMem bytes of files in flight, peerSendMem to
+// one peer, each send complete only once the peer posted its receive;
+// the rest wait, in order, and go as those complete: what waits in MPI's
+// buffers, its own and the peer's, stays bounded.
+func TestLinkBoundsFilesInFlight(t *testing.T) {
+	if peerSendMem(2) != sendMem || peerSendMem(3) != sendMem/2 || peerSendMem(100) != 256<<10 {
+		t.Fatalf("peerSendMem: %d %d %d", peerSendMem(2), peerSendMem(3), peerSendMem(100))
+	}
+	const size = 100 // 256 KiB to a peer at once
+	comms := collectives.NewLocal(size)
+	me := newLink(0, size, comms[0], &recvPool{}, 1)
+	peer := newLink(1, size, comms[1], &recvPool{}, 1)
+	var files []*file
+	m := proto.Message{Type: proto.MsgPush, From: 1, To: 0, Epoch: 1}
+	for i := range 10 {
+		f := &file{id: proto.FileID(i), data: bytes.Repeat([]byte{byte(i)}, 100<<10), label: 1}
+		files = append(files, f)
+		m.Pushes = append(m.Pushes, proto.Pushed{ID: uint64(i), Sn: int32(i), File: f.id, Size: int64(len(f.data)), Status: proto.StatusOK})
+	}
+	sendMsg(t, peer, m, files)
+	if peer.sending[0] != 200<<10 || peer.sendingN != 200<<10 || peer.queuedN != 8 || len(peer.sends) != 3 || !peer.busy() || !peer.waitsOn(0, false) {
+		t.Fatalf("10 files of 100 KiB to a peer that posted no receive: %d bytes sending, %d queued, %d sends; want 2 files, 8 and the frame", peer.sending[0], peer.queuedN, len(peer.sends))
+	}
+	if _, err := peer.testSends(); err != nil || peer.sendingN != 200<<10 || peer.queuedN != 8 {
+		t.Fatalf("no receive posted, sends tested: %d bytes sending, %d queued, %v", peer.sendingN, peer.queuedN, err)
+	}
+	receiveAll(t, me) // posts a receive for each file
+	for range 10 {
+		if _, err := peer.testSends(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if peer.sendingN != 0 || peer.queuedN != 0 || peer.busy() {
+		t.Fatalf("every receive posted: %d bytes sending, %d queued, busy %v", peer.sendingN, peer.queuedN, peer.busy())
+	}
+	in, ok, err := me.next(1)
+	if !ok || err != nil || len(in.files) != 10 {
+		t.Fatalf("the push: %v %v %d files", ok, err, len(in.files))
+	}
+	for i, f := range in.files {
+		if !bytes.Equal(f.data, bytes.Repeat([]byte{byte(i)}, 100<<10)) {
+			t.Fatalf("file %d arrived with another's bytes: out of order", i)
+		}
+	}
+	// a file larger than the bound goes alone
+	big := &file{id: 99, data: make([]byte, sendMem+1)}
+	if err := peer.sendFile(big, 0); err != nil || peer.sendingN != sendMem+1 || peer.queuedN != 0 {
+		t.Fatalf("a file over sendMem with nothing in flight: %v, %d bytes sending, %d queued", err, peer.sendingN, peer.queuedN)
+	}
 }

@@ -226,6 +226,10 @@ func (s *serving) report() {
 			"and %s kept them (a transform in the DataLoader worker, in_place=False, a plain DataLoader or a forkserver)\n",
 			me, humanize.Comma(r), humanize.Comma(srv.HandingOn.Load()), humanize.Comma(r-srv.HandingOn.Load()))
 	}
-	fmt.Fprintf(log, "brandrt: rank %d: memory shared with them peaked at %s, for at most %s lent at once (--mem %s)\n",
-		me, humanize.IBytes(s.arena.Resident()), humanize.IBytes(s.arena.PeakLent()), humanize.IBytes(uint64(s.n.Mapping().MemBytes(me))))
+	over := ""
+	if n := s.arena.Overflows.Load(); n > 0 {
+		over = fmt.Sprintf("; %s buffers it had no room for were lent from the rank's own memory", humanize.Comma(n))
+	}
+	fmt.Fprintf(log, "brandrt: rank %d: memory shared with them peaked at %s, for at most %s lent at once (--mem %s)%s\n",
+		me, humanize.IBytes(s.arena.Resident()), humanize.IBytes(s.arena.PeakLent()), humanize.IBytes(uint64(s.n.Mapping().MemBytes(me))), over)
 }
