@@ -229,25 +229,32 @@ def plot(self, path):
     """Measured against planned: each epoch's time, and each rank's memory
     (its cgroup's peak and its held memory against its footprint), a
     colour per file size, the lines of equality and of ±20 % (time) and
-    ±10 % (memory)."""
+    ±10 % (memory). Without times (no --cpu-costs), memory alone."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, (ta, ma) = plt.subplots(1, 2, figsize=(12, 5.5))
+    if self.times:
+        fig, (ta, ma) = plt.subplots(1, 2, figsize=(12, 5.5))
+    else:
+        fig, ma = plt.subplots(1, 1, figsize=(6.5, 5.5))
+        ta = None
     sizes = sorted({p[0] for p in self.times + self.memory}, key=lambda s: float(s.split()[0]) * (1e3 if s.endswith("MB") else 1))
     colours = dict(zip(sizes, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")))
     for size in sizes:
         pts = [p for p in self.times if p[0] == size]
-        ta.scatter([p[3] for p in pts if p[1] == 1], [p[4] for p in pts if p[1] == 1], marker="s", color=colours[size],
-                   label="files of ~%s, epoch 1" % size)
-        ta.scatter([p[3] for p in pts if p[1] > 1], [p[4] for p in pts if p[1] > 1], marker="o", color=colours[size],
-                   label="files of ~%s, later epochs" % size)
+        if ta is not None:
+            ta.scatter([p[3] for p in pts if p[1] == 1], [p[4] for p in pts if p[1] == 1], marker="s", color=colours[size],
+                       label="files of ~%s, epoch 1" % size)
+            ta.scatter([p[3] for p in pts if p[1] > 1], [p[4] for p in pts if p[1] > 1], marker="o", color=colours[size],
+                       label="files of ~%s, later epochs" % size)
         mem = [p for p in self.memory if p[0] == size]
         ma.scatter([p[1] / 2**20 for p in mem], [p[2] / 2**20 for p in mem], marker="^", color=colours[size],
                    label="files of ~%s: the rank's cgroup peak" % size)
         ma.scatter([p[1] / 2**20 for p in mem], [p[3] / 2**20 for p in mem], marker="x", color=colours[size],
                    label="files of ~%s: held (anonymous and shared)" % size)
-    for ax, band, unit in ((ta, 0.2, "s"), (ma, 0.1, "MiB")):
+    for ax, band in ((ta, 0.2), (ma, 0.1)):
+        if ax is None:
+            continue
         lo, hi = ax.get_xlim()
         hi = max(hi, ax.get_ylim()[1])
         xs = [0, hi]
@@ -258,9 +265,10 @@ def plot(self, path):
         ax.set_ylim(0, hi)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
-    ta.set_xlabel("planned epoch time (s): brandrt plan --cpu-costs, on the emulated cluster's shared cores")
-    ta.set_ylabel("measured epoch time (s)")
-    ta.set_title("Epoch time: measured against planned (dashed: ±20 %)", fontsize=10)
+    if ta is not None:
+        ta.set_xlabel("planned epoch time (s): brandrt plan --cpu-costs, on the emulated cluster's shared cores")
+        ta.set_ylabel("measured epoch time (s)")
+        ta.set_title("Epoch time: measured against planned (dashed: ±20 %)", fontsize=10)
     ma.set_xlabel("planned footprint per rank (MiB)")
     ma.set_ylabel("measured per rank (MiB)")
     ma.set_title("Memory: measured against the footprint (dashed: ±10 %)", fontsize=10)
