@@ -82,7 +82,7 @@ func peerSendMem(size int) int64 { return max(256<<10, sendMem/int64(max(size-1,
 // each peer sent it before it posted the receive (peerSendMem, or a
 // larger file alone). Open MPI over TCP copies what it has not yet put
 // on the wire into buffers it keeps at their most: before this bound, a
-// rank of 4 held 50-100 MiB more (BENCHMARKS.md, "MPI's buffers between
+// rank of 4 held 40-100 MiB more (BENCHMARKS.md, "MPI's buffers between
 // the ranks").
 func mpiHeld(size int, maxFile int64) int64 {
 	if size < 2 {
