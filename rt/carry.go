@@ -141,7 +141,7 @@ func (l *loop) send(m proto.Message) error {
 		delete(l.files, it.id)
 	}
 	b := encodeFrame(m, files)
-	if err := l.link.isend(b, int(m.To), tagMsg); err != nil {
+	if err := l.link.sendFrame(b, int(m.To)); err != nil {
 		return err
 	}
 	l.stats.bytesOut += int64(len(b))

@@ -99,9 +99,9 @@ func (k *link) canSend(to int, n int64) bool {
 	return k.sendingN+n <= sendMem && (k.sending[to] == 0 || k.sending[to]+n <= peerSendMem(k.size))
 }
 
-// isend starts a send of the frame b to rank to.
-func (k *link) isend(b []byte, to, tag int) error {
-	req, err := k.comm.Isend(b, to, tag)
+// sendFrame starts a send of the frame b to rank to.
+func (k *link) sendFrame(b []byte, to int) error {
+	req, err := k.comm.Isend(b, to, tagMsg)
 	if err != nil {
 		return err
 	}
@@ -233,6 +233,9 @@ func (k *link) testSends() (bool, error) {
 	moved := len(kept) < len(k.sends)
 	clear(k.sends[len(kept):])
 	k.sends = kept
+	if k.queuedN == 0 {
+		return moved, nil
+	}
 	k.turn = (k.turn + 1) % k.size // the first peer served turns round
 	for i := range k.size {
 		to := (k.turn + i) % k.size

@@ -43,7 +43,7 @@ func (c *heldComm) Irecv(b []byte, src, tag int) (collectives.Request, error) {
 // file's bytes.
 func sendMsg(t *testing.T, from *link, m proto.Message, files []*file) {
 	t.Helper()
-	if err := from.isend(encodeFrame(m, files), int(m.To), tagMsg); err != nil {
+	if err := from.sendFrame(encodeFrame(m, files), int(m.To)); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range files {
