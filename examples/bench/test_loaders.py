@@ -127,6 +127,10 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual([s["files_delivered"] for s in stats], [FILES, FILES])
         self.assertGreaterEqual(brt["epochs"][0]["read_bytes"], stats[0]["chunk_bytes"])
         self.assertEqual(brt["chunk_files"], 64)
+        # what the processes beside the rank held, measured and said
+        self.assertGreater(brt["memory"]["others_held_peak_bytes"], 10 << 20)
+        self.assertNotIn("others_held_peak_bytes", rnd["memory"])
+        self.assertIn("the processes beside the rank (training, DataLoader workers, mpirun) held at most", p.stderr)
         self.assertIn("random", p.stdout)
         self.assertIn("brandrt-paper K=64", p.stdout)
         self.assertIn("×rand", p.stdout)
@@ -442,6 +446,31 @@ class Checks(unittest.TestCase):
         b = (4e9, {1: ("main", 2.0), 2: ("rank", 1.5), 3: ("workers", 0.25)})
         self.assertEqual(runner.CPUSplit.between(a, b), {"main": 1.0, "workers": 0.25, "rank": 1.0, "other": 0.75})
 
+    def test_others_held(self):
+        # what is held beside a process named brandrt: this process's
+        # anonymous memory and mapped files, not the rank's
+        d = tempfile.mkdtemp()
+        try:
+            exe = os.path.join(d, "brandrt")
+            shutil.copy("/bin/sleep", exe)
+            rank = subprocess.Popen([exe, "30"])
+            try:
+                for _ in range(100):  # until it has exec'd
+                    with open("/proc/%d/comm" % rank.pid) as f:
+                        if f.read().strip() == "brandrt":
+                            break
+                self.assertIsNone(loaders.others_held([os.getpid()]))  # no rank among them
+                before = loaders.others_held([os.getpid(), rank.pid])
+                ballast = b"\x01" * (64 << 20)  # written: anonymous
+                after = loaders.others_held([os.getpid(), rank.pid])
+                self.assertGreater(after - before, 60 << 20)
+                del ballast
+            finally:
+                rank.kill()
+                rank.wait()
+        finally:
+            shutil.rmtree(d)
+
     def test_cpu_steps(self):
         import cpusteps
 
@@ -473,10 +502,27 @@ class Checks(unittest.TestCase):
                                ("other", "NAS client (sshfs)"): 250})
 
     def test_verdict(self):
-        want = collections.Counter({1: 1, 2: 1, 3: 1})
-        self.assertEqual(runner.verdict(collections.Counter({1: 1, 2: 1, 3: 1}), want, False), "ok")
-        self.assertEqual(runner.verdict(collections.Counter({1: 2, 2: 1}), want, False),
+        a, b, c = (100, 1, 2, 0), (100, 1, 3, 0), (7, 4, 4, 5)
+        want = runner.Prints([a, b, c]).sorted()
+        self.assertEqual(runner.verdict(runner.Prints([c, a, b]), want, False), "ok")
+        self.assertEqual(runner.verdict(runner.Prints([a, a, c]), want, False),
                          "files differ: 1 missing, 1 unexpected (1 repeats)")
+        self.assertEqual(runner.verdict(runner.Prints([a, b]), want, False), "files differ: 1 missing, 0 unexpected (0 repeats)")
+        # the same file twice in the dataset: delivered twice is right
+        self.assertEqual(runner.verdict(runner.Prints([a, a]), runner.Prints([a, a]).sorted(), False), "ok")
+        # sizes alone
+        sizes = runner.Prints([5, 6, 6]).sorted()
+        self.assertEqual(runner.verdict(runner.Prints([6, 5, 6]), sizes, True), "ok")
+        self.assertEqual(runner.verdict(runner.Prints([6, 5, 5]), sizes, True), "sizes differ: 1 missing, 1 unexpected (1 repeats)")
+        # a catalog is emptied once the expected prints are taken from it
+        cat = {"files": [["x", 100, 0], ["y", 7, 5]], "prints": [list(a), list(c)]}
+        self.assertEqual(runner.verdict(runner.Prints([c, a]), runner.expected(cat, False), False), "ok")
+        self.assertEqual(cat, {})
+        # merged from the nodes of a cluster
+        total = runner.Prints()
+        total.extend(runner.Prints([a]))
+        total.extend(runner.Prints([b, c]))
+        self.assertEqual(runner.verdict(total, want, False), "ok")
 
     def test_ratios_are_per_round(self):
         def rec(system, rnd, secs):
