@@ -23,6 +23,12 @@ def drop_caches():
         f.write("3")
 
 
+def is_rank(cmd):
+    """Whether a process's command line (/proc/PID/cmdline split at its
+    NULs, as bytes) is a brandrt rank's: brandrt serve."""
+    return len(cmd) > 1 and cmd[0].endswith(b"brandrt") and cmd[1] == b"serve"
+
+
 class CgroupError(Exception):
     """No cgroup v1 controllers here, or no permission."""
 

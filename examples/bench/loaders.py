@@ -46,7 +46,8 @@ Each run gets a cgroup v1 memory limit of the budget plus --allowance (for
 its processes: Python, torch, workers; page cache and shared memory count
 against it), and the page cache is dropped before it starts. brandrt's
 rank leaves 400 MiB of it for the DataLoader's processes (serve --leave,
-measured: they held 267-361 MiB; each run prints what they held):
+measured: they held 267-361 MiB with up to 60,000 files, 491-498 MiB
+with 400,000; each run prints what they held):
 where its footprint with --mem the budget would not, it runs with the
 most that does (--mem 100%cgroup), and says so. The bytes a
 system read from storage are the kernel's: the cgroup's block-device
@@ -161,10 +162,11 @@ def args_parser():
                         "DataLoader's 4 workers and libraries take ~620 MiB, Mosaic's ~720 MiB; with large "
                         "files, 620MiB and three batches in flight per worker when that is more: 1.3 GiB "
                         "for 1 MB files)")
-    r.add_argument("--leave", type=parse_size, default=None,
+    r.add_argument("--leave", type=parse_size, default=BRANDRT_LEAVE,
                    help="what brandrt's rank leaves of the cgroup for the processes beside it: the training "
                         "process, its DataLoader workers, mpirun (serve --leave; default 400MiB: they held "
-                        "267-361 MiB, measured; each run prints what they held)")
+                        "267-361 MiB with 1,300 to 60,000 files, 491-498 MiB with 400,000; each run prints "
+                        "what they held)")
     r.add_argument("--repeat", type=int, default=1, help="rounds; each runs every system, in a rotated order; "
                                                          "tables give medians (default 1)")
     r.add_argument("--timeout", type=float, default=3600, help="seconds a run may take before it is killed and "
@@ -262,9 +264,11 @@ PROCESSES_BYTES = 620 << 20
 # (serve --leave): the training process, its 4 DataLoader workers reading
 # through a BrandLoader, and mpirun. Their anonymous memory and the pages
 # of the files they map (torch's libraries) peaked at 267-361 MiB with
-# files of 8 KB, 110 KB and 1 MB (one node, a quarter in memory,
-# 2026-11-28; every brandrt run records and prints it). The files they
-# read stay in the rank's shared memory, which its footprint counts.
+# files of 8 KB, 110 KB and 1 MB, 1,300 to 60,000 of them (one node, a
+# quarter in memory, 2026-11-28; every brandrt run records and prints
+# it), and at 491-498 MiB with 400,000 files of 8 KB, where the rank's
+# footprint had room to spare. The files they read stay in the rank's
+# shared memory, which its footprint counts.
 BRANDRT_LEAVE = 400 << 20
 
 
@@ -338,7 +342,7 @@ def run_one(a, cat, storage, mem, system, k, n):
             "chunk_files": k, "brandrt": os.path.abspath(a.brandrt), "repo": REPO,
             "mpirun": ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"],
             "serve_flags": POLICIES.get(system[8:], []) if system.startswith("brandrt") else [],
-            "leave": BRANDRT_LEAVE if a.leave is None else a.leave,
+            "leave": a.leave,
             "group": group.name, "device": device,
             "net_dev": NAS_IF if storage == "nas" else None, "owner": os.getpid()}
     # The run's own temporary directory (TMPDIR of everything it starts),
@@ -377,7 +381,8 @@ def run_one(a, cat, storage, mem, system, k, n):
         t.start()
         timer.start()
         held = [0, 0]
-        sampler = threading.Thread(target=sample_held, args=(group, proc, held), daemon=True)
+        sampler = threading.Thread(target=sample_held, args=(group, proc, held, system.startswith("brandrt")),
+                                   daemon=True)
         sampler.start()
         # DataLoader workers inherit the runner's stdout: once the runner
         # has exited (or was killed), what is left of the run goes, so that
@@ -391,7 +396,7 @@ def run_one(a, cat, storage, mem, system, k, n):
         group.kill()
         sampler.join(timeout=5)
         rec["memory"] = dict(group.memory(), held_peak_bytes=held[0])
-        if system.startswith("brandrt") and held[1]:
+        if held[1]:
             rec["memory"]["others_held_peak_bytes"] = held[1]
             log("  %s: the processes beside the rank (training, DataLoader workers, mpirun) held at most %s; "
                 "the rank left them %s (serve --leave)" % (system, report.human_bytes(held[1]),
@@ -418,46 +423,54 @@ def run_one(a, cat, storage, mem, system, k, n):
         clean_shm(shm_before)
 
 
-def sample_held(group, proc, held):
+def sample_held(group, proc, held, others):
     """The peak of group.held() while proc runs, sampled every 50 ms, in
-    held[0]; with a brandrt rank in the group, in held[1] the peak of what
-    the other processes (the training process, its DataLoader workers,
-    mpirun) hold, sampled every 200 ms: their anonymous memory and the
-    pages of files they map (torch's libraries), each page shared between
-    processes counted once (the sum of their Pss). The shared memory
-    they map is the rank's arena and rings, which its footprint counts."""
+    held[0]; with others (a brandrt run), in held[1] the peak of what the
+    processes beside its rank (the training process, its DataLoader
+    workers, mpirun) hold, sampled every 200 ms: their anonymous memory
+    and the pages of files they map (torch's libraries), each page shared
+    between processes counted once (the sum of their Pss). The shared
+    memory they map is the rank's arena and rings, which its footprint
+    counts."""
     tick = 0
     while proc.poll() is None:
         try:
             held[0] = max(held[0], group.held())
         except OSError:
             return
-        if tick % 4 == 0:
-            others = others_held(group.pids())
-            if others is not None:
-                held[1] = max(held[1], others)
+        if others and tick % 4 == 0:
+            beside = others_held(group.pids())
+            if beside is not None:
+                held[1] = max(held[1], beside)
         tick += 1
         time.sleep(0.05)
 
 
 def others_held(pids):
     """What the processes of pids beside the brandrt rank hold (Pss_Anon
-    and Pss_File of their smaps_rollup, summed), or None when no brandrt
-    process is among them."""
-    total, rank = 0, False
+    and Pss_File of their smaps_rollup, summed), or None when no rank
+    (cgroups.is_rank) is among them."""
+    cmds = {}
     for pid in pids:
         try:
-            with open("/proc/%d/comm" % pid) as f:
-                if f.read().strip() == "brandrt":
-                    rank = True
-                    continue
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                cmds[pid] = f.read().split(b"\0")
+        except OSError:
+            continue
+    if not any(cgroups.is_rank(c) for c in cmds.values()):
+        return None
+    total = 0
+    for pid, cmd in cmds.items():
+        if cgroups.is_rank(cmd):
+            continue
+        try:
             with open("/proc/%d/smaps_rollup" % pid) as f:
                 for line in f:
                     if line.startswith(("Pss_Anon:", "Pss_File:")):
                         total += int(line.split()[1]) * 1024
         except OSError:
             continue
-    return total if rank else None
+    return total
 
 
 def clean_shm(before):

@@ -26,7 +26,6 @@ checks it against the catalog and prints the epoch.
 
 import array
 import collections
-import gc
 import json
 import os
 import sys
@@ -112,7 +111,7 @@ def kind(pid, parent, cmd):
     anything else (mpirun and its daemons, peers' helpers)."""
     if pid == os.getpid():
         return "main"
-    if len(cmd) > 1 and cmd[0].endswith(b"brandrt") and cmd[1] == b"serve":
+    if cgroups.is_rank(cmd):
         return "rank"
     if parent == os.getpid() and cmd and b"python" in os.path.basename(cmd[0]):
         return "workers"
@@ -241,8 +240,7 @@ def expected(cat, sizes_only):
     file's path, size, label and fingerprint, 0.6 KiB a file as Python
     objects) would sit in the cgroup beside the system measured."""
     want = Prints(s for _, s, _ in cat["files"]) if sizes_only else Prints(tuple(p) for p in cat["prints"])
-    cat.clear()
-    gc.collect()
+    cat.clear()  # JSON's objects hold no cycles: they go at once
     return want.sorted()
 
 

@@ -447,18 +447,17 @@ class Checks(unittest.TestCase):
         self.assertEqual(runner.CPUSplit.between(a, b), {"main": 1.0, "workers": 0.25, "rank": 1.0, "other": 0.75})
 
     def test_others_held(self):
-        # what is held beside a process named brandrt: this process's
-        # anonymous memory and mapped files, not the rank's
+        # what is held beside a process whose command line is a rank's
+        # (brandrt serve): this process's anonymous memory and mapped
+        # files, not the rank's
         d = tempfile.mkdtemp()
         try:
-            exe = os.path.join(d, "brandrt")
-            shutil.copy("/bin/sleep", exe)
-            rank = subprocess.Popen([exe, "30"])
+            with open(os.path.join(d, "serve"), "w") as f:
+                f.write("import time\ntime.sleep(30)\n")
+            # Python running the script ./serve, its command line
+            # .../brandrt serve
+            rank = subprocess.Popen([os.path.join(d, "brandrt"), "serve"], executable=sys.executable, cwd=d)
             try:
-                for _ in range(100):  # until it has exec'd
-                    with open("/proc/%d/comm" % rank.pid) as f:
-                        if f.read().strip() == "brandrt":
-                            break
                 self.assertIsNone(loaders.others_held([os.getpid()]))  # no rank among them
                 before = loaders.others_held([os.getpid(), rank.pid])
                 ballast = b"\x01" * (64 << 20)  # written: anonymous
