@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -459,7 +460,12 @@ class Checks(unittest.TestCase):
             rank = subprocess.Popen([os.path.join(d, "brandrt"), "serve"], executable=sys.executable, cwd=d)
             try:
                 self.assertIsNone(loaders.others_held([os.getpid()]))  # no rank among them
-                before = loaders.others_held([os.getpid(), rank.pid])
+                # its command line shows once it has exec'd: Popen may
+                # return before (an empty /proc/PID/cmdline seen here)
+                deadline = time.monotonic() + 10
+                while (before := loaders.others_held([os.getpid(), rank.pid])) is None and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                self.assertIsNotNone(before, "the process with the command line brandrt serve")
                 ballast = b"\x01" * (64 << 20)  # written: anonymous
                 after = loaders.others_held([os.getpid(), rank.pid])
                 self.assertGreater(after - before, 60 << 20)
