@@ -2,6 +2,7 @@
 base must be this user's alone, and the rank must run as this user."""
 
 import os
+import select
 import shutil
 import socket
 import struct
@@ -84,15 +85,17 @@ class PeerTest(unittest.TestCase):
         code = ("import socket, sys, time\n"
                 "s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n"
                 "s.bind(sys.argv[1]); s.listen(4); s.settimeout(20)\n"
+                "print('listening', flush=True)\n"
                 "while True:\n"
                 "    c, _ = s.accept(); c.close()\n")
         sock = os.path.join(theirs, L.SOCKET_NAME)
-        p = subprocess.Popen([sys.executable, "-c", code, sock], user=NOBODY, group=NOBODY, extra_groups=[])
+        p = subprocess.Popen([sys.executable, "-c", code, sock], user=NOBODY, group=NOBODY, extra_groups=[],
+                             stdout=subprocess.PIPE)
         try:
-            end = time.monotonic() + 10
-            while not os.path.exists(sock):
-                self.assertLess(time.monotonic(), end, "the other user's listener did not start")
-                time.sleep(0.01)
+            # The socket's file exists from bind, before listen: wait for the
+            # listener's word, or a connect in between is refused.
+            ready, _, _ = select.select([p.stdout], [], [], 10)
+            self.assertTrue(ready and p.stdout.readline() == b"listening\n", "the other user's listener did not start")
             os.rename(sock, os.path.join(ours, "local-0", L.SOCKET_NAME))
             with self.assertRaises(BrandError) as cm:
                 Client(attach_dir=os.path.join(ours, "local-0"), timeout=5)
