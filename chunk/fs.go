@@ -7,7 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // FS is the file system the chunk store reads and writes through: the
@@ -46,6 +49,18 @@ type File interface {
 	Close() error
 }
 
+// Scatterer is a File that can read into several buffers in one request
+// (preadv), at any address and length: ReadAtv reads len of them all from
+// off on, as ReadAt reads one (fewer bytes only with an error, io.EOF at
+// the file's end). Scatters says whether this file can: an osFile can
+// when it reads through the page cache, or with O_DIRECT on a file
+// system that needs no alignment for it (FUSE, NFS); a local disk's
+// O_DIRECT needs aligned buffers, and cannot.
+type Scatterer interface {
+	ReadAtv(bufs [][]byte, off int64) (int, error)
+	Scatters() bool
+}
+
 // OS is the operating system's file system.
 var OS FS = osFS{}
 
@@ -66,7 +81,7 @@ func (o osFS) Open(name string, uncached bool) (File, error) {
 	if uncached && !o.noDirect {
 		fd, err := syscall.Open(name, syscall.O_RDONLY|syscall.O_DIRECT|syscall.O_CLOEXEC, 0)
 		if err == nil {
-			return &osFile{f: os.NewFile(uintptr(fd), name), align: directAlign}, nil
+			return &osFile{f: os.NewFile(uintptr(fd), name), align: directAlign, scatter: unalignedDirect(fd)}, nil
 		}
 		if !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.EOPNOTSUPP) {
 			return nil, &fs.PathError{Op: "open", Path: name, Err: err}
@@ -78,7 +93,26 @@ func (o osFS) Open(name string, uncached bool) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &osFile{f: f, align: 1, dropAfterRead: uncached}, nil
+	return &osFile{f: f, align: 1, dropAfterRead: uncached, scatter: true}, nil
+}
+
+// File systems whose O_DIRECT reads take any offset, length and buffer
+// address (statfs(2) f_type): the kernel hands FUSE's and NFS's direct
+// reads to their servers, with no block device to align to. (Checked on
+// sshfs: preadv of unaligned buffers at an odd offset.)
+const (
+	fuseMagic = 0x65735546
+	nfsMagic  = 0x6969
+)
+
+// unalignedDirect reports whether fd, open with O_DIRECT, reads into
+// buffers of any alignment.
+func unalignedDirect(fd int) bool {
+	var st syscall.Statfs_t
+	if syscall.Fstatfs(fd, &st) != nil {
+		return false
+	}
+	return st.Type == fuseMagic || st.Type == nfsMagic
 }
 
 func (osFS) Create(name string) (File, error) {
@@ -121,17 +155,63 @@ type osFile struct {
 	f             *os.File
 	align         int
 	dropAfterRead bool
+	scatter       bool // see Scatterer
 }
 
 func (o *osFile) ReadAt(p []byte, off int64) (int, error) {
 	n, err := o.f.ReadAt(p, off)
+	o.dropRead(off, n)
+	return n, err
+}
+
+// dropRead drops from the page cache the n bytes just read from off, if
+// reads should not stay there.
+func (o *osFile) dropRead(off int64, n int) {
 	if o.dropAfterRead && n > 0 {
 		// DONTNEED drops only whole pages inside the range: cover the
 		// partial pages at both ends too.
 		lo := alignDown(off, directAlign)
 		_ = fadvise(o.f, lo, alignUp(off+int64(n), directAlign)-lo, fadvDontNeed)
 	}
-	return n, err
+}
+
+// iovMax is the most buffers one preadv takes (IOV_MAX on Linux).
+const iovMax = 1024
+
+func (o *osFile) Scatters() bool { return o.scatter }
+
+func (o *osFile) ReadAtv(bufs [][]byte, off int64) (int, error) {
+	if !o.scatter {
+		return 0, fmt.Errorf("read %s: %w: its file system needs aligned buffers", o.f.Name(), errors.ErrUnsupported)
+	}
+	bufs = slices.Clone(bufs) // the caller's stay as they are
+	total := 0
+	defer func() { o.dropRead(off, total) }()
+	for len(bufs) > 0 {
+		if len(bufs[0]) == 0 {
+			bufs = bufs[1:]
+			continue
+		}
+		n, err := unix.Preadv(int(o.f.Fd()), bufs[:min(len(bufs), iovMax)], off+int64(total))
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return total, &fs.PathError{Op: "read", Path: o.f.Name(), Err: err}
+		}
+		if n == 0 {
+			return total, io.EOF
+		}
+		total += n
+		for n > 0 { // past what this call read: a short read goes on where it ended
+			k := min(n, len(bufs[0]))
+			bufs[0], n = bufs[0][k:], n-k
+			if len(bufs[0]) == 0 {
+				bufs = bufs[1:]
+			}
+		}
+	}
+	return total, nil
 }
 
 func (o *osFile) Write(p []byte) (int, error) { return o.f.Write(p) }

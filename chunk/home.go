@@ -211,15 +211,26 @@ func (h *Home) ChunkFirst(c int) int {
 // ReadWhole reads the run's chunk c whole (see Shard.ReadWhole); the
 // chunk's Index is c, its Rank the shard it came from.
 func (h *Home) ReadWhole(c int) (*Chunk, []Damage, error) {
+	return h.read(c, (*Shard).ReadWhole)
+}
+
+// read reads the run's chunk c with read, from the shard that holds it.
+func (h *Home) read(c int, read func(s *Shard, c int) (*Chunk, []Damage, error)) (*Chunk, []Damage, error) {
 	if c < 0 || c >= h.Chunks() {
 		return nil, nil, fmt.Errorf("chunk: chunk %d of shards %d–%d, which have %d", c, h.lo, h.lo+len(h.shards)-1, h.Chunks())
 	}
 	s := h.at(c)
-	ch, damage, err := h.shards[s].ReadWhole(c - h.chunk0[s])
+	ch, damage, err := read(h.shards[s], c-h.chunk0[s])
 	if ch != nil {
 		ch.Index = c
 	}
 	return ch, damage, err
+}
+
+// ReadInto reads chunk c as Shard.ReadInto does, each file into a buffer
+// lend gives.
+func (h *Home) ReadInto(c int, lend func(i, n int) []byte) (*Chunk, []Damage, error) {
+	return h.read(c, func(s *Shard, c int) (*Chunk, []Damage, error) { return s.ReadInto(c, lend) })
 }
 
 // SetMemory makes every shard read into m (see Shard.SetMemory).

@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -24,6 +25,9 @@ type Shard struct {
 	// Gap is the largest hole between two wanted slots that a selective
 	// read reads through rather than issuing a second request.
 	Gap int64
+	// copies is set once a chunk file was found not to scatter: ReadInto
+	// then copies (readCopied) without trying again.
+	copies atomic.Bool
 }
 
 // OpenShard opens rank's shard of the dataset in dir.
@@ -179,31 +183,131 @@ func (s *Shard) ReadWhole(c int) (*Chunk, []Damage, error) {
 		ch.Release()
 		return nil, nil, short
 	}
-	data, cause := got[0], ""
+	data := got[0]
+	var damage []Damage
+	ch.files, damage = s.check(c, es, data, int64(len(data)), short, func(i int) []byte {
+		return data[es[i].Offset : es[i].Offset+int64(es[i].Size)]
+	})
+	return ch, damage, nil
+}
+
+// check checks what a read of chunk c brought: the header and table
+// (head, from the chunk's start), whole, against the index, and each
+// file the read holds whole (the got bytes from the start: file gives
+// its bytes) against its checksum. It returns the intact files and the
+// damage: the header's first, then each file not intact or not read
+// (past got: the read ended early, for the reason short gives).
+func (s *Shard) check(c int, es []Entry, head []byte, got int64, short error, file func(i int) []byte) ([][]byte, []Damage) {
+	cause := ""
 	if short != nil {
 		cause = short.Error()
 	}
 	var damage []Damage
-	if len(data) >= int(HeaderSize(len(es))) {
-		if reason := s.checkHeader(c, es, data); reason != "" {
+	if int64(len(head)) >= HeaderSize(len(es)) {
+		if reason := s.checkHeader(c, es, head); reason != "" {
 			damage = append(damage, Damage{Rank: s.idx.rank, Chunk: c, Slot: -1, ID: -1, File: s.path(c), Hi: HeaderSize(len(es)), Reason: reason})
 		}
 	}
+	files := make([][]byte, len(es))
 	for i, e := range es {
 		lo, hi := e.Offset, e.Offset+int64(e.Size)
 		reason := cause
-		if hi <= int64(len(data)) {
-			if got := Checksum(data[lo:hi]); got != e.CRC {
-				reason = fmt.Sprintf("checksum %08x, expected %08x", got, e.CRC)
+		if hi <= got {
+			data := file(i)
+			if sum := Checksum(data); sum != e.CRC {
+				reason = fmt.Sprintf("checksum %08x, expected %08x", sum, e.CRC)
 			} else {
-				ch.files[i] = data[lo:hi]
+				files[i] = data
 				continue
 			}
 		}
 		damage = append(damage, Damage{Rank: s.idx.rank, Chunk: c, Slot: i, ID: e.ID, Path: s.idx.path(int(e.ID - s.idx.first)),
 			File: s.path(c), Lo: lo, Hi: hi, Reason: reason})
 	}
+	return files, damage
+}
+
+// ReadInto reads chunk c whole and checks it, as ReadWhole does, but
+// each file into a buffer of its own that lend gives (for slot i, n
+// bytes; not for an empty file): a file can then leave memory alone,
+// whatever becomes of the others. Where the chunk file allows it (a
+// Scatterer, see FS.Open) the bytes go straight from storage into those
+// buffers, in one request; elsewhere (O_DIRECT on a local disk needs
+// aligned buffers) through a chunk buffer and a copy. The returned
+// chunk has no buffer: every buffer lent stays the caller's to give
+// back, a damaged file's too (File returns nil for it).
+func (s *Shard) ReadInto(c int, lend func(i, n int) []byte) (*Chunk, []Damage, error) {
+	if s.copies.Load() {
+		return s.readCopied(c, lend)
+	}
+	es, err := s.entries(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := s.fsys.Open(s.path(c), true)
+	if err != nil { // ReadWhole says what that costs
+		return s.readCopied(c, lend)
+	}
+	defer f.Close()
+	sc, ok := f.(Scatterer)
+	if !ok || !sc.Scatters() {
+		s.copies.Store(true) // every chunk file of a shard is on one file system
+		return s.readCopied(c, lend)
+	}
+	head := make([]byte, es[0].Offset)
+	iov, gap, at := [][]byte{head}, []byte(nil), es[0].Offset
+	bufs := make([][]byte, len(es))
+	for i, e := range es {
+		if e.Offset > at { // bytes between files (none from pack): read through
+			if int64(len(gap)) < e.Offset-at {
+				gap = make([]byte, e.Offset-at)
+			}
+			iov = append(iov, gap[:e.Offset-at])
+		}
+		bufs[i] = []byte{}
+		if e.Size > 0 {
+			bufs[i] = lend(i, int(e.Size))[:e.Size:e.Size]
+			iov = append(iov, bufs[i])
+		}
+		at = e.Offset + int64(e.Size)
+	}
+	n, err := sc.ReadAtv(iov, 0)
+	var short error
+	if int64(n) < at {
+		short = error(&endsEarly{int64(n), at})
+		if err != nil && !errors.Is(err, io.EOF) {
+			short = s.storageError(c, "read", err)
+		}
+	}
+	if Unreachable(short) {
+		return nil, nil, short
+	}
+	ch := &Chunk{Rank: s.idx.rank, Index: c, BytesRead: int64(n)}
+	var damage []Damage
+	ch.files, damage = s.check(c, es, head[:min(int64(n), int64(len(head)))], int64(n), short, func(i int) []byte { return bufs[i] })
 	return ch, damage, nil
+}
+
+// readCopied is ReadInto through a chunk buffer: ReadWhole, then a copy
+// of each intact file.
+func (s *Shard) readCopied(c int, lend func(i, n int) []byte) (*Chunk, []Damage, error) {
+	ch, damage, err := s.ReadWhole(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ch.Release()
+	out := &Chunk{Rank: s.idx.rank, Index: c, BytesRead: ch.BytesRead, files: make([][]byte, len(ch.files))}
+	for i, data := range ch.files {
+		switch {
+		case data == nil:
+		case len(data) == 0:
+			out.files[i] = []byte{}
+		default:
+			out.files[i] = lend(i, len(data))[:len(data):len(data)]
+			copy(out.files[i], data)
+		}
+	}
+	return out, damage, nil
 }
 
 // checkHeader returns what is wrong with the chunk's header and table

@@ -221,15 +221,19 @@ func joinErrs(errs []error) error {
 // lenient whole read names exactly the files lost, with their place in
 // the chunk file, and hands over every other one intact. A deleted chunk
 // file is no damage but unreachable storage, for both reads.
+// ReadWhole keeps what is intact, and so does ReadInto, each file in the
+// buffer it lent for it: straight from the file where the file system
+// scatters (OSNoDirect: through the page cache), else copied from a
+// chunk buffer (OS: O_DIRECT on a local disk).
 func TestReadWholeKeepsWhatIsIntact(t *testing.T) {
 	out, _ := packed(t, 100)
-	s, err := chunk.OpenShard(chunk.OS, out, 0)
+	name := func(c int) string { return filepath.Join(out, "rank-00000", fmt.Sprintf("chunk-%08d.brc", c)) }
+	idx, err := chunk.OpenShard(chunk.OS, out, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	name := func(c int) string { return filepath.Join(out, "rank-00000", fmt.Sprintf("chunk-%08d.brc", c)) }
-	entry := func(c, slot int) chunk.Entry { return s.Index().Entry(c*8 + slot) }
+	defer idx.Close()
+	entry := func(c, slot int) chunk.Entry { return idx.Index().Entry(c*8 + slot) }
 	e := entry(1, 5)
 	testkit.Flip(t, name(1), e.Offset+int64(e.Size)/2)
 	testkit.Flip(t, name(2), 13) // the header's rank field
@@ -240,57 +244,101 @@ func TestReadWholeKeepsWhatIsIntact(t *testing.T) {
 	if err := os.Remove(name(4)); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		c     int
-		slots []int
-		why   string
-	}{
-		{1, []int{5}, "checksum"},
-		{2, []int{-1}, "rank"},
-		{3, []int{6, 7}, "ends at"},
-		{5, nil, ""},
-	} {
-		ch, damage, err := s.ReadWhole(tc.c)
+	for _, fsys := range []struct {
+		name     string
+		fs       chunk.FS
+		scatters bool
+	}{{"OS", chunk.OS, false}, {"OSNoDirect", chunk.OSNoDirect, true}} {
+		f, err := fsys.fs.Open(name(5), true)
 		if err != nil {
-			t.Fatalf("chunk %d: %v", tc.c, err)
+			t.Fatal(err)
 		}
-		var got []int
-		for _, d := range damage {
-			got = append(got, d.Slot)
-			want := []string{"shard 0 chunk", name(tc.c), tc.why}
-			if d.Slot >= 0 {
-				x := entry(tc.c, d.Slot)
-				want = append(want, x.Path, fmt.Sprintf("bytes %d–%d", x.Offset, x.Offset+int64(x.Size)))
-				if d.ID != x.ID || d.Lo != x.Offset || d.Hi != x.Offset+int64(x.Size) {
-					t.Errorf("chunk %d: %+v for %+v", tc.c, d, x)
+		if sc, ok := f.(chunk.Scatterer); !ok || sc.Scatters() != fsys.scatters {
+			t.Errorf("%s: a chunk file scatters: %v, want %v", fsys.name, ok && sc.Scatters(), fsys.scatters)
+		}
+		f.Close()
+		s, err := chunk.OpenShard(fsys.fs, out, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		whole := func(c int) (*chunk.Chunk, []chunk.Damage, [][]byte, error) {
+			ch, damage, err := s.ReadWhole(c)
+			return ch, damage, nil, err
+		}
+		into := func(c int) (*chunk.Chunk, []chunk.Damage, [][]byte, error) {
+			lent := make([][]byte, 8)
+			ch, damage, err := s.ReadInto(c, func(i, n int) []byte {
+				if lent[i] != nil || n != int(entry(c, i).Size) {
+					t.Errorf("%s chunk %d: lent slot %d %d bytes (again: %v), its file has %d", fsys.name, c, i, n, lent[i] != nil, entry(c, i).Size)
+				}
+				lent[i] = make([]byte, n+3)
+				return lent[i]
+			})
+			return ch, damage, lent, err
+		}
+		for _, read := range []struct {
+			name string
+			read func(c int) (*chunk.Chunk, []chunk.Damage, [][]byte, error)
+		}{{"ReadWhole", whole}, {"ReadInto", into}} {
+			what := fsys.name + " " + read.name
+			for _, tc := range []struct {
+				c     int
+				slots []int
+				why   string
+			}{
+				{1, []int{5}, "checksum"},
+				{2, []int{-1}, "rank"},
+				{3, []int{6, 7}, "ends at"},
+				{5, nil, ""},
+			} {
+				ch, damage, lent, err := read.read(tc.c)
+				if err != nil {
+					t.Fatalf("%s chunk %d: %v", what, tc.c, err)
+				}
+				var got []int
+				for _, d := range damage {
+					got = append(got, d.Slot)
+					want := []string{"shard 0 chunk", name(tc.c), tc.why}
+					if d.Slot >= 0 {
+						x := entry(tc.c, d.Slot)
+						want = append(want, x.Path, fmt.Sprintf("bytes %d–%d", x.Offset, x.Offset+int64(x.Size)))
+						if d.ID != x.ID || d.Lo != x.Offset || d.Hi != x.Offset+int64(x.Size) {
+							t.Errorf("%s chunk %d: %+v for %+v", what, tc.c, d, x)
+						}
+					}
+					mustContain(t, fmt.Sprintf("%s chunk %d", what, tc.c), &d, want...)
+				}
+				if fmt.Sprint(got) != fmt.Sprint(tc.slots) {
+					t.Errorf("%s chunk %d: damaged slots %v, want %v", what, tc.c, got, tc.slots)
+				}
+				if ch.BytesRead == 0 {
+					t.Errorf("%s chunk %d: read no bytes", what, tc.c)
+				}
+				for i := range ch.Slots() {
+					lost := slices.Contains(tc.slots, i)
+					f := ch.File(i)
+					if lost != (f == nil) || !lost && chunk.Checksum(f) != entry(tc.c, i).CRC {
+						t.Errorf("%s chunk %d slot %d: lost %v, got %d bytes", what, tc.c, i, lost, len(f))
+					}
+					if lent != nil && len(f) > 0 && &f[0] != &lent[i][0] {
+						t.Errorf("%s chunk %d slot %d: the file is not in the buffer lent for it", what, tc.c, i)
+					}
+				}
+				ch.Release()
+				if _, err := s.ReadChunk(tc.c); (err != nil) != (len(tc.slots) > 0) || err != nil && !chunk.ErrCorrupt(err) {
+					t.Errorf("%s chunk %d: strict read: %v", what, tc.c, err)
 				}
 			}
-			mustContain(t, fmt.Sprintf("chunk %d", tc.c), &d, want...)
-		}
-		if fmt.Sprint(got) != fmt.Sprint(tc.slots) {
-			t.Errorf("chunk %d: damaged slots %v, want %v", tc.c, got, tc.slots)
-		}
-		for i := range ch.Slots() {
-			lost := slices.Contains(tc.slots, i)
-			if f := ch.File(i); lost != (f == nil) || !lost && chunk.Checksum(f) != entry(tc.c, i).CRC {
-				t.Errorf("chunk %d slot %d: lost %v, got %d bytes", tc.c, i, lost, len(f))
+			// A missing chunk file is not damage: storage could not be reached.
+			_, _, _, err := read.read(4)
+			mustContain(t, what+" chunk 4", err, "shard 0 chunk 4", "storage unreachable: open "+name(4), "no such file or directory (ENOENT)")
+			if !chunk.Unreachable(err) || chunk.ErrCorrupt(err) {
+				t.Errorf("%s chunk 4: %v: unreachable %v, corrupt %v", what, err, chunk.Unreachable(err), chunk.ErrCorrupt(err))
 			}
 		}
-		ch.Release()
-		if _, err := s.ReadChunk(tc.c); (err != nil) != (len(tc.slots) > 0) || err != nil && !chunk.ErrCorrupt(err) {
-			t.Errorf("chunk %d: strict read: %v", tc.c, err)
-		}
-	}
-	// A missing chunk file is not damage: storage could not be reached.
-	for _, read := range []func() error{
-		func() error { _, _, err := s.ReadWhole(4); return err },
-		func() error { _, err := s.ReadChunk(4); return err },
-	} {
-		err := read()
-		mustContain(t, "chunk 4", err, "shard 0 chunk 4", "storage unreachable: open "+name(4), "no such file or directory (ENOENT)")
-		if !chunk.Unreachable(err) || chunk.ErrCorrupt(err) {
-			t.Errorf("chunk 4: %v: unreachable %v, corrupt %v", err, chunk.Unreachable(err), chunk.ErrCorrupt(err))
-		}
+		_, err = s.ReadChunk(4)
+		mustContain(t, "ReadChunk 4", err, "shard 0 chunk 4", "storage unreachable: open "+name(4), "no such file or directory (ENOENT)")
 	}
 }
 

@@ -70,42 +70,30 @@ func (l *loop) load(f proto.FileID, files map[proto.FileID]*file) {
 	files[f] = kf
 }
 
-// keepOrCopy lets go of the chunk just read. The files of a chunk kept
-// into the next epoch, or read from memory, are in copies of their own
-// already (ioPool.keep): the read lets go of those and of its buffer.
-// Otherwise the files kept from it are copied out, so that its buffer can
-// go at once, unless they fill at least 7/8 of it: memory then stays
-// within 8/7 of what proto accounts for. (At half, the rule before, a
-// quarter of the data in memory cost up to twice the budget.) With
-// Site.Memory (shared with the clients) they are always copied, each
-// into its own buffer from it, so that they still reach the clients in
-// place and each file's memory goes back as soon as the file goes: files
-// of one chunk read leave one by one over the epoch, and a buffer shared
-// by them all cost what its last one held up (three times the budget,
-// measured).
+// keepOrCopy lets go of the chunk just read. The files of a chunk read
+// with Site.Memory (shared with the clients), kept into the next epoch,
+// or read from memory, are in buffers of their own already (readOnce,
+// ioPool.keep): the read lets go of its holds on them. Each file's memory
+// then goes back as soon as the file goes: files of one chunk read leave
+// one by one over the epoch, and a buffer shared by them all cost what
+// its last one held up (three times the budget, measured). Otherwise the
+// files kept from it are copied out, so that its buffer can go at once,
+// unless they fill at least 7/8 of it: memory then stays within 8/7 of
+// what proto accounts for. (At half, the rule before, a quarter of the
+// data in memory cost up to twice the budget.)
 func (l *loop) keepOrCopy() {
 	res := l.just
 	if res == nil {
 		return
 	}
-	if res.kc != nil {
-		res.kc.release() // the read's: its files hold theirs
-		res.kc = nil
-		if res.buf != nil {
-			res.buf.release()
-			res.buf = nil
-		}
-		return
-	}
-	if res.buf == nil {
+	if res.kc != nil || res.buf == nil {
+		res.letGo() // the read's holds: its files hold theirs
 		return
 	}
 	defer func() { res.buf = nil }()
-	mem := l.n.site.Memory
-	full := res.keptBytes*8 >= res.ch.BytesRead*7
-	if !full || mem != nil {
+	if res.keptBytes*8 < res.ch.BytesRead*7 {
 		for _, f := range res.kept {
-			f.data, f.buf = copyOut(f.data, mem)
+			f.data, f.buf = copyOut(f.data, nil)
 			res.buf.release()
 		}
 	}
@@ -119,13 +107,20 @@ func copyOut(data []byte, mem chunk.Memory) ([]byte, *chunkBuf) {
 	if len(data) == 0 {
 		return []byte{}, nil
 	}
+	b, buf := lend(int64(len(data)), mem)
+	n := copy(b, data)
+	return b[:n:n], buf
+}
+
+// lend lends n bytes from mem, with the buffer that gives them back (one
+// hold), or Go memory (no buffer) without mem or should mem fail.
+func lend(n int64, mem chunk.Memory) ([]byte, *chunkBuf) {
 	if mem != nil {
-		if b, err := mem.Alloc(int64(len(data))); err == nil {
-			n := copy(b, data)
-			return b[:n:n], newBuf(func() { mem.Free(b) })
+		if b, err := mem.Alloc(n); err == nil {
+			return b, newBuf(func() { mem.Free(b) })
 		}
 	}
-	return append([]byte(nil), data...), nil
+	return make([]byte, n), nil
 }
 
 // send starts sending m's frame, then the bytes of each file it moves

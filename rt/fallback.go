@@ -41,26 +41,26 @@ func (n *Node) newFallback(mem chunk.Memory) *fallback {
 // that found damage (twice). It returns the source's read when that is
 // intact, noting the copy's damage (readResult.staged); else res, noting
 // why the source could not stand in (readResult.source).
-func (f *fallback) standIn(res readResult, r proto.Read, c int, w *storageWatch) readResult {
+func (f *fallback) standIn(res readResult, r proto.Read, c int, w *storageWatch, mem chunk.Memory) readResult {
 	var got readResult
 	err := f.await(w, func() error {
 		home, err := f.open()
 		if err == nil {
-			got = readTwice(home, r, c, func(try func() error) error { return try() })
+			got = readTwice(home, r, c, func(try func() error) error { return try() }, mem)
 			err = got.err
 		}
 		return err
 	})
 	switch {
 	case err == nil && len(got.damage) == 0:
-		res.buf.release()
+		res.letGo()
 		got.staged = &res.damage[0]
 		got.stagedFrom = f.chunkFile(got.staged.Rank, got.staged.Chunk)
 		return got
 	case err != nil:
 		res.source = fmt.Errorf("its staged copy is damaged and the source cannot be read either: %w", err)
 	default:
-		got.buf.release()
+		got.letGo()
 		res.source = fmt.Errorf("its staged copy is damaged and so is the source: %v", &got.damage[0])
 	}
 	return res

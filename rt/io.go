@@ -89,7 +89,7 @@ func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storag
 		go func() {
 			defer p.wg.Done()
 			for r := range p.queue {
-				res := readChunk(shard, src, r, r.PC-firstPC, w)
+				res := readChunk(shard, src, r, r.PC-firstPC, w, mem)
 				if res.foundDamage() {
 					res.replaced = replaced()
 				}
@@ -111,27 +111,28 @@ func (r *readResult) foundDamage() bool {
 // repeat: what the second read finds stands, unless src, the source of
 // a staged copy, has the chunk intact (fallback). A chunk file that
 // cannot be opened or read is tried again while storage may come back
-// (see storageWatch).
-func readChunk(shard *chunk.Home, src *fallback, r proto.Read, c int, w *storageWatch) readResult {
-	res := readTwice(shard, r, c, w.retry)
+// (see storageWatch). With mem, each file is read into a buffer of its
+// own from it (readOnce).
+func readChunk(shard *chunk.Home, src *fallback, r proto.Read, c int, w *storageWatch, mem chunk.Memory) readResult {
+	res := readTwice(shard, r, c, w.retry, mem)
 	if len(res.damage) == 0 || res.err != nil || src == nil {
 		return res
 	}
-	return src.standIn(res, r, c, w)
+	return src.standIn(res, r, c, w, mem)
 }
 
 // readTwice reads chunk c of shard whole through retry, and once more if
 // the read finds damage.
-func readTwice(shard *chunk.Home, r proto.Read, c int, retry func(func() error) error) readResult {
+func readTwice(shard *chunk.Home, r proto.Read, c int, retry func(func() error) error, mem chunk.Memory) readResult {
 	var res readResult
 	read := func() {
-		res.err = retry(func() error { res = readOnce(shard, r, c); return res.err })
+		res.err = retry(func() error { res = readOnce(shard, r, c, mem); return res.err })
 	}
 	if read(); len(res.damage) == 0 || res.err != nil {
 		return res
 	}
 	first := res.damage[0]
-	res.buf.release()
+	res.letGo()
 	read()
 	res.retried = true
 	if len(res.damage) == 0 && res.err == nil {
@@ -140,8 +141,28 @@ func readTwice(shard *chunk.Home, r proto.Read, c int, retry func(func() error) 
 	return res
 }
 
-func readOnce(shard *chunk.Home, r proto.Read, c int) readResult {
-	ch, damage, err := shard.ReadWhole(c)
+// readOnce reads chunk c once: with mem, each file into a buffer of its
+// own from it (chunk.Home.ReadInto: straight from storage where the file
+// system allows), which the files take from the read without a copy
+// (res.kc, one hold each: the read's); else whole, into one buffer
+// (res.buf).
+func readOnce(shard *chunk.Home, r proto.Read, c int, mem chunk.Memory) readResult {
+	var (
+		ch     *chunk.Chunk
+		damage []chunk.Damage
+		err    error
+		bufs   []*chunkBuf
+	)
+	if mem != nil {
+		ch, damage, err = shard.ReadInto(c, func(i, n int) []byte {
+			bufs = append(bufs, make([]*chunkBuf, max(0, i+1-len(bufs)))...)
+			b, buf := lend(int64(n), mem)
+			bufs[i] = buf
+			return b
+		})
+	} else {
+		ch, damage, err = shard.ReadWhole(c)
+	}
 	res := readResult{read: r, ch: ch, err: err}
 	for i := range damage {
 		if damage[i].Slot < 0 {
@@ -150,10 +171,34 @@ func readOnce(shard *chunk.Home, r proto.Read, c int) readResult {
 			res.damage = append(res.damage, damage[i])
 		}
 	}
-	if ch != nil {
+	switch {
+	case mem != nil:
+		for i, b := range bufs { // a damaged file's, or the chunk's when it could not be read
+			if b != nil && (ch == nil || ch.File(i) == nil) {
+				b.release()
+				bufs[i] = nil
+			}
+		}
+		if ch != nil { // a slot per file: the last ones may have had no buffer (empty, damaged)
+			res.kc = &keptChunk{ch: ch, bufs: append(bufs, make([]*chunkBuf, ch.Slots()-len(bufs))...)}
+		}
+	case ch != nil:
 		res.buf = newChunkBuf(ch)
 	}
 	return res
+}
+
+// letGo lets go of the read's buffers: its chunk's, or its hold on its
+// files' own.
+func (r *readResult) letGo() {
+	if r.buf != nil {
+		r.buf.release()
+		r.buf = nil
+	}
+	if r.kc != nil {
+		r.kc.release()
+		r.kc = nil
+	}
 }
 
 // add queues a read, or answers it from a resident chunk, or has it wait
@@ -241,8 +286,10 @@ func (p *ioPool) keep(res *readResult) {
 	}
 	pc := res.read.PC
 	if res.read.Keep && res.ch != nil && res.err == nil && p.resident[pc] == nil {
-		res.kc = newKeptChunk(res.ch, p.mem)
-		res.kc.hold() // the read's
+		if res.kc == nil {
+			res.kc = newKeptChunk(res.ch, p.mem) // one hold: the pool's
+		}
+		res.kc.hold() // the read's (read into its files' own buffers: the pool's)
 		p.resident[pc] = res.kc
 	}
 	waits := p.waits[pc]
@@ -260,9 +307,7 @@ func (p *ioPool) close() {
 	close(p.queue)
 	go func() {
 		for res := range p.done {
-			if res.buf != nil {
-				res.buf.release()
-			}
+			res.letGo()
 		}
 	}()
 	p.wg.Wait()
@@ -273,14 +318,14 @@ func (p *ioPool) close() {
 	clear(p.resident)
 }
 
-// keptChunk is a chunk kept in memory from one epoch into the next, each
-// of its files copied out of the read into a buffer of its own
-// (copyOut): a file's memory goes back as soon as the last epoch that
-// keeps it lets it go, and later reads of the chunk hand out the same
-// buffers, without a copy.
+// keptChunk is a chunk whose files are each in a buffer of their own:
+// read into them (readOnce), or copied out of the read (copyOut) to keep
+// the chunk from one epoch into the next. A file's memory goes back as
+// soon as the last hold on it goes, and later reads of a kept chunk hand
+// out the same buffers, without a copy.
 type keptChunk struct {
-	ch   *chunk.Chunk // chunk.Held over the copies: nil for a damaged file
-	bufs []*chunkBuf  // per slot, its copy's buffer (nil: Go memory, or none)
+	ch   *chunk.Chunk // its files in their buffers: nil for a damaged file
+	bufs []*chunkBuf  // per slot, its file's buffer (nil: Go memory, or none)
 }
 
 // newKeptChunk copies the files of ch into buffers of their own from mem,

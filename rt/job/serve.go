@@ -105,9 +105,10 @@ func (s *serving) memory() (func(), error) {
 
 // makeArena makes the memory the rank shares with its training
 // processes. The files the rank keeps live in it, each in a buffer of
-// its own, with in-process readers too: a chunk's buffer then goes back
-// as soon as its files are copied out, and the rank's memory stays
-// within its footprint (rt.Footprint). It is as large as the node's
+// its own, with in-process readers too: chunk reads put each file there
+// (straight from storage where the file system allows), each file's
+// memory goes back as soon as the file goes, and the rank's memory
+// stays within its footprint (rt.Footprint). It is as large as the node's
 // memory: it costs only the pages used.
 func (s *serving) makeArena() (func(), error) {
 	arena, err := shm.NewArena(uint64(s.site.NodeMemBytes))
