@@ -25,9 +25,9 @@ type Shard struct {
 	// Gap is the largest hole between two wanted slots that a selective
 	// read reads through rather than issuing a second request.
 	Gap int64
-	// copies is set once a chunk file was found not to scatter: ReadInto
-	// then copies (readCopied) without trying again.
-	copies atomic.Bool
+	// whole is set once a chunk file was found not to scatter: ReadInto
+	// then reads whole (ReadWhole) without trying again.
+	whole atomic.Bool
 }
 
 // OpenShard opens rank's shard of the dataset in dir.
@@ -73,7 +73,12 @@ type Chunk struct {
 	files       [][]byte
 	buf         []byte
 	mem         Memory
+	scattered   bool
 }
+
+// Scattered reports whether the chunk's files are in buffers the caller
+// lent (Shard.ReadInto), not in a buffer of the chunk's.
+func (c *Chunk) Scattered() bool { return c.scattered }
 
 // File returns the bytes of slot i, or nil when the slot was not read. They
 // stay valid until Release.
@@ -228,31 +233,35 @@ func (s *Shard) check(c int, es []Entry, head []byte, got int64, short error, fi
 }
 
 // ReadInto reads chunk c whole and checks it, as ReadWhole does, but
-// each file into a buffer of its own that lend gives (for slot i, n
-// bytes; not for an empty file): a file can then leave memory alone,
-// whatever becomes of the others. Where the chunk file allows it (a
-// Scatterer, see FS.Open) the bytes go straight from storage into those
-// buffers, in one request; elsewhere (O_DIRECT on a local disk needs
-// aligned buffers) through a chunk buffer and a copy. The returned
-// chunk has no buffer: every buffer lent stays the caller's to give
-// back, a damaged file's too (File returns nil for it).
+// where the chunk file allows it (a Scatterer, see FS.Open) each file
+// goes straight from storage into a buffer of its own that lend gives
+// (for slot i, n bytes; not for an empty file), in one request: a file
+// can then leave memory alone, whatever becomes of the others, without
+// a copy. The chunk is then Scattered: it has no buffer, and every
+// buffer lent stays the caller's to give back, a damaged file's too
+// (File returns nil for it). Elsewhere (O_DIRECT on a local disk needs
+// aligned buffers) it is ReadWhole's chunk, in a chunk buffer, and lend
+// is not called.
 func (s *Shard) ReadInto(c int, lend func(i, n int) []byte) (*Chunk, []Damage, error) {
-	if s.copies.Load() {
-		return s.readCopied(c, lend)
+	if s.whole.Load() {
+		return s.ReadWhole(c)
 	}
 	es, err := s.entries(c)
 	if err != nil {
 		return nil, nil, err
 	}
 	f, err := s.fsys.Open(s.path(c), true)
-	if err != nil { // ReadWhole says what that costs
-		return s.readCopied(c, lend)
+	if err != nil {
+		return nil, nil, s.storageError(c, "open", err) // as ReadWhole says it
 	}
 	defer f.Close()
 	sc, ok := f.(Scatterer)
 	if !ok || !sc.Scatters() {
-		s.copies.Store(true) // every chunk file of a shard is on one file system
-		return s.readCopied(c, lend)
+		s.whole.Store(true) // every chunk file of a shard is on one file system
+		return s.ReadWhole(c)
+	}
+	if !inOrder(es) { // an index that ReadWhole's checks catch
+		return s.ReadWhole(c)
 	}
 	head := make([]byte, es[0].Offset)
 	iov, gap, at := [][]byte{head}, []byte(nil), es[0].Offset
@@ -282,32 +291,23 @@ func (s *Shard) ReadInto(c int, lend func(i, n int) []byte) (*Chunk, []Damage, e
 	if Unreachable(short) {
 		return nil, nil, short
 	}
-	ch := &Chunk{Rank: s.idx.rank, Index: c, BytesRead: int64(n)}
+	ch := &Chunk{Rank: s.idx.rank, Index: c, BytesRead: int64(n), scattered: true}
 	var damage []Damage
 	ch.files, damage = s.check(c, es, head[:min(int64(n), int64(len(head)))], int64(n), short, func(i int) []byte { return bufs[i] })
 	return ch, damage, nil
 }
 
-// readCopied is ReadInto through a chunk buffer: ReadWhole, then a copy
-// of each intact file.
-func (s *Shard) readCopied(c int, lend func(i, n int) []byte) (*Chunk, []Damage, error) {
-	ch, damage, err := s.ReadWhole(c)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer ch.Release()
-	out := &Chunk{Rank: s.idx.rank, Index: c, BytesRead: ch.BytesRead, files: make([][]byte, len(ch.files))}
-	for i, data := range ch.files {
-		switch {
-		case data == nil:
-		case len(data) == 0:
-			out.files[i] = []byte{}
-		default:
-			out.files[i] = lend(i, len(data))[:len(data):len(data)]
-			copy(out.files[i], data)
+// inOrder reports whether the files of a chunk follow its header and one
+// another, as pack writes them.
+func inOrder(es []Entry) bool {
+	at := HeaderSize(len(es))
+	for _, e := range es {
+		if e.Offset < at {
+			return false
 		}
+		at = e.Offset + int64(e.Size)
 	}
-	return out, damage, nil
+	return true
 }
 
 // checkHeader returns what is wrong with the chunk's header and table

@@ -221,10 +221,10 @@ func joinErrs(errs []error) error {
 // lenient whole read names exactly the files lost, with their place in
 // the chunk file, and hands over every other one intact. A deleted chunk
 // file is no damage but unreachable storage, for both reads.
-// ReadWhole keeps what is intact, and so does ReadInto, each file in the
-// buffer it lent for it: straight from the file where the file system
-// scatters (OSNoDirect: through the page cache), else copied from a
-// chunk buffer (OS: O_DIRECT on a local disk).
+// ReadWhole keeps what is intact, and so does ReadInto: each file in the
+// buffer lent for it where the file system scatters (OSNoDirect:
+// through the page cache), else in a chunk buffer, as ReadWhole (OS:
+// O_DIRECT on a local disk).
 func TestReadWholeKeepsWhatIsIntact(t *testing.T) {
 	out, _ := packed(t, 100)
 	name := func(c int) string { return filepath.Join(out, "rank-00000", fmt.Sprintf("chunk-%08d.brc", c)) }
@@ -315,13 +315,19 @@ func TestReadWholeKeepsWhatIsIntact(t *testing.T) {
 				if ch.BytesRead == 0 {
 					t.Errorf("%s chunk %d: read no bytes", what, tc.c)
 				}
+				if lent != nil && ch.Scattered() != fsys.scatters {
+					t.Errorf("%s chunk %d: scattered %v, want %v", what, tc.c, ch.Scattered(), fsys.scatters)
+				}
+				if lent != nil && !fsys.scatters && slices.ContainsFunc(lent, func(b []byte) bool { return b != nil }) {
+					t.Errorf("%s chunk %d: lent buffers for a chunk read whole", what, tc.c)
+				}
 				for i := range ch.Slots() {
 					lost := slices.Contains(tc.slots, i)
 					f := ch.File(i)
 					if lost != (f == nil) || !lost && chunk.Checksum(f) != entry(tc.c, i).CRC {
 						t.Errorf("%s chunk %d slot %d: lost %v, got %d bytes", what, tc.c, i, lost, len(f))
 					}
-					if lent != nil && len(f) > 0 && &f[0] != &lent[i][0] {
+					if lent != nil && fsys.scatters && len(f) > 0 && &f[0] != &lent[i][0] {
 						t.Errorf("%s chunk %d slot %d: the file is not in the buffer lent for it", what, tc.c, i)
 					}
 				}

@@ -71,16 +71,18 @@ func (l *loop) load(f proto.FileID, files map[proto.FileID]*file) {
 }
 
 // keepOrCopy lets go of the chunk just read. The files of a chunk read
-// with Site.Memory (shared with the clients), kept into the next epoch,
-// or read from memory, are in buffers of their own already (readOnce,
-// ioPool.keep): the read lets go of its holds on them. Each file's memory
-// then goes back as soon as the file goes: files of one chunk read leave
-// one by one over the epoch, and a buffer shared by them all cost what
-// its last one held up (three times the budget, measured). Otherwise the
-// files kept from it are copied out, so that its buffer can go at once,
-// unless they fill at least 7/8 of it: memory then stays within 8/7 of
-// what proto accounts for. (At half, the rule before, a quarter of the
-// data in memory cost up to twice the budget.)
+// straight into Site.Memory (shared with the clients), kept into the
+// next epoch, or read from memory, are in buffers of their own already
+// (readOnce, ioPool.keep): the read lets go of its holds on them.
+// Otherwise the files kept from it are copied out, so that its buffer
+// can go at once, unless they fill at least 7/8 of it: memory then stays
+// within 8/7 of what proto accounts for. (At half, the rule before, a
+// quarter of the data in memory cost up to twice the budget.) With
+// Site.Memory they are always copied, each into its own buffer from it,
+// so that they still reach the clients in place. Either way each file's
+// memory goes back as soon as the file goes: files of one chunk read
+// leave one by one over the epoch, and a buffer shared by them all cost
+// what its last one held up (three times the budget, measured).
 func (l *loop) keepOrCopy() {
 	res := l.just
 	if res == nil {
@@ -91,9 +93,10 @@ func (l *loop) keepOrCopy() {
 		return
 	}
 	defer func() { res.buf = nil }()
-	if res.keptBytes*8 < res.ch.BytesRead*7 {
+	mem := l.n.site.Memory
+	if mem != nil || res.keptBytes*8 < res.ch.BytesRead*7 {
 		for _, f := range res.kept {
-			f.data, f.buf = copyOut(f.data, nil)
+			f.data, f.buf = copyOut(f.data, mem)
 			res.buf.release()
 		}
 	}

@@ -30,45 +30,63 @@ func TestServeRereadsDamage(t *testing.T) {
 	for e.Size == 0 {
 		t.Fatal("the damaged file is empty")
 	}
-	for _, policy := range []Policy{PolicyWindow, PolicyPaper} {
-		for _, mem := range []float64{0.25, 1} {
-			for _, tc := range []struct {
-				times    int
-				onDamage string
-			}{{1, "fail"}, {0, "fail"}, {0, "skip"}} {
-				t.Run(fmt.Sprintf("%s/%g/%d/%s", policy, mem, tc.times, tc.onDamage), func(t *testing.T) {
-					log := new(testkit.Log)
-					cfg := defaultJob()
-					cfg.Chunks, cfg.Mem.Shard, cfg.Policy, cfg.Epochs, cfg.Consume, cfg.Log, cfg.OnDamage = dir, mem, policy, 2, 2, log, tc.onDamage
-					cfg.FS = chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpRead, Path: "rank-00001/chunk-00000003.brc",
-						Flip: e.Offset + int64(e.Size)/2, Times: tc.times})
-					stats, err := serveLocalErr(t, 2, cfg)
-					named := fmt.Sprintf("slot 2 (%s), bytes %d–%d: checksum", e.Path, e.Offset, e.Offset+int64(e.Size))
-					switch {
-					case tc.times == 1:
-						if err != nil || !strings.Contains(log.String(), "read again, the chunk was intact") {
-							t.Fatalf("%v\n%s", err, log)
-						}
-						for _, s := range stats {
-							if !s.OK() || s.FilesSkipped != 0 || s.FilesDelivered != 400 {
-								t.Errorf("epoch %d: %+v", s.Epoch, s)
-							}
-						}
-					case tc.onDamage == "fail":
-						if err == nil || !strings.Contains(err.Error(), named) || !strings.Contains(err.Error(), "read twice") {
-							t.Fatalf("error %v", err)
-						}
-					default:
-						if err != nil || strings.Count(log.String(), named) != 1 {
-							t.Fatalf("%v\n%s", err, log)
-						}
-						for _, s := range stats {
-							if !s.OK() || s.FilesSkipped != 1 || s.FilesDelivered != 399 || s.SkippedCRCSum != int64(e.CRC) {
-								t.Errorf("epoch %d: %+v", s.Epoch, s)
-							}
-						}
-					}
-				})
+	// Read whole (O_DIRECT on the test's disk), or with memory lent and
+	// each file read straight into its own buffer (OSNoDirect scatters).
+	for _, lent := range []bool{false, true} {
+		for _, policy := range []Policy{PolicyWindow, PolicyPaper} {
+			for _, mem := range []float64{0.25, 1} {
+				for _, tc := range []struct {
+					times    int
+					onDamage string
+				}{{1, "fail"}, {0, "fail"}, {0, "skip"}} {
+					t.Run(fmt.Sprintf("lent=%v/%s/%g/%d/%s", lent, policy, mem, tc.times, tc.onDamage), func(t *testing.T) {
+						serveDamaged(t, dir, e, lent, policy, mem, tc.times, tc.onDamage)
+					})
+				}
+			}
+		}
+	}
+}
+
+// serveDamaged serves dir on 2 ranks for 2 epochs, with the read of
+// file e (rank 1, chunk 3, slot 2) flipping a byte times times (0:
+// always), and checks what TestServeRereadsDamage says.
+func serveDamaged(t *testing.T, dir string, e chunk.Entry, lent bool, policy Policy, mem float64, times int, onDamage string) {
+	log := new(testkit.Log)
+	cfg := defaultJob()
+	cfg.Chunks, cfg.Mem.Shard, cfg.Policy, cfg.Epochs, cfg.Consume, cfg.Log, cfg.OnDamage = dir, mem, policy, 2, 2, log, onDamage
+	base, lentMem := chunk.OS, &lentMemory{}
+	if lent {
+		base, cfg.Memory = chunk.OSNoDirect, lentMem
+	}
+	cfg.FS = chunktest.New(base, chunktest.Rule{Op: chunktest.OpRead, Path: "rank-00001/chunk-00000003.brc",
+		Flip: e.Offset + int64(e.Size)/2, Times: times})
+	stats, err := serveLocalErr(t, 2, cfg)
+	if err == nil && lentMem.out != 0 { // (a job that fails ends its process: not counted)
+		t.Errorf("%d buffers of lent memory not given back", lentMem.out)
+	}
+	named := fmt.Sprintf("slot 2 (%s), bytes %d–%d: checksum", e.Path, e.Offset, e.Offset+int64(e.Size))
+	switch {
+	case times == 1:
+		if err != nil || !strings.Contains(log.String(), "read again, the chunk was intact") {
+			t.Fatalf("%v\n%s", err, log)
+		}
+		for _, s := range stats {
+			if !s.OK() || s.FilesSkipped != 0 || s.FilesDelivered != 400 {
+				t.Errorf("epoch %d: %+v", s.Epoch, s)
+			}
+		}
+	case onDamage == "fail":
+		if err == nil || !strings.Contains(err.Error(), named) || !strings.Contains(err.Error(), "read twice") {
+			t.Fatalf("error %v", err)
+		}
+	default:
+		if err != nil || strings.Count(log.String(), named) != 1 {
+			t.Fatalf("%v\n%s", err, log)
+		}
+		for _, s := range stats {
+			if !s.OK() || s.FilesSkipped != 1 || s.FilesDelivered != 399 || s.SkippedCRCSum != int64(e.CRC) {
+				t.Errorf("epoch %d: %+v", s.Epoch, s)
 			}
 		}
 	}

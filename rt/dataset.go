@@ -89,11 +89,13 @@ func (n *Node) open() error {
 	if err := n.fitsCgroup(); err != nil {
 		return err
 	}
-	// Chunks are read into the shard's own buffers, reused read after
-	// read. The files kept from a chunk are copied out of it into the
-	// memory shared with the clients one by one, also those of a chunk
-	// that stays in memory from one epoch to the next (ioPool's
-	// resident). Chunk-sized buffers lent from the shared memory cut into
+	// Where the file system allows it (FUSE, NFS), a chunk read puts
+	// each file straight into a buffer of its own from the memory shared
+	// with the clients (readOnce). Elsewhere chunks are read into the
+	// shard's own buffers, reused read after read, and the files kept
+	// from a chunk are copied out of it into that memory one by one,
+	// also those of a chunk that stays in memory from one epoch to the
+	// next (ioPool's resident). Chunk-sized buffers lent from the shared memory cut into
 	// the places freed files leave: the arena kept growing past its slack
 	// and giving pages back to the kernel (16 % of the rank's CPU in
 	// fallocate, measured, and page faults after), and a file inside a

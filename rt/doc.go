@@ -174,15 +174,13 @@
 // # Buffers: who holds them, who gives them back
 //
 // With Site.Memory (shared with the clients), a chunk read puts each
-// file in a buffer of its own from it (readOnce, chunk.Home.ReadInto):
-// straight from storage where the file system allows (FUSE, NFS, reads
-// through the page cache), else through a chunk buffer and a copy. The
-// read is then a keptChunk (readResult.kc) whose buffers each hold one
-// hold, the read's. Without Site.Memory a read's buffer is a chunkBuf
-// around the chunk.Chunk, freed by chunk.Chunk.Release after its last
-// hold; it comes from the shard's own buffers, or from Site.Memory when
-// the budget holds the whole shard (Node.open calls
-// chunk.Home.SetMemory then). A read that keeps its chunk
+// file straight into a buffer of its own from it where the file system
+// allows (FUSE, NFS, reads through the page cache: readOnce,
+// chunk.Home.ReadInto). The read is then a keptChunk (readResult.kc)
+// whose buffers hold one hold each, the read's. Otherwise (O_DIRECT on a
+// local disk, or no Site.Memory) a read's buffer is a chunkBuf around
+// the chunk.Chunk, from the shard's own buffers, freed by
+// chunk.Chunk.Release after its last hold. A read that keeps its chunk
 // (proto.Read.Keep: the window policy's last chunks of an epoch, every
 // chunk when the budget holds the shard) has ioPool.resident hold its
 // keptChunk, copying each file into a buffer of its own first if the
@@ -192,8 +190,9 @@
 // each file kept from the chunk (proto.Ready.Loaded or Early) a hold, on
 // the chunk's buffer or on its own; loop.keepOrCopy drops the read's
 // own. Unless the files are in buffers of their own already, keepOrCopy
-// first copies them out (copyOut) when they fill less than 7/8 of the
-// bytes read.
+// first copies them out (copyOut): always with Site.Memory, each into
+// its own buffer from it, else into Go memory when they fill less than
+// 7/8 of the bytes read.
 //
 // A file (the type file) is in one place at a time: loop.files,
 // Node.next.files, a pendingSend or a Delivery. file.release drops its hold on

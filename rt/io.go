@@ -59,8 +59,8 @@ type ioPool struct {
 	wg               sync.WaitGroup
 	// resident holds the chunks read to be kept (proto.Read.Keep): the
 	// chunks an epoch reads last stay for the next, which begins with
-	// them (proto.WindowInput.Resident), their files copied out of the
-	// read into mem, each into a buffer of its own. A read of a resident
+	// them (proto.WindowInput.Resident), their files each in a buffer of
+	// its own from mem (read into it, or copied out of the read). A read of a resident
 	// chunk is answered from memory, and waits in ready; one that does
 	// not keep it takes it out.
 	resident map[int]*keptChunk
@@ -75,8 +75,9 @@ type ioPool struct {
 
 // newIOPool starts workers reading chunks of shard, and of src in place
 // of a damaged staged copy (nil: none); w says what they do while
-// storage cannot be reached. The files of chunks read to be kept are
-// copied into mem (nil: Go memory).
+// storage cannot be reached. Reads put each file into a buffer of its
+// own from mem where the file system allows (readOnce); the files of
+// chunks read to be kept are copied into mem otherwise (nil: Go memory).
 func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storageWatch, replaced func() error, mem chunk.Memory) *ioPool {
 	// done has no room: a finished read's buffer waits in its worker, so
 	// that no more than workers chunk buffers are ever held by reads; the
@@ -141,11 +142,11 @@ func readTwice(shard *chunk.Home, r proto.Read, c int, retry func(func() error) 
 	return res
 }
 
-// readOnce reads chunk c once: with mem, each file into a buffer of its
-// own from it (chunk.Home.ReadInto: straight from storage where the file
-// system allows), which the files take from the read without a copy
-// (res.kc, one hold each: the read's); else whole, into one buffer
-// (res.buf).
+// readOnce reads chunk c once: with mem, each file straight into a
+// buffer of its own from it where the file system allows
+// (chunk.Home.ReadInto), which the files take from the read without a
+// copy (res.kc, one hold each: the read's); else whole, into one buffer
+// (res.buf), from which loop.keepOrCopy copies the files kept.
 func readOnce(shard *chunk.Home, r proto.Read, c int, mem chunk.Memory) readResult {
 	var (
 		ch     *chunk.Chunk
@@ -171,18 +172,17 @@ func readOnce(shard *chunk.Home, r proto.Read, c int, mem chunk.Memory) readResu
 			res.damage = append(res.damage, damage[i])
 		}
 	}
+	for i, b := range bufs { // a damaged file's, or every file's when the chunk could not be read
+		if b != nil && (ch == nil || ch.File(i) == nil) {
+			b.release()
+			bufs[i] = nil
+		}
+	}
 	switch {
-	case mem != nil:
-		for i, b := range bufs { // a damaged file's, or the chunk's when it could not be read
-			if b != nil && (ch == nil || ch.File(i) == nil) {
-				b.release()
-				bufs[i] = nil
-			}
-		}
-		if ch != nil { // a slot per file: the last ones may have had no buffer (empty, damaged)
-			res.kc = &keptChunk{ch: ch, bufs: append(bufs, make([]*chunkBuf, ch.Slots()-len(bufs))...)}
-		}
-	case ch != nil:
+	case ch == nil:
+	case ch.Scattered(): // a slot per file: the last ones may have had no buffer (empty, damaged)
+		res.kc = &keptChunk{ch: ch, bufs: append(bufs, make([]*chunkBuf, ch.Slots()-len(bufs))...)}
+	default:
 		res.buf = newChunkBuf(ch)
 	}
 	return res

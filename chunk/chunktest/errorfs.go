@@ -153,6 +153,31 @@ func (f *file) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
+// Scatters says whether the wrapped file reads into several buffers at
+// once (chunk.Scatterer).
+func (f *file) Scatters() bool {
+	sc, ok := f.File.(chunk.Scatterer)
+	return ok && sc.Scatters()
+}
+
+// ReadAtv applies read rules as ReadAt does: an error, or the flipped
+// byte in whichever buffer holds it.
+func (f *file) ReadAtv(bufs [][]byte, off int64) (int, error) {
+	r := f.fs.match(OpRead, f.name)
+	if r != nil && r.Err != nil {
+		return 0, pathErr(OpRead, f.name, r.Err)
+	}
+	n, err := f.File.(chunk.Scatterer).ReadAtv(bufs, off)
+	at := off
+	for _, b := range bufs {
+		if r != nil && r.Flip >= at && r.Flip < at+int64(len(b)) && r.Flip < off+int64(n) {
+			b[r.Flip-at] ^= 0xff
+		}
+		at += int64(len(b))
+	}
+	return n, err
+}
+
 func (f *file) Write(p []byte) (int, error) {
 	r := f.fs.match(OpWrite, f.name)
 	if r == nil {
