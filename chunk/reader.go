@@ -250,6 +250,9 @@ func (s *Shard) ReadInto(c int, lend func(i, n int) []byte) (*Chunk, []Damage, e
 	if err != nil {
 		return nil, nil, err
 	}
+	if !inOrder(es) { // an index that ReadWhole's checks catch
+		return s.ReadWhole(c)
+	}
 	f, err := s.fsys.Open(s.path(c), true)
 	if err != nil {
 		return nil, nil, s.storageError(c, "open", err) // as ReadWhole says it
@@ -258,9 +261,6 @@ func (s *Shard) ReadInto(c int, lend func(i, n int) []byte) (*Chunk, []Damage, e
 	sc, ok := f.(Scatterer)
 	if !ok || !sc.Scatters() {
 		s.whole.Store(true) // every chunk file of a shard is on one file system
-		return s.ReadWhole(c)
-	}
-	if !inOrder(es) { // an index that ReadWhole's checks catch
 		return s.ReadWhole(c)
 	}
 	head := make([]byte, es[0].Offset)
@@ -283,10 +283,7 @@ func (s *Shard) ReadInto(c int, lend func(i, n int) []byte) (*Chunk, []Damage, e
 	n, err := sc.ReadAtv(iov, 0)
 	var short error
 	if int64(n) < at {
-		short = error(&endsEarly{int64(n), at})
-		if err != nil && !errors.Is(err, io.EOF) {
-			short = s.storageError(c, "read", err)
-		}
+		short = s.readShort(c, int64(n), at, err)
 	}
 	if Unreachable(short) {
 		return nil, nil, short
@@ -438,15 +435,21 @@ func (s *Shard) readRanges(c int, ranges []extent) (ch *Chunk, data [][]byte, sh
 		ch.BytesRead += int64(n)
 		if int64(n) < r.hi-lo {
 			data[i] = ch.buf[at+min(r.lo-lo, int64(n)) : at+int64(n)]
-			if err == nil || errors.Is(err, io.EOF) {
-				return ch, data, &endsEarly{lo + int64(n), r.hi}, nil
-			}
-			return ch, data, s.storageError(c, "read", err), nil
+			return ch, data, s.readShort(c, lo+int64(n), r.hi, err), nil
 		}
 		data[i] = ch.buf[at+r.lo-lo : at+r.hi-lo]
 		at += hi - lo
 	}
 	return ch, data, nil, nil
+}
+
+// readShort is why a read of chunk c's file stopped at byte at, short of
+// need: the file ends early (no error, or EOF), or storage failed.
+func (s *Shard) readShort(c int, at, need int64, err error) error {
+	if err == nil || errors.Is(err, io.EOF) {
+		return &endsEarly{at, need}
+	}
+	return s.storageError(c, "read", err)
 }
 
 // endsEarly says that a chunk file ends before the bytes its index needs.
