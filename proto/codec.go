@@ -10,7 +10,7 @@ import (
 //
 //	off size field
 //	  0    2 magic "RX"
-//	  2    1 version (2)
+//	  2    1 version (3)
 //	  3    1 type
 //	  4    4 epoch
 //	  8    4 from
@@ -23,21 +23,27 @@ import (
 //	 48    4 frontier
 //	 52    1 status
 //	 53    3 zero
-//	 56    4 n: number of acks (request) or pushes (push), else 0
+//	 56    4 n: number of acks (request), pushes (push), answers
+//	         (answers) or positions (ahead), else 0
 //	 60      n acks of 12 bytes (id u64, by i32)
 //	         or n pushes of 28 bytes (id u64, sn i32, file i32, size i64,
 //	         status u8 (ok or damaged), 3 zero)
+//	         or n answers of 20 bytes (sn i32, file i32, at i32, size i64)
+//	         or n positions of 4 bytes (sn i32)
 //
 // Decode accepts exactly what Encode produces: the length must match n, the
 // reserved bytes must be zero, and the entries must suit the type.
 // Version 2 added the push's status (version 1 had none: a damaged file
-// travelled as the runtime's own flag).
+// travelled as the runtime's own flag); version 3 the answers and ahead
+// messages of the window policy's plan per rank.
 const (
 	wireMagic   = "RX"
-	wireVersion = 2
+	wireVersion = 3
 	headerSize  = 60
 	ackSize     = 12
 	pushSize    = 28
+	answerSize  = 20
+	aheadSize   = 4
 )
 
 // ErrMalformed is wrapped by every Decode error.
@@ -58,7 +64,7 @@ func Encode(dst []byte, m Message) []byte {
 	dst = le.AppendUint64(dst, m.PushID)
 	dst = le.AppendUint32(dst, uint32(m.Frontier))
 	dst = append(dst, byte(m.Status), 0, 0, 0)
-	dst = le.AppendUint32(dst, uint32(len(m.Acks)+len(m.Pushes)))
+	dst = le.AppendUint32(dst, uint32(len(m.Acks)+len(m.Pushes)+len(m.Answers)+len(m.Ahead)))
 	for _, a := range m.Acks {
 		dst = le.AppendUint64(dst, a.ID)
 		dst = le.AppendUint32(dst, uint32(a.By))
@@ -69,6 +75,15 @@ func Encode(dst []byte, m Message) []byte {
 		dst = le.AppendUint32(dst, uint32(p.File))
 		dst = le.AppendUint64(dst, uint64(p.Size))
 		dst = append(dst, byte(p.Status), 0, 0, 0)
+	}
+	for _, a := range m.Answers {
+		dst = le.AppendUint32(dst, uint32(a.Sn))
+		dst = le.AppendUint32(dst, uint32(a.File))
+		dst = le.AppendUint32(dst, uint32(a.At))
+		dst = le.AppendUint64(dst, uint64(a.Size))
+	}
+	for _, sn := range m.Ahead {
+		dst = le.AppendUint32(dst, uint32(sn))
 	}
 	return dst
 }
@@ -96,7 +111,7 @@ func Decode(b []byte) (Message, error) {
 	if b[53]|b[54]|b[55] != 0 {
 		return Message{}, fmt.Errorf("%w: reserved bytes set", ErrMalformed)
 	}
-	if m.Type < MsgRequest || m.Type > MsgDone || int(m.Status) >= len(statusNames) {
+	if m.Type < MsgRequest || m.Type > MsgAhead || int(m.Status) >= len(statusNames) {
 		return Message{}, fmt.Errorf("%w: type %d status %d", ErrMalformed, m.Type, m.Status)
 	}
 	n := uint64(le.Uint32(b[56:]))
@@ -115,14 +130,26 @@ func decodeEntries(m *Message, n uint64, body []byte) error {
 		size = ackSize
 	case MsgPush:
 		size = pushSize
+	case MsgAnswers:
+		size = answerSize
+	case MsgAhead:
+		size = aheadSize
 	}
 	if n*size != uint64(len(body)) || (size == 0 && n != 0) {
 		return fmt.Errorf("%w: %s with %d entries in %d bytes", ErrMalformed, m.Type, n, len(body))
 	}
 	for i := uint64(0); i < n; i++ {
 		e := body[i*size:]
-		if m.Type == MsgRequest {
+		switch m.Type {
+		case MsgRequest:
 			m.Acks = append(m.Acks, Ack{ID: le.Uint64(e), By: int32(le.Uint32(e[8:]))})
+			continue
+		case MsgAnswers:
+			m.Answers = append(m.Answers, Answer{Rank: m.To, Sn: int32(le.Uint32(e)), File: FileID(le.Uint32(e[4:])),
+				At: int32(le.Uint32(e[8:])), Size: int64(le.Uint64(e[12:]))})
+			continue
+		case MsgAhead:
+			m.Ahead = append(m.Ahead, int32(le.Uint32(e)))
 			continue
 		}
 		p := Pushed{

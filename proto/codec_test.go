@@ -21,6 +21,10 @@ func randomMessage(rng *rand.Rand) Message {
 		case MsgPush:
 			m.Pushes = append(m.Pushes, Pushed{ID: rng.Uint64(), Sn: rng.Int32(), File: FileID(rng.Int32()), Size: rng.Int64(),
 				Status: Status(rng.IntN(2)) * StatusDamaged})
+		case MsgAnswers:
+			m.Answers = append(m.Answers, Answer{Rank: m.To, Sn: rng.Int32(), File: FileID(rng.Int32()), At: rng.Int32(), Size: rng.Int64()})
+		case MsgAhead:
+			m.Ahead = append(m.Ahead, rng.Int32())
 		}
 	}
 	return m
@@ -48,8 +52,8 @@ func TestCodecRejects(t *testing.T) {
 		"empty":              nil,
 		"short header":       good[:headerSize-1],
 		"bad magic":          mutate(func(b []byte) []byte { b[0] = 'x'; return b }),
-		"older version":      mutate(func(b []byte) []byte { b[2] = 1; return b }),
-		"newer version":      mutate(func(b []byte) []byte { b[2] = 3; return b }),
+		"older version":      mutate(func(b []byte) []byte { b[2] = 2; return b }),
+		"newer version":      mutate(func(b []byte) []byte { b[2] = 4; return b }),
 		"unknown type":       mutate(func(b []byte) []byte { b[3] = 9; return b }),
 		"unknown status":     mutate(func(b []byte) []byte { b[52] = 7; return b }),
 		"push status":        pushWith(func(e []byte) { e[24] = byte(StatusRedirect) }),
@@ -60,6 +64,8 @@ func TestCodecRejects(t *testing.T) {
 		"count too big":      mutate(func(b []byte) []byte { b[56] = 200; return b }),
 		"huge count":         mutate(func(b []byte) []byte { b[59] = 0xff; return b }),
 		"reply with entries": Encode(nil, Message{Type: MsgReply, Pushes: []Pushed{{ID: 1}}}),
+		"ahead cut short":    Encode(nil, Message{Type: MsgAhead, Ahead: []int32{1, 2}})[:headerSize+7],
+		"answers cut short":  Encode(nil, Message{Type: MsgAnswers, Answers: []Answer{{Sn: 1}}})[:headerSize+19],
 	} {
 		if _, err := Decode(b); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: Decode error %v, want ErrMalformed", name, err)

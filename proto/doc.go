@@ -136,12 +136,16 @@
 // end; the next epoch's plan (given the previous one's Drains as After)
 // reads its first chunks into the room they free, at steps before its
 // start, so only the first epoch starts empty. WindowRank carries the
-// plan out for one rank, with Rank's API (both are a Machine): it reads
-// its chunks in plan order as its budget frees, answers each position
-// with its planned file, grants the homes of the files the plan pushes to
-// it as far as its Remote bytes allow (MsgGrant), and they push those
-// files (MsgPush) as their chunks come in; the plan's other files of
-// other ranks it requests on demand.
+// plan out for one rank, with Rank's API (both are a Machine). It plans
+// only its share (windowhome.go): its own pool (PlanHome), whose answers
+// to each rank's positions it sends that rank (MsgAnswers); from every
+// home's answers its own positions and pushes (PlanShare); and it tells
+// each home which of its positions that home's files are pushed to ahead
+// (MsgAhead). It reads its chunks in plan order as its budget frees,
+// answers each position with its planned file, grants the homes of the
+// files the plan pushes to it as far as its Remote bytes allow
+// (MsgGrant), and they push those files (MsgPush) as their chunks come
+// in; the plan's other files of other ranks it requests on demand.
 //
 // # Residency
 //
@@ -176,8 +180,11 @@
 // rank_prefetch.go (the owner's pushes), rank_check.go and rank_dump.go.
 //
 // The window policy: windowplan.go (PlanWindow, the whole epoch's plan),
-// windowkeep.go (the chunks kept into the next epoch), windowrank.go (WindowRank's state and Step), windowrank_epoch.go (each
-// epoch planned, or resumed), windowrank_own.go (its chunks read in plan
+// windowhome.go (one home's pool, and a rank's positions, alone),
+// windowkeep.go (the chunks kept into the next epoch), windowrank.go
+// (WindowRank's state and Step), windowrank_epoch.go (each epoch's pool
+// planned, or resumed), windowrank_share.go (the rank's positions from
+// the homes' answers), windowrank_own.go (its chunks read in plan
 // order, its files handed out), windowrank_positions.go (its clients'
 // positions, and the files fetched for them), windowrank_early.go (the
 // next epoch read during the drain), windowrank_check.go and

@@ -21,10 +21,11 @@ type Machine interface {
 	CheckInvariants() error
 	// String dumps the rank's state, for golden tests.
 	String() string
-	// Plan returns the current epoch's plan, which file answers each
-	// position of every rank; nil before the first epoch and for a
+	// Plan returns the current epoch's whole plan, which file answers
+	// each position of every rank; nil before the first epoch, for a
 	// policy that plans nothing ahead (the papers' Rank redirects as
-	// requests come).
+	// requests come), and for a WindowRank that plans only its share
+	// (without WindowConfig.Whole).
 	Plan() *WindowPlan
 }
 

@@ -25,9 +25,20 @@ const (
 	// early): the window policy drops what it keeps for them; the
 	// papers' protocol has nothing to do. A rank sends it on ClientsDone.
 	MsgDone
+	// MsgAnswers (the window policy) carries, at an epoch's start, the
+	// sender's answers to the receiver's positions that ask for a file of
+	// the sender's: which of its files answers each, from which step of
+	// its pool (Answers; every home sends one to every other rank, empty
+	// or not). A rank puts its positions together from them (PlanShare).
+	MsgAnswers
+	// MsgAhead (the window policy) tells a home, once the sender has
+	// every home's answers, which of the sender's positions its files are
+	// pushed to ahead (Ahead: RankShare.AheadBy, in position order; sent
+	// to every other rank, empty or not).
+	MsgAhead
 )
 
-var msgNames = [...]string{"", "request", "reply", "push", "grant", "done"}
+var msgNames = [...]string{"", "request", "reply", "push", "grant", "done", "answers", "ahead"}
 
 func (t MsgType) String() string { return enumName(t, msgNames[:], "msg") }
 
@@ -102,6 +113,12 @@ type Message struct {
 	Acks []Ack
 	// Pushes are the prefetched files (push).
 	Pushes []Pushed
+	// Answers are the sender's answers to the receiver's positions
+	// (answers); each Answer's Rank is the receiver.
+	Answers []Answer
+	// Ahead are the receiver's positions the sender is pushed ahead
+	// (ahead).
+	Ahead []int32
 }
 
 func (m Message) String() string {
@@ -123,6 +140,15 @@ func (m Message) String() string {
 		}
 	case MsgGrant:
 		fmt.Fprintf(&b, " up to sn=%d", m.Sn)
+	case MsgAnswers:
+		for i, a := range m.Answers {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, " sn=%d file=%d at=%d", a.Sn, a.File, a.At)
+		}
+	case MsgAhead:
+		fmt.Fprintf(&b, " sns=%v", m.Ahead)
 	case MsgPush:
 		for i, p := range m.Pushes {
 			if i > 0 {

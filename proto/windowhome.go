@@ -16,8 +16,8 @@ import "fmt"
 // from them and plans its pushes (PlanShare); each rank tells each home
 // which of its files it takes ahead (RankShare.AheadBy). Together they
 // are PlanWindow's Files, At and PushAt, to the byte
-// (TestPlanPerRankIsTheWindowPlan). serve and simulate still plan whole:
-// the steps' messages between the ranks are not built yet.
+// (TestPlanPerRankIsTheWindowPlan). A WindowRank plans so: the answers
+// travel in MsgAnswers, the positions taken ahead in MsgAhead.
 
 // Answer is a position answered by a home's pool: position Sn of rank
 // Rank gets File, of Size bytes, in the pool from step At.
@@ -132,6 +132,7 @@ func PlanShare(in WindowInput, r int, fromHomes [][]Answer) (*RankShare, error) 
 	n := len(in.Traces[r])
 	rs := &RankShare{Rank: r, Files: make([]FileID, n), At: make([]int32, n)}
 	sizes, seen := make([]int64, n), make([]bool, n)
+	files := make(map[FileID]bool, n)
 	for h, as := range fromHomes {
 		for _, a := range as {
 			switch {
@@ -142,8 +143,10 @@ func PlanShare(in WindowInput, r int, fromHomes [][]Answer) (*RankShare, error) 
 					h, a.Sn, r, a.File, in.Traces[r][a.Sn], m.Home(in.Traces[r][a.Sn]))
 			case seen[a.Sn]:
 				return nil, fmt.Errorf("proto: position %d of rank %d answered twice (again by home %d)", a.Sn, r, h)
+			case files[a.File]:
+				return nil, fmt.Errorf("proto: home %d answers two positions of rank %d with file %d", h, r, a.File)
 			}
-			seen[a.Sn] = true
+			seen[a.Sn], files[a.File] = true, true
 			rs.Files[a.Sn], rs.At[a.Sn], sizes[a.Sn] = a.File, a.At, a.Size
 		}
 	}
@@ -169,4 +172,29 @@ func (rs *RankShare) AheadBy(m *Mapping) [][]int32 {
 		}
 	}
 	return out
+}
+
+// after returns the drains the next epoch's plan of h's pool starts from
+// (WindowInput.After): h's own; the other pools' are not read.
+func (hp *HomePlan) after(ranks int) []Drain {
+	d := make([]Drain, ranks)
+	d[hp.Home] = hp.Drain
+	return d
+}
+
+// homeThrough plans home h's pool in epochs 1 to e on in with traces,
+// each from what the one before it left, and returns epoch e's (nil when
+// e is 0): planThrough's part for h.
+func homeThrough(in WindowInput, h int, e uint32, traces func(uint32) [][]FileID) (*HomePlan, error) {
+	in.After, in.Delivered, in.Resident = nil, nil, nil
+	var hp *HomePlan
+	for k := uint32(1); k <= e; k++ {
+		in.Epoch, in.Traces = k, traces(k)
+		var err error
+		if hp, err = PlanHome(in, h); err != nil {
+			return nil, fmt.Errorf("proto: epoch %d: %w", k, err)
+		}
+		in.After, in.Resident = hp.after(in.Mapping.Ranks()), hp.Resident
+	}
+	return hp, nil
 }

@@ -199,6 +199,20 @@ func TestPlanShareRefusesBadAnswers(t *testing.T) {
 			return c
 		},
 	}
+	for two := range told {
+		if len(told[two]) >= 2 {
+			cases["answers two positions"] = func() [][]proto.Answer { // with one file
+				c := slices.Clone(told)
+				c[two] = slices.Clone(c[two])
+				c[two][1].File = c[two][0].File
+				return c
+			}
+			break
+		}
+	}
+	if len(cases) < 4 {
+		t.Fatal("no home answers two of rank 0's positions")
+	}
 	for want, bad := range cases {
 		if _, err := proto.PlanShare(in, 0, bad()); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v", want, err)

@@ -11,8 +11,9 @@ type WindowConfig struct {
 	// are the ranks' budgets.
 	Rank    int
 	Mapping *Mapping
-	// Sizes holds, per rank, the size of each of its files: every rank
-	// plans every rank's part of the epoch.
+	// Sizes holds, per rank, the size of each of its files: a rank plans
+	// its pool by its own, and counts the files of other ranks it is sent
+	// by theirs.
 	Sizes [][]int64
 	// Seed drives the plan with the epoch (WindowInput).
 	Seed uint64
@@ -22,8 +23,8 @@ type WindowConfig struct {
 	// Window and Remote shape the plan's pushes (WindowInput): the files
 	// of other ranks planned for a rank's next Window positions are
 	// pushed to it ahead of its clients' requests, within Remote[r] bytes
-	// of files received and not yet delivered (every rank's limit, since
-	// every rank plans every rank's pushes).
+	// of files received and not yet delivered (every rank's limit, as
+	// WindowInput takes them; a rank plans its own pushes by its own).
 	Window int
 	Remote []int64
 	// Keep is the share of each budget that keeps chunks in memory
@@ -40,12 +41,21 @@ type WindowConfig struct {
 	// chunks into the room the drain frees, as the plan assumes
 	// (WindowInput.After). 0 reads nothing ahead.
 	Epochs uint32
+	// Whole has the rank also plan each epoch whole (PlanWindow), as no
+	// rank needs to, for Plan: tests hold what it does against it.
+	Whole bool
 }
 
 // WindowRank carries out window plans for one rank. At the start of an
-// epoch it plans the whole epoch (PlanWindow); then it reads its own
+// epoch it plans its own pool (PlanHome) and tells every other rank which
+// of its files answer that rank's positions (MsgAnswers); once every
+// home's answers are in, it puts its positions together (PlanShare) and
+// tells each home which of its positions that home's files are pushed
+// to ahead (MsgAhead). So it plans in its share of the files, not the
+// whole epoch (windowhome.go). It reads its own
 // chunks in plan order whenever its budget has room for the next, and
-// answers each position with its planned file. The files of other ranks
+// answers each position with its planned file; its clients' requests
+// wait for its share. The files of other ranks
 // that the plan pushes ahead (PushAt) come unasked: the rank grants their
 // homes (MsgGrant) the positions whose files fit its Remote bytes, and a
 // home pushes (MsgPush) each granted file once its chunk is in; the rest
@@ -66,9 +76,25 @@ type WindowRank struct {
 	rd    Ready
 	stats Stats
 
-	epoch    uint32
-	started  bool
-	plan     *WindowPlan
+	epoch   uint32
+	started bool
+	traces  [][]FileID
+	// home is the epoch's plan of this rank's pool: its reads, and the
+	// positions of every rank its files answer (answers, by rank, each in
+	// position order)
+	home    *HomePlan
+	answers [][]Answer
+	// share is this rank's positions, nil until every home's answers
+	// came (fromHomes, by home; answersIn of them); queued the positions
+	// its clients asked for before; aheadIn, per rank, whether it said
+	// which of its positions this rank's files are pushed to ahead
+	share     *RankShare
+	fromHomes [][]Answer
+	answersIn int
+	queued    []int32
+	aheadIn   []bool
+	// whole is the epoch's whole plan, with WindowConfig.Whole
+	whole    *WindowPlan
 	deferred []Message // messages of a later epoch
 	start    int32     // the first position this rank's clients ask for
 	// early is the next epoch, read ahead while this one drains
@@ -102,13 +128,14 @@ type WindowRank struct {
 	grantBytes   int64
 
 	// own files pushed to other ranks: pushTo[r] lists the positions of
-	// rank r whose planned push is of this rank's file, in order;
+	// rank r whose planned push is of this rank's file, in order, with
+	// the file;
 	// pushNext[r] is the first of them maybe not yet sent; grantOf[r] the
 	// last position r granted; pushing the pushes of this step, per rank;
 	// per own file, the position it is pushed to (pushAt) and whether it
 	// was, or its read's failure told to the rank it is planned for
 	// (pushedOut)
-	pushTo    [][]int32
+	pushTo    [][]Answer
 	pushNext  []int
 	grantOf   []int32
 	pushing   [][]Pushed
@@ -186,8 +213,13 @@ func (w *WindowRank) input(e uint32, traces [][]FileID) WindowInput {
 	return in
 }
 
-// Plan returns the current epoch's plan (nil before the first epoch).
-func (w *WindowRank) Plan() *WindowPlan { return w.plan }
+// Plan returns the current epoch's whole plan, made only with
+// WindowConfig.Whole (nil otherwise, and before the first epoch).
+func (w *WindowRank) Plan() *WindowPlan { return w.whole }
+
+// Share returns this rank's positions in the current epoch's plan: nil
+// until every home's answers came.
+func (w *WindowRank) Share() *RankShare { return w.share }
 
 // CheckTraces reports whether an epoch could be planned on traces.
 func (w *WindowRank) CheckTraces(traces [][]FileID) error {
@@ -224,11 +256,13 @@ func (w *WindowRank) step(ev Event) error {
 		}
 		w.clientsDone = true
 		w.rd.Sends = append(w.rd.Sends, doneMessages(w.me, w.cfg.Mapping.Ranks(), w.epoch)...)
-		for sn, f := range w.plan.Files[w.me] {
-			if w.arrived[sn] { // never to be asked for
-				w.arrived[sn] = false
-				w.buffered -= w.size(f)
-				w.rd.Forget = append(w.rd.Forget, f)
+		if w.share != nil { // (before it, nothing arrived)
+			for sn, f := range w.share.Files {
+				if w.arrived[sn] { // never to be asked for
+					w.arrived[sn] = false
+					w.buffered -= w.size(f)
+					w.rd.Forget = append(w.rd.Forget, f)
+				}
 			}
 		}
 		w.drop(w.me)
@@ -265,11 +299,11 @@ func (w *WindowRank) firstPC() int {
 	return pc
 }
 
-// keptOf marks the own chunks plan p keeps to its epoch's end.
-func (w *WindowRank) keptOf(p *WindowPlan) []bool {
+// keptOf marks the own chunks pool hp keeps to its epoch's end.
+func (w *WindowRank) keptOf(hp *HomePlan) []bool {
 	_, n := w.cfg.Mapping.RankPCs(w.me)
 	keep := make([]bool, n)
-	for _, rd := range p.Reads[w.me] {
+	for _, rd := range hp.Reads {
 		keep[rd.PC-w.firstPC()] = rd.Kept
 	}
 	return keep

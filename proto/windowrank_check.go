@@ -26,7 +26,7 @@ func (w *WindowRank) CheckInvariants() error {
 	if held > budget {
 		return fmt.Errorf("holds %d bytes of its own files, over its budget of %d", held, budget)
 	}
-	if x := w.early; x != nil && x.plan != nil {
+	if x := w.early; x != nil && x.home != nil {
 		if early := x.kept + w.heldBeside(x.state, x.keep); early != x.held {
 			return fmt.Errorf("epoch %d's files read ahead hold %d bytes, counted %d", x.epoch, early, x.held)
 		}
@@ -35,7 +35,10 @@ func (w *WindowRank) CheckInvariants() error {
 				held-w.kept, x.held, w.kept, budget)
 		}
 	}
-	files := w.plan.Files[w.me]
+	var files []FileID
+	if w.share != nil {
+		files = w.share.Files
+	}
 	var buffered, granted int64
 	for sn, f := range files {
 		own := w.cfg.Mapping.Home(f) == w.me
@@ -72,8 +75,8 @@ func (w *WindowRank) CheckInvariants() error {
 			return fmt.Errorf("%d requests wait for file %d, which is %s", len(qs), f, s)
 		}
 	}
-	if w.nextRd > len(w.plan.Reads[w.me]) {
-		return fmt.Errorf("read %d of %d planned", w.nextRd, len(w.plan.Reads[w.me]))
+	if w.nextRd > len(w.home.Reads) {
+		return fmt.Errorf("read %d of %d planned", w.nextRd, len(w.home.Reads))
 	}
 	return nil
 }

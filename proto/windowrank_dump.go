@@ -21,7 +21,7 @@ func (w *WindowRank) Epoch() (uint32, bool) { return w.epoch, w.started }
 func (w *WindowRank) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "rank %d epoch %d held=%d buffered=%d reads=%d/%d low=%d granted=%d told=%d\n", w.me, w.epoch, w.held,
-		w.buffered, w.nextRd, len(w.plan.Reads[w.me]), w.low, w.granted, w.told)
+		w.buffered, w.nextRd, len(w.home.Reads), w.low, w.granted, w.told)
 	w.dumpChunks(&b, w.state, w.damaged)
 	for _, f := range slices.Sorted(maps.Keys(w.waiters)) {
 		for _, q := range w.waiters[f] {
@@ -32,7 +32,11 @@ func (w *WindowRank) String() string {
 			}
 		}
 	}
-	for sn, f := range w.plan.Files[w.me] {
+	var files []FileID
+	if w.share != nil {
+		files = w.share.Files
+	}
+	for sn, f := range files {
 		var tags []string
 		for _, t := range []struct {
 			on   bool
@@ -49,12 +53,12 @@ func (w *WindowRank) String() string {
 	}
 	for r, list := range w.pushTo {
 		var out []string
-		for _, sn := range list[w.pushNext[r]:] {
-			if sn > w.grantOf[r] {
+		for _, a := range list[w.pushNext[r]:] {
+			if a.Sn > w.grantOf[r] {
 				break
 			}
-			if f := w.plan.Files[r][sn]; !w.pushedOut[f-w.first] && w.state[f-w.first] != gone {
-				out = append(out, fmt.Sprintf("sn %d (file %d)", sn, f))
+			if f := a.File; !w.pushedOut[f-w.first] && w.state[f-w.first] != gone {
+				out = append(out, fmt.Sprintf("sn %d (file %d)", a.Sn, f))
 			}
 		}
 		if len(out) > 0 {
@@ -69,8 +73,8 @@ func (w *WindowRank) String() string {
 			fmt.Fprintf(&b, "  rank %d is done\n", r)
 		}
 	}
-	if x := w.early; x != nil && x.plan != nil {
-		fmt.Fprintf(&b, "  epoch %d read ahead: held=%d reads=%d/%d\n", x.epoch, x.held, x.nextRd, len(x.plan.Reads[w.me]))
+	if x := w.early; x != nil && x.home != nil {
+		fmt.Fprintf(&b, "  epoch %d read ahead: held=%d reads=%d/%d\n", x.epoch, x.held, x.nextRd, len(x.home.Reads))
 		w.dumpChunks(&b, x.state, x.damaged)
 	}
 	return b.String()

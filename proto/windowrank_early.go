@@ -13,7 +13,7 @@ import (
 type earlyEpoch struct {
 	epoch   uint32
 	traces  [][]FileID
-	plan    *WindowPlan // nil when planning it failed: nothing is read ahead
+	home    *HomePlan   // its plan of this rank's pool; nil when planning it failed: nothing is read ahead
 	state   []fileState // per own file, as WindowRank.state
 	damaged []bool      // per own file, as WindowRank.damaged
 	held    int64
@@ -33,20 +33,20 @@ func (w *WindowRank) issueEarly() {
 	if w.early == nil {
 		e := w.epoch + 1
 		in := w.input(e, w.cfg.Traces(e))
-		in.After, in.Resident = w.plan.Drains, w.plan.Resident
+		in.After, in.Resident = w.home.after(w.cfg.Mapping.Ranks()), w.home.Resident
 		w.early = &earlyEpoch{epoch: e, traces: in.Traces}
-		p, err := PlanWindow(in)
+		hp, err := PlanHome(in, w.me)
 		if err != nil {
 			return // nothing read ahead (tried once, not on every call); the epoch's start plans again and reports it
 		}
 		_, n := w.cfg.Mapping.RankFiles(w.me)
-		w.early.plan, w.early.state, w.early.damaged, w.early.keep = p, make([]fileState, n), make([]bool, n), w.keptOf(p)
+		w.early.home, w.early.state, w.early.damaged, w.early.keep = hp, make([]fileState, n), make([]bool, n), w.keptOf(hp)
 	}
 	x := w.early
-	if x.plan == nil {
+	if x.home == nil {
 		return
 	}
-	for rds := x.plan.Reads[w.me]; x.nextRd < len(rds); x.nextRd++ {
+	for rds := x.home.Reads; x.nextRd < len(rds); x.nextRd++ {
 		pc := rds[x.nextRd].PC
 		b := w.in.ChunkBytes(pc)
 		if w.held-w.kept+x.held+b > w.cfg.Mapping.MemBytes(w.me) { // the chunks this epoch keeps are the next one's first

@@ -24,28 +24,37 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 		}
 	}
 	x := w.early
-	if x != nil && x.plan == nil { // its planning failed: plan again, and report it
+	if x != nil && x.home == nil { // its planning failed: plan again, and report it
 		x = nil
 	}
 	if x != nil && (x.epoch != e.Epoch || e.Start != nil || e.Delivered != nil || !sameTraces(x.traces, e.Traces)) {
 		return fmt.Errorf("proto: rank %d: epoch %d starts (on other traces, or mid-way), but epoch %d was read ahead on its own",
 			w.me, e.Epoch, x.epoch)
 	}
-	var p *WindowPlan
+	var hp *HomePlan
 	_, n := w.cfg.Mapping.RankFiles(w.me)
 	if x != nil {
-		p = x.plan
+		hp = x.home
 	} else {
 		var err error
-		if p, err = w.planEpoch(e); err != nil {
+		if hp, err = w.planEpoch(e); err != nil {
 			return err
 		}
-		x = &earlyEpoch{state: make([]fileState, n), damaged: make([]bool, n), keep: w.keptOf(p)}
+		x = &earlyEpoch{state: make([]fileState, n), damaged: make([]bool, n), keep: w.keptOf(hp)}
 	}
-	steps := len(p.Files[w.me])
-	*w = WindowRank{cfg: w.cfg, in: w.in, me: w.me, first: w.first, rd: w.rd, epoch: e.Epoch, started: true, plan: p,
+	var whole *WindowPlan
+	if w.cfg.Whole {
+		var err error
+		if whole, err = w.planWhole(e); err != nil {
+			return err
+		}
+	}
+	ranks := w.cfg.Mapping.Ranks()
+	steps := len(e.Traces[w.me])
+	*w = WindowRank{cfg: w.cfg, in: w.in, me: w.me, first: w.first, rd: w.rd, epoch: e.Epoch, started: true, traces: e.Traces,
+		home: hp, answers: hp.ByRank(ranks), fromHomes: make([][]Answer, ranks), aheadIn: make([]bool, ranks), whole: whole,
 		deferred: w.deferred, state: x.state, held: x.held, keep: x.keep, kept: x.kept, nextRd: x.nextRd, damaged: x.damaged, stats: x.stats, dropped: make([]bool, n),
-		done: make([]bool, w.cfg.Mapping.Ranks()), waiters: map[FileID][]waiter{},
+		done: make([]bool, ranks), waiters: map[FileID][]waiter{},
 		asked: make([]bool, steps), fetched: make([]bool, steps), arrived: make([]bool, steps), arrivedAs: make([]Status, steps),
 		failed: make([]bool, steps)}
 	w.stats.PeakHeld, w.stats.PeakMem = w.held, w.held
@@ -57,6 +66,9 @@ func (w *WindowRank) startEpoch(e EpochStart) error {
 	}
 	w.issue()
 	w.setPushes(e.Start)
+	if err := w.tellAnswers(); err != nil {
+		return err
+	}
 	held := w.deferred
 	w.deferred = nil
 	for _, m := range held {
@@ -72,9 +84,10 @@ func sameTraces(a, b [][]FileID) bool {
 	return slices.EqualFunc(a, b, func(x, y []FileID) bool { return slices.Equal(x, y) })
 }
 
-// planEpoch plans the epoch e starts: from the previous epoch's drains,
-// or, resumed after delivered files, as RestPlan does.
-func (w *WindowRank) planEpoch(e EpochStart) (*WindowPlan, error) {
+// planEpoch plans this rank's pool in the epoch e starts: from what the
+// previous epoch's left, or, resumed after delivered files, as RestPlan
+// plans it.
+func (w *WindowRank) planEpoch(e EpochStart) (*HomePlan, error) {
 	in := w.input(e.Epoch, e.Traces)
 	if e.Delivered == nil {
 		before, err := w.before(e.Epoch)
@@ -82,14 +95,14 @@ func (w *WindowRank) planEpoch(e EpochStart) (*WindowPlan, error) {
 			return nil, err
 		}
 		if before != nil {
-			in.After, in.Resident = before.Drains, before.Resident
+			in.After, in.Resident = before.after(w.cfg.Mapping.Ranks()), before.Resident
 		}
-		return PlanWindow(in)
+		return PlanHome(in, w.me)
 	}
 	in.Delivered = e.Delivered
-	p, err := PlanWindow(in)
+	hp, err := PlanHome(in, w.me)
 	if err != nil || w.cfg.Traces == nil {
-		return p, err
+		return hp, err
 	}
 	// the epochs after it are planned as a job that was not interrupted
 	// plans them
@@ -97,34 +110,70 @@ func (w *WindowRank) planEpoch(e EpochStart) (*WindowPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.Drains, p.Resident = fresh.Drains, fresh.Resident
-	return p, nil
+	hp.Drain, hp.Resident = fresh.Drain, fresh.Resident
+	return hp, nil
 }
 
-// before returns the plan epoch e's starts from, for its drains and the
+// before returns the pool epoch e's starts from, for its drain and the
 // chunks it left resident: the previous epoch's (nil before epoch 2). A
 // rank that did not just plan that epoch plans the epochs before e
 // again, from epoch 1, on cfg.Traces.
-func (w *WindowRank) before(e uint32) (*WindowPlan, error) {
+func (w *WindowRank) before(e uint32) (*HomePlan, error) {
 	switch {
 	case e <= 1:
 		return nil, nil
-	case w.plan != nil && w.epoch == e-1:
-		return w.plan, nil
+	case w.home != nil && w.epoch == e-1:
+		return w.home, nil
 	}
 	return w.planOf(e - 1)
 }
 
-// planOf plans epochs 1 to e on cfg.Traces and returns epoch e's plan.
-func (w *WindowRank) planOf(e uint32) (*WindowPlan, error) {
+// planOf plans this rank's pool in epochs 1 to e on cfg.Traces and
+// returns epoch e's.
+func (w *WindowRank) planOf(e uint32) (*HomePlan, error) {
 	if w.cfg.Traces == nil {
 		return nil, fmt.Errorf("proto: rank %d: epoch %d plans from epoch %d's, whose traces it does not know", w.me, e+1, e)
 	}
-	p, err := planThrough(w.in, e, w.cfg.Traces)
+	hp, err := homeThrough(w.in, w.me, e, w.cfg.Traces)
 	if err != nil {
 		return nil, fmt.Errorf("proto: rank %d: planning the epochs before epoch %d again: %w", w.me, e+1, err)
 	}
-	return p, nil
+	return hp, nil
+}
+
+// planWhole plans the whole epoch e starts (WindowConfig.Whole), as
+// planEpoch plans this rank's pool of it.
+func (w *WindowRank) planWhole(e EpochStart) (*WindowPlan, error) {
+	in := w.input(e.Epoch, e.Traces)
+	if e.Delivered != nil {
+		in.Delivered = e.Delivered
+		p, err := PlanWindow(in)
+		if err != nil || w.cfg.Traces == nil {
+			return p, err
+		}
+		fresh, err := planThrough(w.in, e.Epoch, w.cfg.Traces)
+		if err != nil {
+			return nil, err
+		}
+		p.Drains, p.Resident = fresh.Drains, fresh.Resident
+		return p, nil
+	}
+	before := w.whole
+	if e.Epoch <= 1 {
+		before = nil
+	} else if before == nil || w.epoch != e.Epoch-1 {
+		if w.cfg.Traces == nil {
+			return nil, fmt.Errorf("proto: rank %d: epoch %d plans from epoch %d's, whose traces it does not know", w.me, e.Epoch, e.Epoch-1)
+		}
+		var err error
+		if before, err = planThrough(w.in, e.Epoch-1, w.cfg.Traces); err != nil {
+			return nil, err
+		}
+	}
+	if before != nil {
+		in.After, in.Resident = before.Drains, before.Resident
+	}
+	return PlanWindow(in)
 }
 
 // skip takes the positions before start (a resumed epoch) as delivered:
@@ -136,10 +185,11 @@ func (w *WindowRank) skip(start []int32) {
 		return
 	}
 	for r, n := range start {
-		for _, f := range w.plan.Files[r][:n] {
-			if w.cfg.Mapping.Home(f) == w.me {
-				w.dropped[f-w.first] = true
+		for _, a := range w.answers[r] {
+			if a.Sn >= n {
+				break
 			}
+			w.dropped[a.File-w.first] = true
 		}
 	}
 	w.start = start[w.me]
@@ -148,16 +198,14 @@ func (w *WindowRank) skip(start []int32) {
 	}
 }
 
-// setPushes lays out the epoch's planned pushes: those to this rank's
-// positions (planned), those of its own files to other ranks' (pushTo,
-// pushAt), none granted before the positions the epoch starts at; then
-// the rank grants its first ones.
+// setPushes lays out what the epoch's pushes need before the share and
+// the other ranks' lists of positions pushed ahead come: none granted
+// before the positions the epoch starts at.
 func (w *WindowRank) setPushes(start []int32) {
 	m := w.cfg.Mapping
 	ranks := m.Ranks()
 	_, n := m.RankFiles(w.me)
-	w.planned = make([]bool, len(w.asked))
-	w.pushTo, w.pushNext, w.grantOf, w.pushing = make([][]int32, ranks), make([]int, ranks), make([]int32, ranks), make([][]Pushed, ranks)
+	w.pushTo, w.pushNext, w.grantOf, w.pushing = make([][]Answer, ranks), make([]int, ranks), make([]int32, ranks), make([][]Pushed, ranks)
 	w.pushAt, w.pushedOut = make([]pushTarget, n), make([]bool, n)
 	for i := range w.pushAt {
 		w.pushAt[i].rank = -1
@@ -167,20 +215,6 @@ func (w *WindowRank) setPushes(start []int32) {
 		if start != nil {
 			w.grantOf[r] = start[r] - 1
 		}
-		for sn, at := range w.plan.PushAt[r] {
-			if at < 0 || int(at) >= sn { // its own file, or sent on demand
-				continue
-			}
-			f := w.plan.Files[r][sn]
-			switch {
-			case r == w.me:
-				w.planned[sn] = true
-			case m.Home(f) == w.me:
-				w.pushTo[r] = append(w.pushTo[r], int32(sn))
-				w.pushAt[f-w.first] = pushTarget{rank: int32(r), sn: int32(sn)}
-			}
-		}
 	}
 	w.low, w.granted, w.told = w.start, w.start-1, w.start-1
-	w.grant(-1)
 }

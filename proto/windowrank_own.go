@@ -13,7 +13,7 @@ import (
 // budget has room for them.
 func (w *WindowRank) issue() {
 	m := w.cfg.Mapping
-	for rds := w.plan.Reads[w.me]; w.nextRd < len(rds); w.nextRd++ {
+	for rds := w.home.Reads; w.nextRd < len(rds); w.nextRd++ {
 		pc := rds[w.nextRd].PC
 		lo, hi := m.PCFiles(pc)
 		if w.unwanted(lo, hi) {
@@ -88,7 +88,7 @@ func (w *WindowRank) unwanted(lo, hi FileID) bool {
 }
 
 func (w *WindowRank) readDone(e ReadDone) error {
-	if w.early != nil && w.early.plan != nil && e.Epoch == w.early.epoch {
+	if w.early != nil && w.early.home != nil && e.Epoch == w.early.epoch {
 		return w.earlyDone(e)
 	}
 	if e.Epoch != w.epoch {
@@ -204,10 +204,8 @@ func (w *WindowRank) deliver(sn int32, f FileID, src Source, st Status) {
 // at once, the others when their chunks are in; requests r left waiting
 // are forgotten.
 func (w *WindowRank) drop(r int) {
-	for _, f := range w.plan.Files[r] {
-		if w.cfg.Mapping.Home(f) != w.me {
-			continue
-		}
+	for _, a := range w.answers[r] {
+		f := a.File
 		i := f - w.first
 		delete(w.waiters, f)
 		switch w.state[i] {
@@ -225,8 +223,7 @@ func (w *WindowRank) drop(r int) {
 // peerRequest answers rank m.From's request for the file planned for its
 // position m.Sn.
 func (w *WindowRank) peerRequest(m Message) error {
-	files := w.plan.Files[m.From]
-	if m.Sn < 0 || int(m.Sn) >= len(files) || files[m.Sn] != m.File || w.cfg.Mapping.Home(m.File) != w.me {
+	if f, ok := w.answerOf(int(m.From), m.Sn); !ok || f != m.File {
 		return fmt.Errorf("proto: rank %d: rank %d asks for file %d at its position %d, which the plan does not give it here",
 			w.me, m.From, m.File, m.Sn)
 	}
@@ -246,25 +243,30 @@ func (w *WindowRank) peerRequest(m Message) error {
 // for its positions up to m.Sn, and gets those in memory now.
 func (w *WindowRank) granting(m Message) error {
 	r := int(m.From)
-	if m.Sn < 0 || int(m.Sn) >= len(w.plan.Files[r]) {
-		return fmt.Errorf("proto: rank %d: rank %d grants pushes up to its position %d, outside its trace of %d", w.me, r, m.Sn, len(w.plan.Files[r]))
+	if m.Sn < 0 || int(m.Sn) >= len(w.traces[r]) {
+		return fmt.Errorf("proto: rank %d: rank %d grants pushes up to its position %d, outside its trace of %d", w.me, r, m.Sn, len(w.traces[r]))
 	}
 	if m.Sn <= w.grantOf[r] { // overtaken by a larger grant
 		return nil
 	}
 	w.grantOf[r] = m.Sn
-	if w.done[r] {
-		return nil
+	if !w.done[r] {
+		w.pushGranted(r)
 	}
+	return nil
+}
+
+// pushGranted pushes the own files planned for rank r's positions that
+// r granted, those in memory now (the others as their chunks come in).
+func (w *WindowRank) pushGranted(r int) {
 	list := w.pushTo[r]
-	for i := w.pushNext[r]; i < len(list) && list[i] <= m.Sn; i++ {
-		f := w.plan.Files[r][list[i]]
-		w.push(r, list[i], f)
+	for i := w.pushNext[r]; i < len(list) && list[i].Sn <= w.grantOf[r]; i++ {
+		f := list[i].File
+		w.push(r, list[i].Sn, f)
 		if i == w.pushNext[r] && (w.pushedOut[f-w.first] || w.state[f-w.first] == gone) {
 			w.pushNext[r]++ // sent, answered or dropped: never looked at again
 		}
 	}
-	return nil
 }
 
 // push sends own file f, planned for rank r's position sn and granted,

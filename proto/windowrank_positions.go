@@ -31,12 +31,28 @@ func (w *WindowRank) clientRequest(sn int32) error {
 	}
 	w.asked[sn] = true
 	w.stats.Requests++
-	f := w.plan.Files[w.me][sn]
-	if w.planned[sn] && sn <= w.granted {
-		w.grantBytes -= w.size(f)
-	}
 	for int(w.low) < len(w.asked) && w.asked[w.low] {
 		w.low++
+	}
+	if w.share == nil { // its own answers it knows; the others once every home's answers are in
+		if f, ok := w.answerOf(w.me, sn); ok {
+			w.local(f, waiter{from: -1, sn: sn})
+		} else {
+			w.queued = append(w.queued, sn)
+		}
+		return nil
+	}
+	w.serve(sn, w.planned[sn] && sn <= w.granted)
+	return nil
+}
+
+// serve answers this rank's client at position sn, asked for; granted,
+// when its push was granted before it was asked for (its bytes counted
+// in grantBytes).
+func (w *WindowRank) serve(sn int32, granted bool) {
+	f := w.share.Files[sn]
+	if granted {
+		w.grantBytes -= w.size(f)
 	}
 	w.grant(sn)
 	switch {
@@ -55,7 +71,6 @@ func (w *WindowRank) clientRequest(sn int32) error {
 		w.stats.RemoteRequests++
 		w.fetch(sn, f)
 	}
-	return nil
 }
 
 // grant grows the grant as far as Remote allows, and tells the homes when
@@ -65,10 +80,10 @@ func (w *WindowRank) clientRequest(sn int32) error {
 // grant's length, not at every position), or at once when position asked
 // (−1: none) is granted but not yet told.
 func (w *WindowRank) grant(asked int32) {
-	if w.clientsDone {
+	if w.clientsDone || w.share == nil {
 		return
 	}
-	files := w.plan.Files[w.me]
+	files := w.share.Files
 	limit := w.remoteLimit()
 	w.granted = max(w.granted, w.low-1)
 	for int(w.granted)+1 < len(files) {
@@ -91,7 +106,7 @@ func (w *WindowRank) grant(asked int32) {
 // tell sends the grant to every home with a planned push among the
 // positions granted since the homes were last told.
 func (w *WindowRank) tell() {
-	files := w.plan.Files[w.me]
+	files := w.share.Files
 	to := make([]bool, w.cfg.Mapping.Ranks())
 	for sn := w.told + 1; sn <= w.granted; sn++ {
 		if w.planned[sn] {
@@ -130,10 +145,27 @@ func (w *WindowRank) message(m Message) error {
 		w.deferred = append(w.deferred, m)
 		return nil
 	case m.Epoch < w.epoch:
-		w.stats.Stale++
+		if m.Type != MsgAnswers && m.Type != MsgAhead { // those of a rank that ended the epoch first
+			w.stats.Stale++
+		}
 		return nil
 	case m.From < 0 || int(m.From) >= w.cfg.Mapping.Ranks() || int(m.From) == w.me || int(m.To) != w.me:
 		return fmt.Errorf("proto: rank %d: message %v not meant for it", w.me, m)
+	}
+	switch m.Type {
+	case MsgAnswers:
+		for _, a := range m.Answers {
+			if a.Rank != int32(w.me) {
+				return fmt.Errorf("proto: rank %d: rank %d answers position %d of rank %d to it", w.me, m.From, a.Sn, a.Rank)
+			}
+		}
+		return w.answersFrom(int(m.From), m.Answers)
+	case MsgAhead:
+		return w.aheadFrom(int(m.From), m.Ahead)
+	case MsgReply, MsgPush:
+		if w.share == nil {
+			return fmt.Errorf("proto: rank %d: %v before it had every home's answers", w.me, m)
+		}
 	}
 	switch m.Type {
 	case MsgRequest:
@@ -160,7 +192,7 @@ func (w *WindowRank) message(m Message) error {
 
 // reply takes a file this rank asked for on demand.
 func (w *WindowRank) reply(m Message) error {
-	files := w.plan.Files[w.me]
+	files := w.share.Files
 	if m.Sn < 0 || int(m.Sn) >= len(files) || files[m.Sn] != m.File || int(m.From) != w.cfg.Mapping.Home(m.File) || w.arrived[m.Sn] || w.failed[m.Sn] {
 		return fmt.Errorf("proto: rank %d: unexpected reply of rank %d for position %d (file %d)", w.me, m.From, m.Sn, m.File)
 	}
@@ -188,7 +220,7 @@ func (w *WindowRank) reply(m Message) error {
 // delivered at once to a client that asked already, else kept until one
 // does.
 func (w *WindowRank) pushed(m Message) error {
-	files := w.plan.Files[w.me]
+	files := w.share.Files
 	for _, p := range m.Pushes {
 		sn := p.Sn
 		if sn < 0 || int(sn) >= len(files) || files[sn] != p.File || !w.planned[sn] || sn > w.told ||

@@ -118,7 +118,11 @@
 // the bytes into the client's ring or, for a file in the shared arena,
 // once the client's data tail passed its record.
 //
-// A file of another rank goes further. Under the window policy most come
+// A file of another rank goes further. Under the window policy the
+// machine first learns, at the epoch's start, which file of each home
+// answers each of its positions (proto.MsgAnswers from every peer, and a
+// proto.MsgAhead back to each, framed as every message is; its clients'
+// requests for other ranks' files wait for them). Most come
 // unasked: the machine sends the homes a proto.MsgGrant saying how far
 // they may push (peerWatch notes a push owed), and a home's machine
 // pushes each granted file in a proto.MsgPush as soon as its chunk is in.

@@ -42,8 +42,9 @@ type RankForecast struct {
 // machine plans from: proto.WindowConfig.Input) and returns what each
 // rank reads, sends and receives in each. chunkBytes[r] holds rank r's
 // chunks' read extents, in its chunks' order (Node.ChunkBytes of each
-// rank); any rank may forecast for all, since each plans every rank's
-// epoch.
+// rank); any rank may forecast for all, since the plan is a pure
+// function of what every rank plans from (a serving rank plans only its
+// share of it).
 func (n *Node) Forecast(epochs int, chunkBytes [][]int64) ([]Forecast, error) {
 	if n.cfg.Policy != PolicyWindow || n.cfg.ClientTraces {
 		return nil, errors.New("rt: only the window policy, with the seed's traces, plans its epochs ahead")

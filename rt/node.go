@@ -215,7 +215,7 @@ func (n *Node) newWindowRank() error {
 		}
 		every[r] = n.data.allSizes[off : off+c : off+c]
 	}
-	remote := make([]int64, n.size) // every rank's: every rank plans every rank's pushes
+	remote := make([]int64, n.size) // every rank's, as the plan's input takes them (Forecast plans every rank's)
 	for r := range remote {
 		remote[r] = n.remoteBytesOf(r)
 	}

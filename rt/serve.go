@@ -130,7 +130,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	<-cons.done
 	st, err := n.closeEpoch(ctx, l, traces, epochCounts{cons: cons.total, seconds: secs, expected: positions(traces) - startSum(res.Start), before: res.before()})
 	if mix != nil && err == nil {
-		st.Order = <-mix
+		st.Order = n.takeMix(e, mix)
 	}
 	return st, err
 }

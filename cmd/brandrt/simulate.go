@@ -301,7 +301,7 @@ func writePlanning(w io.Writer, rs []sim.Result) {
 			fmt.Fprintf(w, "\nwindow epoch %d: planned in %s, allocating %s; %s of %s chunk reads done before the epoch, in the room the previous one's drain freed",
 				r.Epoch, took, ibytes(r.PlanBytes), comma(r.ReadsAhead), comma(r.ChunkReads))
 			home := time.Duration(r.HomeSeconds * float64(time.Second)).Round(time.Millisecond)
-			fmt.Fprintf(w, "\n  rank 0's share (its pool, then its positions and pushes from the other pools' answers, as a plan per rank would): planned in %s, allocating %s",
+			fmt.Fprintf(w, "\n  rank 0's share (its pool, then its positions and pushes from the other pools' answers, as serve plans it): planned in %s, allocating %s",
 				home, ibytes(r.HomeBytes))
 		}
 	}

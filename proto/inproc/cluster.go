@@ -149,7 +149,8 @@ func newMachine(opts Options, m *proto.Mapping, r int) (proto.Machine, error) {
 			remote[h] = opts.RemoteMemBytes
 		}
 		return proto.NewWindowRank(proto.WindowConfig{Rank: r, Mapping: m, Sizes: opts.Sizes, Seed: opts.Seed,
-			Lead: opts.Lead, Ramp: opts.Ramp, Window: opts.Window, Remote: remote, Keep: opts.Keep, Traces: opts.Traces, Epochs: opts.Epochs})
+			Lead: opts.Lead, Ramp: opts.Ramp, Window: opts.Window, Remote: remote, Keep: opts.Keep, Traces: opts.Traces, Epochs: opts.Epochs,
+			Whole: true}) // each rank plans its share; the whole plan too, which every delivery is held against (check.go)
 	}
 	return nil, fmt.Errorf("inproc: unknown policy %q", opts.Policy)
 }

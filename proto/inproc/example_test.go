@@ -26,7 +26,7 @@ func ExampleCluster() {
 			panic(err)
 		}
 		s, resident := c.Stats(), 0
-		for _, rds := range c.Ranks[0].Plan().Reads { // every rank plans every rank's epoch
+		for _, rds := range c.Ranks[0].Plan().Reads { // the whole plan, which the cluster's ranks also make (WindowConfig.Whole)
 			for _, rd := range rds {
 				if rd.Resident {
 					resident++

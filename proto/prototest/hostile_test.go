@@ -88,7 +88,7 @@ func lie(b *byteChooser, c *inproc.Cluster, to int) proto.Message {
 	from := b.IntN(3)
 	small := func() int32 { return int32(b.IntN(24)) - 2 }
 	m := proto.Message{
-		Type: proto.MsgType(b.IntN(7)), From: int32(from), To: int32(to), Epoch: uint32(b.IntN(3)),
+		Type: proto.MsgType(b.IntN(9)), From: int32(from), To: int32(to), Epoch: uint32(b.IntN(3)),
 		Sn: small(), File: proto.FileID(small()), Size: int64(small()), BufLimit: int64(small()),
 		Frontier: small(), Status: proto.Status(b.IntN(5)), PushID: uint64(b.IntN(8)),
 	}
@@ -96,6 +96,8 @@ func lie(b *byteChooser, c *inproc.Cluster, to int) proto.Message {
 		m.Acks = append(m.Acks, proto.Ack{ID: uint64(b.IntN(8)), By: small()})
 		m.Pushes = append(m.Pushes, proto.Pushed{ID: uint64(b.IntN(8)), Sn: small(), File: proto.FileID(small()), Size: int64(small()),
 			Status: proto.Status(b.IntN(5))})
+		m.Answers = append(m.Answers, proto.Answer{Rank: int32(b.IntN(3)), Sn: small(), File: proto.FileID(small()), At: small(), Size: int64(small())})
+		m.Ahead = append(m.Ahead, small())
 	}
 	return m
 }

@@ -42,8 +42,9 @@ func (w *window) Epoch(e int, traces [][]proto.FileID, _ func(done, total int64)
 	}
 	res := w.result(p)
 	res.PlanBytes = planBytes
-	// rank 0's positions put together from what the homes would tell it
-	// (here taken from the whole plan), and the pushes it tells them of
+	// rank 0's positions put together from what the homes tell it (here
+	// taken from the whole plan, where serve's ranks send them), and the
+	// pushes it tells them of
 	told := make([][]proto.Answer, w.in.Mapping.Ranks())
 	for sn, f := range p.Files[0] {
 		h := w.in.Mapping.Home(f)
