@@ -132,7 +132,7 @@ func PlanShare(in WindowInput, r int, fromHomes [][]Answer) (*RankShare, error) 
 	n := len(in.Traces[r])
 	rs := &RankShare{Rank: r, Files: make([]FileID, n), At: make([]int32, n)}
 	sizes, seen := make([]int64, n), make([]bool, n)
-	files := make(map[FileID]bool, n)
+	files := newBitset(m.Files()) // a bit per file of the dataset: no file answers two positions
 	for h, as := range fromHomes {
 		for _, a := range as {
 			switch {
@@ -143,10 +143,11 @@ func PlanShare(in WindowInput, r int, fromHomes [][]Answer) (*RankShare, error) 
 					h, a.Sn, r, a.File, in.Traces[r][a.Sn], m.Home(in.Traces[r][a.Sn]))
 			case seen[a.Sn]:
 				return nil, fmt.Errorf("proto: position %d of rank %d answered twice (again by home %d)", a.Sn, r, h)
-			case files[a.File]:
+			case files.has(int(a.File)):
 				return nil, fmt.Errorf("proto: home %d answers two positions of rank %d with file %d", h, r, a.File)
 			}
-			seen[a.Sn], files[a.File] = true, true
+			seen[a.Sn] = true
+			files.set(int(a.File))
 			rs.Files[a.Sn], rs.At[a.Sn], sizes[a.Sn] = a.File, a.At, a.Size
 		}
 	}
