@@ -67,6 +67,11 @@
 //     this epoch.
 //   - grant (window policy, R → H): H may push the files planned for R's
 //     positions up to sn (see WindowRank).
+//   - answers (window policy, H → R, at an epoch's start): which of H's
+//     files answers each of R's positions that asks for one of H's, from
+//     which step of H's pool (HomePlan.ByRank).
+//   - ahead (window policy, R → H, once R has every home's answers): the
+//     positions of R that H's files are pushed to ahead (RankShare.AheadBy).
 //
 // R first looks in its buffer VC for H: a file pushed into the slot of the
 // requested file answers locally. Otherwise it sends a request; H serves it

@@ -45,7 +45,8 @@ type Stats struct {
 	// PeakMem is the most bytes held at once in both.
 	PeakMem int64
 	// Stale counts messages and read completions of an earlier epoch that
-	// were dropped.
+	// were dropped (not the window plan's answers and positions ahead,
+	// which a rank that ended the epoch first may never have read).
 	Stale int64
 }
 

@@ -12,8 +12,8 @@ type WindowConfig struct {
 	Rank    int
 	Mapping *Mapping
 	// Sizes holds, per rank, the size of each of its files: a rank plans
-	// its pool by its own, and counts the files of other ranks it is sent
-	// by theirs.
+	// its pool by its own, and counts the files of other ranks it receives
+	// by theirs (the sizes the homes' answers carry must be the same).
 	Sizes [][]int64
 	// Seed drives the plan with the epoch (WindowInput).
 	Seed uint64
@@ -54,8 +54,8 @@ type WindowConfig struct {
 // to ahead (MsgAhead). So it plans in its share of the files, not the
 // whole epoch (windowhome.go). It reads its own
 // chunks in plan order whenever its budget has room for the next, and
-// answers each position with its planned file; its clients' requests
-// wait for its share. The files of other ranks
+// answers each position with its planned file; its clients' requests for
+// other ranks' files wait for its share. The files of other ranks
 // that the plan pushes ahead (PushAt) come unasked: the rank grants their
 // homes (MsgGrant) the positions whose files fit its Remote bytes, and a
 // home pushes (MsgPush) each granted file once its chunk is in; the rest
@@ -255,6 +255,7 @@ func (w *WindowRank) step(ev Event) error {
 			return nil
 		}
 		w.clientsDone = true
+		w.queued = nil // asked for, but not to be asked of their homes after the done
 		w.rd.Sends = append(w.rd.Sends, doneMessages(w.me, w.cfg.Mapping.Ranks(), w.epoch)...)
 		if w.share != nil { // (before it, nothing arrived)
 			for sn, f := range w.share.Files {

@@ -1,6 +1,7 @@
 package proto
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -137,6 +138,11 @@ func TestWindowRankRefusesBadPlanMessages(t *testing.T) {
 		}
 		return w, other.ByRank(2)[0]
 	}
+	changed := func(as []Answer, change func([]Answer)) []Answer {
+		as = slices.Clone(as)
+		change(as)
+		return as
+	}
 	answers := func(as []Answer) Message {
 		return Message{Type: MsgAnswers, From: 1, To: 0, Epoch: 1, Answers: as}
 	}
@@ -156,7 +162,10 @@ func TestWindowRankRefusesBadPlanMessages(t *testing.T) {
 		m    Message
 		want string
 	}{
-		{"answers short", answers(good[1:]), "no home answered position"},
+		{"answers short of the first", answers(good[1:]), "its next position asking for a file of rank 1's is"},
+		{"answers short of the last", answers(good[:len(good)-1]), "unanswered"},
+		{"answer of another size", answers(changed(good, func(a []Answer) { a[0].Size++ })), "its index says"},
+		{"one file for two positions", answers(changed(good, func(a []Answer) { a[1].File = a[0].File })), "two positions with file"},
 		{"answers of another rank's position", answers(append([]Answer{{Rank: 1, Sn: good[0].Sn, File: good[0].File}}, good[1:]...)), "to it"},
 		{"answer with a file of rank 0", answers(append([]Answer{{Rank: 0, Sn: good[0].Sn, File: 0}}, good[1:]...)), "not one of its own"},
 		{"ahead of a position rank 0 does not answer", Message{Type: MsgAhead, From: 1, To: 0, Epoch: 1, Ahead: []int32{int32(len(traces[1]))}}, "no file of this rank answers"},
@@ -176,5 +185,42 @@ func TestWindowRankRefusesBadPlanMessages(t *testing.T) {
 	}
 	if err := w.Step(ahead); err == nil || !strings.Contains(err.Error(), "twice") {
 		t.Errorf("the same positions ahead again: %v, want refused", err)
+	}
+}
+
+// A position asked for before the homes' answers came, by clients that
+// then end the epoch, is not asked of its home after the rank's done:
+// the home would drop it.
+func TestWindowRankAsksNothingAfterItsDone(t *testing.T) {
+	m, err := NewMapping(Dataset{K: 2, Shards: []Shard{{Files: 4, Bytes: 4, MemBytes: 2}, {Files: 4, Bytes: 4, MemBytes: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	traces := Traces(m.Files(), m.Ranks(), 1, 1)
+	w, err := NewWindowRank(WindowConfig{Rank: 0, Mapping: m, Sizes: [][]int64{{1, 1, 1, 1}, {1, 1, 1, 1}}, Seed: 1, Window: 4, Remote: []int64{2, 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Step(EpochStart{Epoch: 1, Traces: traces}); err != nil {
+		t.Fatal(err)
+	}
+	sn := slices.IndexFunc(traces[0], func(f FileID) bool { return m.Home(f) == 1 })
+	if sn < 0 {
+		t.Fatal("rank 0's trace asks for no file of rank 1's")
+	}
+	other, err := PlanHome(w.input(1, traces), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []Event{ClientRequest{Sn: int32(sn)}, ClientsDone{},
+		Message{Type: MsgAnswers, From: 1, To: 0, Epoch: 1, Answers: other.ByRank(2)[0]}} {
+		if err := w.Step(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range w.Ready().Sends {
+		if s.Type != MsgAnswers && s.Type != MsgDone {
+			t.Errorf("rank 0 sent %v after its done", s)
+		}
 	}
 }

@@ -30,6 +30,9 @@ func (w *WindowRank) answersFrom(h int, as []Answer) error {
 	if w.share != nil || w.fromHomes[h] != nil {
 		return fmt.Errorf("proto: rank %d: rank %d answers its positions of epoch %d twice", w.me, h, w.epoch)
 	}
+	if err := w.checkAnswers(h, as); err != nil {
+		return err
+	}
 	if as == nil {
 		as = []Answer{}
 	}
@@ -61,6 +64,43 @@ func (w *WindowRank) answersFrom(h int, as []Answer) error {
 		w.serve(sn, false) // asked for before any grant
 	}
 	w.grant(-1)
+	return nil
+}
+
+// checkAnswers refuses home h's answers unless they answer, in position
+// order, every position of this rank that asks for a file of h's, each
+// with a file of h's of the size this rank knows, no file twice: so that
+// one home's answers cannot spoil another's.
+func (w *WindowRank) checkAnswers(h int, as []Answer) error {
+	m, trace := w.cfg.Mapping, w.traces[w.me]
+	lo, files := m.RankFiles(h)
+	hi := lo + FileID(files)
+	next := 0 // the next position of h's
+	seen := newBitset(files)
+	for i, a := range as {
+		for next < len(trace) && (trace[next] < lo || trace[next] >= hi) {
+			next++
+		}
+		switch {
+		case int(a.Sn) != next:
+			return fmt.Errorf("proto: rank %d: rank %d's answer %d is for position %d; its next position asking for a file of rank %d's is %d (of %d)",
+				w.me, h, i, a.Sn, h, next, len(trace))
+		case a.File < lo || a.File >= hi:
+			return fmt.Errorf("proto: rank %d: rank %d answers position %d with file %d, not one of its own", w.me, h, a.Sn, a.File)
+		case a.Size != w.size(a.File):
+			return fmt.Errorf("proto: rank %d: rank %d answers position %d with file %d of %d bytes; its index says %d", w.me, h, a.Sn, a.File, a.Size, w.size(a.File))
+		case seen.has(int(a.File - lo)):
+			return fmt.Errorf("proto: rank %d: rank %d answers two positions with file %d", w.me, h, a.File)
+		}
+		seen.set(int(a.File - lo))
+		next++
+	}
+	for next < len(trace) && (trace[next] < lo || trace[next] >= hi) {
+		next++
+	}
+	if next < len(trace) {
+		return fmt.Errorf("proto: rank %d: rank %d leaves its position %d (file %d of rank %d's) unanswered", w.me, h, next, trace[next], h)
+	}
 	return nil
 }
 

@@ -143,7 +143,7 @@ func (l *loop) send(m proto.Message) error {
 		return err
 	}
 	l.stats.bytesOut += int64(len(b))
-	if m.Type == proto.MsgRequest || m.Type == proto.MsgGrant { // a reply, or a push, is owed
+	if m.Type == proto.MsgRequest || m.Type == proto.MsgGrant || m.Type == proto.MsgAnswers { // a reply, a push, or the peer's own answers are owed
 		l.n.peers.askedOf(int(m.To))
 	}
 	for i, f := range files {

@@ -159,8 +159,9 @@
 //   - The consumers (Config.Consume) of each epoch, and one that closes
 //     consumers.done after them, send Asks, check and release what
 //     comes back, and add their counts under consumers.mu.
-//   - startMix, on rank 0 with Config.MixBatch: one per epoch reads the
-//     plan and the traces, which stay put, and sends back a proto.Mix.
+//   - startMix, on rank 0 with Config.MixBatch: one per epoch plans the
+//     whole epoch from the traces, which stay put, and the drains of the
+//     one before, and sends back a proto.Mix with the plan's drains.
 //   - answerLateStarts: with Config.MayResume, one for the life of Serve
 //     answers each StartOffer after the one Node.resumePoint took.
 //   - TrainingOver starts one that sends Over{}, to wake the loop.

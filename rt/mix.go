@@ -9,17 +9,24 @@ import "github.com/brandrt/brandrt/proto"
 // answers every position of every rank, and the seed's traces are a true
 // shuffle of the same files.
 type mixer struct {
-	prev  proto.Orders      // the epoch before, for the pairs that meet again
-	plan  *proto.WindowPlan // its whole plan, the next one's start
-	epoch uint32            // prev's epoch; 0 for none
+	prev  proto.Orders // the epoch before, for the pairs that meet again
+	after planAfter    // what its whole plan left the next
+	epoch uint32       // prev's epoch; 0 for none
 }
 
-// mixResult is one epoch's measure, with the whole plan and order it
-// measured.
+// planAfter is what an epoch's whole plan leaves the next: its drains
+// and the chunks it keeps (WindowInput.After, Resident).
+type planAfter struct {
+	drains   []proto.Drain
+	resident []bool
+}
+
+// mixResult is one epoch's measure, with the order it measured and what
+// its whole plan left the next.
 type mixResult struct {
 	mix   *proto.Mix
-	plan  *proto.WindowPlan
 	order proto.Orders
+	after planAfter
 }
 
 // startMix measures epoch e's order in the background and returns where
@@ -32,10 +39,11 @@ func (n *Node) startMix(e uint32, traces [][]proto.FileID, resumedRest bool) <-c
 		n.tally.mix = mixer{}
 		return nil
 	}
-	var before *proto.WindowPlan
+	var before *planAfter
 	prev := proto.Orders{}
 	if n.tally.mix.epoch == e-1 {
-		before, prev = n.tally.mix.plan, n.tally.mix.prev
+		after := n.tally.mix.after // the goroutine's own copy
+		before, prev = &after, n.tally.mix.prev
 	}
 	in := n.data.window.Input()
 	in.Epoch, in.Traces = e, traces
@@ -48,7 +56,7 @@ func (n *Node) startMix(e uint32, traces [][]proto.FileID, resumedRest bool) <-c
 			p, err = proto.FreshPlan(in, e)
 		default:
 			if before != nil {
-				in.After, in.Resident = before.Drains, before.Resident
+				in.After, in.Resident = before.drains, before.resident
 			}
 			p, err = proto.PlanWindow(in)
 		}
@@ -59,18 +67,18 @@ func (n *Node) startMix(e uint32, traces [][]proto.FileID, resumedRest bool) <-c
 		cur := proto.Orders{Files: p.Files, Traces: traces}
 		x := proto.MeasureMix(n.data.m, n.cfg.MixBatch, nil, cur, prev)
 		x.Batch = n.cfg.MixBatch
-		out <- mixResult{mix: &x, plan: p, order: cur}
+		out <- mixResult{mix: &x, order: cur, after: planAfter{p.Drains, p.Resident}}
 	}()
 	return out
 }
 
-// takeMix waits for epoch e's measure (from startMix) and keeps its plan
-// and order for the next epoch's.
+// takeMix waits for epoch e's measure (from startMix) and keeps its order
+// and what its plan left for the next epoch's.
 func (n *Node) takeMix(e uint32, mix <-chan mixResult) *proto.Mix {
 	r := <-mix
 	n.tally.mix = mixer{}
 	if r.mix != nil {
-		n.tally.mix = mixer{prev: r.order, plan: r.plan, epoch: e}
+		n.tally.mix = mixer{prev: r.order, after: r.after, epoch: e}
 	}
 	return r.mix
 }

@@ -45,7 +45,8 @@ func (w *peerWatch) reset() {
 // heardFrom notes that rank r sent something.
 func (w *peerWatch) heardFrom(r int) { w.heard[r] = w.now() }
 
-// askedOf notes that this rank sent rank r a request: a reply is due.
+// askedOf notes that this rank sent rank r a request: a reply is due
+// (or, for the window plan's answers at an epoch's start, r's own).
 func (w *peerWatch) askedOf(r int) { w.asked[r] = w.now() }
 
 // owes reports whether rank r was sent a request it has not answered:
