@@ -240,6 +240,15 @@ func (e *loopEnv) say(r int, l *loop) string {
 	if l.link.busy() || !l.io.idle() {
 		fmt.Fprintf(&b, "; in flight: %d sends, %d inbound, %d reads", len(l.link.sends), l.link.inboxed, l.io.inflight)
 	}
+	var waits []int // the peers --peer-warn would name
+	for p := range l.n.size {
+		if p != r && l.waitsFor(p) {
+			waits = append(waits, p)
+		}
+	}
+	if len(waits) > 0 {
+		fmt.Fprintf(&b, "; waits for rank %s", spans(waits))
+	}
 	if l.finished() {
 		b.WriteString("; finished")
 	}
