@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/brandrt/brandrt/chunk"
@@ -45,6 +46,14 @@ type dataset struct {
 	// file's, by file id (a job resumed on another plan replans the
 	// epoch's start on them).
 	sizes, allSizes []int64
+	// files is the dataset's files, every rank's (from the manifest)
+	files int
+	// traces are the last epoch's traces drawn from the seed (seedTraces)
+	traces struct {
+		mu     sync.Mutex
+		epoch  uint32
+		traces [][]proto.FileID
+	}
 	// window is what the window policy's rank was built from
 	// (newWindowRank).
 	window proto.WindowConfig
@@ -67,6 +76,7 @@ func (n *Node) open() error {
 	if err := n.openShard(man, w); err != nil {
 		return err
 	}
+	n.data.files = int(man.Files)
 	sizes := n.data.fileSizes()
 	n.data.facts = newMemFacts(sizes, n.site.Memory)
 	if n.cfg.Mem.Cgroup > 0 {

@@ -223,8 +223,7 @@ func (n *Node) newWindowRank() error {
 		Lead: proto.DefaultLead, Ramp: n.cfg.Ramp, Window: n.cfg.Window, Remote: remote, Keep: n.cfg.Keep}
 	n.data.window = wc       // Forecast plans from what the rank plans from
 	if !n.cfg.ClientTraces { // a resumed job plans the epochs before it again
-		files, seed := n.data.m.Files(), n.cfg.Seed
-		wc.Traces = func(e uint32) [][]proto.FileID { return proto.Traces(files, n.size, seed, e) }
+		wc.Traces = n.seedTraces
 		wc.Epochs = uint32(n.cfg.Epochs) // the next epoch's first chunks are read while one drains
 	}
 	n.p, err = proto.NewWindowRank(wc)

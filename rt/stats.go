@@ -192,26 +192,37 @@ func (n *Node) reduce(e uint32, c epochCounts) (EpochStats, error) {
 
 // perFile sums every rank's deliveries per file and counts the extra
 // deliveries of files delivered more than once, and the distinct files
-// delivered.
+// delivered. It sums perFilePiece files at a time, so that what it
+// holds beside the counts (its buffers and MPI's) stays the same
+// whatever the dataset's size.
 func (n *Node) perFile() (dup, distinct int64, err error) {
-	v := make([]int64, len(n.tally.counts))
-	for i, c := range n.tally.counts {
-		v[i] = int64(c)
-	}
-	all, err := n.comm.AllreduceSum(v)
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, c := range all {
-		if c > 0 {
-			distinct++
+	counts := n.tally.counts
+	v := make([]int64, min(len(counts), perFilePiece))
+	for lo := 0; lo < len(counts); lo += perFilePiece {
+		piece := counts[lo:min(lo+perFilePiece, len(counts))]
+		v = v[:len(piece)]
+		for i, c := range piece {
+			v[i] = int64(c)
 		}
-		if c > 1 {
-			dup += c - 1
+		all, err := n.comm.AllreduceSum(v)
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, c := range all {
+			if c > 0 {
+				distinct++
+			}
+			if c > 1 {
+				dup += c - 1
+			}
 		}
 	}
 	return dup, distinct, nil
 }
+
+// perFilePiece is the files whose deliveries perFile sums at once
+// (8 MiB of counts). A variable so that tests can lower it.
+var perFilePiece = 1 << 20
 
 // OK reports whether the epoch answered every trace position with a
 // distinct file. When the traces cover the dataset, it also checks that

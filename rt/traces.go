@@ -48,12 +48,27 @@ func (o TraceOffer) answer(err error) {
 	}
 }
 
+// seedTraces returns every rank's trace for epoch e, drawn from the
+// seed. It keeps the last epoch's it drew: the window policy draws the
+// next epoch's to read ahead while one drains, and the epoch's start
+// takes the same, so that a rank holds one copy of them (4 bytes per file
+// of the dataset), not two.
+func (n *Node) seedTraces(e uint32) [][]proto.FileID {
+	c := &n.data.traces
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.traces == nil || c.epoch != e {
+		c.epoch, c.traces = e, proto.Traces(n.data.m.Files(), n.size, n.cfg.Seed, e)
+	}
+	return c.traces
+}
+
 // epochTraces returns every rank's trace for epoch e, and this rank's
 // part of them: generated from the seed, or offered by the clients (with
 // the offer, to be answered once the epoch starts).
 func (n *Node) epochTraces(ctx context.Context, e uint32) ([][]proto.FileID, []int32, TraceOffer, error) {
 	if !n.cfg.ClientTraces { // every rank draws every rank's: no rank waits for another here
-		traces := proto.Traces(n.data.m.Files(), n.size, n.cfg.Seed, e)
+		traces := n.seedTraces(e)
 		own := make([]int32, len(traces[n.me]))
 		for i, f := range traces[n.me] {
 			own[i] = int32(f)

@@ -1,0 +1,90 @@
+package rt
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/brandrt/brandrt/collectives"
+)
+
+// perFile sums the ranks' deliveries per file a piece at a time: the
+// files of every piece, the last one short, count once each however the
+// pieces fall.
+func TestPerFileSumsInPieces(t *testing.T) {
+	// deliveries per rank of 7 files: file 0 twice on one rank, file 3 on
+	// both (a duplicate across ranks), file 5 on none, file 6 three times
+	counts := [][]int32{{2, 1, 0, 1, 0, 0, 1}, {0, 0, 1, 1, 1, 0, 2}}
+	for _, piece := range []int{1, 2, 3, 7, 1 << 20} {
+		old := perFilePiece
+		perFilePiece = piece
+		comms := collectives.NewLocal(2)
+		dups, distincts := make([]int64, 2), make([]int64, 2)
+		var wg sync.WaitGroup
+		for r, c := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n := &Node{comm: c}
+				n.tally.counts = counts[r]
+				var err error
+				if dups[r], distincts[r], err = n.perFile(); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		perFilePiece = old
+		for r := range 2 {
+			if dups[r] != 4 || distincts[r] != 6 {
+				t.Errorf("pieces of %d files, rank %d: %d extra deliveries of %d distinct files; want 4 of 6", piece, r, dups[r], distincts[r])
+			}
+		}
+	}
+}
+
+// Every rank's footprint counts what it keeps of each file of the
+// dataset, not only of its shard, and rank 0's the order it measures
+// (with --batch, on the window policy): on 3 ranks of 700 files, each
+// counts 700 files' worth, and only rank 0, only with a batch, the order.
+// Go's limit is the footprint less what lives outside its heap.
+func TestFootprintCountsTheDataset(t *testing.T) {
+	dir := packed(t, 700, 3, 8)
+	for _, batch := range []int{0, 64} {
+		cfg := defaultJob()
+		cfg.Chunks, cfg.Mem.Shard, cfg.Epochs, cfg.Consume, cfg.MixBatch = dir, 0.25, 1, 2, batch
+		fps := make([]Footprint, 3)
+		var wg sync.WaitGroup
+		for r, c := range collectives.NewLocal(3) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n, err := Open(cfg.Config, cfg.Site, c)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				fps[r] = n.Footprint()
+				n.Close()
+			}()
+		}
+		wg.Wait()
+		for r, f := range fps {
+			if f.DatasetFiles != 700 || f.Dataset != 700*datasetFileBytes || f.Files >= 700 || f.Tables != int64(f.Files)*shardFileBytes {
+				t.Errorf("batch %d, rank %d: %d files of the dataset, %d B for them, %d of the shard, %d B: want 700, %d B, and its shard's",
+					batch, r, f.DatasetFiles, f.Dataset, f.Files, f.Tables, 700*datasetFileBytes)
+			}
+			if want := int64(0); r == 0 && batch > 0 {
+				want = 700 * orderFileBytes
+				if f.Order != want || !strings.Contains(f.String(), "for measuring each epoch's order") {
+					t.Errorf("batch %d, rank 0: %d B for the order, want %d, said: %s", batch, f.Order, want, f)
+				}
+			} else if f.Order != want {
+				t.Errorf("batch %d, rank %d: %d B for the order, want none", batch, r, f.Order)
+			}
+			if got, want := f.GoLimit(), f.Records+f.Remote+f.Reads+f.Tables+f.Dataset+f.Order+goProcessBytes; got < want || got > want+4096 {
+				t.Errorf("batch %d, rank %d: Go's limit %d, want the footprint's terms in Go's heap, %d", batch, r, got, want)
+			}
+		}
+	}
+}
