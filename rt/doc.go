@@ -55,8 +55,10 @@
 //     chunks kept resident from one epoch into the next (proto.Read.Keep).
 //   - file.go: the file type, and chunkBuf, the holds on a buffer.
 //   - recvpool.go: recvPool, the buffers files from other ranks land in.
-//   - budget.go: the memory a rank takes, term by term (Footprint,
-//     Node.Footprint, Node.HandCap, Node.ReaderBytes, RingBytes).
+//   - footprint.go: the memory a rank takes, term by term (Footprint,
+//     its Total, its GoLimit for Go's runtime, the measured constants).
+//   - budget.go: a rank's footprint and the bounds of its terms
+//     (Node.Footprint, Node.HandCap, Node.ReaderBytes, RingBytes).
 //   - cgroup.go: what fits its node and its memory cgroup less --leave
 //     (fitsNode, fitsCgroup, cgroupBudget, fitHanded).
 //   - traces.go: each epoch's traces, seeded or offered (TraceOffer).

@@ -35,7 +35,7 @@ type mixResult struct {
 // clients' traces (no shuffle to compare with), and in an epoch resumed
 // after files delivered on another plan (the epoch had two orders).
 func (n *Node) startMix(e uint32, traces [][]proto.FileID, resumedRest bool) <-chan mixResult {
-	if n.me != 0 || n.cfg.MixBatch <= 0 || n.cfg.Policy != PolicyWindow || n.cfg.ClientTraces || resumedRest {
+	if !n.measuresOrder() || resumedRest {
 		n.tally.mix = mixer{}
 		return nil
 	}
@@ -70,6 +70,13 @@ func (n *Node) startMix(e uint32, traces [][]proto.FileID, resumedRest bool) <-c
 		out <- mixResult{mix: &x, order: cur, after: planAfter{p.Drains, p.Resident}}
 	}()
 	return out
+}
+
+// measuresOrder says whether this rank measures the epochs' order
+// (startMix): rank 0 of the window policy with Config.MixBatch, on the
+// seed's traces.
+func (n *Node) measuresOrder() bool {
+	return n.me == 0 && n.cfg.MixBatch > 0 && n.cfg.Policy == PolicyWindow && !n.cfg.ClientTraces
 }
 
 // takeMix waits for epoch e's measure (from startMix) and keeps its order

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -408,6 +409,66 @@ func TestServeFootprintRanks(t *testing.T) {
 		}
 		peak := cgroupPeak(cg)
 		t.Logf("rank %d: footprint %s, the kernel's peak %s (%.0f%%)", r, ibytes(fp[r]), ibytes(peak), 100*float64(peak)/float64(fp[r]))
+	}
+}
+
+// TestServeFootprintDataset: on 4 ranks of a dataset of 400,000 files
+// of about 61 B, each rank keeps some of every file of the dataset (its
+// size, the epoch's traces, its deliveries), 4 times its shard's files,
+// and rank 0 measures the order: each rank, in a memory cgroup of exactly
+// the footprint serve --footprint says, serves 2 epochs exactly once with
+// no OOM kill, and holds (anonymous and shared memory, what the kernel
+// cannot drop) no more than it.
+func TestServeFootprintDataset(t *testing.T) {
+	if testing.Short() {
+		t.Skip("memory cgroups and 400,000 files: not in -short")
+	}
+	cleanVader(t)
+	const ranks = 4
+	input := sizedInput(t, 400_000, 61)
+	dir := filepath.Join(t.TempDir(), "chunks")
+	if _, errs, status := runCLI(t, "pack", "--input", input, "--out", dir, "--chunk-files", "64", "--shards", fmt.Sprint(ranks)); status != 0 {
+		t.Fatal(errs)
+	}
+	args := []string{"serve", "--chunks", dir, "--mem", "25%", "--consume", "4", "--epochs", "2", "--allow-shared-node"}
+	mpirun := append(append([]string{}, testkit.MpirunArgs...), "-np", fmt.Sprint(ranks))
+	out, err := testkit.Run(2*time.Minute, nil, "mpirun", append(append(append([]string{}, mpirun...), binary(t)), append(args, "--footprint")...)...)
+	lines := regexp.MustCompile(`brandrt: rank (\d): the rank needs [^(]*\((\d+) bytes\) of memory: .*for what every rank keeps of each of the dataset's 400,000 files`).FindAllSubmatch(out, -1)
+	if err != nil || len(lines) != ranks || !bytes.Contains(out, []byte("for measuring each epoch's order")) {
+		t.Fatalf("serve --footprint on %d ranks: want each rank's footprint with a term for the dataset's files, and rank 0's for the order: %v\n%s", ranks, err, out)
+	}
+	fp := make([]int64, ranks)
+	for _, l := range lines {
+		r, _ := strconv.Atoi(string(l[1]))
+		fp[r], _ = strconv.ParseInt(string(l[2]), 10, 64)
+	}
+	var cgs []string
+	var stops []func() int64
+	for r := range ranks {
+		cgs = append(cgs, memCgroup(t, fp[r], fmt.Sprint(r)))
+		stops = append(stops, heldPeak(cgs[r]))
+	}
+	base := strings.TrimSuffix(cgs[0], "-0")
+	dropCaches()
+	join := []string{"sh", "-c", `echo $$ > "$0-$OMPI_COMM_WORLD_RANK/cgroup.procs" && exec "$@"`, base, binary(t)}
+	out, err = testkit.Run(5*time.Minute, nil, "mpirun", append(append(mpirun, join...), args...)...)
+	held := make([]int64, ranks)
+	for r, stop := range stops {
+		held[r] = stop()
+	}
+	if err != nil || strings.Count(string(out), "every file delivered exactly once") != 2 {
+		t.Fatalf("%d ranks, each in a cgroup of its footprint: %v\n%s", ranks, err, out)
+	}
+	for r, cg := range cgs {
+		if n := oomKills(t, cg); n != 0 {
+			t.Errorf("rank %d: %d OOM kills in a cgroup of its footprint, %s", r, n, ibytes(fp[r]))
+		}
+		peak := cgroupPeak(cg)
+		t.Logf("rank %d: footprint %s, the kernel's peak %s (%.0f%%), held %s (%.0f%%)", r, ibytes(fp[r]), ibytes(peak),
+			100*float64(peak)/float64(fp[r]), ibytes(held[r]), 100*float64(held[r])/float64(fp[r]))
+		if held[r] > fp[r] {
+			t.Errorf("rank %d held %s of anonymous and shared memory, more than its footprint, %s", r, ibytes(held[r]), ibytes(fp[r]))
+		}
 	}
 }
 

@@ -108,6 +108,7 @@ var planRanges = map[string]flagRange{
 	"remote-mem":     serveRanges["remote-mem"],
 	"ramp":           serveRanges["ramp"],
 	"keep":           serveRanges["keep"],
+	"batch":          serveRanges["batch"],
 	"window":         serveRanges["window"],
 	"seed":           serveRanges["seed"],
 	"epochs":         serveRanges["epochs"],

@@ -53,6 +53,7 @@ func planCommand() *cli.Command {
 			&cli.GenericFlag{Name: "remote-mem", Value: &memBudget{bytes: -1}, Usage: "memory for files other ranks push ahead, in bytes, as serve --remote-mem (default a tenth of --mem)"},
 			intFlag("ramp", int64(d.Ramp), 0, maxFiles, whyFiles, "as serve --ramp"),
 			floatFlag("keep", d.Keep, 0, 1, false, "as serve --keep"),
+			intFlag("batch", serveBatch, 0, maxFiles, whyFiles, "as serve --batch: rank 0's footprint counts what it holds to measure the order (0: nothing)"),
 			intFlag("window", int64(d.Window), 0, maxFiles, whyFiles, "as serve --window"),
 			seedFlag("seed", d.Seed, "as serve --seed"),
 			intFlag("epochs", 3, 1, proto.MaxEpochs, whyEpochs, "epochs to plan"),
@@ -165,7 +166,7 @@ func planConfig(c *cli.Context) (rt.Config, rt.Site, error) {
 	cfg.Chunks, cfg.Epochs, cfg.Fresh = c.String("chunks"), c.Int("epochs"), true
 	cfg.StorageWait = 0 // a dataset plan cannot read is said at once
 	cfg.Ramp, cfg.Keep, cfg.Window, cfg.Seed = c.Int("ramp"), c.Float64("keep"), c.Int("window"), c.Uint64("seed")
-	cfg.Procs, cfg.Readers = c.Int("nproc-per-node"), c.Int("readers")
+	cfg.Procs, cfg.Readers, cfg.MixBatch = c.Int("nproc-per-node"), c.Int("readers"), c.Int("batch")
 	site := rt.Site{Log: io.Discard}
 	node := c.Generic("node-mem").(*memBudget)
 	if node.fraction > 0 {

@@ -60,13 +60,13 @@ func serveCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "dataset directory ({rank} is replaced by the rank, for node-local copies)"},
 			&cli.GenericFlag{Name: "mem", Value: &mem, Usage: "memory for this rank's own files: bytes (12GiB), a percentage of its shard (25%), or a percentage of what its memory cgroup (Slurm's, a container's) leaves beside --remote-mem, --leave and the rest of its footprint (90%cgroup); the default is half this node's RAM. " +
-				"The rank takes at most its footprint, which it says at start-up term by term (--footprint says it and stops): --mem in shared memory and a record per file it holds, --remote-mem and MPI's buffers of the files in flight between ranks (16 MiB up to 33 ranks), its chunk reads in flight (--read-mem), the rings of its training processes and of the clients that read (--readers), the files those were answered in place and hold (a ring's worth each, when --mem holds less than the shard) and files handed on to the training processes (--hand-mem), tables that grow with its shard's files (320 B each) and 54 MiB for the process; one whose memory cgroup allows less is refused at start-up, with the numbers"},
+				"The rank takes at most its footprint, which it says at start-up term by term (--footprint says it and stops): --mem in shared memory and a record per file it holds, --remote-mem and MPI's buffers of the files in flight between ranks (16 MiB up to 33 ranks), its chunk reads in flight (--read-mem), the rings of its training processes and of the clients that read (--readers), the files those were answered in place and hold (a ring's worth each, when --mem holds less than the shard) and files handed on to the training processes (--hand-mem), tables that grow with its shard's files (232 B each) and with the dataset's (48 B each; 40 B more on rank 0, which measures the order with --batch) and 54 MiB for the process; one whose memory cgroup allows less is refused at start-up, with the numbers"},
 			&cli.GenericFlag{Name: "remote-mem", Value: &memBudget{bytes: -1}, Usage: "memory for files other ranks push ahead of time, in bytes"},
 			&cli.StringFlag{Name: "policy", Value: string(d.Policy), Usage: "window (read each chunk once, every epoch planned ahead, as brandrt simulate does) or paper (the Brand/Redox protocol)"},
 			&cli.StringFlag{Name: "variant", Value: d.Variant.String(), Usage: "the paper policy's variant: full, random-selection, no-prefetching or no-optimization"},
 			intFlag("ramp", int64(d.Ramp), 0, maxFiles, whyFiles, "window: chunks each rank reads before the first epoch's first answer (as brandrt simulate --ramp: the same value gives the same order)"),
 			floatFlag("keep", d.Keep, 0, 1, false, "window, --mem below the shard: the share of --mem (of what it lacks of the shard, when less) that keeps the chunks an epoch read last in memory for the next, which begins with them and reads only the rest from storage (0.95 of a quarter of the shard: 0.76 of it read per epoch). More reads less, but leaves the end of an epoch and the start of the next less mixed; 0 keeps nothing. A --mem that holds the shard keeps it all, whatever --keep"),
-			intFlag("batch", 256, 0, maxFiles, whyFiles, "window: a training process's batch size, in which rank 0 measures how random each epoch's order is beside a shuffle of the same files (the \"order\" line; as brandrt simulate --batch), planning the whole epoch for it in the background where every rank plans only its share; 0 measures nothing"),
+			intFlag("batch", serveBatch, 0, maxFiles, whyFiles, "window: a training process's batch size, in which rank 0 measures how random each epoch's order is beside a shuffle of the same files (the \"order\" line; as brandrt simulate --batch), planning the whole epoch for it in the background where every rank plans only its share; 0 measures nothing"),
 			intFlag("window", int64(d.Window), 0, maxFiles, whyFiles, "P, upcoming trace positions a file may be pushed ahead of (window policy: the plan's pushes, granted within --remote-mem; paper: what an owner considers) (0: none)"),
 			seedFlag("seed", d.Seed, "seed of the traces and refill choices"),
 			&cli.StringFlag{Name: "traces", Value: "seed", Usage: "where each epoch's traces come from: seed (drawn from --seed) or clients (supplied by the training processes)"},
@@ -270,6 +270,10 @@ func rankDir(dir string, rank int) string {
 // untilTrainingEnds is the epochs a job with a training command and no
 // --epochs serves: as many as the training reads.
 const untilTrainingEnds = math.MaxInt32
+
+// serveBatch is serve's --batch by default (plan's too, for rank 0's
+// footprint): the batch in which rank 0 measures the order.
+const serveBatch = 256
 
 // reporter returns what prints each epoch's statistics, of epochs: on
 // rank 0, to stdout and, with --stats-json, to a file; elsewhere nothing.

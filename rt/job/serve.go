@@ -3,6 +3,8 @@ package job
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime/debug"
 
 	"github.com/dustin/go-humanize"
 
@@ -126,7 +128,19 @@ func (s *serving) open() (func(), error) {
 		return nil, err
 	}
 	s.n, s.done = n, s.rc.FootprintOnly // Open printed the footprint
+	limitGo(n.Footprint())
 	return func() { n.Close() }, nil
+}
+
+// limitGo gives Go's runtime the memory limit the rank's footprint
+// leaves it (rt.Footprint.GoLimit), unless GOMEMLIMIT sets one: its
+// collector then keeps the heap within what the footprint counts for it,
+// where it would otherwise let the heap grow to twice what it holds live.
+// A rank is a process of its own, so the limit is the rank's.
+func limitGo(f rt.Footprint) {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(f.GoLimit())
+	}
 }
 
 // watch starts the watcher that names the OOM killer if it kills the
