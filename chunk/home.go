@@ -143,6 +143,7 @@ func OpenHome(fsys FS, dirs []string, m *Manifest, lo int) (*Home, error) {
 		return nil, fmt.Errorf("chunk: shards %d–%d of a dataset of %d", lo, hi-1, len(m.Shards))
 	}
 	h := &Home{lo: lo}
+	keep := newKept(keepRoom())
 	for s := lo; s < hi; s++ {
 		dir := dirs[s-lo]
 		sh, err := OpenShard(fsys, dir, s)
@@ -151,6 +152,7 @@ func OpenHome(fsys FS, dirs []string, m *Manifest, lo int) (*Home, error) {
 			return nil, err
 		}
 		sh.SetMemory(&h.pool)
+		sh.keep = keep
 		h.shards = append(h.shards, sh)
 		idx, info := sh.Index(), m.Shards[s]
 		if idx.First() != info.FirstFile || int64(idx.Len()) != info.Files || idx.CRC() != info.IndexCRC || idx.K() != m.K || !m.ChunksAgree(idx, s) {
@@ -162,6 +164,20 @@ func OpenHome(fsys FS, dirs []string, m *Manifest, lo int) (*Home, error) {
 		h.chunks, h.files = h.chunks+idx.Chunks(), h.files+idx.Len()
 	}
 	return h, nil
+}
+
+// KeepOpen lets the run keep at most n chunk files open between reads
+// (0: it opens a chunk file for each read); OpenHome's is half the
+// process's limit of open files, less 64, at most 65,536. Call it
+// before the first read.
+func (h *Home) KeepOpen(n int) {
+	var k *kept
+	if n > 0 {
+		k = newKept(n)
+	}
+	for _, s := range h.shards {
+		s.keep = k
+	}
 }
 
 // Shards returns the run's shards [lo, hi).

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/brandrt/brandrt/chunk"
@@ -202,5 +204,123 @@ func TestSizes(t *testing.T) {
 	}
 	if _, _, _, err := chunk.Sizes(chunk.OS, input, 1); err == nil {
 		t.Fatal("Sizes read a directory that holds no dataset")
+	}
+}
+
+// countFS counts the files opened and not yet closed, and the opens of
+// each name; a read of a name in fail fails once.
+type countFS struct {
+	chunk.FS
+	mu    sync.Mutex
+	open  int
+	opens map[string]int
+	fail  map[string]bool
+}
+
+type countFile struct {
+	chunk.File
+	fs   *countFS
+	name string
+}
+
+func (c *countFS) Open(name string, uncached bool) (chunk.File, error) {
+	f, err := c.FS.Open(name, uncached)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.open++
+	name = filepath.Join(filepath.Base(filepath.Dir(name)), filepath.Base(name))
+	c.opens[name]++
+	return &countFile{f, c, name}, nil
+}
+
+func (f *countFile) ReadAt(p []byte, off int64) (int, error) {
+	f.fs.mu.Lock()
+	fail := f.fs.fail[f.name]
+	delete(f.fs.fail, f.name)
+	f.fs.mu.Unlock()
+	if fail {
+		return 0, syscall.EIO
+	}
+	return f.File.ReadAt(p, off)
+}
+
+func (f *countFile) Close() error {
+	f.fs.mu.Lock()
+	f.fs.open--
+	f.fs.mu.Unlock()
+	return f.File.Close()
+}
+
+// A home keeps its chunk files open between reads: read twice, each
+// chunk file is opened once, and stays open until the home closes. A
+// read that fails closes its file, and the next read opens it again.
+// With room for one file, every read but one opens its file; with none
+// (KeepOpen(0)), every read.
+func TestHomeKeepsChunkFilesOpen(t *testing.T) {
+	input, _ := gen(t, 300)
+	out := filepath.Join(t.TempDir(), "chunks")
+	m, err := pack(t, input, out, packOpts{k: 8, ranks: 2, workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, room := range []int{-1, 1, 0} {
+		fsys := &countFS{FS: chunk.OSNoDirect, opens: map[string]int{}, fail: map[string]bool{}}
+		h, err := chunk.OpenHome(fsys, []string{out, out}, m, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if room >= 0 {
+			h.KeepOpen(room)
+		}
+		chunks := h.Chunks()
+		for round := range 2 {
+			for c := range chunks {
+				ch, damage, err := h.ReadWhole(c)
+				if err != nil || len(damage) != 0 {
+					t.Fatal(round, c, err, damage)
+				}
+				ch.Release()
+			}
+		}
+		opens := 0
+		for name, n := range fsys.opens {
+			if strings.HasSuffix(name, ".brc") { // not the indexes
+				opens += n
+			}
+		}
+		if room < 0 && (opens != chunks || fsys.open != chunks) {
+			t.Fatalf("%d chunks read twice: %d opens, %d files open", chunks, opens, fsys.open)
+		}
+		if room == 1 && (opens != 2*chunks-1 || fsys.open != 1) {
+			t.Fatalf("room for 1: %d chunks read twice: %d opens, %d files open", chunks, opens, fsys.open)
+		}
+		if room == 0 && (opens != 2*chunks || fsys.open != 0) {
+			t.Fatalf("no room: %d chunks read twice: %d opens, %d files open", chunks, opens, fsys.open)
+		}
+		if room < 0 {
+			name := filepath.Join(chunk.RankDir(0), chunk.ChunkName(2))
+			fsys.fail[name] = true
+			if _, _, err := h.ReadWhole(2); err == nil {
+				t.Fatal("a read that fails: no error")
+			}
+			if fsys.open != chunks-1 {
+				t.Fatalf("after a failed read, %d files open, want %d", fsys.open, chunks-1)
+			}
+			ch, _, err := h.ReadWhole(2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch.Release()
+			if fsys.opens[name] != 2 || fsys.open != chunks {
+				t.Fatalf("read again: %s opened %d times, %d files open", name, fsys.opens[name], fsys.open)
+			}
+		}
+		h.Close()
+		if fsys.open != 0 {
+			t.Fatalf("closed: %d files still open", fsys.open)
+		}
 	}
 }

@@ -28,6 +28,9 @@ type Shard struct {
 	// whole is set once a chunk file was found not to scatter: ReadInto
 	// then reads whole (ReadWhole) without trying again.
 	whole atomic.Bool
+	// keep, when set (a Home's shards), holds chunk files open between
+	// reads.
+	keep *kept
 }
 
 // OpenShard opens rank's shard of the dataset in dir.
@@ -60,6 +63,9 @@ func (s *Shard) Index() *Index { return s.idx }
 
 // Close releases the index and the read buffers.
 func (s *Shard) Close() error {
+	if s.keep != nil {
+		s.keep.close(s)
+	}
 	s.pool.drain()
 	return s.idx.Close()
 }
@@ -253,13 +259,13 @@ func (s *Shard) ReadInto(c int, lend func(i, n int) []byte) (*Chunk, []Damage, e
 	if !inOrder(es) { // an index that ReadWhole's checks catch
 		return s.ReadWhole(c)
 	}
-	f, err := s.fsys.Open(s.path(c), true)
+	f, err := s.open(c)
 	if err != nil {
 		return nil, nil, s.storageError(c, "open", err) // as ReadWhole says it
 	}
-	defer f.Close()
 	sc, ok := f.(Scatterer)
 	if !ok || !sc.Scatters() {
+		s.done(c, f, false)
 		s.whole.Store(true) // every chunk file of a shard is on one file system
 		return s.ReadWhole(c)
 	}
@@ -285,6 +291,7 @@ func (s *Shard) ReadInto(c int, lend func(i, n int) []byte) (*Chunk, []Damage, e
 	if int64(n) < at {
 		short = s.readShort(c, int64(n), at, err)
 	}
+	s.done(c, f, short != nil)
 	if Unreachable(short) {
 		return nil, nil, short
 	}
@@ -415,11 +422,11 @@ func (s *Shard) read(c int, ranges []extent) (*Chunk, [][]byte, error) {
 func (s *Shard) readRanges(c int, ranges []extent) (ch *Chunk, data [][]byte, short, err error) {
 	ch = &Chunk{Rank: s.idx.rank, Index: c, files: make([][]byte, s.idx.ChunkFiles(c)), mem: s.mem}
 	data = make([][]byte, len(ranges))
-	f, err := s.fsys.Open(s.path(c), true)
+	f, err := s.open(c)
 	if err != nil {
 		return ch, data, s.storageError(c, "open", err), nil
 	}
-	defer f.Close()
+	defer func() { s.done(c, f, short != nil || err != nil) }()
 	a := int64(f.Align())
 	total := int64(0)
 	for _, r := range ranges {

@@ -91,6 +91,10 @@ type Config struct {
 	// DefaultReadMem; one read goes ahead whatever its size).
 	IOWorkers    int
 	ReadMemBytes int64
+	// OpenFiles bounds the chunk files a rank keeps open between reads,
+	// so that a chunk read each epoch is not opened each epoch (−1:
+	// chunk.OpenHome's default; 0: none).
+	OpenFiles int
 	// Consume is the number of in-process consumers per rank, each reading
 	// its share of the rank's trace and verifying every file; Depth is
 	// the requests each keeps in flight. With none, other clients (shared
@@ -155,7 +159,7 @@ const (
 // DefaultConfig returns the defaults; the caller sets Chunks and the
 // memory.
 func DefaultConfig() Config {
-	return Config{Policy: PolicyWindow, Variant: proto.Full, Window: 64, Ramp: proto.DefaultRamp, Keep: proto.KeepShare, RemoteMemBytes: -1, HandMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, Consume: 0, Depth: 4,
+	return Config{Policy: PolicyWindow, Variant: proto.Full, Window: 64, Ramp: proto.DefaultRamp, Keep: proto.KeepShare, RemoteMemBytes: -1, HandMemBytes: -1, Seed: 1, Epochs: 1, IOWorkers: 4, OpenFiles: -1, Consume: 0, Depth: 4,
 		ClientWait: time.Minute, TrainingWait: 10 * time.Minute, OnDamage: "fail", MaxSkippedFraction: 0.001, StorageWait: 2 * time.Minute, PeerWarn: 30 * time.Second}
 }
 
@@ -182,6 +186,7 @@ func (c Config) Validate() error {
 	add(c.MixBatch >= 0, "batch %d, want ≥ 0 (0 measures no order)", c.MixBatch)
 	add(c.Epochs >= 1 && c.Epochs <= proto.MaxEpochs, "%d epochs, want 1 to %d", c.Epochs, proto.MaxEpochs)
 	add(c.IOWorkers >= 1 && c.IOWorkers <= MaxIOWorkers, "%d I/O workers, want 1 to %d", c.IOWorkers, MaxIOWorkers)
+	add(c.OpenFiles >= -1, "%d open files, want -1 (the default) or more", c.OpenFiles)
 	add(c.ReadMemBytes >= 0, "read memory %d bytes, want ≥ 0 (0: the default)", c.ReadMemBytes)
 	add(c.HandMemBytes >= -1, "hand memory %d bytes, want ≥ 0 (or −1 for the default)", c.HandMemBytes)
 	add(c.Consume >= 0 && c.Consume <= MaxConsumers, "%d consumers, want 0 to %d", c.Consume, MaxConsumers)

@@ -133,6 +133,9 @@ func (n *Node) openShard(man *chunk.Manifest, w *storageWatch) error {
 	if err := w.retry(func() (err error) { n.data.shard, err = chunk.OpenHome(n.site.FS, dirs, man, lo); return err }); err != nil {
 		return err
 	}
+	if n.cfg.OpenFiles >= 0 {
+		n.data.shard.KeepOpen(n.cfg.OpenFiles)
+	}
 	return n.checkSizes()
 }
 

@@ -280,9 +280,11 @@
 //     says so once per chunk; only when the source cannot stand in (it
 //     cannot be reached, or is damaged too) is it damage, named with why.
 //   - A dataset packed again under the job: an I/O worker whose read
-//     found damage asks Node.replaced, which reads the manifests again
-//     (the dataset's and its staged copies'), and Node.damaged takes its
-//     answer before the damage. One gone or another
+//     found damage, and the one making each epoch's first read, ask
+//     Node.replaced, which reads the manifests again (the dataset's and
+//     its staged copies'), and Node.damaged takes its answer before the
+//     damage. (Chunk files kept open, Config.OpenFiles, read on after a
+//     pack --force replaced them, and find no damage.) One gone or another
 //     than the one opened means the chunk files no longer match the index
 //     read at start: the rank's error says the dataset was packed again
 //     and the job must start again, whatever Config.OnDamage says.

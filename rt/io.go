@@ -2,6 +2,7 @@ package rt
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/brandrt/brandrt/chunk"
 	"github.com/brandrt/brandrt/proto"
@@ -30,9 +31,11 @@ type readResult struct {
 	staged     *chunk.Damage
 	stagedFrom string
 	source     error
-	// replaced is set when a read found damage and the dataset on
-	// storage is no longer the one opened (Node.replaced, asked by the
-	// worker: it reads the manifests).
+	// replaced is set when the dataset on storage is no longer the one
+	// opened (Node.replaced, asked by the worker: it reads the
+	// manifests), asked when a read found damage and by each epoch's
+	// first read: chunk files kept open (Config.OpenFiles) read on after
+	// a pack --force replaced them, and find no damage.
 	replaced error
 	// resident: the chunk came from memory, not storage. kc, set for a
 	// read that keeps its chunk and for one answered from memory, holds
@@ -71,6 +74,9 @@ type ioPool struct {
 	// ahead): they are answered from memory.
 	waits map[int][]proto.Read
 	watch *storageWatch
+	// asked is the last epoch whose first read asked whether the
+	// dataset was replaced.
+	asked atomic.Int64
 }
 
 // newIOPool starts workers reading chunks of shard, and of src in place
@@ -91,7 +97,7 @@ func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storag
 			defer p.wg.Done()
 			for r := range p.queue {
 				res := readChunk(shard, src, r, r.PC-firstPC, w, mem)
-				if res.foundDamage() {
+				if res.foundDamage() || p.firstOf(r.Epoch) {
 					res.replaced = replaced()
 				}
 				p.done <- res
@@ -99,6 +105,19 @@ func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storag
 		}()
 	}
 	return p
+}
+
+// firstOf reports whether a read of epoch is the first to ask.
+func (p *ioPool) firstOf(epoch uint32) bool {
+	for {
+		a := p.asked.Load()
+		if int64(epoch) <= a {
+			return false
+		}
+		if p.asked.CompareAndSwap(a, int64(epoch)) {
+			return true
+		}
+	}
 }
 
 // foundDamage reports whether the read found damage, on a first read or

@@ -45,13 +45,14 @@ const (
 
 // Reasons given with the limits above, in messages.
 const (
-	whyFiles   = "proto numbers files and positions in 32 bits"
-	whyWorkers = "each holds a buffer of its own"
-	whyReaders = "far more than a node runs"
-	whyMemory  = "1 PiB"
-	whyEpochs  = "epochs are numbered in 32 bits"
-	whyRanks   = "an MPI rank is a C int"
-	whyK       = "the most files a chunk holds"
+	whyFiles     = "proto numbers files and positions in 32 bits"
+	whyWorkers   = "each holds a buffer of its own"
+	whyReaders   = "far more than a node runs"
+	whyOpenFiles = "more than a process may open"
+	whyMemory    = "1 PiB"
+	whyEpochs    = "epochs are numbered in 32 bits"
+	whyRanks     = "an MPI rank is a C int"
+	whyK         = "the most files a chunk holds"
 )
 
 // tooBig is the error for a value s over the limit hi; why, if set, says

@@ -94,6 +94,7 @@ var serveRanges = map[string]flagRange{
 	"pause":          {"0s", "2562047h47m16.854775807s", "s", zeroBig},
 	"nproc-per-node": {"1", "1024", "", nil},
 	"io-workers":     {"1", "1024", "", nil},
+	"open-files":     {"0", "65536", "", zero},
 	"consume":        {"0", "1024", "", zero},
 	"depth":          {"1", "1024", "", nil},
 }

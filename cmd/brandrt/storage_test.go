@@ -23,7 +23,9 @@ func mpirunWatch(t *testing.T, timeout time.Duration, np int, on func(line strin
 // storageGone serves a copy of a packed dataset on 2 ranks and renames
 // its directory once epoch 1 is reported, as a network file system's
 // mount that goes away looks to the job; back, when positive, renames
-// it back that long after.
+// it back that long after. The ranks open each chunk file for each read
+// (--open-files 0, unless args say otherwise): a file kept open reads on
+// after a rename, where a mount gone fails its reads.
 func storageGone(t *testing.T, clean string, back time.Duration, args ...string) (dir, out string, err error) {
 	t.Helper()
 	cleanVader(t)
@@ -47,7 +49,7 @@ func storageGone(t *testing.T, clean string, back time.Duration, args ...string)
 			})
 		}
 	}
-	args = append([]string{"serve", "--chunks", dir, "--mem", "25%", "--consume", "2", "--pause", "300ms"}, args...)
+	args = append([]string{"serve", "--chunks", dir, "--mem", "25%", "--consume", "2", "--pause", "300ms", "--open-files", "0"}, args...)
 	out, err = mpirunWatch(t, 2*time.Minute, 2, on, args...)
 	if !renamed {
 		t.Fatalf("no epoch 1 reported:\n%s", out)
@@ -94,6 +96,22 @@ func TestServeStorageGone(t *testing.T) {
 			}
 		})
 	}
+	t.Run("kept", func(t *testing.T) { // the chunk files stay open: a rename takes nothing away
+		js := filepath.Join(t.TempDir(), "stats.json")
+		_, out, err := storageGone(t, clean, 0, "--epochs", "4", "--storage-wait", "2s", "--open-files", "1000", "--stats-json", js)
+		if err != nil || strings.Contains(out, "waiting up to") {
+			t.Fatalf("%v:\n%s", err, out)
+		}
+		stats := readStats(t, js)
+		if len(stats) != 4 {
+			t.Fatalf("%d epochs reported:\n%s", len(stats), out)
+		}
+		for _, s := range stats {
+			if !s.OK() || s.FilesDelivered != files || s.DuplicateDeliveries != 0 {
+				t.Errorf("epoch %d: %+v", s.Epoch, s)
+			}
+		}
+	})
 	t.Run("back", func(t *testing.T) {
 		js := filepath.Join(t.TempDir(), "stats.json")
 		_, out, err := storageGone(t, clean, 6*time.Second, "--epochs", "12", "--storage-wait", "1m", "--stats-json", js)
