@@ -23,7 +23,6 @@ type fallback struct {
 	man  *chunk.Manifest
 	lo   int          // the first shard served
 	mem  chunk.Memory // what the copies' chunks are read into, if set
-	keep int          // Config.OpenFiles
 	mu   sync.Mutex
 	home *chunk.Home
 	gone bool // the last wait for it ran out
@@ -35,7 +34,7 @@ func (n *Node) newFallback(mem chunk.Memory) *fallback {
 		return nil
 	}
 	lo, hi := n.data.homes[n.me], n.data.homes[n.me+1]
-	return &fallback{fsys: n.site.FS, man: n.data.man, lo: lo, mem: mem, keep: n.cfg.OpenFiles, dirs: slices.Repeat([]string{chunk.ForRank(n.site.Source, n.me)}, hi-lo)}
+	return &fallback{fsys: n.site.FS, man: n.data.man, lo: lo, mem: mem, dirs: slices.Repeat([]string{chunk.ForRank(n.site.Source, n.me)}, hi-lo)}
 }
 
 // standIn reads chunk c from the source in place of res, the copy's read
@@ -106,9 +105,7 @@ func (f *fallback) open() (*chunk.Home, error) {
 	if f.mem != nil {
 		home.SetMemory(f.mem)
 	}
-	if f.keep >= 0 {
-		home.KeepOpen(f.keep)
-	}
+	home.KeepOpen(0) // it reads only chunks found damaged in a copy: keeping them open saves nothing
 	f.home = home
 	return home, nil
 }
