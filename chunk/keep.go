@@ -17,9 +17,10 @@ import (
 // come back). Safe for concurrent use: a file is lent to one read at a
 // time, and a second read of the same chunk opens its own.
 type kept struct {
-	mu    sync.Mutex
-	room  int
-	files map[keptKey]File
+	mu     sync.Mutex
+	room   int
+	files  map[keptKey]File
+	closed map[*Shard]bool // a read in flight gives its file back closed
 }
 
 type keptKey struct {
@@ -27,7 +28,9 @@ type keptKey struct {
 	c int
 }
 
-func newKept(room int) *kept { return &kept{room: room, files: make(map[keptKey]File)} }
+func newKept(room int) *kept {
+	return &kept{room: room, files: make(map[keptKey]File), closed: make(map[*Shard]bool)}
+}
 
 // keepRoom is how many chunk files a process keeps open: half its limit
 // of open files (Go raises the soft limit to the hard one at start),
@@ -57,7 +60,7 @@ func (k *kept) take(s *Shard, c int) File {
 func (k *kept) give(s *Shard, c int, f File) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if _, ok := k.files[keptKey{s, c}]; ok || k.room <= 0 {
+	if _, ok := k.files[keptKey{s, c}]; ok || k.room <= 0 || k.closed[s] {
 		return false
 	}
 	k.files[keptKey{s, c}] = f
@@ -65,10 +68,12 @@ func (k *kept) give(s *Shard, c int, f File) bool {
 	return true
 }
 
-// close closes the files kept of s.
+// close closes the files kept of s, and those of its reads in flight as
+// they end.
 func (k *kept) close(s *Shard) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.closed[s] = true
 	for key, f := range k.files {
 		if key.s == s {
 			f.Close()
