@@ -67,11 +67,14 @@ func (f Footprint) Total() int64 {
 // runtime/debug.SetMemoryLimit): the footprint less the terms held
 // outside Go's heap, the memory the rank shares with its clients (its
 // own files, the rings, the files answered in place and handed on),
-// MPI's buffers and the part of the process that is not Go's. Go's
-// collector keeps its heap within it; without a limit the heap grows to
-// twice what it holds live between collections, whatever the footprint.
+// MPI's buffers, the chunk reads in flight (anonymous mappings, or the
+// shared memory they read into) and the part of the process that is not
+// Go's. Go's collector keeps its heap within it; without a limit the
+// heap grows to twice what it holds live between collections, whatever
+// the footprint. (Remote stays in it whole, though receive buffers of
+// 64 KiB and more are lent from the shared memory: a looser limit.)
 func (f Footprint) GoLimit() int64 {
-	return f.Total() - f.Own - f.Rings - f.Answered - f.Handed - f.MPI - (f.Process - goProcessBytes)
+	return f.Total() - f.Own - f.Rings - f.Answered - f.Handed - f.MPI - f.Reads - (f.Process - goProcessBytes)
 }
 
 // String says the footprint term by term: "the rank needs 208 MiB of

@@ -82,7 +82,7 @@ func TestFootprintCountsTheDataset(t *testing.T) {
 			} else if f.Order != want {
 				t.Errorf("batch %d, rank %d: %d B for the order, want none", batch, r, f.Order)
 			}
-			if got, want := f.GoLimit(), f.Records+f.Remote+f.Reads+f.Tables+f.Dataset+f.Order+goProcessBytes; got < want || got > want+4096 {
+			if got, want := f.GoLimit(), f.Records+f.Remote+f.Tables+f.Dataset+f.Order+goProcessBytes; got < want || got > want+4096 {
 				t.Errorf("batch %d, rank %d: Go's limit %d, want the footprint's terms in Go's heap, %d", batch, r, got, want)
 			}
 		}

@@ -128,19 +128,23 @@ func (s *serving) open() (func(), error) {
 		return nil, err
 	}
 	s.n, s.done = n, s.rc.FootprintOnly // Open printed the footprint
-	limitGo(n.Footprint())
-	return func() { n.Close() }, nil
+	unlimit := limitGo(n.Footprint())
+	return func() { n.Close(); unlimit() }, nil
 }
 
 // limitGo gives Go's runtime the memory limit the rank's footprint
 // leaves it (rt.Footprint.GoLimit), unless GOMEMLIMIT sets one: its
 // collector then keeps the heap within what the footprint counts for it,
 // where it would otherwise let the heap grow to twice what it holds live.
-// A rank is a process of its own, so the limit is the rank's.
-func limitGo(f rt.Footprint) {
-	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(f.GoLimit())
+// A rank is a process of its own, so the limit is the rank's; the
+// function it returns puts back the limit before, for a process that
+// goes on after serving (tests that run serve in theirs).
+func limitGo(f rt.Footprint) func() {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return func() {}
 	}
+	before := debug.SetMemoryLimit(f.GoLimit())
+	return func() { debug.SetMemoryLimit(before) }
 }
 
 // watch starts the watcher that names the OOM killer if it kills the
