@@ -213,7 +213,9 @@ func lineWith(out, s string) string {
 
 // TestChangedManifest: Node.changed, which tells a dataset packed again
 // from damage, says nothing when the manifest cannot be read (storage's
-// fault) and names a manifest gone or another one.
+// fault) and names a manifest gone or another one; asked at an epoch's
+// start (gone false), a manifest gone is no answer (a mount gone looks
+// the same), another one still is.
 func TestChangedManifest(t *testing.T) {
 	dir := packed(t, 40, 1, 8)
 	man, err := chunk.ReadManifest(chunk.OS, dir)
@@ -232,12 +234,17 @@ func TestChangedManifest(t *testing.T) {
 		{"gone", chunktest.New(chunk.OS, chunktest.Rule{Op: chunktest.OpOpen, Path: chunk.ManifestName, Err: syscall.ENOENT}), "its manifest is gone"},
 	} {
 		n.site.FS = tc.fs
-		if got := n.changed(dir); tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+		if got := n.changed(dir, true); tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+		if got := n.changed(dir, false); got != "" {
+			t.Errorf("%s, at an epoch's start: %q, want nothing", tc.name, got)
 		}
 	}
 	n.site.FS, n.data.hash = chunk.OS, man.Hash()+1
-	if got := n.changed(dir); !strings.Contains(got, "its manifest says it was packed at") {
-		t.Errorf("another manifest: %q", got)
+	for _, gone := range []bool{true, false} {
+		if got := n.changed(dir, gone); !strings.Contains(got, "its manifest says it was packed at") {
+			t.Errorf("another manifest (gone %v): %q", gone, got)
+		}
 	}
 }

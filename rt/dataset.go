@@ -205,11 +205,14 @@ func distinct(dirs []string) []string {
 // one put in its place, under the running job. Its chunk files then hold
 // other files than the index read at start says, which a read takes for
 // damage: the I/O worker that found damage asks here (readResult.replaced),
-// and Node.damaged takes its answer first. Only fields fixed by open are
-// read, so any goroutine may ask.
-func (n *Node) replaced() error {
+// and Node.damaged takes its answer first; each epoch's first read asks
+// too, with gone false: a manifest that cannot be found is then no
+// answer, since a mount gone looks the same and the reads wait for it
+// (Config.StorageWait). Only fields fixed by open are read, so any
+// goroutine may ask.
+func (n *Node) replaced(gone bool) error {
 	for _, dir := range n.data.opened {
-		if how := n.changed(dir); how != "" {
+		if how := n.changed(dir, gone); how != "" {
 			return fmt.Errorf("rt: rank %d: the dataset at %s was packed again (or replaced) while this job served it: %s; "+
 				"its chunk files no longer match the index the rank read at start, so the job stops: start the job again to serve the new dataset "+
 				"(and pack into another directory while a job serves one)", n.me, dir, how)
@@ -220,10 +223,12 @@ func (n *Node) replaced() error {
 
 // changed says how the manifest in dir differs from the one this rank
 // opened, or "" when it does not, or cannot be read (storage's fault,
-// not the dataset's).
-func (n *Node) changed(dir string) string {
+// not the dataset's), or, unless gone, cannot be found.
+func (n *Node) changed(dir string, gone bool) string {
 	man, err := chunk.ReadManifest(n.site.FS, dir)
 	switch {
+	case errors.Is(err, fs.ErrNotExist) && !gone:
+		return ""
 	case errors.Is(err, fs.ErrNotExist):
 		return "its manifest is gone (a pack under way, or the dataset removed)"
 	case chunk.Unreachable(err):

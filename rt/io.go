@@ -84,7 +84,7 @@ type ioPool struct {
 // storage cannot be reached. Reads put each file into a buffer of its
 // own from mem where the file system allows (readOnce); the files of
 // chunks read to be kept are copied into mem otherwise (nil: Go memory).
-func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storageWatch, replaced func() error, mem chunk.Memory) *ioPool {
+func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storageWatch, replaced func(gone bool) error, mem chunk.Memory) *ioPool {
 	// done has no room: a finished read's buffer waits in its worker, so
 	// that no more than workers chunk buffers are ever held by reads; the
 	// loop takes results at once, and flush keeps them within readMem
@@ -97,8 +97,8 @@ func newIOPool(shard *chunk.Home, src *fallback, firstPC, workers int, w *storag
 			defer p.wg.Done()
 			for r := range p.queue {
 				res := readChunk(shard, src, r, r.PC-firstPC, w, mem)
-				if res.foundDamage() || p.firstOf(r.Epoch) {
-					res.replaced = replaced()
+				if found := res.foundDamage(); found || p.firstOf(r.Epoch) {
+					res.replaced = replaced(found)
 				}
 				p.done <- res
 			}
