@@ -284,7 +284,9 @@
 //     Node.replaced, which reads the manifests again (the dataset's and
 //     its staged copies'), and Node.damaged takes its answer before the
 //     damage. (Chunk files kept open, Config.OpenFiles, read on after a
-//     pack --force replaced them, and find no damage.) One gone or another
+//     pack --force replaced them, and find no damage.) At an epoch's
+//     start a manifest that cannot be found is no answer: a mount gone
+//     looks the same, and its reads wait (storageWatch). One gone or another
 //     than the one opened means the chunk files no longer match the index
 //     read at start: the rank's error says the dataset was packed again
 //     and the job must start again, whatever Config.OnDamage says.
