@@ -4,7 +4,8 @@
 # print what the kernel counted: the group's peak (memory.max_usage_in_bytes)
 # and the largest anonymous (total_rss), shared-memory (total_shmem) and
 # page-cache (total_cache, which includes shmem) figures sampled every
-# 0.1 s, and whether the OOM killer struck. Needs root.
+# 0.1 s, the kernel's own memory at its peak (memory.kmem.max_usage_in_bytes,
+# where the kernel counts it), and whether the OOM killer struck. Needs root.
 #   examples/bench/cgpeak.sh bin/brandrt serve --chunks D --mem 100MiB --consume 4 --epochs 3
 set -u
 limit=0
@@ -28,7 +29,9 @@ while kill -0 $pid 2>/dev/null; do
 done
 wait $pid; rc=$?
 mib() { echo "$(( $1 >> 20 )) MiB"; }
-echo "cgpeak: exit $rc; peak $(mib $(cat "$d/memory.max_usage_in_bytes")) (anonymous $(mib $rss), shared $(mib $shm), cache with shared $(mib $cache)); $(grep oom_kill "$d/memory.oom_control" | tr '\n' ' ')"
+kmem=""
+[ -r "$d/memory.kmem.max_usage_in_bytes" ] && kmem=", kernel $(mib $(cat "$d/memory.kmem.max_usage_in_bytes"))"
+echo "cgpeak: exit $rc; peak $(mib $(cat "$d/memory.max_usage_in_bytes")) (anonymous $(mib $rss), shared $(mib $shm), cache with shared $(mib $cache)$kmem); $(grep oom_kill "$d/memory.oom_control" | tr '\n' ' ')"
 # the group goes once its processes are gone
 for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$d/cgroup.procs" ] || break; sleep 0.2; done
 exit $rc
