@@ -286,10 +286,11 @@
 //     damage. (Chunk files kept open, Config.OpenFiles, read on after a
 //     pack --force replaced them, and find no damage.) At an epoch's
 //     start a manifest that cannot be found is no answer: a mount gone
-//     looks the same, and its reads wait (storageWatch). One gone or another
-//     than the one opened means the chunk files no longer match the index
-//     read at start: the rank's error says the dataset was packed again
-//     and the job must start again, whatever Config.OnDamage says.
+//     looks the same, and its reads wait (storageWatch). Otherwise a
+//     manifest gone, or another than the one opened, means the chunk
+//     files no longer match the index read at start: the rank's error
+//     says the dataset was packed again and the job must start again,
+//     whatever Config.OnDamage says.
 //   - Storage: a read failing with chunk.Unreachable is tried again by
 //     storageWatch.retry, after waits doubling from 250 ms to 5 s, for up
 //     to Config.StorageWait, and then ends the job naming the file; Open
