@@ -33,6 +33,11 @@ func storageGone(t *testing.T, clean string, back time.Duration, args ...string)
 	copyTree(t, clean, dir)
 	gone := dir + ".gone"
 	renamed := false
+	// The rename back is stopped when the job ends first; one that began
+	// is waited for: t.Error after the test ends panics, and the panic
+	// leaves the test's directories behind.
+	var backTimer *time.Timer
+	moved := make(chan struct{})
 	on := func(line string, _ int) {
 		if renamed || !strings.HasPrefix(line, "epoch 1/") {
 			return
@@ -42,7 +47,8 @@ func storageGone(t *testing.T, clean string, back time.Duration, args ...string)
 			t.Error(err)
 		}
 		if back > 0 {
-			time.AfterFunc(back, func() {
+			backTimer = time.AfterFunc(back, func() {
+				defer close(moved)
 				if err := os.Rename(gone, dir); err != nil {
 					t.Error(err)
 				}
@@ -51,6 +57,9 @@ func storageGone(t *testing.T, clean string, back time.Duration, args ...string)
 	}
 	args = append([]string{"serve", "--chunks", dir, "--mem", "25%", "--consume", "2", "--pause", "300ms", "--open-files", "0"}, args...)
 	out, err = mpirunWatch(t, 2*time.Minute, 2, on, args...)
+	if backTimer != nil && !backTimer.Stop() {
+		<-moved
+	}
 	if !renamed {
 		t.Fatalf("no epoch 1 reported:\n%s", out)
 	}
