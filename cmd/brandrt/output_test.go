@@ -377,3 +377,38 @@ func TestOutputsDashIsStdout(t *testing.T) {
 		t.Error("a file named - was made")
 	}
 }
+
+// TestServeOrderOutAsItGoes: serve writes --order-out as each epoch ends,
+// beside the name, and renames it into place at the end: 3 epochs give
+// simulate's bytes and leave nothing else in the directory. Spooled for
+// standard output, it comes after the job's report. A write that fails
+// (/dev/full) fails the job, naming --order-out.
+func TestServeOrderOutAsItGoes(t *testing.T) {
+	dir := servePack(t, 300, 1, filepath.Join(t.TempDir(), "chunks"))
+	outDir := t.TempDir()
+	order, sim := filepath.Join(outDir, "order.txt"), filepath.Join(t.TempDir(), "sim.txt")
+	if _, errs, status := runCLI(t, "serve", "--chunks", dir, "--mem", "25%", "--consume", "1", "--epochs", "3", "--order-out", order); status != 0 {
+		t.Fatalf("serve: status %d: %s", status, errs)
+	}
+	if _, errs, status := runCLI(t, "simulate", "--chunks", dir, "--mem-fraction", "0.25", "--epochs", "3", "--order-out", sim); status != 0 {
+		t.Fatalf("simulate: status %d: %s", status, errs)
+	}
+	got, _ := os.ReadFile(order)
+	want, _ := os.ReadFile(sim)
+	if len(want) == 0 || !bytes.Equal(got, want) {
+		t.Errorf("serve --order-out wrote %d bytes, simulate %d; equal: %v", len(got), len(want), bytes.Equal(got, want))
+	}
+	if ents, _ := os.ReadDir(outDir); len(ents) != 1 {
+		t.Errorf("the directory holds %d entries, want the order file alone: %v", len(ents), ents)
+	}
+	out, errs, status := runCLI(t, "serve", "--chunks", dir, "--mem", "25%", "--consume", "1", "--epochs", "3", "--order-out", "-")
+	at := strings.Index(out, "# brandrt delivered order")
+	if status != 0 || at < 0 || out[at:] != string(want) || !strings.Contains(out[:at], "epoch 3/3") {
+		t.Errorf("serve --order-out -: status %d, the order at %d of %d bytes of stdout (%d bytes, want %d after the report); stderr %q",
+			status, at, len(out), len(out)-max(at, 0), len(want), errs)
+	}
+	_, errs, status = runCLI(t, "serve", "--chunks", dir, "--mem", "25%", "--consume", "1", "--order-out", "/dev/full")
+	if status == 0 || !strings.Contains(errs, "--order-out") || !strings.Contains(errs, "no space left on device") {
+		t.Errorf("serve --order-out /dev/full: status %d, stderr %q", status, errs)
+	}
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -93,7 +92,7 @@ func serveCommand() *cli.Command {
 			&cli.BoolFlag{Name: "footprint", Usage: "say the memory each rank would take, term by term (the start-up line \"the rank needs …\", with the settings given), and what its memory cgroup allows, then stop: size a job's memory (Slurm's --mem) before asking for it"},
 			&cli.BoolFlag{Name: "fresh", Usage: "start the first epoch at once, reading ahead while the training starts up, instead of waiting for the training's first word (a saved state, or a read); the job then cannot resume"},
 			&cli.BoolFlag{Name: "resume", Usage: "insist that the training processes say which epoch and position the job takes up (a checkpoint's BrandLoader or BrandSampler state; without --resume a read before any starts the job fresh), then serve from there: exactly as the interrupted job would have on its ranks, --mem and --ramp; on others (a node lost; window policy), every file of the epoch not yet trained on, once"},
-			&cli.StringFlag{Name: "order-out", Usage: "write the delivered order to this file at the end (rank 0): a line per position, \"epoch rank sn file\", as brandrt simulate --order-out writes it (" + outputNote + ")"},
+			&cli.StringFlag{Name: "order-out", Usage: "write the delivered order to this file (rank 0, each epoch as it ends; the file takes its place when the job ends): a line per position, \"epoch rank sn file\", as brandrt simulate --order-out writes it (" + outputNote + ")"},
 			&cli.BoolFlag{Name: "force", Usage: forceNote("--order-out")},
 			&cli.StringFlag{Name: "stats-json", Usage: "write each epoch's statistics to this file, one JSON object per line (rank 0; " + outputNote + "; a regular file is replaced without --force)"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (cpu.pprof) into this directory (every rank: use {rank})"},
@@ -189,11 +188,11 @@ func prepareRank(c *cli.Context, name string, before func(comm collectives.Comm,
 		if err != nil {
 			return nil, err
 		}
-		var order *bytes.Buffer
+		var order *spool
 		after := func() error {
 			err := errors.Join(stopProfiles(), closeReport())
-			if order != nil && comm.Rank() == 0 {
-				err = errors.Join(writeOut(c, "--order-out", name, order.Bytes()), err)
+			if order != nil {
+				err = errors.Join(order.commit(), err)
 			}
 			return err
 		}
@@ -216,27 +215,36 @@ func prepareRank(c *cli.Context, name string, before func(comm collectives.Comm,
 			}
 		}
 		if name != "" {
-			order = recordOrder(rc, site, comm.Rank())
+			if order, err = recordOrder(c, name, rc, site, comm.Rank()); err != nil {
+				return after, err
+			}
 		}
 		return after, nil
 	}
 }
 
-// recordOrder makes the site write each epoch's order into the buffer it
-// returns, on rank 0, as --order-out files hold it (rc's policy and seed
-// in its header).
-func recordOrder(rc rt.Config, site *rt.Site, rank int) *bytes.Buffer {
+// recordOrder makes the site write each epoch's order, as --order-out
+// files hold it (rc's policy and seed in its header), as the epoch ends:
+// on rank 0 into the spool it returns, which puts it at name once the
+// job ends. Every rank takes part in gathering it (Site.Order).
+func recordOrder(c *cli.Context, name string, rc rt.Config, site *rt.Site, rank int) (*spool, error) {
+	if rank != 0 {
+		site.Order = func(uint32, [][]proto.FileID) {}
+		return nil, nil
+	}
 	label := string(rc.Policy)
 	if rc.Policy == rt.PolicyPaper {
 		label = policyLabel(rc.Variant.String())
 	}
-	order := bytes.NewBuffer(orderfile.Header{Policy: label, Seed: rc.Seed}.Append(nil))
-	site.Order = func(e uint32, files [][]proto.FileID) {
-		if rank == 0 {
-			order.Write(orderfile.Epoch{Epoch: int(e), Files: files}.Append(order.AvailableBuffer()))
-		}
+	order, err := openSpool(c, "--order-out", name)
+	if err != nil {
+		return nil, err
 	}
-	return order
+	order.Write(orderfile.Header{Policy: label, Seed: rc.Seed}.Append(nil)) // an error is commit's
+	site.Order = func(e uint32, files [][]proto.FileID) {
+		orderfile.Epoch{Epoch: int(e), Files: files}.WriteTo(order)
+	}
+	return order, nil
 }
 
 // trainingCommand returns the training command given after --, if any:

@@ -51,17 +51,46 @@ type Epoch struct {
 func (e Epoch) Append(b []byte) []byte {
 	for r, fs := range e.Files {
 		for sn, f := range fs {
-			b = strconv.AppendInt(b, int64(e.Epoch), 10)
-			b = append(b, ' ')
-			b = strconv.AppendInt(b, int64(r), 10)
-			b = append(b, ' ')
-			b = strconv.AppendInt(b, int64(sn), 10)
-			b = append(b, ' ')
-			b = strconv.AppendInt(b, int64(f), 10)
-			b = append(b, '\n')
+			b = e.appendLine(b, r, sn, f)
 		}
 	}
 	return b
+}
+
+// appendLine appends the line of position sn of rank r, answered by f.
+func (e Epoch) appendLine(b []byte, r, sn int, f proto.FileID) []byte {
+	b = strconv.AppendInt(b, int64(e.Epoch), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(r), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(sn), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(f), 10)
+	return append(b, '\n')
+}
+
+// WriteTo writes the epoch's lines to w, as Append makes them, through a
+// buffer of its own: what it holds is that buffer, whatever the epoch's
+// size.
+func (e Epoch) WriteTo(w io.Writer) (int64, error) {
+	const flushAt = 60 << 10 // a line is at most 4 numbers of 20 digits and 4 bytes
+	var n int64
+	b := make([]byte, 0, 64<<10)
+	for r, fs := range e.Files {
+		for sn := range fs {
+			b = e.appendLine(b, r, sn, fs[sn])
+			if len(b) >= flushAt {
+				m, err := w.Write(b)
+				n += int64(m)
+				if err != nil {
+					return n, err
+				}
+				b = b[:0]
+			}
+		}
+	}
+	m, err := w.Write(b)
+	return n + int64(m), err
 }
 
 // File is an order file read back.

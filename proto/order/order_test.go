@@ -2,6 +2,7 @@ package order
 
 import (
 	"bytes"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -64,3 +65,44 @@ func TestParseRefuses(t *testing.T) {
 		}
 	}
 }
+
+// WriteTo writes what Append makes, in writes of at most its buffer, and
+// stops at the first write that fails, saying how much went.
+func TestWriteToIsAppend(t *testing.T) {
+	e := Epoch{Epoch: 12, Files: [][]proto.FileID{{}, make([]proto.FileID, 30_000), {proto.NoFile}, make([]proto.FileID, 7)}}
+	for i := range e.Files[1] {
+		e.Files[1][i] = proto.FileID(i * 7919 % 1_000_003)
+	}
+	want := e.Append(nil)
+	w := &writes{}
+	n, err := e.WriteTo(w)
+	if err != nil || n != int64(len(want)) || !bytes.Equal(w.got.Bytes(), want) {
+		t.Fatalf("WriteTo: %d bytes, %v; %d bytes equal to Append's: %v", n, err, len(want), bytes.Equal(w.got.Bytes(), want))
+	}
+	if w.most > 64<<10 || w.calls < 2 {
+		t.Fatalf("WriteTo wrote %d times, at most %d bytes at once; want several writes of at most 64 KiB", w.calls, w.most)
+	}
+	failing := &writes{failAt: 2}
+	n, err = e.WriteTo(failing)
+	if err == nil || n != int64(failing.got.Len()) || n == 0 {
+		t.Fatalf("a write that fails: %d bytes, %v; %d written", n, err, failing.got.Len())
+	}
+}
+
+// writes is a writer that counts its writes; the failAt-th fails.
+type writes struct {
+	got         bytes.Buffer
+	calls, most int
+	failAt      int
+}
+
+func (w *writes) Write(b []byte) (int, error) {
+	w.calls++
+	if w.calls == w.failAt {
+		return 0, errWrite
+	}
+	w.most = max(w.most, len(b))
+	return w.got.Write(b)
+}
+
+var errWrite = errors.New("disk full")

@@ -110,9 +110,11 @@ func Run(cfg Config) (err error) {
 		}
 	}
 	if cfg.Prepare != nil {
-		after, err := cfg.Prepare(comm, cfg.Runtime, &cfg.Site)
-		if err != nil {
-			return err
+		// perr, not err: the deferred after must set Run's own error
+		// (a --order-out that cannot be written was lost, exit status 0)
+		after, perr := cfg.Prepare(comm, cfg.Runtime, &cfg.Site)
+		if perr != nil {
+			return perr
 		}
 		if after != nil {
 			defer func() {
