@@ -223,6 +223,9 @@ func (n *Node) footprintAt(budget, remote int64) Footprint {
 	if n.measuresOrder() {
 		f.Order = int64(f.DatasetFiles) * orderFileBytes
 	}
+	if n.site.Order != nil {
+		f.OrderOut = int64(f.DatasetFiles) * orderOutFileBytes
+	}
 	return f
 }
 

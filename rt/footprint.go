@@ -52,15 +52,17 @@ type Footprint struct {
 	// (datasetFileBytes each: their sizes, the epoch's traces, the count
 	// of each file's deliveries); Order what rank 0 holds to measure the
 	// order (orderFileBytes per file of the dataset; only on rank 0 of
-	// the window policy with --batch); Process the rest of the process
-	// (ProcessBytes).
-	Tables, Dataset, Order, Process int64
-	Files, DatasetFiles             int
+	// the window policy with --batch); OrderOut what every rank holds to
+	// gather each epoch's order when it is handed over (Site.Order:
+	// serve --order-out; orderOutFileBytes per file of the dataset);
+	// Process the rest of the process (ProcessBytes).
+	Tables, Dataset, Order, OrderOut, Process int64
+	Files, DatasetFiles                       int
 }
 
 // Total is the whole footprint, in whole pages (as a cgroup's limit).
 func (f Footprint) Total() int64 {
-	return pageUp(f.Own + f.Records + f.Remote + f.MPI + f.Reads + f.Rings + f.Answered + f.Handed + f.Tables + f.Dataset + f.Order + f.Process)
+	return pageUp(f.Own + f.Records + f.Remote + f.MPI + f.Reads + f.Rings + f.Answered + f.Handed + f.Tables + f.Dataset + f.Order + f.OrderOut + f.Process)
 }
 
 // GoLimit is what the rank's Go runtime may hold (its memory limit:
@@ -108,6 +110,9 @@ func (f Footprint) String() string {
 	if f.Order > 0 {
 		fmt.Fprintf(&b, ", %s for measuring each epoch's order (rank 0; --batch 0 leaves it out)", mib(f.Order))
 	}
+	if f.OrderOut > 0 {
+		fmt.Fprintf(&b, ", %s for gathering each epoch's order (--order-out)", mib(f.OrderOut))
+	}
 	fmt.Fprintf(&b, " and %s for the process (the runtime, MPI and mpirun)", mib(f.Process))
 	return b.String()
 }
@@ -133,19 +138,23 @@ func count(n int) string {
 // 20–24 B per file of the dataset live, twice that between collections:
 // its sizes, the epoch's traces and the count of its deliveries),
 // orderFileBytes what rank 0's measure of the order adds per file of the
-// dataset (20–40 B measured at 1.6 M files), heldFileBytes what each file
+// dataset (20–40 B measured at 1.6 M files), orderOutFileBytes what
+// gathering the order adds (the file at each position: this rank's, the
+// gathered ones and their copy, 4 B each, twice that between
+// collections; 15–27 B measured at 1.6 M files), heldFileBytes what each file
 // held in memory adds beside its bytes (its record, and Go's heap around
 // it: 530 B); arenaSlack the arena's pages touched beyond those it lends
 // at once (its free places between files: 3 % with 100 KB files, 5 %
 // with 1 MB).
 const (
-	ProcessBytes     = 54 << 20
-	goProcessBytes   = 16 << 20
-	shardFileBytes   = 232
-	datasetFileBytes = 48
-	orderFileBytes   = 40
-	heldFileBytes    = 560
-	arenaSlack       = 0.06
+	ProcessBytes      = 54 << 20
+	goProcessBytes    = 16 << 20
+	shardFileBytes    = 232
+	datasetFileBytes  = 48
+	orderFileBytes    = 40
+	orderOutFileBytes = 24
+	heldFileBytes     = 560
+	arenaSlack        = 0.06
 )
 
 // plural writes n and the noun in its number: "1 training process".

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/brandrt/brandrt/collectives"
+	"github.com/brandrt/brandrt/proto"
 )
 
 // perFile sums the ranks' deliveries per file a piece at a time: the
@@ -47,12 +48,17 @@ func TestPerFileSumsInPieces(t *testing.T) {
 // dataset, not only of its shard, and rank 0's the order it measures
 // (with --batch, on the window policy): on 3 ranks of 700 files, each
 // counts 700 files' worth, and only rank 0, only with a batch, the order.
-// Go's limit is the footprint less what lives outside its heap.
+// With the order handed over (Site.Order: --order-out), every rank counts
+// its gathering. Go's limit is the footprint less what lives outside its heap.
 func TestFootprintCountsTheDataset(t *testing.T) {
 	dir := packed(t, 700, 3, 8)
 	for _, batch := range []int{0, 64} {
 		cfg := defaultJob()
 		cfg.Chunks, cfg.Mem.Shard, cfg.Epochs, cfg.Consume, cfg.MixBatch = dir, 0.25, 1, 2, batch
+		gathers := batch > 0 // serve --order-out: every rank gathers each epoch's order
+		if gathers {
+			cfg.Site.Order = func(uint32, [][]proto.FileID) {}
+		}
 		fps := make([]Footprint, 3)
 		var wg sync.WaitGroup
 		for r, c := range collectives.NewLocal(3) {
@@ -82,7 +88,10 @@ func TestFootprintCountsTheDataset(t *testing.T) {
 			} else if f.Order != want {
 				t.Errorf("batch %d, rank %d: %d B for the order, want none", batch, r, f.Order)
 			}
-			if got, want := f.GoLimit(), f.Records+f.Remote+f.Tables+f.Dataset+f.Order+goProcessBytes; got < want || got > want+4096 {
+			if want := map[bool]int64{true: 700 * orderOutFileBytes}[gathers]; f.OrderOut != want || strings.Contains(f.String(), "gathering each epoch's order") != gathers {
+				t.Errorf("batch %d, rank %d, order gathered %v: %d B for it, want %d, said: %s", batch, r, gathers, f.OrderOut, want, f)
+			}
+			if got, want := f.GoLimit(), f.Records+f.Remote+f.Tables+f.Dataset+f.Order+f.OrderOut+goProcessBytes; got < want || got > want+4096 {
 				t.Errorf("batch %d, rank %d: Go's limit %d, want the footprint's terms in Go's heap, %d", batch, r, got, want)
 			}
 		}
