@@ -214,7 +214,7 @@ func prepareRank(c *cli.Context, name string, before func(comm collectives.Comm,
 				more(w, s)
 			}
 		}
-		if name != "" {
+		if name != "" && !rc.FootprintOnly { // --footprint serves nothing: no order to write
 			if order, err = recordOrder(c, name, rc, site, comm.Rank()); err != nil {
 				return after, err
 			}
