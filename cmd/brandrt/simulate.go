@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -182,17 +181,17 @@ func runSimulate(c *cli.Context) (err error) {
 		}
 		bar.update(done, total, comma, "requests", "")
 	}
-	var order *bytes.Buffer
+	var order *spool // written as each epoch ends, put in place when the run is done
 	if name := c.String("order-out"); name != "" {
 		if c.Bool("compare") {
 			return fmt.Errorf("--order-out writes one policy's order; drop --compare")
 		}
-		if _, err := checkOut(c, "--order-out", name); err != nil { // before the run, not after it
+		if order, err = openSpool(c, "--order-out", name); err != nil { // before the run, not after it
 			return err
 		}
-		order = bytes.NewBuffer(orderfile.Header{Policy: policyLabel(cfg.Policies[0]), Seed: cfg.Seed}.Append(nil))
+		order.Write(orderfile.Header{Policy: policyLabel(cfg.Policies[0]), Seed: cfg.Seed}.Append(nil)) // an error is commit's
 		cfg.Order = func(_ string, e int, files [][]proto.FileID) {
-			order.Write(orderfile.Epoch{Epoch: e, Files: files}.Append(order.AvailableBuffer()))
+			orderfile.Epoch{Epoch: e, Files: files}.WriteTo(order)
 		}
 	}
 	start := time.Now()
@@ -204,13 +203,16 @@ func runSimulate(c *cli.Context) (err error) {
 		}
 	}
 	if err := sim.Run(cfg, emit); err != nil {
+		if order != nil {
+			order.abandon()
+		}
 		return err
 	}
 	if !c.Bool("json") {
 		writeTable(out, cfg, results, time.Since(start))
 	}
 	if order != nil {
-		return writeOut(c, "--order-out", c.String("order-out"), order.Bytes())
+		return order.commit()
 	}
 	return nil
 }

@@ -13,7 +13,8 @@ import (
 )
 
 // spool is an output written as it goes and put in place at the end
-// (serve's --order-out); nothing of it stays in the process's memory.
+// (--order-out of serve and simulate); nothing of it stays in the
+// process's memory.
 //   - For a regular file, a link to one, or nothing at the name, it is a
 //     file without a name (O_TMPFILE) in the name's directory, which
 //     commit names and renames into place: a process that is killed
@@ -108,6 +109,12 @@ func (s *spool) commit() error {
 		return flagError(s.flag, s.copyOut(p))
 	}
 	return flagError(s.flag, s.rename())
+}
+
+// abandon lets the spool go, writing nothing (a run that failed).
+func (s *spool) abandon() {
+	s.drop()
+	s.f.Close()
 }
 
 // drop lets the spooled bytes go: a file beside the name is removed.
