@@ -236,15 +236,25 @@ func recordOrder(c *cli.Context, name string, rc rt.Config, site *rt.Site, rank 
 	if rc.Policy == rt.PolicyPaper {
 		label = policyLabel(rc.Variant.String())
 	}
-	order, err := openSpool(c, "--order-out", name)
+	order, err := openOrderOut(c, name, orderfile.Header{Policy: label, Seed: rc.Seed})
 	if err != nil {
 		return nil, err
 	}
-	order.Write(orderfile.Header{Policy: label, Seed: rc.Seed}.Append(nil)) // an error is commit's
 	site.Order = func(e uint32, files [][]proto.FileID) {
 		orderfile.Epoch{Epoch: int(e), Files: files}.WriteTo(order)
 	}
 	return order, nil
+}
+
+// openOrderOut opens the spool of --order-out at name (serve's and
+// simulate's) and writes its header, h; each epoch follows as it ends
+// (orderfile.Epoch.WriteTo).
+func openOrderOut(c *cli.Context, name string, h orderfile.Header) (*spool, error) {
+	order, err := openSpool(c, "--order-out", name)
+	if err == nil {
+		order.Write(h.Append(nil)) // an error is commit's
+	}
+	return order, err
 }
 
 // trainingCommand returns the training command given after --, if any:

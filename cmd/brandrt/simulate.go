@@ -186,10 +186,9 @@ func runSimulate(c *cli.Context) (err error) {
 		if c.Bool("compare") {
 			return fmt.Errorf("--order-out writes one policy's order; drop --compare")
 		}
-		if order, err = openSpool(c, "--order-out", name); err != nil { // before the run, not after it
+		if order, err = openOrderOut(c, name, orderfile.Header{Policy: policyLabel(cfg.Policies[0]), Seed: cfg.Seed}); err != nil { // before the run, not after it
 			return err
 		}
-		order.Write(orderfile.Header{Policy: policyLabel(cfg.Policies[0]), Seed: cfg.Seed}.Append(nil)) // an error is commit's
 		cfg.Order = func(_ string, e int, files [][]proto.FileID) {
 			orderfile.Epoch{Epoch: e, Files: files}.WriteTo(order)
 		}
