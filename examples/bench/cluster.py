@@ -112,7 +112,7 @@ def run(a, cl, cat, mem, label, system, k, n, serve_flags):
     port = 20000 + random.randrange(20000)
     spec = {"system": system, "root": cl.nas(work), "input": cl.nas(cat["input"]), "catalog": os.path.join(work, "files.json"),
             "budget": budget, "workers": a.workers, "batch_size": a.batch_size, "epochs": a.epochs, "threads": a.threads,
-            "pipe_size": a.pipe_size, "stall_s": a.stall, "chunk_files": k, "brandrt": os.path.abspath(a.brandrt),
+            "pipe_size": a.pipe_size, "stall_s": a.stall, "peers_inline": a.peers_inline, "chunk_files": k, "brandrt": os.path.abspath(a.brandrt),
             "repo": REPO, "world": nodes, "master": cl.host(1), "port": port,
             "peers": [[cl.host(i), port + 1] for i in range(1, nodes + 1)],
             "net_dev": NAME + "-hnas", "node_devs": ["%s-h%d" % (NAME, i) for i in range(1, nodes + 1)],

@@ -157,6 +157,10 @@ def args_parser():
     r.add_argument("--pipe-size", type=parse_size, default=1 << 20,
                    help="the pipe that carries every DataLoader's batches from its workers (default 1MiB; 0: "
                         "Linux's 64 KiB, which caps a DataLoader at ~600 MB/s of raw bytes on 2 cores)")
+    r.add_argument("--peers-inline", action="store_true",
+                   help="the other systems' DataLoaders send their batches' small tensors (the labels) inside the "
+                        "batch's pickle, as brandrt's BrandLoader does (brandrt.inline.InlineSmall over the same "
+                        "collate), instead of by file descriptor as torch does: what part of brandrt's lead that is")
     r.add_argument("--allowance", type=parse_size,
                    help="memory for each run's processes on top of the budget (default 768MiB: a plain "
                         "DataLoader's 4 workers and libraries take ~620 MiB, Mosaic's ~720 MiB; with large "
@@ -338,7 +342,7 @@ def run_one(a, cat, storage, mem, system, k, n):
            "dataset_bytes": cat["bytes"], "workers": a.workers, "batch_size": a.batch_size, "epochs": []}
     spec = {"system": system, "root": root, "input": input_dir, "catalog": os.path.join(work, "files.json"),
             "budget": budget, "workers": a.workers, "batch_size": a.batch_size, "epochs": a.epochs,
-            "threads": a.threads, "pipe_size": a.pipe_size, "stall_s": a.stall,
+            "threads": a.threads, "pipe_size": a.pipe_size, "stall_s": a.stall, "peers_inline": a.peers_inline,
             "chunk_files": k, "brandrt": os.path.abspath(a.brandrt), "repo": REPO,
             "mpirun": ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"],
             "serve_flags": POLICIES.get(system[8:], []) if system.startswith("brandrt") else [],
@@ -564,6 +568,8 @@ def report_again(paths, out):
             if metas and meta.get(k) != metas[0].get(k):
                 sys.exit("bench: %s and %s differ in %s (%s, %s): not the same benchmark" %
                          (paths[0], path, k, metas[0].get(k), meta.get(k)))
+        if metas and bool(meta.get("peers_inline")) != bool(metas[0].get("peers_inline")):
+            sys.exit("bench: %s and %s differ in --peers-inline: not the same benchmark" % (paths[0], path))
         metas.append(meta)
     meta = dict(metas[0], command="\n          ".join(m["command"] for m in metas))
     print(report.tables(meta, records), end="")
@@ -631,7 +637,7 @@ def run_dataset(a, command):
     meta = {"command": command, "machine": report.machine(), "files": len(cat["files"]), "bytes": cat["bytes"],
             "input": cat["input"], "allowance_bytes": a.allowance, "workers": a.workers,
             "batch_size": a.batch_size, "epochs": a.epochs, "threads": a.threads, "pipe_size": a.pipe_size,
-            "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "peers_inline": a.peers_inline, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     if a.nodes:
         meta.update(nodes=a.nodes, nic=a.nic, nas_rate=a.nas_rate, nas_delay=a.nas_delay)
     records = []

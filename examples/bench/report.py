@@ -143,7 +143,8 @@ def tables(meta, records):
            "loaders:  DataLoader with %d workers (persistent), batch %d, batches through a pipe of %s; "
            "threads: %d; %d epochs per run; page cache dropped before each run" % (
                meta["workers"], meta["batch_size"], human_bytes(meta["pipe_size"]) if meta["pipe_size"] else "64 KiB",
-               meta["threads"], meta["epochs"])]
+               meta["threads"], meta["epochs"])
+           + ("; every DataLoader sends its batches' small tensors inline (--peers-inline)" if meta.get("peers_inline") else "")]
     if meta.get("nodes"):
         out.append("cluster:  examples/cluster/cluster.sh: nodes' links %s, the NAS's one link %s, +%s each way; "
                    "an epoch ends when its slowest node does" % (meta["nic"], meta["nas_rate"], meta["nas_delay"]))

@@ -57,8 +57,21 @@ def collate(batch):
 
 
 def loader_args(spec):
+    """Every system's DataLoader arguments. With spec's peers_inline, the
+    collate of a DataLoader with workers sends the batch's small tensors
+    inline, as BrandLoader's always does (which leaves one so wrapped as
+    it is)."""
     w = spec["workers"]
-    return dict(batch_size=spec["batch_size"], num_workers=w, persistent_workers=w > 0, collate_fn=collate)
+    fn = collate
+    if spec.get("peers_inline") and w > 0:
+        import sys
+
+        if os.path.join(spec["repo"], "python") not in sys.path:
+            sys.path.insert(0, os.path.join(spec["repo"], "python"))
+        from brandrt.inline import InlineSmall
+
+        fn = InlineSmall(collate)
+    return dict(batch_size=spec["batch_size"], num_workers=w, persistent_workers=w > 0, collate_fn=fn)
 
 
 def shm_dir(spec, what):

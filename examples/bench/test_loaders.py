@@ -434,6 +434,24 @@ class Checks(unittest.TestCase):
         self.assertEqual(plancheck.spread([(e, r) for e, r, _, _ in ratios]), "measured / planned time: epoch 1 0 of 1 within 20 % (0.71 to 0.71); "
                                                    "later epochs 1 of 1 within 20 % (1.00 to 1.00)")
 
+    def test_peers_inline(self):
+        # --peers-inline gives every system's DataLoader BrandLoader's
+        # inline tensors; without it, or without workers, the plain collate
+        import systems
+
+        spec = {"workers": 4, "batch_size": 64, "repo": REPO}
+        self.assertIs(systems.loader_args(spec)["collate_fn"], systems.collate)
+        fn = systems.loader_args(dict(spec, peers_inline=True))["collate_fn"]
+        from brandrt.inline import InlineSmall  # on the path loader_args put it
+
+        self.assertIsInstance(fn, InlineSmall)
+        self.assertIs(fn.collate_fn, systems.collate)
+        self.assertIs(systems.loader_args(dict(spec, peers_inline=True, workers=0))["collate_fn"], systems.collate)
+        meta = {"command": "c", "machine": "m", "files": 1, "bytes": 1, "input": "/in", "workers": 4, "batch_size": 64,
+                "pipe_size": 0, "threads": 4, "epochs": 2}
+        self.assertNotIn("--peers-inline", report.tables(meta, []))
+        self.assertIn("small tensors inline (--peers-inline)", report.tables(dict(meta, peers_inline=True), []))
+
     def test_process_kinds(self):
         import runner
 

@@ -42,6 +42,7 @@ import torch.utils.data
 
 from .client import BrandError, Client, FileSkipped
 from .handed import FileTicket, HandedFile
+from .inline import InlineSmall
 
 __all__ = ["BrandDataset", "BrandLoader", "BrandSampler", "decode_image"]
 
@@ -383,7 +384,9 @@ class BrandLoader(torch.utils.data.DataLoader):
     collate_fn to brandrt.torch.collate (files as lists, in place where
     they can be: BrandDataset); the other arguments are DataLoader's (no
     batch_sampler: the loader counts the sampler's positions in its
-    batches). The state is the
+    batches). With workers, the small tensors of each collated batch
+    (its labels) travel inside the batch's pickle rather than by file
+    descriptor, several times cheaper (brandrt.inline). The state is the
     sampler's (BrandSampler.state_dict), a dict that pickles and goes
     through JSON; a job restarted from it serves the rest of the saved
     epoch as the interrupted one would have."""
@@ -397,6 +400,8 @@ class BrandLoader(torch.utils.data.DataLoader):
             raise TypeError("BrandLoader needs a BrandSampler, not %s" % type(sampler).__name__)
         if kwargs.get("collate_fn") is None and batch_size is not None:
             kwargs["collate_fn"] = collate
+        if kwargs.get("collate_fn") is not None and kwargs.get("num_workers", 0) > 0:
+            kwargs["collate_fn"] = InlineSmall(kwargs["collate_fn"])  # labels with their batch, not by descriptor
         if isinstance(dataset, BrandDataset):
             dataset._collated = True  # its workers hand files in place (unless in_place=False)
         super().__init__(dataset, batch_size=batch_size, sampler=sampler, **kwargs)

@@ -1,0 +1,90 @@
+"""Small tensors of a batch sent inside its pickle, not by file descriptor.
+
+A DataLoader worker sends each tensor of a batch to the training process
+through shared memory: torch makes a shared-memory file for it, and the
+training process fetches its descriptor over a new Unix-socket
+connection to the worker, with multiprocessing's authentication
+challenge in both directions. For a batch's labels (64 integers, 512
+bytes) that costs the two processes about 0.7 ms of CPU together,
+against 0.05 ms for the same tensor's bytes pickled with the batch (this
+machine, torch 1.13; BENCHMARKS.md, "Labels sent with their batch").
+With 8 KB files that is 11 µs a file, as much as a rank spends serving
+it. Past about 256 KiB the copy through the pipe costs more than the
+descriptor, and a tensor goes as torch sends it.
+
+BrandLoader wraps its collate_fn in InlineSmall: in a worker, each plain
+CPU tensor of the collated batch of at most INLINE_BYTES (in lists,
+tuples, named tuples and dicts, however nested) is replaced by an object
+that pickles as the tensor's bytes and unpickles as a tensor again, in
+the training process. What the training loop gets is the same: tensors
+of the same dtype, shape and values. Two tensors that shared storage in
+the worker arrive as copies that do not, as with torch's own sending of
+views of one batch.
+"""
+
+import torch
+import torch.utils.data
+
+__all__ = ["INLINE_BYTES", "InlineSmall", "inline_small"]
+
+INLINE_BYTES = 256 << 10
+
+
+class InlineSmall:
+    """A collate_fn: collate_fn's batch, with its small tensors sent
+    inline when it runs in a DataLoader worker (a plain call otherwise).
+    A class, not a closure: it pickles, for workers that are spawned."""
+
+    def __init__(self, collate_fn):
+        self.collate_fn = collate_fn
+
+    def __call__(self, batch):
+        out = self.collate_fn(batch)
+        if torch.utils.data.get_worker_info() is None:
+            return out
+        return inline_small(out)
+
+    def __repr__(self):
+        return "InlineSmall(%r)" % (self.collate_fn,)
+
+
+def inline_small(x):
+    """x with each small plain tensor in it, in lists, tuples and dicts,
+    replaced by an _Inline; anything else as it is."""
+    if isinstance(x, torch.Tensor):
+        return _Inline(x) if _small(x) else x
+    if type(x) is list:
+        return [inline_small(v) for v in x]
+    if type(x) is dict:
+        return {k: inline_small(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        items = [inline_small(v) for v in x]
+        return type(x)(*items) if hasattr(x, "_fields") else tuple(items)
+    return x
+
+
+def _small(t):
+    """Whether t goes inline: a plain dense CPU tensor without autograd
+    or names, of at most INLINE_BYTES."""
+    return (type(t) is torch.Tensor and t.layout == torch.strided and t.device.type == "cpu" and not t.requires_grad
+            and not t.is_quantized and t.numel() * t.element_size() <= INLINE_BYTES and all(n is None for n in t.names))
+
+
+class _Inline:
+    """A tensor that pickles as its bytes, dtype and shape."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, t):
+        self.t = t
+
+    def __reduce__(self):
+        t = self.t.contiguous().reshape(-1)
+        return _tensor, (t.view(torch.uint8).numpy().tobytes() if t.numel() else b"", t.dtype, tuple(self.t.shape))
+
+
+def _tensor(data, dtype, shape):
+    """The tensor an _Inline pickled, in memory of its own."""
+    if not data:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape)

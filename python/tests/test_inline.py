@@ -1,0 +1,101 @@
+"""brandrt.inline: a batch's small tensors go from DataLoader workers to
+the training process inside the batch's pickle, and arrive unchanged."""
+
+import collections
+import os
+import sys
+import unittest
+from multiprocessing.reduction import ForkingPickler
+
+import torch
+import torch.multiprocessing.reductions as reductions
+import torch.utils.data
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from brandrt.inline import INLINE_BYTES, InlineSmall, inline_small  # noqa: E402
+from brandrt.torch import BrandDataset, BrandLoader, BrandSampler, collate  # noqa: E402
+
+Pair = collections.namedtuple("Pair", "x y")
+
+
+def through_pickle(x):
+    """x as a DataLoader's training process gets it from a worker."""
+    return ForkingPickler.loads(ForkingPickler.dumps(inline_small(x)))
+
+
+_fetched = []
+_rebuild_storage_fd = reductions.rebuild_storage_fd
+
+
+def _counted(*args):
+    """torch's rebuild_storage_fd, counting its calls in _fetched."""
+    _fetched.append(1)
+    return _rebuild_storage_fd(*args)
+
+
+class Items(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return b"file %d" % i, i % 10
+
+
+class InlineTest(unittest.TestCase):
+    def assertSameTensor(self, got, want):
+        self.assertIs(type(got), torch.Tensor)
+        self.assertEqual((got.dtype, got.shape), (want.dtype, want.shape))
+        self.assertTrue(torch.equal(got, want), (got, want))
+
+    def test_round_trip(self):
+        labels = torch.arange(64)
+        cut = torch.arange(24, dtype=torch.bfloat16).reshape(4, 6)[:, ::2]  # not contiguous, and numpy has no bfloat16
+        batch = [[b"a", b"b"], labels, {"m": cut, "empty": torch.zeros(0, 5), "flags": torch.tensor([True, False])},
+                 Pair(torch.tensor(3.5), (torch.tensor([1 + 2j]), "text"))]
+        got = through_pickle(batch)
+        self.assertEqual(got[0], [b"a", b"b"])
+        self.assertSameTensor(got[1], labels)
+        self.assertEqual(sorted(got[2]), ["empty", "flags", "m"])
+        for k in got[2]:
+            self.assertSameTensor(got[2][k], batch[2][k])
+        self.assertIs(type(got[3]), Pair)
+        self.assertSameTensor(got[3].x, batch[3].x)
+        self.assertSameTensor(got[3].y[0], batch[3].y[0])
+        self.assertEqual(got[3].y[1], "text")
+        got[1][0] = 100  # memory of its own, writable
+        self.assertEqual(labels[0].item(), 0)
+
+    def test_inline_or_not(self):
+        self.assertIn(b"brandrt.inline", bytes(ForkingPickler.dumps(inline_small([torch.arange(64)]))))
+        big = torch.zeros(INLINE_BYTES // 8 + 1, dtype=torch.float64)
+        for t in (big, torch.ones(2, requires_grad=True), torch.nn.Parameter(torch.ones(2))):
+            self.assertIs(inline_small(t), t, "a tensor torch should send itself")
+        self.assertIsNot(inline_small(big[:-1]), big[:-1])
+
+    def test_workers(self):
+        """A DataLoader with workers: the labels arrive the same, and the
+        training process fetched no descriptor for them (it does without
+        InlineSmall: the test can fail)."""
+        orig = reductions.rebuild_storage_fd
+        reductions.rebuild_storage_fd = _counted  # what forked workers name in their pickles
+        try:
+            for wrap, want_fetched in ((InlineSmall, False), (lambda c: c, True)):
+                _fetched.clear()
+                loader = torch.utils.data.DataLoader(Items(), batch_size=16, num_workers=2, collate_fn=wrap(collate))
+                got = [(files, labels) for files, labels in loader]
+                self.assertEqual([f for files, _ in got for f in files], [b"file %d" % i for i in range(64)])
+                self.assertSameTensor(torch.cat([labels for _, labels in got]), torch.tensor([i % 10 for i in range(64)]))
+                self.assertEqual(bool(_fetched), want_fetched, "descriptors fetched: %d" % len(_fetched))
+        finally:
+            reductions.rebuild_storage_fd = orig
+
+    def test_brand_loader_wraps(self):
+        sampler = BrandSampler()
+        self.assertIsInstance(BrandLoader(BrandDataset(), batch_size=4, sampler=sampler, num_workers=2).collate_fn, InlineSmall)
+        self.assertIs(BrandLoader(BrandDataset(), batch_size=4, sampler=sampler).collate_fn, collate)
+        self.assertIs(InlineSmall(collate)([(b"x", 1)])[1].__class__, torch.Tensor, "outside a worker: the batch as it is")
+
+
+if __name__ == "__main__":
+    unittest.main()
