@@ -52,7 +52,7 @@ def inline_small(x):
     """x with each small plain tensor in it, in lists, tuples and dicts,
     replaced by an _Inline; anything else as it is."""
     if isinstance(x, torch.Tensor):
-        return _Inline(x) if _small(x) else x
+        return _Inline.of(x) if _small(x) else x
     if type(x) is list:
         return [inline_small(v) for v in x]
     if type(x) is dict:
@@ -71,16 +71,25 @@ def _small(t):
 
 
 class _Inline:
-    """A tensor that pickles as its bytes, dtype and shape."""
+    """A tensor's bytes, dtype and shape, that unpickle as the tensor."""
 
-    __slots__ = ("t",)
+    __slots__ = ("data", "dtype", "shape")
 
-    def __init__(self, t):
-        self.t = t
+    def __init__(self, data, dtype, shape):
+        self.data, self.dtype, self.shape = data, dtype, shape
+
+    @classmethod
+    def of(cls, t):
+        """t's _Inline, or t where its bytes cannot be had: taken here, in
+        the collate_fn, so that pickling the batch cannot fail."""
+        try:
+            flat = t.resolve_conj().resolve_neg().contiguous().reshape(-1)
+            return cls(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"", t.dtype, tuple(t.shape))
+        except (RuntimeError, TypeError):
+            return t
 
     def __reduce__(self):
-        t = self.t.contiguous().reshape(-1)
-        return _tensor, (t.view(torch.uint8).numpy().tobytes() if t.numel() else b"", t.dtype, tuple(self.t.shape))
+        return _tensor, (self.data, self.dtype, self.shape)
 
 
 def _tensor(data, dtype, shape):

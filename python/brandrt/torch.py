@@ -400,8 +400,9 @@ class BrandLoader(torch.utils.data.DataLoader):
             raise TypeError("BrandLoader needs a BrandSampler, not %s" % type(sampler).__name__)
         if kwargs.get("collate_fn") is None and batch_size is not None:
             kwargs["collate_fn"] = collate
-        if kwargs.get("collate_fn") is not None and kwargs.get("num_workers", 0) > 0:
-            kwargs["collate_fn"] = InlineSmall(kwargs["collate_fn"])  # labels with their batch, not by descriptor
+        fn = kwargs.get("collate_fn")
+        if fn is not None and kwargs.get("num_workers", 0) > 0 and not isinstance(fn, InlineSmall):
+            kwargs["collate_fn"] = InlineSmall(fn)  # labels with their batch, not by file descriptor
         if isinstance(dataset, BrandDataset):
             dataset._collated = True  # its workers hand files in place (unless in_place=False)
         super().__init__(dataset, batch_size=batch_size, sampler=sampler, **kwargs)

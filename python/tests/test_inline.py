@@ -52,7 +52,7 @@ class InlineTest(unittest.TestCase):
         labels = torch.arange(64)
         cut = torch.arange(24, dtype=torch.bfloat16).reshape(4, 6)[:, ::2]  # not contiguous, and numpy has no bfloat16
         batch = [[b"a", b"b"], labels, {"m": cut, "empty": torch.zeros(0, 5), "flags": torch.tensor([True, False])},
-                 Pair(torch.tensor(3.5), (torch.tensor([1 + 2j]), "text"))]
+                 Pair(torch.tensor(3.5), (torch.tensor([1 + 2j, 3 - 1j]).conj(), "text"))]
         got = through_pickle(batch)
         self.assertEqual(got[0], [b"a", b"b"])
         self.assertSameTensor(got[1], labels)
