@@ -9,17 +9,24 @@ bytes) that costs the two processes about 0.7 ms of CPU together,
 against 0.05 ms for the same tensor's bytes pickled with the batch (this
 machine, torch 1.13; BENCHMARKS.md, "Labels sent with their batch").
 With 8 KB files that is 11 µs a file, as much as a rank spends serving
-it. Past about 256 KiB the copy through the pipe costs more than the
-descriptor, and a tensor goes as torch sends it.
+it.
 
-BrandLoader wraps its collate_fn in InlineSmall: in a worker, each plain
-CPU tensor of the collated batch of at most INLINE_BYTES (in lists,
-tuples, named tuples and dicts, however nested) is replaced by an object
-that pickles as the tensor's bytes and unpickles as a tensor again, in
-the training process. What the training loop gets is the same: tensors
-of the same dtype, shape and values. Two tensors that shared storage in
-the worker arrive as copies that do not, as with torch's own sending of
-views of one batch.
+BrandLoader wraps its collate_fn in InlineSmall: in a worker, the plain
+CPU tensors of the collated batch (in lists, tuples, named tuples and
+dicts, however nested), in order, while their bytes add up to at most
+INLINE_BYTES, are replaced by objects that pickle as the tensor's bytes
+and unpickle as tensors again, in the training process. What the
+training loop gets is the same: tensors of the same dtype, shape and
+values. Two tensors that shared storage in the worker arrive as copies
+that do not, as with torch's own sending of views of one batch.
+
+The bound is small (16 KiB: a batch's labels, up to 2,048 of them),
+though inline is cheaper up to ~256 KiB here, because what goes inline
+goes through the pipe the workers share: a worker whose training
+process was killed exits by joining its queue's feeder thread (torch
+1.13), which waits for ever on a full pipe. Batches of decoded images
+sent inline filled it and left such workers behind, holding the DDP
+sockets the other ranks waited on; by descriptor they do not.
 """
 
 import torch
@@ -27,7 +34,7 @@ import torch.utils.data
 
 __all__ = ["INLINE_BYTES", "InlineSmall", "inline_small"]
 
-INLINE_BYTES = 256 << 10
+INLINE_BYTES = 16 << 10
 
 
 class InlineSmall:
@@ -48,26 +55,34 @@ class InlineSmall:
         return "InlineSmall(%r)" % (self.collate_fn,)
 
 
-def inline_small(x):
-    """x with each small plain tensor in it, in lists, tuples and dicts,
-    replaced by an _Inline; anything else as it is."""
+def inline_small(x, budget=None):
+    """x with its plain tensors, in lists, tuples and dicts, replaced by
+    _Inlines in order while their bytes add up to at most INLINE_BYTES;
+    anything else as it is."""
+    budget = [INLINE_BYTES] if budget is None else budget  # what is left, shared down the walk
     if isinstance(x, torch.Tensor):
-        return _Inline.of(x) if _small(x) else x
+        n = x.numel() * x.element_size()
+        if not _plain(x) or n > budget[0]:
+            return x
+        got = _Inline.of(x)
+        if got is not x:
+            budget[0] -= n
+        return got
     if type(x) is list:
-        return [inline_small(v) for v in x]
+        return [inline_small(v, budget) for v in x]
     if type(x) is dict:
-        return {k: inline_small(v) for k, v in x.items()}
+        return {k: inline_small(v, budget) for k, v in x.items()}
     if isinstance(x, tuple):
-        items = [inline_small(v) for v in x]
+        items = [inline_small(v, budget) for v in x]
         return type(x)(*items) if hasattr(x, "_fields") else tuple(items)
     return x
 
 
-def _small(t):
-    """Whether t goes inline: a plain dense CPU tensor without autograd
-    or names, of at most INLINE_BYTES."""
+def _plain(t):
+    """Whether t may go inline: a plain dense CPU tensor without autograd
+    or names."""
     return (type(t) is torch.Tensor and t.layout == torch.strided and t.device.type == "cpu" and not t.requires_grad
-            and not t.is_quantized and t.numel() * t.element_size() <= INLINE_BYTES and all(n is None for n in t.names))
+            and not t.is_quantized and all(n is None for n in t.names))
 
 
 class _Inline:

@@ -3,7 +3,10 @@ the training process inside the batch's pickle, and arrive unchanged."""
 
 import collections
 import os
+import signal
+import subprocess
 import sys
+import time
 import unittest
 from multiprocessing.reduction import ForkingPickler
 
@@ -17,6 +20,15 @@ from brandrt.inline import INLINE_BYTES, InlineSmall, inline_small  # noqa: E402
 from brandrt.torch import BrandDataset, BrandLoader, BrandSampler, collate  # noqa: E402
 
 Pair = collections.namedtuple("Pair", "x y")
+
+
+def _alive(pid):
+    """Whether pid runs (a zombie has ended)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def through_pickle(x):
@@ -72,6 +84,43 @@ class InlineTest(unittest.TestCase):
         for t in (big, torch.ones(2, requires_grad=True), torch.nn.Parameter(torch.ones(2))):
             self.assertIs(inline_small(t), t, "a tensor torch should send itself")
         self.assertIsNot(inline_small(big[:-1]), big[:-1])
+        # the bound is the batch's: tensors go inline in order while it lasts
+        a, b, c = torch.zeros(INLINE_BYTES // 2 + 8, dtype=torch.uint8), torch.zeros(INLINE_BYTES // 2, dtype=torch.uint8), torch.arange(8)
+        got = inline_small([a, (b, {"c": c})])
+        self.assertIsNot(got[0], a)
+        self.assertIs(got[1][0], b)
+        self.assertIsNot(got[1][1]["c"], c)
+
+    def test_workers_of_a_killed_process_exit(self):
+        """A training process killed with batches of images in flight: its
+        workers exit (torch's watchdog, within 5 s), where batches sent
+        inline through the pipe left them waiting for ever on it."""
+        script = (
+            "import os, sys, time, torch, torch.utils.data as D\n"
+            "sys.path.insert(0, %r)\n"
+            "from brandrt.inline import InlineSmall\n"
+            "class Images(D.Dataset):\n"
+            "    def __len__(self): return 10000\n"
+            "    def __getitem__(self, i): return torch.rand(3, 32, 32), i\n"
+            "dl = D.DataLoader(Images(), batch_size=8, num_workers=2, collate_fn=InlineSmall(D.default_collate))\n"
+            "it = iter(dl); next(it)\n"
+            "print(' '.join(str(w.pid) for w in it._workers), flush=True)\n"
+            "time.sleep(60)\n" % os.path.join(os.path.dirname(__file__), ".."))
+        p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        try:
+            workers = [int(w) for w in p.stdout.readline().split()]
+            self.assertEqual(len(workers), 2)
+            time.sleep(1)  # the workers fill what they may
+        finally:
+            p.kill()
+            p.wait()
+        deadline = time.monotonic() + 20
+        while [w for w in workers if _alive(w)] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = [w for w in workers if _alive(w)]
+        for w in left:
+            os.kill(w, signal.SIGKILL)
+        self.assertEqual(left, [], "workers of a killed training process still there after 20 s")
 
     def test_workers(self):
         """A DataLoader with workers: the labels arrive the same, and the
