@@ -11,60 +11,77 @@ machine, torch 1.13; BENCHMARKS.md, "Labels sent with their batch").
 With 8 KB files that is 11 µs a file, as much as a rank spends serving
 it.
 
-BrandLoader wraps its collate_fn in InlineSmall: in a worker, the plain
-CPU tensors of the collated batch (in lists, tuples, named tuples and
-dicts, however nested), in order, while their bytes add up to at most
-INLINE_BYTES, are replaced by objects that pickle as the tensor's bytes
-and unpickle as tensors again, in the training process. What the
-training loop gets is the same: tensors of the same dtype, shape and
-values. Two tensors that shared storage in the worker arrive as copies
-that do not, as with torch's own sending of views of one batch.
+BrandLoader wraps its collate_fn in InlineSmall: in a worker, each plain
+CPU tensor of the collated batch (in lists, tuples, named tuples and
+dicts, however nested) that still fits the batch's bound is replaced by
+an object that pickles as the tensor's bytes and unpickles as a tensor
+again, in the training process. The training loop gets tensors of the
+same dtype, shape and values, but contiguous and each in memory of its
+own: two that were views of one storage in the worker (which torch's own
+sending keeps shared) arrive as copies, so that writing into one no
+longer changes the other.
 
-The bound is small (16 KiB: a batch's labels, up to 2,048 of them),
-though inline is cheaper up to ~256 KiB here, because what goes inline
-goes through the pipe the workers share: a worker whose training
-process was killed exits by joining its queue's feeder thread (torch
-1.13), which waits for ever on a full pipe. Batches of decoded images
-sent inline filled it and left such workers behind, holding the DDP
-sockets the other ranks waited on; by descriptor they do not.
+The bound is small because what goes inline goes through the pipe the
+workers share, though inline is cheaper up to ~256 KiB here. A worker
+whose training process was killed exits by joining its queue's feeder
+thread (torch 1.13), which waits for ever on a full pipe; batches of
+decoded images sent inline filled it and left such workers behind,
+holding the DDP sockets the other ranks waited on. By descriptor a batch
+is a few hundred bytes there. The pipe (64 KiB by default) holds up to
+num_workers x prefetch_factor batches, so BrandLoader bounds each at
+bound(num_workers, prefetch_factor): half the pipe shared among them, at
+most INLINE_BYTES (4 KiB: a batch's labels, up to 512 of them, with 4
+workers each 2 batches ahead). InlineSmall's default is INLINE_BYTES;
+with more workers or batches ahead, give it bound()'s.
 """
 
 import torch
 import torch.utils.data
 
-__all__ = ["INLINE_BYTES", "InlineSmall", "inline_small"]
+__all__ = ["INLINE_BYTES", "InlineSmall", "bound", "inline_small"]
 
-INLINE_BYTES = 16 << 10
+INLINE_BYTES = 4 << 10
+
+_PIPE_SHARE = 32 << 10  # of the 64 KiB pipe, what the batches' inline tensors may fill together
+
+
+def bound(num_workers, prefetch_factor=2):
+    """The inline bytes a batch may carry when num_workers workers each
+    fetch prefetch_factor batches ahead: together at most half of a
+    64 KiB pipe, and at most INLINE_BYTES."""
+    return min(INLINE_BYTES, _PIPE_SHARE // max(1, num_workers * (prefetch_factor or 2)))
 
 
 class InlineSmall:
-    """A collate_fn: collate_fn's batch, with its small tensors sent
-    inline when it runs in a DataLoader worker (a plain call otherwise).
-    A class, not a closure: it pickles, for workers that are spawned."""
+    """A collate_fn: collate_fn's batch, with its small tensors (at most
+    budget bytes of them a batch) sent inline when it runs in a
+    DataLoader worker (a plain call otherwise). A class, not a closure:
+    it pickles, for workers that are spawned."""
 
-    def __init__(self, collate_fn):
-        self.collate_fn = collate_fn
+    def __init__(self, collate_fn, budget=INLINE_BYTES):
+        self.collate_fn, self.budget = collate_fn, budget
 
     def __call__(self, batch):
         out = self.collate_fn(batch)
         if torch.utils.data.get_worker_info() is None:
             return out
-        return inline_small(out)
+        return inline_small(out, [self.budget])
 
     def __repr__(self):
-        return "InlineSmall(%r)" % (self.collate_fn,)
+        return "InlineSmall(%r, budget=%d)" % (self.collate_fn, self.budget)
 
 
 def inline_small(x, budget=None):
-    """x with its plain tensors, in lists, tuples and dicts, replaced by
-    _Inlines in order while their bytes add up to at most INLINE_BYTES;
-    anything else as it is."""
-    budget = [INLINE_BYTES] if budget is None else budget  # what is left, shared down the walk
+    """x with each plain tensor in it (in lists, tuples, named tuples and
+    dicts) that still fits budget, a one-item list of the bytes left
+    (default INLINE_BYTES), replaced by an _Inline; anything else as it
+    is."""
+    budget = [INLINE_BYTES] if budget is None else budget  # shared down the walk
     if isinstance(x, torch.Tensor):
-        n = x.numel() * x.element_size()
-        if not _plain(x) or n > budget[0]:
+        if not _plain(x):
             return x
-        got = _Inline.of(x)
+        n = x.numel() * x.element_size()
+        got = _Inline.of(x) if n <= budget[0] else x
         if got is not x:
             budget[0] -= n
         return got
@@ -72,9 +89,10 @@ def inline_small(x, budget=None):
         return [inline_small(v, budget) for v in x]
     if type(x) is dict:
         return {k: inline_small(v, budget) for k, v in x.items()}
-    if isinstance(x, tuple):
-        items = [inline_small(v, budget) for v in x]
-        return type(x)(*items) if hasattr(x, "_fields") else tuple(items)
+    if type(x) is tuple:
+        return tuple(inline_small(v, budget) for v in x)
+    if isinstance(x, tuple) and hasattr(x, "_make"):  # a named tuple
+        return x._make(inline_small(v, budget) for v in x)
     return x
 
 

@@ -43,6 +43,7 @@ import torch.utils.data
 from .client import BrandError, Client, FileSkipped
 from .handed import FileTicket, HandedFile
 from .inline import InlineSmall
+from .inline import bound as inline_bound
 
 __all__ = ["BrandDataset", "BrandLoader", "BrandSampler", "decode_image"]
 
@@ -402,7 +403,8 @@ class BrandLoader(torch.utils.data.DataLoader):
             kwargs["collate_fn"] = collate
         fn = kwargs.get("collate_fn")
         if fn is not None and kwargs.get("num_workers", 0) > 0 and not isinstance(fn, InlineSmall):
-            kwargs["collate_fn"] = InlineSmall(fn)  # labels with their batch, not by file descriptor
+            # labels with their batch, not by file descriptor
+            kwargs["collate_fn"] = InlineSmall(fn, inline_bound(kwargs["num_workers"], kwargs.get("prefetch_factor")))
         if isinstance(dataset, BrandDataset):
             dataset._collated = True  # its workers hand files in place (unless in_place=False)
         super().__init__(dataset, batch_size=batch_size, sampler=sampler, **kwargs)

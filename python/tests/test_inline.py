@@ -16,7 +16,7 @@ import torch.utils.data
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from brandrt.inline import INLINE_BYTES, InlineSmall, inline_small  # noqa: E402
+from brandrt.inline import INLINE_BYTES, InlineSmall, _Inline, bound, inline_small  # noqa: E402
 from brandrt.torch import BrandDataset, BrandLoader, BrandSampler, collate  # noqa: E402
 
 Pair = collections.namedtuple("Pair", "x y")
@@ -65,6 +65,8 @@ class InlineTest(unittest.TestCase):
         cut = torch.arange(24, dtype=torch.bfloat16).reshape(4, 6)[:, ::2]  # not contiguous, and numpy has no bfloat16
         batch = [[b"a", b"b"], labels, {"m": cut, "empty": torch.zeros(0, 5), "flags": torch.tensor([True, False])},
                  Pair(torch.tensor(3.5), (torch.tensor([1 + 2j, 3 - 1j]).conj(), "text"))]
+        for t in (labels, cut, batch[2]["empty"], batch[2]["flags"], batch[3].x, batch[3].y[0]):
+            self.assertIs(type(inline_small(t)), _Inline, "%s %s: not inline" % (t.dtype, tuple(t.shape)))
         got = through_pickle(batch)
         self.assertEqual(got[0], [b"a", b"b"])
         self.assertSameTensor(got[1], labels)
@@ -84,28 +86,39 @@ class InlineTest(unittest.TestCase):
         for t in (big, torch.ones(2, requires_grad=True), torch.nn.Parameter(torch.ones(2))):
             self.assertIs(inline_small(t), t, "a tensor torch should send itself")
         self.assertIsNot(inline_small(big[:-1]), big[:-1])
-        # the bound is the batch's: tensors go inline in order while it lasts
+        # the bound is the batch's: each tensor that still fits goes inline
         a, b, c = torch.zeros(INLINE_BYTES // 2 + 8, dtype=torch.uint8), torch.zeros(INLINE_BYTES // 2, dtype=torch.uint8), torch.arange(8)
         got = inline_small([a, (b, {"c": c})])
         self.assertIsNot(got[0], a)
         self.assertIs(got[1][0], b)
         self.assertIsNot(got[1][1]["c"], c)
+        # tuples of other kinds than tuple and named tuples are left as they are
+        t = torch.max(torch.arange(6).reshape(2, 3), 0)
+        self.assertIs(inline_small(t), t)
+        # with more workers and batches ahead, less a batch (half a 64 KiB pipe among them)
+        self.assertEqual([bound(2), bound(4, 2), bound(8, 2), bound(4, 8), bound(1, None)], [INLINE_BYTES, INLINE_BYTES, 2048, 1024, INLINE_BYTES])
 
     def test_workers_of_a_killed_process_exit(self):
-        """A training process killed with batches of images in flight: its
-        workers exit (torch's watchdog, within 5 s), where batches sent
-        inline through the pipe left them waiting for ever on it."""
+        """A training process killed with batches in flight, of images or
+        of labels at BrandLoader's bound: its workers exit (torch's
+        watchdog, within 5 s), where batches of images sent inline filled
+        the pipe and left them waiting for ever on it."""
+        for item, batch in (("torch.rand(3, 32, 32), i", 8), ("b'', i", bound(2) // 8)):
+            with self.subTest(item=item, batch=batch):
+                self.killed_loader_exits(item, batch)
+
+    def killed_loader_exits(self, item, batch):
         script = (
             "import os, sys, time, torch, torch.utils.data as D\n"
             "sys.path.insert(0, %r)\n"
-            "from brandrt.inline import InlineSmall\n"
-            "class Images(D.Dataset):\n"
-            "    def __len__(self): return 10000\n"
-            "    def __getitem__(self, i): return torch.rand(3, 32, 32), i\n"
-            "dl = D.DataLoader(Images(), batch_size=8, num_workers=2, collate_fn=InlineSmall(D.default_collate))\n"
+            "from brandrt.inline import InlineSmall, bound\n"
+            "class Items(D.Dataset):\n"
+            "    def __len__(self): return 100000\n"
+            "    def __getitem__(self, i): return %s\n"
+            "dl = D.DataLoader(Items(), batch_size=%d, num_workers=2, collate_fn=InlineSmall(D.default_collate, bound(2)))\n"
             "it = iter(dl); next(it)\n"
             "print(' '.join(str(w.pid) for w in it._workers), flush=True)\n"
-            "time.sleep(60)\n" % os.path.join(os.path.dirname(__file__), ".."))
+            "time.sleep(60)\n" % (os.path.join(os.path.dirname(__file__), ".."), item, batch))
         p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
         try:
             workers = [int(w) for w in p.stdout.readline().split()]
@@ -141,7 +154,9 @@ class InlineTest(unittest.TestCase):
 
     def test_brand_loader_wraps(self):
         sampler = BrandSampler()
-        self.assertIsInstance(BrandLoader(BrandDataset(), batch_size=4, sampler=sampler, num_workers=2).collate_fn, InlineSmall)
+        fn = BrandLoader(BrandDataset(), batch_size=4, sampler=sampler, num_workers=8).collate_fn
+        self.assertIsInstance(fn, InlineSmall)
+        self.assertEqual((fn.collate_fn, fn.budget), (collate, bound(8)))
         self.assertIs(BrandLoader(BrandDataset(), batch_size=4, sampler=sampler).collate_fn, collate)
         self.assertIs(InlineSmall(collate)([(b"x", 1)])[1].__class__, torch.Tensor, "outside a worker: the batch as it is")
 
