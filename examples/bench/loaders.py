@@ -539,7 +539,8 @@ def report_again(paths, out):
     """The tables and plots of earlier runs' results.jsonl files, merged.
     Each (storage, memory budget, nodes) must come from one run: its
     ratios are taken within the rounds of that run."""
-    SAME = ("files", "bytes", "workers", "batch_size", "epochs", "threads", "pipe_size", "allowance_bytes")
+    SAME = ("files", "bytes", "workers", "batch_size", "epochs", "threads", "pipe_size", "allowance_bytes", "peers_inline")
+    LATER = {"peers_inline": False}  # what the runs from before a key was recorded had
     metas, records, source = [], [], {}
     for path in paths:
         path, _, only = path.rpartition(":") if path.endswith((":local", ":nas")) else (path, "", "")
@@ -565,11 +566,9 @@ def report_again(paths, out):
         if meta is None:
             sys.exit("bench: %s: no meta line; not a results.jsonl of loaders.py" % path)
         for k in SAME:
-            if metas and meta.get(k) != metas[0].get(k):
-                sys.exit("bench: %s and %s differ in %s (%s, %s): not the same benchmark" %
-                         (paths[0], path, k, metas[0].get(k), meta.get(k)))
-        if metas and bool(meta.get("peers_inline")) != bool(metas[0].get("peers_inline")):
-            sys.exit("bench: %s and %s differ in --peers-inline: not the same benchmark" % (paths[0], path))
+            was, now = (m.get(k, LATER.get(k)) for m in (metas[0] if metas else meta, meta))
+            if was != now:
+                sys.exit("bench: %s and %s differ in %s (%s, %s): not the same benchmark" % (paths[0], path, k, was, now))
         metas.append(meta)
     meta = dict(metas[0], command="\n          ".join(m["command"] for m in metas))
     print(report.tables(meta, records), end="")

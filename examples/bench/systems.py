@@ -64,14 +64,20 @@ def loader_args(spec):
     w = spec["workers"]
     fn = collate
     if spec.get("peers_inline") and w > 0:
-        import sys
-
-        if os.path.join(spec["repo"], "python") not in sys.path:
-            sys.path.insert(0, os.path.join(spec["repo"], "python"))
+        brandrt_on_path(spec)
         from brandrt.inline import InlineSmall
 
         fn = InlineSmall(collate)
     return dict(batch_size=spec["batch_size"], num_workers=w, persistent_workers=w > 0, collate_fn=fn)
+
+
+def brandrt_on_path(spec):
+    """Puts the repository's Python package (brandrt) on the path, once."""
+    import sys
+
+    path = os.path.join(spec["repo"], "python")
+    if path not in sys.path:
+        sys.path.insert(0, path)
 
 
 def shm_dir(spec, what):
@@ -453,9 +459,7 @@ class Brandrt(_System):
     process, and a BrandSampler."""
 
     def __init__(self, spec, cat):
-        import sys
-
-        sys.path.insert(0, os.path.join(spec["repo"], "python"))
+        brandrt_on_path(spec)
         from brandrt.torch import BrandDataset, BrandLoader, BrandSampler
 
         self.make_loader = lambda sampler: BrandLoader(BrandDataset(), sampler=sampler, **loader_args(spec))
