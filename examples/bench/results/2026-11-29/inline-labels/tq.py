@@ -1,4 +1,5 @@
 # time per tensor sent from a child process to its parent through torch's multiprocessing Queue: shared by fd vs pickled inline
+# python3 tq.py: both ways, 512 B to 4 MiB; python3 tq.py file_system: by torch only, with that sharing strategy, 3 sizes
 import time, sys, torch, torch.multiprocessing as mp, resource
 
 def rebuild(data, dtype, shape):
@@ -20,8 +21,12 @@ def cpu(who):
 
 if __name__ == "__main__":
     ctx = mp.get_context("fork")
-    for size in [512, 8 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20]:
-        for inline in [False, True]:
+    sizes, ways = [512, 8 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20], [False, True]
+    if sys.argv[1:] == ["file_system"]:
+        mp.set_sharing_strategy("file_system")
+        sizes, ways = [512, 64 << 10, 1 << 20], [False]
+    for size in sizes:
+        for inline in ways:
             n = 2000 if size <= 64 << 10 else 300
             q = ctx.Queue(); done = ctx.Event()
             c0, k0, t0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN), time.monotonic()
