@@ -42,8 +42,7 @@ import torch.utils.data
 
 from .client import BrandError, Client, FileSkipped
 from .handed import FileTicket, HandedFile
-from .inline import InlineSmall
-from .inline import bound as inline_bound
+from .inline import InlineSmall, bound as inline_bound
 
 __all__ = ["BrandDataset", "BrandLoader", "BrandSampler", "decode_image"]
 
