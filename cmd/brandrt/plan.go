@@ -33,8 +33,11 @@ func planCommand() *cli.Command {
 			"and received from the other nodes, in epoch 1 and on average after, and the\n" +
 			"smallest number of nodes whose memory holds the whole dataset.\n\n" +
 			"Bytes are the plan's, which serve follows byte for byte (each read rounds up\n" +
-			"to a page with O_DIRECT; the messages' frames add a few dozen bytes per file\n" +
-			"moved). With rates (--storage-rate, --link-rate, --serve-rate, --train-rate,\n" +
+			"to a page with O_DIRECT). Between nodes they are the files' bytes, or with\n" +
+			"--cpu-costs what the links carry to move them: the costs file also holds the\n" +
+			"bytes a link carries beyond a file's, per file and per byte (the frames, MPI's\n" +
+			"and TCP/IP's headers, the acknowledgements), fitted with the CPU costs.\n\n" +
+			"With rates (--storage-rate, --link-rate, --serve-rate, --train-rate,\n" +
 			"--cpu-costs with --cores) it also prints the epoch's time as the slowest of\n" +
 			"them allows, and which one bounds it; a rate not given bounds nothing.\n" +
 			"--cpu-costs holds the CPU seconds a node spends per file and per byte, fitted\n" +
@@ -61,7 +64,7 @@ func planCommand() *cli.Command {
 			&cli.GenericFlag{Name: "link-rate", Value: &byteSize{intValue{lo: 1, hi: maxMemory, why: whyMemory}}, Usage: "bytes per second a node's link carries each way"},
 			&cli.GenericFlag{Name: "serve-rate", Value: &count{intValue{lo: 1, hi: maxFiles, why: whyFiles}}, Usage: "files per second a rank serves from memory (its CPU: brandrt bench serve measures it)"},
 			&cli.GenericFlag{Name: "train-rate", Value: &count{intValue{lo: 1, hi: maxFiles, why: whyFiles}}, Usage: "files per second a node's training consumes"},
-			&cli.StringFlag{Name: "cpu-costs", Usage: "a JSON file of the CPU seconds a node spends per file and per byte (the rank's, the storage client's, the training processes' reading through it), measured on the target machine by examples/bench/calibrate.py; with --cores, the busiest node's CPU bounds the epoch's time"},
+			&cli.StringFlag{Name: "cpu-costs", Usage: "a JSON file of the CPU seconds a node spends per file and per byte (the rank's, the storage client's, the training processes' reading through it) and of the bytes its link carries beyond the files' it moves, measured on the target machine by examples/bench/calibrate.py; with --cores, the busiest node's CPU bounds the epoch's time"},
 			floatFlag("cores", 0, 0, 65536, true, "the cores of a node that the rank and the processes reading through it share, with --cpu-costs"),
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per number of nodes instead of the table"},
 		},
@@ -82,11 +85,15 @@ type planned struct {
 	Epochs     []plannedEpoch `json:"epochs"`
 }
 
-// plannedEpoch is one epoch's forecast, and its time where rates were
-// given: Seconds, and what bounds it.
+// plannedEpoch is one epoch's forecast; with costs, what each rank's
+// link carries in and out (the files' bytes and what the costs add to
+// move them) and the CPU of its node; its time where rates were given:
+// Seconds, and what bounds it.
 type plannedEpoch struct {
 	Epoch   int               `json:"epoch"`
 	Ranks   []rt.RankForecast `json:"ranks"`
+	LinkIn  []int64           `json:"link_in_bytes,omitempty"`
+	LinkOut []int64           `json:"link_out_bytes,omitempty"`
 	CPU     []float64         `json:"cpu_seconds,omitempty"`
 	Seconds float64           `json:"seconds,omitempty"`
 	Bound   string            `json:"bound,omitempty"`
@@ -116,6 +123,7 @@ func runPlan(c *cli.Context) error {
 		}
 		for i := range p.Epochs {
 			e := &p.Epochs[i]
+			e.LinkIn, e.LinkOut = model.links(e.Ranks)
 			e.CPU, e.Seconds, e.Bound = model.epoch(p, *e)
 		}
 		all = append(all, p)

@@ -14,8 +14,9 @@ import (
 // epoch, measured on the target machine (examples/bench/calibrate.py fits
 // them from runs of the loader benchmark): the rank's, the storage
 // client's and the training processes' that read through brandrt (the
-// DataLoader's main process and workers). `brandrt plan --cpu-costs`
-// reads them from a JSON file.
+// DataLoader's main process and workers); and what a node's link
+// carries beyond the files it moves. `brandrt plan --cpu-costs` reads
+// them from a JSON file.
 type cpuCosts struct {
 	// RankFile is the rank's CPU per position it answers, RankMovedFile
 	// and RankMovedByte per file (and byte) it sends to or receives from
@@ -44,6 +45,13 @@ type cpuCosts struct {
 	// (mpirun starting them, each opening its shard), which the first
 	// epoch's time adds.
 	Start float64 `json:"start_s"`
+	// LinkFile and LinkByte are what a node's link carries beyond the
+	// bytes of the files it moves, per file and per byte of them: the
+	// messages' frames, MPI's headers, TCP/IP's, and the
+	// acknowledgements that come back. Optional (0: the files' bytes
+	// alone, as in a file fitted before they were).
+	LinkFile float64 `json:"link_bytes_per_moved_file"`
+	LinkByte float64 `json:"link_bytes_per_moved_byte"`
 	// Machine says where they were measured, for the reader.
 	Machine string `json:"machine,omitempty"`
 }
@@ -77,6 +85,12 @@ func readCPUCosts(path string) (*cpuCosts, error) {
 			errs = append(errs, fmt.Errorf("%q is %g seconds, want 0 to 60", f.name, f.v))
 		}
 	}
+	if !(c.LinkFile >= 0 && c.LinkFile <= 1<<20) {
+		errs = append(errs, fmt.Errorf(`"link_bytes_per_moved_file" is %g, want 0 to 1 MiB`, c.LinkFile))
+	}
+	if !(c.LinkByte >= 0 && c.LinkByte <= 1) {
+		errs = append(errs, fmt.Errorf(`"link_bytes_per_moved_byte" is %g, want 0 to 1`, c.LinkByte))
+	}
 	if _, ok := raw["cores_busy"]; !ok {
 		errs = append(errs, errors.New(`no "cores_busy"`))
 	} else if !(c.Busy > 0 && c.Busy <= 1) {
@@ -101,4 +115,14 @@ func (c *cpuCosts) seconds(rf rt.RankForecast, first bool, filled int64) float64
 		s += c.RankStart + c.RankFilledByte*float64(filled)
 	}
 	return s
+}
+
+// linkBytes is what a link carries to move files files of bytes bytes:
+// their bytes, and what the costs add per file and per byte (none
+// without costs).
+func (c *cpuCosts) linkBytes(files, bytes int64) int64 {
+	if c == nil {
+		return bytes
+	}
+	return bytes + int64(math.Round(c.LinkFile*float64(files)+c.LinkByte*float64(bytes)))
 }

@@ -66,10 +66,30 @@ func (r timeModel) cpuSeconds(p planned, e plannedEpoch) []float64 {
 	return out
 }
 
+// links returns what each rank's link carries in and out to move the
+// files of ranks' forecasts, with the costs' additions; nil without
+// costs.
+func (r timeModel) links(ranks []rt.RankForecast) (in, out []int64) {
+	if r.cpu == nil {
+		return nil, nil
+	}
+	for _, rf := range ranks {
+		in = append(in, r.cpu.linkBytes(rf.ReceivedFiles, rf.ReceivedBytes))
+		out = append(out, r.cpu.linkBytes(rf.SentFiles, rf.SentBytes))
+	}
+	return in, out
+}
+
+// moved is what rank rf's link carries the most of, in or out: the
+// files' bytes, and what the costs add to move them.
+func (r timeModel) moved(rf rt.RankForecast) int64 {
+	return max(r.cpu.linkBytes(rf.ReceivedFiles, rf.ReceivedBytes), r.cpu.linkBytes(rf.SentFiles, rf.SentBytes))
+}
+
 // epoch returns, for epoch e of p, the CPU seconds of each rank's node
 // (nil without costs), how long the epoch takes at these rates, and what
 // bounds it: the storage (every rank's reads share it), the network (the
-// busiest link, each way), the rank's CPU (at --serve-rate), the training
+// busiest link, each way, with what the costs add to the files' bytes), the rank's CPU (at --serve-rate), the training
 // (the node with the most positions) or the busiest node's CPU over its
 // cores. The first epoch adds the job's start (with costs). 0 and ""
 // with no rate.
@@ -88,7 +108,7 @@ func (r timeModel) bound(ranks []rt.RankForecast, cpu []float64) (float64, strin
 	var read, moved, files int64
 	for _, rf := range ranks {
 		read += rf.ReadBytes
-		moved = max(moved, rf.ReceivedBytes, rf.SentBytes)
+		moved = max(moved, r.moved(rf))
 		files = max(files, rf.Files)
 	}
 	busiest := 0.0
@@ -149,7 +169,7 @@ func printPlan(w io.Writer, all []planned, r timeModel, share bool) {
 			shareMin = min(shareMin, float64(p.MemBytes[i])/float64(max(p.ShardBytes[i], 1)))
 		}
 		r1, r2 := firstAndAfter(p, maxRank(func(rf rt.RankForecast) int64 { return rf.ReadBytes }))
-		n1, n2 := firstAndAfter(p, maxRank(func(rf rt.RankForecast) int64 { return max(rf.ReceivedBytes, rf.SentBytes) }))
+		n1, n2 := firstAndAfter(p, maxRank(r.moved))
 		line := fmt.Sprintf("%d\t%s\t%.0f %%\t%s\t%s / %s\t%s / %s\t", p.Nodes, ibytes(memMin), 100*shareMin, ibytes(fpMax),
 			ibytes(int64(r1)), ibytes(int64(r2)), ibytes(int64(n1)), ibytes(int64(n2)))
 		if r.given() {

@@ -126,3 +126,42 @@ func TestPlanCPUBound(t *testing.T) {
 		}
 	}
 }
+
+// With the costs' bytes a link carries beyond a file's, the network's
+// bytes are the files' and those per file and per byte moved, each way,
+// and they bound the epoch at --link-rate; a bad value is refused.
+func TestPlanLinkBytes(t *testing.T) {
+	dir := servePack(t, 600, 2, filepath.Join(t.TempDir(), "chunks"))
+	const zero = `"rank_s_per_file": 0, "rank_s_per_moved_file": 0, "rank_s_per_moved_byte": 0, "read_s_per_byte": 0,
+		"rank_s_start": 0, "rank_s_per_filled_byte": 0, "client_s_per_file": 0, "client_s_per_byte": 0, "cores_busy": 1, "start_s": 0`
+	costs := writeTemp(t, "costs.json", 0o644, `{`+zero+`, "link_bytes_per_moved_file": 150, "link_bytes_per_moved_byte": 0.01}`)
+	out, errs, status := runCLI(t, "plan", "--chunks", dir, "--nodes", "2", "--mem", "25%", "--epochs", "2", "--json",
+		"--cpu-costs", costs, "--cores", "2", "--link-rate", "1MB")
+	if status != 0 {
+		t.Fatalf("plan: status %d\n%s", status, errs)
+	}
+	var p planned
+	if err := json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &p); err != nil {
+		t.Fatalf("plan --json: %v\n%s", err, out)
+	}
+	for _, e := range p.Epochs {
+		var busiest int64
+		for r, rf := range e.Ranks {
+			in := rf.ReceivedBytes + int64(math.Round(150*float64(rf.ReceivedFiles)+0.01*float64(rf.ReceivedBytes)))
+			outb := rf.SentBytes + int64(math.Round(150*float64(rf.SentFiles)+0.01*float64(rf.SentBytes)))
+			if rf.ReceivedFiles == 0 || e.LinkIn[r] != in || e.LinkOut[r] != outb {
+				t.Errorf("epoch %d, rank %d: %d files (%d bytes) in, %d (%d) out: the link carries %d in and %d out, want %d and %d",
+					e.Epoch, r, rf.ReceivedFiles, rf.ReceivedBytes, rf.SentFiles, rf.SentBytes, e.LinkIn[r], e.LinkOut[r], in, outb)
+			}
+			busiest = max(busiest, in, outb)
+		}
+		if e.Bound != "network" || math.Abs(e.Seconds-float64(busiest)/1e6) > 1e-9 {
+			t.Errorf("epoch %d: %g s bound by %q, want %g s bound by the network", e.Epoch, e.Seconds, e.Bound, float64(busiest)/1e6)
+		}
+	}
+	bad := writeTemp(t, "bad.json", 0o644, `{`+zero+`, "link_bytes_per_moved_file": -1, "link_bytes_per_moved_byte": 2}`)
+	_, errs, status = runCLI(t, "plan", "--chunks", dir, "--nodes", "2", "--mem", "25%", "--cpu-costs", bad, "--cores", "2")
+	if status == 0 || !strings.Contains(errs, `"link_bytes_per_moved_file" is -1, want 0 to 1 MiB`) || !strings.Contains(errs, `"link_bytes_per_moved_byte" is 2, want 0 to 1`) {
+		t.Errorf("plan with bad link costs: status %d, want both refused:\n%s", status, errs)
+	}
+}

@@ -29,6 +29,12 @@ host_s_per_read_byte and host_s_per_moved_byte. plan does not read them;
 plancheck.py adds them, since on this machine they take the nodes' cores.
 (On real nodes the network's kernel work is the nodes' own.)
 
+What the nodes' links carried beyond the bytes of the files moved (over
+each run's epochs, against plan's files and bytes moved) is fitted the
+same way, per file and per byte moved (link_bytes_per_moved_file and
+_byte): the messages' frames, MPI's and TCP/IP's headers and the
+acknowledgements. plan adds them to the files' bytes between nodes.
+
     .venv/bin/python examples/bench/calibrate.py --out costs.json RESULTS.jsonl [RESULTS.jsonl …]
 
 Each RESULTS.jsonl needs its --work (loaders.py's, where the packed
@@ -63,6 +69,7 @@ def rows(results, work, brandrt, nodes=None):
             out.append(({}, {"start": run["epochs"][0]["seconds"] - stats[0]["seconds"]}))
         chunks = os.path.join(work, prepare.chunks_name(run["chunk_files"], run["nodes"]))
         _, planned = plancheck.plan(brandrt, chunks, run, run.get("workers", 4))
+        link = {"link_files": 0, "link_bytes": 0, "carried": 0}
         for e, m in zip(planned["epochs"], run["epochs"]):
             for i, (rf, node) in enumerate(zip(e["ranks"], m["nodes"])):
                 first = e["epoch"] == 1
@@ -79,10 +86,19 @@ def rows(results, work, brandrt, nodes=None):
             read = sum(rf["read_bytes"] for rf in e["ranks"])
             moved = sum(rf["received_bytes"] for rf in e["ranks"])
             out.append(({"host_read_bytes": read, "host_moved_bytes": moved}, {"host": max(0.0, machine - node_cpu)}))
+            link["link_files"] += sum(rf["received_files"] for rf in e["ranks"])
+            link["link_bytes"] += moved
+            link["carried"] += m["between_nodes_bytes"]
             # how busy the cores were where storage did not bound the
             # epoch (its link under 80 % full), after the first
             if e["epoch"] > 1 and m["net_bytes"] / nas < 0.8 * m["seconds"]:
                 out.append(({}, {"busy": m["machine_busy"]}))
+        # what the nodes' links carried beyond the files' bytes, over the
+        # run's epochs (an epoch's reads and pushes ahead cross the links
+        # in the epoch before)
+        if link["link_files"]:
+            carried = link.pop("carried")
+            out.append((link, {"link": carried - link["link_bytes"]}))
     return out
 
 
@@ -125,6 +141,7 @@ def calibrate(pairs, brandrt, nodes=None):
     client, n_client, med_c, max_c = fit(data, CLIENT, "client")
     nas, _, med_n, max_n = fit(data, ("read_bytes",), "nas")
     host, _, med_h, max_h = fit(data, ("host_read_bytes", "host_moved_bytes"), "host")
+    link, _, med_l, max_l = fit(data, ("link_files", "link_bytes"), "link")
     busy = [y["busy"] for _, y in data if "busy" in y]
     busy = float(np.median(busy)) if busy else 1.0
     start = [y["start"] for _, y in data if "start" in y]
@@ -134,6 +151,7 @@ def calibrate(pairs, brandrt, nodes=None):
         "read_s_per_byte": rank[3] + nas[0], "rank_s_start": rank[4], "rank_s_per_filled_byte": rank[5],
         "client_s_per_file": client[0], "client_s_per_byte": client[1],
         "cores_busy": busy, "start_s": start, "host_s_per_read_byte": host[0], "host_s_per_moved_byte": host[1],
+        "link_bytes_per_moved_file": link[0], "link_bytes_per_moved_byte": link[1],
         "machine": "%d cores, %s" % (os.cpu_count(), os.uname().release),
         "fitted_on": ["%s (nodes %s)" % (r, ",".join(map(str, nodes)) if nodes else "all") for r, _ in pairs],
     }
@@ -146,6 +164,8 @@ def calibrate(pairs, brandrt, nodes=None):
         "  DataLoader  %5.1f %% / %5.1f %%   %.1f µs per file, %.0f µs per MB" % (100 * med_c, 100 * max_c, client[0] * 1e6, client[1] * 1e12),
         "  outside     %5.1f %% / %5.1f %%   %.0f µs per MB read, %.0f µs per MB moved between nodes (the emulation's: plan leaves it out)" % (
             100 * med_h, 100 * max_h, host[0] * 1e12, host[1] * 1e12),
+        "  links       %5.1f %% / %5.1f %%   %.0f B per file moved and %.2f %% of its bytes, beyond the files' bytes (frames, MPI's and TCP/IP's headers, acknowledgements)" % (
+            100 * med_l, 100 * max_l, link[0], 100 * link[1]),
         "  the cores were %.0f %% busy (median) in the epochs after the first that storage did not bound" % (100 * busy),
         "  the job started in %.2f s (median): from its launch to serving, which the first epoch adds" % start,
     ]

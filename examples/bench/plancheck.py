@@ -104,16 +104,21 @@ def spread(ratios):
 def table(run, planned):
     """Rows of planned against carried bytes, per epoch and over all, and
     the measured / planned ratios over all: storage's, and the network's
-    (None where nothing was planned to move)."""
+    (None where nothing was planned to move). The network's plan is what
+    the links carry where plan had costs (the files' bytes and what the
+    costs add per file and per byte moved: link_in_bytes), else the
+    files' bytes."""
     rows, sums = [], [0, 0, 0, 0]
+    links = all("link_in_bytes" in e for e in planned["epochs"])
     for e, m in zip(planned["epochs"], run["epochs"]):
         pr = sum(r["read_bytes"] for r in e["ranks"])
-        pm = sum(r["received_bytes"] for r in e["ranks"])
+        pm = sum(e["link_in_bytes"]) if links else sum(r["received_bytes"] for r in e["ranks"])
         got = [pr, m["net_bytes"], pm, m["between_nodes_bytes"]]
         sums = [a + b for a, b in zip(sums, got)]
         rows.append([str(e["epoch"])] + got)
     rows.append(["all"] + sums)
-    lines = ["%-6s %15s %15s %7s %15s %15s %7s" % ("epoch", "planned read", "NAS link", "ratio", "planned moved", "nodes' links", "ratio")]
+    lines = ["%-6s %15s %15s %7s %15s %15s %7s" % ("epoch", "planned read", "NAS link", "ratio",
+                                                   "planned on links" if links else "planned moved", "nodes' links", "ratio")]
     for name, pr, nas, pm, links in rows:
         lines.append("%-6s %15s %15s %7s %15s %15s %7s" % (name, "{:,}".format(pr), "{:,}".format(nas), ratio(nas, pr),
                                                              "{:,}".format(pm), "{:,}".format(links), ratio(links, pm)))

@@ -434,6 +434,36 @@ class Checks(unittest.TestCase):
         self.assertEqual(plancheck.spread([(e, r) for e, r, _, _ in ratios]), "measured / planned time: epoch 1 0 of 1 within 20 % (0.71 to 0.71); "
                                                    "later epochs 1 of 1 within 20 % (1.00 to 1.00)")
 
+    def test_plancheck_links(self):
+        # the network's plan is what the links carry where plan had costs
+        # (link_in_bytes), the files' bytes where it had none
+        import plancheck
+
+        run = {"epochs": [{"net_bytes": 100, "between_nodes_bytes": 1030}, {"net_bytes": 50, "between_nodes_bytes": 2060}]}
+        ranks = [{"read_bytes": 50, "received_bytes": 500}] * 2
+        planned = {"epochs": [{"epoch": 1, "ranks": ranks, "link_in_bytes": [515, 515]},
+                              {"epoch": 2, "ranks": ranks, "link_in_bytes": [1030, 1030]}]}
+        lines, storage, network = plancheck.table(run, planned)
+        self.assertEqual((storage, network), (150 / 200, 1.0))
+        self.assertIn("planned on links", lines[0])
+        for e in planned["epochs"]:
+            del e["link_in_bytes"]
+        lines, _, network = plancheck.table(run, planned)
+        self.assertEqual(network, 3090 / 2000)
+        self.assertIn("planned moved", lines[0])
+
+    def test_calibrate_links(self):
+        # what the links carried beyond the files, per file and per byte,
+        # from runs' totals
+        import calibrate
+
+        data = [({"link_files": f, "link_bytes": b}, {"link": 130 * f + 0.0027 * b}) for f, b in
+                ((90000, 7.2e8), (17800, 1.96e9), (1950, 1.95e9), (135000, 1.08e9))]
+        coef, n, med, _ = calibrate.fit(data, ("link_files", "link_bytes"), "link")
+        self.assertEqual(n, 4)
+        self.assertAlmostEqual(coef[0], 130, delta=1e-6)
+        self.assertAlmostEqual(coef[1], 0.0027, delta=1e-12)
+
     def test_peers_inline(self):
         # --peers-inline gives every system's DataLoader BrandLoader's
         # inline tensors; without it, or without workers, the plain collate
