@@ -96,15 +96,7 @@ func TestPlanCPUBound(t *testing.T) {
 	dir := servePack(t, 600, 2, filepath.Join(t.TempDir(), "chunks"))
 	costs := writeTemp(t, "costs.json", 0o644, `{"rank_s_per_file": 1e-3, "rank_s_per_moved_file": 2e-3, "rank_s_per_moved_byte": 0, "read_s_per_byte": 0,
 		"rank_s_start": 0.5, "rank_s_per_filled_byte": 0, "client_s_per_file": 1e-3, "client_s_per_byte": 0, "cores_busy": 0.5, "start_s": 2}`)
-	out, errs, status := runCLI(t, "plan", "--chunks", dir, "--nodes", "2", "--mem", "25%", "--epochs", "2", "--json",
-		"--cpu-costs", costs, "--cores", "2", "--storage-rate", "1TB")
-	if status != 0 {
-		t.Fatalf("plan: status %d\n%s", status, errs)
-	}
-	var p planned
-	if err := json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &p); err != nil {
-		t.Fatalf("plan --json: %v\n%s", err, out)
-	}
+	p := planTwo(t, dir, costs, "--storage-rate", "1TB")
 	for _, e := range p.Epochs {
 		busiest := 0.0
 		for r, rf := range e.Ranks {
@@ -135,15 +127,7 @@ func TestPlanLinkBytes(t *testing.T) {
 	const zero = `"rank_s_per_file": 0, "rank_s_per_moved_file": 0, "rank_s_per_moved_byte": 0, "read_s_per_byte": 0,
 		"rank_s_start": 0, "rank_s_per_filled_byte": 0, "client_s_per_file": 0, "client_s_per_byte": 0, "cores_busy": 1, "start_s": 0`
 	costs := writeTemp(t, "costs.json", 0o644, `{`+zero+`, "link_bytes_per_moved_file": 150, "link_bytes_per_moved_byte": 0.01}`)
-	out, errs, status := runCLI(t, "plan", "--chunks", dir, "--nodes", "2", "--mem", "25%", "--epochs", "2", "--json",
-		"--cpu-costs", costs, "--cores", "2", "--link-rate", "1MB")
-	if status != 0 {
-		t.Fatalf("plan: status %d\n%s", status, errs)
-	}
-	var p planned
-	if err := json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &p); err != nil {
-		t.Fatalf("plan --json: %v\n%s", err, out)
-	}
+	p := planTwo(t, dir, costs, "--link-rate", "1MB")
 	for _, e := range p.Epochs {
 		var busiest int64
 		for r, rf := range e.Ranks {
@@ -160,8 +144,24 @@ func TestPlanLinkBytes(t *testing.T) {
 		}
 	}
 	bad := writeTemp(t, "bad.json", 0o644, `{`+zero+`, "link_bytes_per_moved_file": -1, "link_bytes_per_moved_byte": 2}`)
-	_, errs, status = runCLI(t, "plan", "--chunks", dir, "--nodes", "2", "--mem", "25%", "--cpu-costs", bad, "--cores", "2")
+	_, errs, status := runCLI(t, "plan", "--chunks", dir, "--nodes", "2", "--mem", "25%", "--cpu-costs", bad, "--cores", "2")
 	if status == 0 || !strings.Contains(errs, `"link_bytes_per_moved_file" is -1, want 0 to 1 MiB`) || !strings.Contains(errs, `"link_bytes_per_moved_byte" is 2, want 0 to 1`) {
 		t.Errorf("plan with bad link costs: status %d, want both refused:\n%s", status, errs)
 	}
+}
+
+// planTwo plans 2 epochs of dir on 2 nodes with a quarter in memory, the
+// costs file costs on 2 cores and rate's flags, and returns the plan.
+func planTwo(t *testing.T, dir, costs string, rate ...string) planned {
+	t.Helper()
+	out, errs, status := runCLI(t, append([]string{"plan", "--chunks", dir, "--nodes", "2", "--mem", "25%", "--epochs", "2", "--json",
+		"--cpu-costs", costs, "--cores", "2"}, rate...)...)
+	if status != 0 {
+		t.Fatalf("plan: status %d\n%s", status, errs)
+	}
+	var p planned
+	if err := json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &p); err != nil {
+		t.Fatalf("plan --json: %v\n%s", err, out)
+	}
+	return p
 }
