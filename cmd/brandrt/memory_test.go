@@ -204,7 +204,7 @@ func sizedInput(t *testing.T, files, mean int) string {
 }
 
 // TestServeFootprint: for files of about 61 B, 100 KB and 1 MB, in
-// shards of 3,000 and 200,000 files (1,000 of 1 MB), with in-process
+// shards of 3,000 and 200,000 files (3,000 of 1 MB), with in-process
 // readers and with a DataLoader of 4 workers reading in place (--hand-mem
 // 16MiB, what it holds at once; outside
 // the cgroup: what counts is the rank, with the shared memory it lends
@@ -235,7 +235,7 @@ func TestServeFootprint(t *testing.T) {
 		{"61B-3000", 3000, 61, 64, "25%"},
 		{"61B-200000", 200000, 61, 64, "25%"},
 		{"100KB-3000", 3000, 100 << 10, 16, "100MiB"},
-		{"1MB-1000", 1000, 1 << 20, 64, "25%"},
+		{"1MB-3000", 3000, 1 << 20, 64, "25%"},
 	} {
 		t.Run(d.name, func(t *testing.T) {
 			input := sizedInput(t, d.files, d.mean)
