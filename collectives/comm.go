@@ -19,6 +19,9 @@ type Comm interface {
 	// the result and each rank's count. Totals beyond what one MPI call
 	// can carry (2^31−1 elements) are gathered in several rounds.
 	Allgatherv(send []int32) (all []int32, counts []int, err error)
+	// Gatherv is Allgatherv whose elements come to rank root only: the
+	// other ranks get each rank's count and no elements.
+	Gatherv(send []int32, root int) (all []int32, counts []int, err error)
 	// Isend starts sending b to rank dst with tag. b must not change
 	// until the request completes.
 	Isend(b []byte, dst, tag int) (Request, error)

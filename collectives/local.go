@@ -143,6 +143,19 @@ func (l *Local) Allgatherv(send []int32) ([]int32, []int, error) {
 	return out, counts, nil
 }
 
+// Gatherv concatenates every rank's send in rank order on rank root;
+// the others get the counts only.
+func (l *Local) Gatherv(send []int32, root int) ([]int32, []int, error) {
+	if root < 0 || root >= l.h.n {
+		return nil, nil, fmt.Errorf("collectives: Gatherv to rank %d of %d", root, l.h.n)
+	}
+	all, counts, err := l.Allgatherv(send)
+	if l.rank != root {
+		all = nil
+	}
+	return all, counts, err
+}
+
 // Abort ends every rank's use of the hub: their blocked and later calls
 // return ErrAborted. This goroutine exits; it does not return.
 func (l *Local) Abort(code int) {

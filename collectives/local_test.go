@@ -46,6 +46,10 @@ func TestLocalCollectives(t *testing.T) {
 		if err != nil || !slices.Equal(all, []int32{10, 20, 21}) || !slices.Equal(counts, []int{0, 1, 2}) {
 			return fmt.Errorf("rank %d: allgatherv %v %v %v", r, all, counts, err)
 		}
+		all, counts, err = c.Gatherv(send, 1)
+		if r == 1 && !slices.Equal(all, []int32{10, 20, 21}) || r != 1 && all != nil || !slices.Equal(counts, []int{0, 1, 2}) || err != nil {
+			return fmt.Errorf("rank %d: gatherv to rank 1 %v %v %v", r, all, counts, err)
+		}
 		return c.Barrier()
 	})
 	if err != nil {

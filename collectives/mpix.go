@@ -1,6 +1,6 @@
 package collectives
 
-// What gompi lacks, on MPI_COMM_WORLD: Allgatherv of int32, nonblocking
+// What gompi lacks, on MPI_COMM_WORLD: Allgatherv and Gatherv of int32, nonblocking
 // byte messages and their completion, and probing for any message.
 
 /*
@@ -9,6 +9,10 @@ package collectives
 
 static int brandrt_allgatherv(void *sb, int n, void *rb, int *counts, int *displs) {
 	return MPI_Allgatherv(sb, n, MPI_INT32_T, rb, counts, displs, MPI_INT32_T, MPI_COMM_WORLD);
+}
+
+static int brandrt_gatherv(void *sb, int n, void *rb, int *counts, int *displs, int root) {
+	return MPI_Gatherv(sb, n, MPI_INT32_T, rb, counts, displs, MPI_INT32_T, root, MPI_COMM_WORLD);
 }
 
 static int brandrt_isend(void *b, int n, int dst, int tag, MPI_Request *r) {
@@ -92,6 +96,14 @@ func checkCount(n int, call string) error {
 func allgatherv(send, recv, counts, displs []int32) error {
 	rc := C.brandrt_allgatherv(cPtr(send), C.int(len(send)), cPtr(recv), cInts(counts), cInts(displs))
 	return mpiError(rc, "MPI_Allgatherv of %d elements", len(send))
+}
+
+// gatherv is MPI_Gatherv of int32 on MPI_COMM_WORLD to rank root: there
+// recv gets counts[r] elements from rank r at displs[r]; elsewhere recv,
+// counts and displs are not read.
+func gatherv(send, recv, counts, displs []int32, root int) error {
+	rc := C.brandrt_gatherv(cPtr(send), C.int(len(send)), cPtr(recv), cInts(counts), cInts(displs), C.int(root))
+	return mpiError(rc, "MPI_Gatherv of %d elements to rank %d", len(send), root)
 }
 
 // mpiRequest is a nonblocking MPI operation. Its buffer stays pinned, so

@@ -88,22 +88,48 @@ var allgatherLimit = 1<<31 - 1
 // rounds: in round i each rank sends its elements [i*piece, (i+1)*piece),
 // piece = allgatherLimit/Size().
 func (w *World) Allgatherv(send []int32) ([]int32, []int, error) {
+	return w.gather(send, -1)
+}
+
+// Gatherv concatenates every rank's send in rank order on rank root and
+// returns it there; every rank gets each rank's count, the others no
+// elements. Totals over allgatherLimit elements go in rounds, as
+// Allgatherv's.
+func (w *World) Gatherv(send []int32, root int) ([]int32, []int, error) {
+	if root < 0 || root >= w.Size() {
+		return nil, nil, fmt.Errorf("collectives: Gatherv to rank %d of %d", root, w.Size())
+	}
+	return w.gather(send, root)
+}
+
+// gather is Gatherv to root, or Allgatherv with root −1.
+func (w *World) gather(send []int32, root int) ([]int32, []int, error) {
 	counts, err := w.lengths(len(send))
 	if err != nil {
 		return nil, nil, err
+	}
+	mine := root < 0 || root == w.Rank() // whether the elements come here
+	call := func(send, recv, part, displs []int32) error {
+		if root < 0 {
+			return allgatherv(send, recv, part, displs)
+		}
+		return gatherv(send, recv, part, displs, root)
 	}
 	total := 0
 	for _, c := range counts {
 		total += c
 	}
-	all := make([]int32, total)
+	var all []int32
+	if mine {
+		all = make([]int32, total)
+	}
 	piece := max(allgatherLimit/len(counts), 1)
 	var buf []int32 // one round's elements, if there are several rounds
-	if slices.Max(counts) > piece {
+	if slices.Max(counts) > piece && mine {
 		buf = make([]int32, piece*len(counts))
 	}
 	for lo := 0; lo < slices.Max(counts); lo += piece {
-		if err := allgatherRound(send, all, buf, counts, lo, piece); err != nil {
+		if err := gatherRound(send, all, buf, counts, lo, piece, call); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -125,21 +151,22 @@ func (w *World) lengths(n int) ([]int, error) {
 	return counts, nil
 }
 
-// allgatherRound gathers elements [lo, lo+piece) of every rank's send
-// (of counts[r] elements) into buf, then copies them to their places in
-// all. With no buf there is one round, gathered in place.
-func allgatherRound(send, all, buf []int32, counts []int, lo, piece int) error {
+// gatherRound gathers elements [lo, lo+piece) of every rank's send (of
+// counts[r] elements) with call, into buf, then copies them to their
+// places in all. With one round, they are gathered in all in place; with
+// no all (a rank that gets none), only sent.
+func gatherRound(send, all, buf []int32, counts []int, lo, piece int, call func(send, recv, part, displs []int32) error) error {
 	part, displs := make([]int32, len(counts)), make([]int32, len(counts))
 	n := 0
 	for r, c := range counts {
 		part[r], displs[r] = int32(min(max(c-lo, 0), piece)), int32(n)
 		n += int(part[r])
 	}
-	if buf == nil {
-		return allgatherv(send, all, part, displs)
-	}
 	mine := send[min(lo, len(send)):min(lo+piece, len(send))]
-	if err := allgatherv(mine, buf[:n], part, displs); err != nil {
+	if slices.Max(counts) <= piece || all == nil {
+		return call(mine, all, part, displs)
+	}
+	if err := call(mine, buf[:n], part, displs); err != nil {
 		return err
 	}
 	start := 0

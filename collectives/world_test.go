@@ -38,7 +38,7 @@ func child() error {
 	if err != nil {
 		return err
 	}
-	for _, check := range []func(*World) error{checkReduce, checkBcast, checkAllgatherv, checkPointToPoint} {
+	for _, check := range []func(*World) error{checkReduce, checkBcast, checkAllgatherv, checkGatherv, checkPointToPoint} {
 		if err := check(w); err != nil {
 			fmt.Fprintf(os.Stderr, "rank %d: %v\n", w.Rank(), err)
 			w.Abort(1)
@@ -112,6 +112,36 @@ func checkAllgatherv(w *World) error {
 	all, c, err := w.Allgatherv(nil)
 	if err != nil || len(all) != 0 || slices.ContainsFunc(c, func(n int) bool { return n != 0 }) || len(c) != w.Size() {
 		return fmt.Errorf("empty allgatherv gave %v %v, %v", all, c, err)
+	}
+	return nil
+}
+
+// checkGatherv gathers gatherPart on the last rank and on rank 0, in one
+// round and in several, then nothing: the root gets every rank's part in
+// rank order, the others none; every rank gets the counts.
+func checkGatherv(w *World) error {
+	defer func(l int) { allgatherLimit = l }(allgatherLimit)
+	var want []int32
+	var counts []int
+	for r := range w.Size() {
+		want = append(want, gatherPart(r)...)
+		counts = append(counts, len(gatherPart(r)))
+	}
+	for _, root := range []int{w.Size() - 1, 0} {
+		for _, limit := range []int{allgatherLimit, 7, 2} {
+			allgatherLimit = limit
+			all, c, err := w.Gatherv(gatherPart(w.Rank()), root)
+			if w.Rank() != root && all != nil || w.Rank() == root && !slices.Equal(all, want) || !slices.Equal(c, counts) || err != nil {
+				return fmt.Errorf("gatherv to rank %d (limit %d) gave %v %v, %v; want %v %v on the root, none elsewhere", root, limit, all, c, err, want, counts)
+			}
+		}
+	}
+	all, c, err := w.Gatherv(nil, 0)
+	if err != nil || len(all) != 0 || len(c) != w.Size() {
+		return fmt.Errorf("empty gatherv gave %v %v, %v", all, c, err)
+	}
+	if _, _, err := w.Gatherv(nil, w.Size()); err == nil {
+		return fmt.Errorf("gatherv to rank %d of %d: no error", w.Size(), w.Size())
 	}
 	return nil
 }
