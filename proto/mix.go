@@ -8,7 +8,8 @@ import (
 // Mix is how random an epoch's delivered order is, measured beside a true
 // shuffle of the same files (a seed's traces) in batches of Batch
 // positions of one rank. simulate prints it for every policy, and serve
-// for each epoch of the window policy, from its plan.
+// for each epoch of the window policy, from the order its ranks
+// delivered.
 type Mix struct {
 	// Batch is the batch size the figures are measured in (0 where the
 	// caller reports it beside them, as simulate does).
@@ -46,23 +47,79 @@ type Orders struct{ Files, Traces [][]FileID }
 
 // MeasureMix measures cur in batches of batch positions; with prev (the
 // epoch before, or zero Orders), the pairs again; with labels (by file
-// id, -1 for none), the label entropy.
+// id, -1 for none), the label entropy. It is MeasureShuffle's figures of
+// the traces and MeasureOrder's of the files, together.
 func MeasureMix(m *Mapping, batch int, labels []int32, cur, prev Orders) Mix {
+	x := MeasureShuffle(m, batch, labels, cur.Traces, prev.Traces, prev.Files != nil)
+	MeasureOrder(m, batch, labels, cur.Files, prev.Files, &x, Cores{})
+	return x
+}
+
+// Cores runs the calls f(i, w), for each i below n, on up to Workers
+// goroutines at once (w, below Workers, names the one running it, for
+// its scratch space) and returns once all are done. proto starts no
+// goroutine: its caller gives it Each (serve's rank 0 does). The zero
+// value runs them in turn, on the caller's.
+type Cores struct {
+	Workers int
+	Each    func(n int, f func(i, w int))
+}
+
+// each runs f for each i below n, as c says.
+func (c Cores) each(n int, f func(i, w int)) {
+	if c.Each == nil || c.Workers <= 1 {
+		for i := range n {
+			f(i, 0)
+		}
+		return
+	}
+	c.Each(n, f)
+}
+
+// workers is how many run at once: the scratch spaces to make.
+func (c Cores) workers() int {
+	if c.Each == nil {
+		return 1
+	}
+	return max(c.Workers, 1)
+}
+
+// MeasureShuffle returns the figures of a shuffle of an epoch's files
+// (Mix's …Shuffle fields): of traces, in batches of batch positions, with
+// the pairs again from prev (the epoch before's traces) where again is
+// set. The traces are known when the epoch begins, its order only when
+// it ends (MeasureOrder).
+func MeasureShuffle(m *Mapping, batch int, labels []int32, traces, prev [][]FileID, again bool) Mix {
 	var x Mix
-	files, traces := chunkSeqs(m, cur.Files), chunkSeqs(m, cur.Traces)
-	x.DistinctChunksPerBatch, x.ChunkSpan = randomness(m.PCs(), files, batch)
-	x.DistinctChunksPerBatchShuffle, x.ChunkSpanShuffle = randomness(m.PCs(), traces, batch)
-	x.DistinctFirst, x.DistinctLast = edges(m.PCs(), files, batch)
-	x.DistinctFirstShuffle, x.DistinctLastShuffle = edges(m.PCs(), traces, batch)
-	if prev.Files != nil {
-		x.PairsAgain = pairsAgain(m.Files(), prev.Files, cur.Files, batch)
-		x.PairsAgainShuffle = pairsAgain(m.Files(), prev.Traces, cur.Traces, batch)
+	seqs := chunkSeqs(m, traces)
+	x.DistinctChunksPerBatchShuffle, x.ChunkSpanShuffle = randomness(m.PCs(), seqs, batch, Cores{})
+	x.DistinctFirstShuffle, x.DistinctLastShuffle = edges(m.PCs(), seqs, batch, Cores{})
+	if again {
+		x.PairsAgainShuffle = pairsAgain(m.Files(), prev, traces, batch, Cores{})
 	}
 	if labels != nil {
-		x.LabelEntropy = labelEntropy(labels, cur.Files, batch)
-		x.LabelEntropyShuffle = labelEntropy(labels, cur.Traces, batch)
+		x.LabelEntropyShuffle = labelEntropy(labels, traces, batch)
 	}
 	return x
+}
+
+// MeasureOrder adds to x the figures of an epoch's delivered order, files
+// (per rank, in position order), in batches of batch positions, with the
+// pairs again from prev (the epoch before's, or nil). It measures the
+// ranks' sequences on cores (the figures are the same, to the bit, on
+// any number): serve's rank 0 waits for it as an epoch ends, where
+// MeasureShuffle ran while the epoch was served. Each core holds 12
+// bytes per chunk of scratch.
+func MeasureOrder(m *Mapping, batch int, labels []int32, files, prev [][]FileID, x *Mix, cores Cores) {
+	seqs := chunkSeqs(m, files)
+	x.DistinctChunksPerBatch, x.ChunkSpan = randomness(m.PCs(), seqs, batch, cores)
+	x.DistinctFirst, x.DistinctLast = edges(m.PCs(), seqs, batch, cores)
+	if prev != nil {
+		x.PairsAgain = pairsAgain(m.Files(), prev, files, batch, cores)
+	}
+	if labels != nil {
+		x.LabelEntropy = labelEntropy(labels, files, batch)
+	}
 }
 
 // randomness measures, per rank, how clustered by chunk an ordered
@@ -72,20 +129,24 @@ func MeasureMix(m *Mapping, batch int, labels []int32, cur, prev Orders) Mix {
 // first and last of its files, as a fraction of the sequence's length. A
 // uniform shuffle gives nearly batch distinct chunks and spans near 1;
 // chunk-at-a-time delivery gives few chunks and spans near 0.
-func randomness(pcs int, seqs [][]int32, batch int) (distinct, span float64) {
-	stamp := make([]int32, pcs)
-	first := make([]int32, pcs)
-	last := make([]int32, pcs)
-	ranks := 0
-	for _, pcs := range seqs {
-		ranks++
-		distinct += batchDistinct(pcs, batch, stamp)
-		span += meanSpan(pcs, first, last)
-	}
-	if ranks == 0 {
+func randomness(pcs int, seqs [][]int32, batch int, cores Cores) (distinct, span float64) {
+	if len(seqs) == 0 {
 		return 0, 0
 	}
-	return distinct / float64(ranks), span / float64(ranks)
+	d, sp := make([]float64, len(seqs)), make([]float64, len(seqs))
+	scratch := make([][3][]int32, cores.workers())
+	cores.each(len(seqs), func(i, w int) {
+		if scratch[w][0] == nil {
+			scratch[w] = [3][]int32{make([]int32, pcs), make([]int32, pcs), make([]int32, pcs)}
+		}
+		d[i] = batchDistinct(seqs[i], batch, scratch[w][0])
+		sp[i] = meanSpan(seqs[i], scratch[w][1], scratch[w][2])
+	})
+	for i := range seqs { // in rank order, as one core would add them
+		distinct += d[i]
+		span += sp[i]
+	}
+	return distinct / float64(len(seqs)), span / float64(len(seqs))
 }
 
 // chunkSeqs maps each non-empty sequence of files to the sequence of
@@ -150,26 +211,32 @@ func meanSpan(pcs []int32, first, last []int32) float64 {
 // last 1 % of each rank's sequence of PCs (chunkSeqs) (at least a batch), averaged over
 // ranks: how mixed the start of an epoch is, when memory is still filling,
 // and its end, when it drains.
-func edges(pcs int, seqs [][]int32, batch int) (first, last float64) {
-	stamp := make([]int32, pcs)
-	ranks := 0
-	for _, pcs := range seqs {
-		ranks++
-		n := min(len(pcs), max(batch, len(pcs)/100))
-		first += batchDistinct(pcs[:n], batch, stamp)
-		last += batchDistinct(pcs[len(pcs)-n:], batch, stamp)
-	}
-	if ranks == 0 {
+func edges(pcs int, seqs [][]int32, batch int, cores Cores) (first, last float64) {
+	if len(seqs) == 0 {
 		return 0, 0
 	}
-	return first / float64(ranks), last / float64(ranks)
+	f, l := make([]float64, len(seqs)), make([]float64, len(seqs))
+	stamps := make([][]int32, cores.workers())
+	cores.each(len(seqs), func(i, w int) {
+		if stamps[w] == nil {
+			stamps[w] = make([]int32, pcs)
+		}
+		n := min(len(seqs[i]), max(batch, len(seqs[i])/100))
+		f[i] = batchDistinct(seqs[i][:n], batch, stamps[w])
+		l[i] = batchDistinct(seqs[i][len(seqs[i])-n:], batch, stamps[w])
+	})
+	for i := range seqs {
+		first += f[i]
+		last += l[i]
+	}
+	return first / float64(len(seqs)), last / float64(len(seqs))
 }
 
 // pairsAgain is the fraction of the pairs of files that shared a batch
 // (of one rank) in epoch prev and share one again in epoch cur: what a
 // model sees repeat from one epoch to the next. A shuffle gives about
 // (batch − 1) / (files − 1). nil when prev has no pairs.
-func pairsAgain(files int, prev, cur [][]FileID, batch int) *float64 {
+func pairsAgain(files int, prev, cur [][]FileID, batch int, cores Cores) *float64 {
 	key := make([]int64, files)
 	for i := range key {
 		key[i] = -1
@@ -181,18 +248,22 @@ func pairsAgain(files int, prev, cur [][]FileID, batch int) *float64 {
 			}
 		}
 	}
-	var again, pairs int64
-	keys := make([]int64, 0, batch)
-	for _, seq := range prev {
+	again, pairs := make([]int64, len(prev)), make([]int64, len(prev))
+	scratch := make([][]int64, cores.workers())
+	cores.each(len(prev), func(r, w int) {
+		if scratch[w] == nil {
+			scratch[w] = make([]int64, 0, batch)
+		}
+		seq := prev[r]
 		for lo := 0; lo < len(seq); lo += batch {
-			keys = keys[:0]
+			keys := scratch[w][:0]
 			for _, f := range seq[lo:min(lo+batch, len(seq))] {
 				if f != NoFile {
 					keys = append(keys, key[f])
 				}
 			}
 			n := int64(len(keys))
-			pairs += n * (n - 1) / 2
+			pairs[r] += n * (n - 1) / 2
 			slices.Sort(keys)
 			for i := 0; i < len(keys); {
 				j := i
@@ -200,16 +271,20 @@ func pairsAgain(files int, prev, cur [][]FileID, batch int) *float64 {
 					j++
 				}
 				if c := int64(j - i); keys[i] >= 0 {
-					again += c * (c - 1) / 2
+					again[r] += c * (c - 1) / 2
 				}
 				i = j
 			}
 		}
+	})
+	var a, p int64
+	for r := range prev {
+		a, p = a+again[r], p+pairs[r]
 	}
-	if pairs == 0 {
+	if p == 0 {
 		return nil
 	}
-	x := float64(again) / float64(pairs)
+	x := float64(a) / float64(p)
 	return &x
 }
 

@@ -13,26 +13,74 @@ func TestPairsAgainAndEdges(t *testing.T) {
 	a := Traces(20000, 1, 1, 1)
 	b := Traces(20000, 1, 1, 2)
 	const batch = 100
-	if got := *pairsAgain(20000, a, a, batch); got != 1 {
+	if got := *pairsAgain(20000, a, a, batch, Cores{}); got != 1 {
 		t.Fatalf("the same order twice: %.3f of pairs again, want 1", got)
 	}
 	want := float64(batch-1) / float64(20000-1)
-	if got := *pairsAgain(20000, a, b, batch); got < 0.7*want || got > 1.3*want {
+	if got := *pairsAgain(20000, a, b, batch, Cores{}); got < 0.7*want || got > 1.3*want {
 		t.Fatalf("two shuffles: %.5f of pairs again, want about %.5f", got, want)
 	}
-	if pairsAgain(20000, [][]FileID{{}}, a, batch) != nil {
+	if pairsAgain(20000, [][]FileID{{}}, a, batch, Cores{}) != nil {
 		t.Fatal("no pairs must give no figure")
 	}
 	sorted := make([]FileID, 20000)
 	for i := range sorted {
 		sorted[i] = FileID(i)
 	}
-	first, last := edges(m.PCs(), chunkSeqs(m, [][]FileID{sorted}), batch)
+	first, last := edges(m.PCs(), chunkSeqs(m, [][]FileID{sorted}), batch, Cores{})
 	if first > 7 || last > 7 { // 100 files in order span 7 chunks of 16
 		t.Fatalf("files in chunk order: %.1f and %.1f distinct chunks per batch at the edges", first, last)
 	}
-	if first, _ := edges(m.PCs(), chunkSeqs(m, a), batch); first < 90 {
+	if first, _ := edges(m.PCs(), chunkSeqs(m, a), batch, Cores{}); first < 90 {
 		t.Fatalf("a shuffle: %.1f distinct chunks per batch at the start", first)
+	}
+}
+
+// The order's figures are the same measured on one core or on several
+// (MeasureOrder measures the ranks' sequences at once), to the bit: the
+// ranks' figures are added in rank order either way.
+func TestMeasureOnCores(t *testing.T) {
+	const files, ranks, batch = 30000, 7, 64
+	m, err := NewMapping(Dataset{K: 16, Shards: []Shard{{Files: files, Bytes: files}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, prev := Traces(files, ranks, 1, 2), Traces(files, ranks, 1, 1)
+	cur[3] = cur[3][:len(cur[3])/2] // ranks of different lengths
+	cur[5][7] = NoFile
+	seqs := chunkSeqs(m, cur)
+	for _, w := range []int{2, 3, 8} {
+		c := Cores{Workers: w, Each: goroutines(w)}
+		d1, s1 := randomness(m.PCs(), seqs, batch, Cores{})
+		dw, sw := randomness(m.PCs(), seqs, batch, c)
+		f1, l1 := edges(m.PCs(), seqs, batch, Cores{})
+		fw, lw := edges(m.PCs(), seqs, batch, c)
+		p1, pw := *pairsAgain(files, prev, cur, batch, Cores{}), *pairsAgain(files, prev, cur, batch, c)
+		if d1 != dw || s1 != sw || f1 != fw || l1 != lw || p1 != pw {
+			t.Errorf("%d cores: %v %v %v %v %v, one: %v %v %v %v %v", w, dw, sw, fw, lw, pw, d1, s1, f1, l1, p1)
+		}
+	}
+	if p := *pairsAgain(files, prev, prev, batch, Cores{Workers: 4, Each: goroutines(4)}); p != 1 {
+		t.Errorf("the same order twice on 4 cores: %v of the pairs again, want 1", p)
+	}
+}
+
+// goroutines is a Cores.Each on w goroutines, the calls dealt out in
+// turn, from the last i down (any order must do).
+func goroutines(w int) func(n int, f func(i, w int)) {
+	return func(n int, f func(i, w int)) {
+		done := make(chan bool)
+		for g := range w {
+			go func() {
+				for i := n - 1 - g; i >= 0; i -= w {
+					f(i, g)
+				}
+				done <- true
+			}()
+		}
+		for range w {
+			<-done
+		}
 	}
 }
 
