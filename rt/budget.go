@@ -223,8 +223,12 @@ func (n *Node) footprintAt(budget, remote int64) Footprint {
 	if n.measuresOrder() {
 		f.Order = int64(f.DatasetFiles) * orderFileBytes
 	}
-	if n.site.Order != nil {
-		f.OrderOut = int64(f.DatasetFiles) * orderOutFileBytes
+	if n.site.Order != nil || n.measuring() {
+		// every rank records the file at each of its positions
+		f.OrderOut = int64((f.DatasetFiles+n.size-1)/n.size) * orderShareBytes
+	}
+	if n.site.Order != nil && n.me == 0 {
+		f.OrderOut += int64(f.DatasetFiles) * orderOutFileBytes
 	}
 	return f
 }

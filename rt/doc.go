@@ -161,9 +161,11 @@
 //   - The consumers (Config.Consume) of each epoch, and one that closes
 //     consumers.done after them, send Asks, check and release what
 //     comes back, and add their counts under consumers.mu.
-//   - startMix, on rank 0 with Config.MixBatch: one per epoch plans the
-//     whole epoch from the traces, which stay put, and the drains of the
-//     one before, and sends back a proto.Mix with the plan's drains.
+//   - startMix, on rank 0 with Config.MixBatch: one per epoch measures
+//     the shuffle's figures of the epoch's traces, which stay put, from
+//     its start; ordered starts one that measures the order the ranks
+//     delivered, once gathered, while they sum the epoch's statistics
+//     (takeMix waits for it).
 //   - answerLateStarts: with Config.MayResume, one for the life of Serve
 //     answers each StartOffer after the one Node.resumePoint took.
 //   - TrainingOver starts one that sends Over{}, to wake the loop.

@@ -52,10 +52,12 @@ type Footprint struct {
 	// (datasetFileBytes each: their sizes, the epoch's traces, the count
 	// of each file's deliveries); Order what rank 0 holds to measure the
 	// order (orderFileBytes per file of the dataset; only on rank 0 of
-	// the window policy with --batch); OrderOut what every rank holds to
-	// gather each epoch's order when it is handed over (Site.Order:
-	// serve --order-out; orderOutFileBytes per file of the dataset);
-	// Process the rest of the process (ProcessBytes).
+	// the window policy with --batch); OrderOut what the rank holds to
+	// gather each epoch's order to rank 0, for it to be handed over
+	// (Site.Order: serve --order-out) or measured: every rank the file
+	// at each of its positions (orderShareBytes each), and rank 0, when
+	// it is handed over, the whole order (orderOutFileBytes per file of
+	// the dataset); Process the rest of the process (ProcessBytes).
 	Tables, Dataset, Order, OrderOut, Process int64
 	Files, DatasetFiles                       int
 }
@@ -111,7 +113,7 @@ func (f Footprint) String() string {
 		fmt.Fprintf(&b, ", %s for measuring each epoch's order (rank 0; --batch 0 leaves it out)", mib(f.Order))
 	}
 	if f.OrderOut > 0 {
-		fmt.Fprintf(&b, ", %s for gathering each epoch's order (--order-out)", mib(f.OrderOut))
+		fmt.Fprintf(&b, ", %s for gathering each epoch's order to rank 0 (--order-out, or --batch)", mib(f.OrderOut))
 	}
 	fmt.Fprintf(&b, " and %s for the process (the runtime, MPI and mpirun)", mib(f.Process))
 	return b.String()
@@ -138,10 +140,14 @@ func count(n int) string {
 // 20–24 B per file of the dataset live, twice that between collections:
 // its sizes, the epoch's traces and the count of its deliveries),
 // orderFileBytes what rank 0's measure of the order adds per file of the
-// dataset (20–40 B measured at 1.6 M files), orderOutFileBytes what
-// gathering the order adds (the file at each position: this rank's, the
-// gathered ones and their copy, 4 B each, twice that between
-// collections; 15–27 B measured at 1.6 M files), heldFileBytes what each file
+// dataset (counted: the order gathered and its copy, the epoch before's
+// order and traces, 4 B each, and one half of the measure's tables, 12 B:
+// 28 B live at once; proto's BenchmarkMeasureMix allocates 24.5 B per file
+// for both halves), orderOutFileBytes what rank 0 adds to hand the order
+// over (the gathered order and its copy, 4 B each, twice that between
+// collections; 15–27 B measured at 1.6 M files), orderShareBytes what
+// every rank holds to gather it (the file at each of its positions),
+// heldFileBytes what each file
 // held in memory adds beside its bytes (its record, and Go's heap around
 // it: 530 B); arenaSlack the arena's pages touched beyond those it lends
 // at once (its free places between files: 3 % with 100 KB files, 5 %
@@ -151,8 +157,9 @@ const (
 	goProcessBytes    = 16 << 20
 	shardFileBytes    = 232
 	datasetFileBytes  = 48
-	orderFileBytes    = 40
+	orderFileBytes    = 32
 	orderOutFileBytes = 24
+	orderShareBytes   = 4
 	heldFileBytes     = 560
 	arenaSlack        = 0.06
 )

@@ -144,7 +144,7 @@ func (e *loopEnv) begin(c *script.Cmd) string {
 	if err := n.begin(ep, traces, resumption{}); err != nil {
 		return err.Error()
 	}
-	l, err := n.newLoop(ep, len(traces[r]), 0, e.ios[r], e.pools[r], n.clients.events)
+	l, err := n.newLoop(ep, len(traces[r]), 0, e.ios[r], e.pools[r], n.clients.events, false)
 	if err == nil {
 		err = l.takeHeld()
 	}

@@ -103,12 +103,13 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		resumed.answer(err)
 		return EpochStats{}, err
 	}
-	mix := n.startMix(e, traces, res.Delivered != nil)
+	measured := n.ordersMeasured(res)
+	mix := n.startMix(e, traces, measured)
 	from := int(res.from(n.me))
 	if n.onResume != nil && resumed.began != nil {
 		n.onResume(e, from, res.Delivered != nil)
 	}
-	l, err := n.newLoop(e, len(own), from, io, pool, reqs)
+	l, err := n.newLoop(e, len(own), from, io, pool, reqs, measured)
 	if err != nil {
 		return EpochStats{}, err
 	}
@@ -128,8 +129,8 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 		return EpochStats{}, err
 	}
 	<-cons.done
-	st, err := n.closeEpoch(ctx, l, traces, epochCounts{cons: cons.total, seconds: secs, expected: positions(traces) - startSum(res.Start), before: res.before()})
-	if mix != nil && err == nil {
+	st, err := n.closeEpoch(ctx, l, mix, epochCounts{cons: cons.total, seconds: secs, expected: positions(traces) - startSum(res.Start), before: res.before()})
+	if err == nil {
 		st.Order = n.takeMix(e, mix)
 	}
 	return st, err
@@ -161,12 +162,13 @@ func (n *Node) begin(e uint32, traces [][]proto.FileID, res resumption) error {
 }
 
 // newLoop makes the loop of epoch e, begun, for a trace of traceLen
-// positions whose first from were delivered before a restart: it takes
-// over what was read for the epoch before it began, carries out what the
-// machine asked at the start, and starts the clock.
-func (n *Node) newLoop(e uint32, traceLen, from int, io *ioPool, pool *recvPool, reqs <-chan ClientEvent) (*loop, error) {
+// positions whose first from were delivered before a restart (measured:
+// whether rank 0 measures its order, which the loop then records, as for
+// Site.Order): it takes over what was read for the epoch before it began,
+// carries out what the machine asked at the start, and starts the clock.
+func (n *Node) newLoop(e uint32, traceLen, from int, io *ioPool, pool *recvPool, reqs <-chan ClientEvent, measured bool) (*loop, error) {
 	l := &loop{n: n, p: n.p, io: io, reqs: reqs, epoch: e, files: n.next.files, stats: n.next.stats,
-		asks: newAsks(traceLen, from, n.trainingOver(), n.site.Order != nil), link: newLink(n.me, n.size, n.comm, pool, e)}
+		asks: newAsks(traceLen, from, n.trainingOver(), n.site.Order != nil || measured), link: newLink(n.me, n.size, n.comm, pool, e)}
 	n.next.files, n.next.stats = nil, loopStats{}
 	n.readers.begin(traceLen)
 	if l.files == nil {
@@ -192,10 +194,11 @@ func (l *loop) takeHeld() error {
 }
 
 // closeEpoch lets go of the files the loop still holds, waits for every
-// rank to end the epoch, hands the order of the deliveries over
-// (Site.Order) and returns the epoch's statistics, summed over the
-// ranks, from c and what the loop counted.
-func (n *Node) closeEpoch(ctx context.Context, l *loop, traces [][]proto.FileID, c epochCounts) (EpochStats, error) {
+// rank to end the epoch, gathers the order of the deliveries to rank 0
+// where the loop recorded it, hands it over there (Site.Order) and starts
+// measuring it (mix, where rank 0 measures it), and returns the epoch's
+// statistics, summed over the ranks, from c and what the loop counted.
+func (n *Node) closeEpoch(ctx context.Context, l *loop, mix *mixing, c epochCounts) (EpochStats, error) {
 	left := int64(len(l.files))
 	for _, f := range l.files {
 		f.release()
@@ -204,11 +207,16 @@ func (n *Node) closeEpoch(ctx context.Context, l *loop, traces [][]proto.FileID,
 		return EpochStats{}, err
 	}
 	if l.asks.order != nil {
-		order, err := gatherTraces(n.comm, l.asks.order)
+		order, err := gatherOrder(n.comm, l.asks.order)
 		if err != nil {
 			return EpochStats{}, err
 		}
-		n.site.Order(l.epoch, order)
+		if order != nil && mix != nil {
+			n.ordered(mix, order)
+		}
+		if order != nil && n.site.Order != nil {
+			n.site.Order(l.epoch, order)
+		}
 	}
 	c.proto, c.loop, c.left = n.p.Stats(), l.stats, left
 	c.idle, c.idleCPU, c.firstWait = l.clock.first.Sub(l.clock.start).Seconds(), l.clock.idleCPU, l.clock.firstWait()

@@ -45,9 +45,10 @@ type Site struct {
 	// received files live in Go memory. It must lend the sizes asked for
 	// exactly when they are powers of two of 64 KiB or more.
 	Memory chunk.Memory
-	// Order, when set, is called on every rank at the end of each epoch
-	// with the file delivered at every position of every rank's trace
-	// (proto.NoFile where none was).
+	// Order, when set on every rank, is called on rank 0 at the end of
+	// each epoch with the file delivered at every position of every
+	// rank's trace (proto.NoFile where none was), which every rank
+	// records and the ranks gather to rank 0.
 	Order func(epoch uint32, files [][]proto.FileID)
 	// Report, when set, is called on every rank with each epoch's
 	// statistics, summed over the ranks.

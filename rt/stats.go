@@ -126,8 +126,9 @@ type EpochStats struct {
 	// (Node.TrainingOver) when the epoch ended.
 	RanksTrainingOver int `json:"ranks_training_over"`
 	// Order is how random the epoch's order was beside a shuffle of the
-	// same files, measured by rank 0 from the window policy's plan
-	// (Config.MixBatch); nil on other ranks and where nothing is measured.
+	// same files, measured by rank 0 from the order the ranks delivered
+	// (Config.MixBatch); nil on other ranks and where nothing is measured
+	// (an epoch resumed after files were delivered).
 	Order *proto.Mix `json:"order,omitempty"`
 }
 

@@ -48,24 +48,28 @@ func TestPerFileSumsInPieces(t *testing.T) {
 // dataset, not only of its shard, and rank 0's the order it measures
 // (with --batch, on the window policy): on 3 ranks of 700 files, each
 // counts 700 files' worth, and only rank 0, only with a batch, the order.
-// With the order handed over (Site.Order: --order-out), every rank counts
-// its gathering. Go's limit is the footprint less what lives outside its heap.
+// Where the order is gathered to rank 0 (measured, or handed over:
+// Site.Order, --order-out), every rank counts the file at each of its
+// positions, and rank 0, where it is handed over, the whole order. Go's
+// limit is the footprint less what lives outside its heap.
 func TestFootprintCountsTheDataset(t *testing.T) {
 	dir := packed(t, 700, 3, 8)
-	for _, batch := range []int{0, 64} {
+	for _, c := range []struct {
+		batch int
+		order bool
+	}{{0, false}, {64, false}, {0, true}, {64, true}} {
 		cfg := defaultJob()
-		cfg.Chunks, cfg.Mem.Shard, cfg.Epochs, cfg.Consume, cfg.MixBatch = dir, 0.25, 1, 2, batch
-		gathers := batch > 0 // serve --order-out: every rank gathers each epoch's order
-		if gathers {
+		cfg.Chunks, cfg.Mem.Shard, cfg.Epochs, cfg.Consume, cfg.MixBatch = dir, 0.25, 1, 2, c.batch
+		if c.order {
 			cfg.Site.Order = func(uint32, [][]proto.FileID) {}
 		}
 		fps := make([]Footprint, 3)
 		var wg sync.WaitGroup
-		for r, c := range collectives.NewLocal(3) {
+		for r, comm := range collectives.NewLocal(3) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				n, err := Open(cfg.Config, cfg.Site, c)
+				n, err := Open(cfg.Config, cfg.Site, comm)
 				if err != nil {
 					t.Error(err)
 					return
@@ -77,22 +81,27 @@ func TestFootprintCountsTheDataset(t *testing.T) {
 		wg.Wait()
 		for r, f := range fps {
 			if f.DatasetFiles != 700 || f.Dataset != 700*datasetFileBytes || f.Files >= 700 || f.Tables != int64(f.Files)*shardFileBytes {
-				t.Errorf("batch %d, rank %d: %d files of the dataset, %d B for them, %d of the shard, %d B: want 700, %d B, and its shard's",
-					batch, r, f.DatasetFiles, f.Dataset, f.Files, f.Tables, 700*datasetFileBytes)
+				t.Errorf("%+v, rank %d: %d files of the dataset, %d B for them, %d of the shard, %d B: want 700, %d B, and its shard's",
+					c, r, f.DatasetFiles, f.Dataset, f.Files, f.Tables, 700*datasetFileBytes)
 			}
-			if want := int64(0); r == 0 && batch > 0 {
+			if want := int64(0); r == 0 && c.batch > 0 {
 				want = 700 * orderFileBytes
 				if f.Order != want || !strings.Contains(f.String(), "for measuring each epoch's order") {
-					t.Errorf("batch %d, rank 0: %d B for the order, want %d, said: %s", batch, f.Order, want, f)
+					t.Errorf("%+v, rank 0: %d B for the order, want %d, said: %s", c, f.Order, want, f)
 				}
 			} else if f.Order != want {
-				t.Errorf("batch %d, rank %d: %d B for the order, want none", batch, r, f.Order)
+				t.Errorf("%+v, rank %d: %d B for the order, want none", c, r, f.Order)
 			}
-			if want := map[bool]int64{true: 700 * orderOutFileBytes}[gathers]; f.OrderOut != want || strings.Contains(f.String(), "gathering each epoch's order") != gathers {
-				t.Errorf("batch %d, rank %d, order gathered %v: %d B for it, want %d, said: %s", batch, r, gathers, f.OrderOut, want, f)
+			gathers := c.batch > 0 || c.order
+			want := map[bool]int64{true: 234 * orderShareBytes}[gathers] // 700 positions over 3 ranks
+			if r == 0 && c.order {
+				want += 700 * orderOutFileBytes
+			}
+			if f.OrderOut != want || strings.Contains(f.String(), "gathering each epoch's order") != gathers {
+				t.Errorf("%+v, rank %d: %d B for gathering the order, want %d, said: %s", c, r, f.OrderOut, want, f)
 			}
 			if got, want := f.GoLimit(), f.Records+f.Remote+f.Tables+f.Dataset+f.Order+f.OrderOut+goProcessBytes; got < want || got > want+4096 {
-				t.Errorf("batch %d, rank %d: Go's limit %d, want the footprint's terms in Go's heap, %d", batch, r, got, want)
+				t.Errorf("%+v, rank %d: Go's limit %d, want the footprint's terms in Go's heap, %d", c, r, got, want)
 			}
 		}
 	}

@@ -15,6 +15,11 @@ func gatherTraces(comm collectives.Comm, own []int32) ([][]proto.FileID, error) 
 	if err != nil {
 		return nil, err
 	}
+	return split(all, counts), nil
+}
+
+// split cuts all into counts[r] file ids for each rank r, in order.
+func split(all []int32, counts []int) [][]proto.FileID {
 	traces := make([][]proto.FileID, len(counts))
 	off := 0
 	for r, c := range counts {
@@ -24,7 +29,18 @@ func gatherTraces(comm collectives.Comm, own []int32) ([][]proto.FileID, error) 
 		}
 		traces[r], off = t, off+c
 	}
-	return traces, nil
+	return traces
+}
+
+// gatherOrder gathers every rank's own (the file delivered at each of its
+// positions) to rank 0 and returns there each rank's, in rank order; nil
+// on the other ranks.
+func gatherOrder(comm collectives.Comm, own []int32) ([][]proto.FileID, error) {
+	all, counts, err := comm.Gatherv(own, 0)
+	if err != nil || comm.Rank() != 0 {
+		return nil, err
+	}
+	return split(all, counts), nil
 }
 
 // TraceOffer is a trace supplied by a client for epoch Epoch: the file ids
