@@ -91,7 +91,7 @@ func (c Cores) workers() int {
 // it ends (MeasureOrder).
 func MeasureShuffle(m *Mapping, batch int, labels []int32, traces, prev [][]FileID, again bool) Mix {
 	var x Mix
-	seqs := chunkSeqs(m, traces)
+	seqs := chunkSeqs(m, traces, Cores{})
 	x.DistinctChunksPerBatchShuffle, x.ChunkSpanShuffle = randomness(m.PCs(), seqs, batch, Cores{})
 	x.DistinctFirstShuffle, x.DistinctLastShuffle = edges(m.PCs(), seqs, batch, Cores{})
 	if again {
@@ -111,7 +111,7 @@ func MeasureShuffle(m *Mapping, batch int, labels []int32, traces, prev [][]File
 // MeasureShuffle ran while the epoch was served. Each core holds 12
 // bytes per chunk of scratch.
 func MeasureOrder(m *Mapping, batch int, labels []int32, files, prev [][]FileID, x *Mix, cores Cores) {
-	seqs := chunkSeqs(m, files)
+	seqs := chunkSeqs(m, files, cores)
 	x.DistinctChunksPerBatch, x.ChunkSpan = randomness(m.PCs(), seqs, batch, cores)
 	x.DistinctFirst, x.DistinctLast = edges(m.PCs(), seqs, batch, cores)
 	if prev != nil {
@@ -150,21 +150,19 @@ func randomness(pcs int, seqs [][]int32, batch int, cores Cores) (distinct, span
 }
 
 // chunkSeqs maps each non-empty sequence of files to the sequence of
-// their PCs, skipping NoFile.
-func chunkSeqs(m *Mapping, seqs [][]FileID) [][]int32 {
-	var out [][]int32
-	for _, seq := range seqs {
-		pcs := make([]int32, 0, len(seq))
-		for _, f := range seq {
+// their PCs, skipping NoFile, in order, on cores.
+func chunkSeqs(m *Mapping, seqs [][]FileID, cores Cores) [][]int32 {
+	all := make([][]int32, len(seqs))
+	cores.each(len(seqs), func(i, _ int) {
+		pcs := make([]int32, 0, len(seqs[i]))
+		for _, f := range seqs[i] {
 			if f != NoFile {
 				pcs = append(pcs, int32(m.PC(f)))
 			}
 		}
-		if len(pcs) > 0 {
-			out = append(out, pcs)
-		}
-	}
-	return out
+		all[i] = pcs
+	})
+	return slices.DeleteFunc(all, func(pcs []int32) bool { return len(pcs) == 0 })
 }
 
 // batchDistinct is the mean count of distinct values per batch of pcs;

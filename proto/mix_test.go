@@ -1,7 +1,9 @@
 package proto
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -27,11 +29,11 @@ func TestPairsAgainAndEdges(t *testing.T) {
 	for i := range sorted {
 		sorted[i] = FileID(i)
 	}
-	first, last := edges(m.PCs(), chunkSeqs(m, [][]FileID{sorted}), batch, Cores{})
+	first, last := edges(m.PCs(), chunkSeqs(m, [][]FileID{sorted}, Cores{}), batch, Cores{})
 	if first > 7 || last > 7 { // 100 files in order span 7 chunks of 16
 		t.Fatalf("files in chunk order: %.1f and %.1f distinct chunks per batch at the edges", first, last)
 	}
-	if first, _ := edges(m.PCs(), chunkSeqs(m, a), batch, Cores{}); first < 90 {
+	if first, _ := edges(m.PCs(), chunkSeqs(m, a, Cores{}), batch, Cores{}); first < 90 {
 		t.Fatalf("a shuffle: %.1f distinct chunks per batch at the start", first)
 	}
 }
@@ -48,7 +50,7 @@ func TestMeasureOnCores(t *testing.T) {
 	cur, prev := Traces(files, ranks, 1, 2), Traces(files, ranks, 1, 1)
 	cur[3] = cur[3][:len(cur[3])/2] // ranks of different lengths
 	cur[5][7] = NoFile
-	seqs := chunkSeqs(m, cur)
+	seqs := chunkSeqs(m, cur, Cores{})
 	for _, w := range []int{2, 3, 8} {
 		c := Cores{Workers: w, Each: goroutines(w)}
 		d1, s1 := randomness(m.PCs(), seqs, batch, Cores{})
@@ -56,6 +58,9 @@ func TestMeasureOnCores(t *testing.T) {
 		f1, l1 := edges(m.PCs(), seqs, batch, Cores{})
 		fw, lw := edges(m.PCs(), seqs, batch, c)
 		p1, pw := *pairsAgain(files, prev, cur, batch, Cores{}), *pairsAgain(files, prev, cur, batch, c)
+		if sc := chunkSeqs(m, cur, c); len(sc) != len(seqs) || !slices.EqualFunc(sc, seqs, slices.Equal) {
+			t.Errorf("%d cores: the chunks of the ranks' sequences differ from one core's", w)
+		}
 		if d1 != dw || s1 != sw || f1 != fw || l1 != lw || p1 != pw {
 			t.Errorf("%d cores: %v %v %v %v %v, one: %v %v %v %v %v", w, dw, sw, fw, lw, pw, d1, s1, f1, l1, p1)
 		}
@@ -97,6 +102,38 @@ func TestLabelEntropy(t *testing.T) {
 	}
 	if labelEntropy(labels, [][]FileID{{6, 7}}, 2) != nil {
 		t.Fatal("no labelled file must give no figure")
+	}
+}
+
+// BenchmarkMeasure21k: the two halves of rank 0's measure at
+// ImageNet-21k's size (14.2 M files, 256 ranks, K=64, batch 256): the
+// shuffle's, which serve measures while the epoch is served, and the
+// order's, which the epoch's end waits for, on one core and on two.
+func BenchmarkMeasure21k(b *testing.B) {
+	const files, ranks = 14_200_000, 256
+	var sh []Shard
+	for r := range ranks {
+		n := (r+1)*files/ranks - r*files/ranks
+		sh = append(sh, Shard{Files: n, Bytes: int64(n)})
+	}
+	m, err := NewMapping(Dataset{K: 64, Shards: sh})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cur := Orders{Files: Traces(files, ranks, 1, 2), Traces: Traces(files, ranks, 1, 3)}
+	prev := Orders{Files: Traces(files, ranks, 1, 1), Traces: Traces(files, ranks, 1, 4)}
+	b.Run("shuffle", func(b *testing.B) {
+		for range b.N {
+			MeasureShuffle(m, 256, nil, cur.Traces, prev.Traces, true)
+		}
+	})
+	for _, c := range []Cores{{}, {Workers: 2, Each: goroutines(2)}} {
+		b.Run(fmt.Sprintf("order-on-%d-cores", c.workers()), func(b *testing.B) {
+			for range b.N {
+				var x Mix
+				MeasureOrder(m, 256, nil, cur.Files, prev.Files, &x, c)
+			}
+		})
 	}
 }
 
