@@ -92,16 +92,21 @@ func gatherPart(r int) []int32 {
 	return part
 }
 
+// gathered is every rank's gatherPart of size ranks, in rank order, and
+// each one's count.
+func gathered(size int) (all []int32, counts []int) {
+	for r := range size {
+		all = append(all, gatherPart(r)...)
+		counts = append(counts, len(gatherPart(r)))
+	}
+	return all, counts
+}
+
 // checkAllgatherv gathers gatherPart in one round, then with
 // allgatherLimit lowered so it takes several, then with nothing to send.
 func checkAllgatherv(w *World) error {
 	defer func(l int) { allgatherLimit = l }(allgatherLimit)
-	var want []int32
-	var counts []int
-	for r := range w.Size() {
-		want = append(want, gatherPart(r)...)
-		counts = append(counts, len(gatherPart(r)))
-	}
+	want, counts := gathered(w.Size())
 	for _, limit := range []int{allgatherLimit, 7, 2} {
 		allgatherLimit = limit
 		all, c, err := w.Allgatherv(gatherPart(w.Rank()))
@@ -121,12 +126,7 @@ func checkAllgatherv(w *World) error {
 // rank order, the others none; every rank gets the counts.
 func checkGatherv(w *World) error {
 	defer func(l int) { allgatherLimit = l }(allgatherLimit)
-	var want []int32
-	var counts []int
-	for r := range w.Size() {
-		want = append(want, gatherPart(r)...)
-		counts = append(counts, len(gatherPart(r)))
-	}
+	want, counts := gathered(w.Size())
 	for _, root := range []int{w.Size() - 1, 0} {
 		for _, limit := range []int{allgatherLimit, 7, 2} {
 			allgatherLimit = limit
