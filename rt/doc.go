@@ -258,7 +258,9 @@
 // Then epoch waits for the consumers, releases the files left, and meets
 // the others in quietBarrier (each rank sends tagSync to rank 0, which
 // answers all; rank 0's loop keeps the tagSync of ranks done before it in
-// Node.peers.synced). Node.reduce sums the ranks' counts (AllreduceSum), takes
+// Node.peers.synced). Where the order is handed over or measured, the
+// ranks gather what each delivered at each position to rank 0
+// (gatherOrder, Gatherv). Node.reduce sums the ranks' counts (AllreduceSum), takes
 // peaks and times (AllreduceMax), and sums the deliveries per file
 // (Node.perFile) for duplicates and files missing. Serve hands the
 // EpochStats to Site.Report, and stops after the epoch in which every

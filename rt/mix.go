@@ -85,15 +85,14 @@ func (n *Node) ordered(x *mixing, delivered [][]proto.FileID) {
 }
 
 // takeMix waits for epoch e's measure (x, from startMix; nil where none)
-// and keeps its order and traces for the next epoch's pairs again.
-func (n *Node) takeMix(e uint32, x *mixing) *proto.Mix {
-	if x == nil {
-		return nil
-	}
-	if x.order == nil { // the epoch ended without its order: not reached
-		<-x.shuffle
+// and keeps its order and traces for the next epoch's pairs again. An
+// epoch that ended early (whole false: the training stopped before every
+// position was asked for) has no figures: its order is not an epoch's,
+// and the next has no pairs again to measure.
+func (n *Node) takeMix(e uint32, x *mixing, whole bool) *proto.Mix {
+	if x == nil || x.order == nil || !whole { // no order gathered: not reached
 		n.tally.mix = mixer{}
-		return nil
+		return nil // what runs of the measure ends on its own
 	}
 	m := <-x.done
 	n.tally.mix = mixer{prev: proto.Orders{Files: x.order, Traces: x.traces}, epoch: e}

@@ -29,7 +29,8 @@ func TestTrainingOver(t *testing.T) {
 				started := make(chan int, 64)
 				cfg := defaultJob()
 				cfg.Chunks, cfg.Mem.Shard, cfg.Policy, cfg.Epochs = dir, 0.25, policy, 50
-				cfg.Fresh = true // the training waits for the epoch to start
+				cfg.MixBatch = 16 // rank 0 measures the whole epoch's order, not the one ended early
+				cfg.Fresh = true  // the training waits for the epoch to start
 				onEpoch := func(_ uint32, n int) { started <- n }
 				opened := make(chan *Node, 1)
 				wg.Add(2)
@@ -88,6 +89,9 @@ func TestTrainingOver(t *testing.T) {
 			if two.FilesDelivered == 0 || two.FilesDelivered >= files || !two.EndedEarly || two.RanksTrainingOver < 1 || two.DuplicateDeliveries != 0 {
 				t.Errorf("epoch 2: %d files delivered (rank 1's share of %d), ended early %v, %d ranks over: %+v",
 					two.FilesDelivered, files, two.EndedEarly, two.RanksTrainingOver, two)
+			}
+			if (one.Order != nil) != (policy == PolicyWindow) || two.Order != nil {
+				t.Errorf("the order measured: %+v in epoch 1 (want figures with the window policy), %+v in epoch 2, which ended early (want none)", one.Order, two.Order)
 			}
 		})
 	}

@@ -131,7 +131,7 @@ func (n *Node) epoch(ctx context.Context, e uint32, io *ioPool, pool *recvPool, 
 	<-cons.done
 	st, err := n.closeEpoch(ctx, l, mix, epochCounts{cons: cons.total, seconds: secs, expected: positions(traces) - startSum(res.Start), before: res.before()})
 	if err == nil {
-		st.Order = n.takeMix(e, mix)
+		st.Order = n.takeMix(e, mix, !st.EndedEarly)
 	}
 	return st, err
 }

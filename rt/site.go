@@ -48,7 +48,8 @@ type Site struct {
 	// Order, when set on every rank, is called on rank 0 at the end of
 	// each epoch with the file delivered at every position of every
 	// rank's trace (proto.NoFile where none was), which every rank
-	// records and the ranks gather to rank 0.
+	// records and the ranks gather to rank 0. It must not change files:
+	// rank 0 measures the order from the same slices.
 	Order func(epoch uint32, files [][]proto.FileID)
 	// Report, when set, is called on every rank with each epoch's
 	// statistics, summed over the ranks.

@@ -127,8 +127,9 @@ type EpochStats struct {
 	RanksTrainingOver int `json:"ranks_training_over"`
 	// Order is how random the epoch's order was beside a shuffle of the
 	// same files, measured by rank 0 from the order the ranks delivered
-	// (Config.MixBatch); nil on other ranks and where nothing is measured
-	// (an epoch resumed after files were delivered).
+	// (Config.MixBatch); nil on other ranks and where nothing is measured:
+	// an epoch resumed in its middle (its first files were delivered
+	// before the restart, unrecorded) or ended early.
 	Order *proto.Mix `json:"order,omitempty"`
 }
 

@@ -411,4 +411,11 @@ func TestServeOrderOutAsItGoes(t *testing.T) {
 	if status == 0 || !strings.Contains(errs, "--order-out") || !strings.Contains(errs, "no space left on device") {
 		t.Errorf("serve --order-out /dev/full: status %d, stderr %q", status, errs)
 	}
+	// --footprint counts gathering the order (with --batch 0, which
+	// gathers none to measure), and writes none
+	fp := filepath.Join(outDir, "footprint-order.txt")
+	out, errs, status = runCLI(t, "serve", "--chunks", dir, "--mem", "25%", "--batch", "0", "--footprint", "--order-out", fp)
+	if _, err := os.Stat(fp); status != 0 || !strings.Contains(out+errs, "for gathering each epoch's order to rank 0 (--order-out") || err == nil {
+		t.Errorf("serve --footprint --order-out: status %d, want the term for gathering the order and no file (%v): %s%s", status, err, out, errs)
+	}
 }

@@ -214,7 +214,10 @@ func prepareRank(c *cli.Context, name string, before func(comm collectives.Comm,
 				more(w, s)
 			}
 		}
-		if name != "" && !rc.FootprintOnly { // --footprint serves nothing: no order to write
+		switch {
+		case name != "" && rc.FootprintOnly: // serves nothing, writes no order, but counts gathering it
+			site.Order = func(uint32, [][]proto.FileID) {}
+		case name != "":
 			if order, err = recordOrder(c, name, rc, site, comm.Rank()); err != nil {
 				return after, err
 			}
