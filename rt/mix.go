@@ -90,9 +90,9 @@ func (n *Node) ordered(x *mixing, delivered [][]proto.FileID) {
 // position was asked for) has no figures: its order is not an epoch's,
 // and the next has no pairs again to measure.
 func (n *Node) takeMix(e uint32, x *mixing, whole bool) *proto.Mix {
-	if x == nil || x.order == nil || !whole { // no order gathered: not reached
+	if x == nil || x.order == nil || !whole { // (an order not gathered is not reached)
 		n.tally.mix = mixer{}
-		return nil // what runs of the measure ends on its own
+		return nil // a measure still running ends on its own: its channels have room
 	}
 	m := <-x.done
 	n.tally.mix = mixer{prev: proto.Orders{Files: x.order, Traces: x.traces}, epoch: e}
