@@ -2,7 +2,9 @@ package rt
 
 import (
 	"context"
+	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -65,6 +67,34 @@ func TestOrderMeasuredFromShares(t *testing.T) {
 			if stats[r][e].Order != nil {
 				t.Errorf("epoch %d: rank %d measured the order too", e+1, r)
 			}
+		}
+	}
+}
+
+// TestSettingsDiffer: ranks given different settings that they must share
+// (here one measures the order and the other does not, so that only one
+// would gather it as each epoch ends) are refused at Open, every rank
+// naming its own, instead of one waiting for ever.
+func TestSettingsDiffer(t *testing.T) {
+	dir := packed(t, 200, 2, 8)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, c := range collectives.NewLocal(2) {
+		wg.Go(func() {
+			cfg := defaultJob()
+			cfg.Chunks, cfg.Mem.Shard, cfg.Consume, cfg.MixBatch = dir, 0.25, 2, 64*(1-r)
+			n, err := Open(cfg.Config, cfg.Site, c)
+			if err == nil {
+				n.Close()
+			}
+			errs[r] = err
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		want := fmt.Sprintf("the order measured %v (--batch)", r == 0)
+		if err == nil || !strings.Contains(err.Error(), "the ranks were not all given the same settings") || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank %d: %v, want the settings refused, naming %q", r, err, want)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"time"
 
@@ -60,6 +61,9 @@ func Open(cfg Config, site Site, comm collectives.Comm) (*Node, error) {
 	err := n.agree(n.open())
 	if err == nil {
 		err = n.sameDataset()
+	}
+	if err == nil {
+		err = n.sameSettings()
 	}
 	if err == nil && cfg.Policy == PolicyWindow {
 		err = n.newWindowRank() // the same input on every rank: every rank fails alike
@@ -287,15 +291,38 @@ func (n *Node) agree(err error) error {
 // sameDataset checks that every rank read the same manifest.
 func (n *Node) sameDataset() error {
 	h := n.data.man.Hash()
+	same, err := n.sameEverywhere(h)
+	if err == nil && !same {
+		err = fmt.Errorf("rt: rank %d: the ranks do not all see the same dataset (this rank reads %s, manifest hash %016x): check --chunks on every node",
+			n.me, n.data.dir, h)
+	}
+	return err
+}
+
+// sameSettings checks that every rank was given the settings the ranks
+// must share: they plan each epoch from the same inputs, and serve it,
+// end it and gather its order together (a rank that gathered alone would
+// wait for ever).
+func (n *Node) sameSettings() error {
+	c := n.cfg
+	s := fmt.Sprintf("policy %s, variant %v, seed %d, %d epochs, window %d, ramp %d, keep %g, the clients' traces %v, the order measured %v (--batch), handed over %v (--order-out)",
+		c.Policy, c.Variant, c.Seed, c.Epochs, c.Window, c.Ramp, c.Keep, c.ClientTraces, n.measuring(), n.site.Order != nil)
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	same, err := n.sameEverywhere(h.Sum64())
+	if err == nil && !same {
+		err = fmt.Errorf("rt: rank %d: the ranks were not all given the same settings (this rank: %s): give every rank the same flags", n.me, s)
+	}
+	return err
+}
+
+// sameEverywhere reports whether every rank passed the same h.
+func (n *Node) sameEverywhere(h uint64) (bool, error) {
 	v := []int64{int64(h >> 32), int64(h & 0xffffffff)}
 	v = append(v, -v[0], -v[1])
 	got, err := n.comm.AllreduceMax(v)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if !slices.Equal(got[:2], []int64{-got[2], -got[3]}) {
-		return fmt.Errorf("rt: rank %d: the ranks do not all see the same dataset (this rank reads %s, manifest hash %016x): check --chunks on every node",
-			n.me, n.data.dir, h)
-	}
-	return nil
+	return slices.Equal(got[:2], []int64{-got[2], -got[3]}), nil
 }
