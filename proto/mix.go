@@ -130,23 +130,30 @@ func MeasureOrder(m *Mapping, batch int, labels []int32, files, prev [][]FileID,
 // uniform shuffle gives nearly batch distinct chunks and spans near 1;
 // chunk-at-a-time delivery gives few chunks and spans near 0.
 func randomness(pcs int, seqs [][]int32, batch int, cores Cores) (distinct, span float64) {
-	if len(seqs) == 0 {
-		return 0, 0
-	}
-	d, sp := make([]float64, len(seqs)), make([]float64, len(seqs))
 	scratch := make([][3][]int32, cores.workers())
-	cores.each(len(seqs), func(i, w int) {
+	return meanPerSeq(len(seqs), cores, func(i, w int) (float64, float64) {
 		if scratch[w][0] == nil {
 			scratch[w] = [3][]int32{make([]int32, pcs), make([]int32, pcs), make([]int32, pcs)}
 		}
-		d[i] = batchDistinct(seqs[i], batch, scratch[w][0])
-		sp[i] = meanSpan(seqs[i], scratch[w][1], scratch[w][2])
+		return batchDistinct(seqs[i], batch, scratch[w][0]), meanSpan(seqs[i], scratch[w][1], scratch[w][2])
 	})
-	for i := range seqs { // in rank order, as one core would add them
-		distinct += d[i]
-		span += sp[i]
+}
+
+// meanPerSeq is the means over n sequences of the two figures f gives
+// for sequence i (on the core w), measured on cores and added in the
+// sequences' order, as one core would add them: the same bits on any
+// number; 0 and 0 for none.
+func meanPerSeq(n int, cores Cores, f func(i, w int) (float64, float64)) (a, b float64) {
+	if n == 0 {
+		return 0, 0
 	}
-	return distinct / float64(len(seqs)), span / float64(len(seqs))
+	as, bs := make([]float64, n), make([]float64, n)
+	cores.each(n, func(i, w int) { as[i], bs[i] = f(i, w) })
+	for i := range n {
+		a += as[i]
+		b += bs[i]
+	}
+	return a / float64(n), b / float64(n)
 }
 
 // chunkSeqs maps each non-empty sequence of files to the sequence of
@@ -210,24 +217,14 @@ func meanSpan(pcs []int32, first, last []int32) float64 {
 // ranks: how mixed the start of an epoch is, when memory is still filling,
 // and its end, when it drains.
 func edges(pcs int, seqs [][]int32, batch int, cores Cores) (first, last float64) {
-	if len(seqs) == 0 {
-		return 0, 0
-	}
-	f, l := make([]float64, len(seqs)), make([]float64, len(seqs))
 	stamps := make([][]int32, cores.workers())
-	cores.each(len(seqs), func(i, w int) {
+	return meanPerSeq(len(seqs), cores, func(i, w int) (float64, float64) {
 		if stamps[w] == nil {
 			stamps[w] = make([]int32, pcs)
 		}
 		n := min(len(seqs[i]), max(batch, len(seqs[i])/100))
-		f[i] = batchDistinct(seqs[i][:n], batch, stamps[w])
-		l[i] = batchDistinct(seqs[i][len(seqs[i])-n:], batch, stamps[w])
+		return batchDistinct(seqs[i][:n], batch, stamps[w]), batchDistinct(seqs[i][len(seqs[i])-n:], batch, stamps[w])
 	})
-	for i := range seqs {
-		first += f[i]
-		last += l[i]
-	}
-	return first / float64(len(seqs)), last / float64(len(seqs))
 }
 
 // pairsAgain is the fraction of the pairs of files that shared a batch

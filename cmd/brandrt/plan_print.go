@@ -89,10 +89,10 @@ func (r timeModel) moved(rf rt.RankForecast) int64 {
 // epoch returns, for epoch e of p, the CPU seconds of each rank's node
 // (nil without costs), how long the epoch takes at these rates, and what
 // bounds it: the storage (every rank's reads share it), the network (the
-// busiest link, each way, with what the costs add to the files' bytes), the rank's CPU (at --serve-rate), the training
-// (the node with the most positions) or the busiest node's CPU over its
-// cores. The first epoch adds the job's start (with costs). 0 and ""
-// with no rate.
+// busiest link, each way, with what the costs add to the files' bytes),
+// the rank's CPU (at --serve-rate), the training (the node with the most
+// positions) or the busiest node's CPU over its cores. The first epoch
+// adds the job's start (with costs). 0 and "" with no rate.
 func (r timeModel) epoch(p planned, e plannedEpoch) ([]float64, float64, string) {
 	cpu := r.cpuSeconds(p, e)
 	secs, bound := r.bound(e.Ranks, cpu)
