@@ -103,10 +103,17 @@ const RingRewind = 256 << 10
 // DataLoader held 2.1 GiB and delivered 207 files/s; with it at half
 // (397 MiB), 1.5 GiB and 360 files/s.
 // What fitsCgroup may lower it to, to fit the memory cgroup (fitHanded),
-// is n.data.handFit.
+// is n.data.handFit. A single rank whose budget holds its whole shard
+// hands every file on: its files stay in memory for every epoch, so
+// those handed on take nothing beyond them (and a copy costs the
+// training CPU: with 1 MB files on one node holding them, the DataLoader
+// spent twice its CPU per file of the runs on two nodes).
 func (n *Node) handCapAt(budget int64) int64 {
 	if n.cfg.HandMemBytes >= 0 {
 		return n.cfg.HandMemBytes
+	}
+	if n.beyondBudget(budget) == 0 {
+		return math.MaxInt64
 	}
 	if fit := n.data.handFit; fit > 0 {
 		return min(fit, n.handRule(budget))
@@ -128,6 +135,20 @@ func (n *Node) handRule(budget int64) int64 {
 func (n *Node) handableBytes() int64 {
 	if n.size == 1 {
 		return n.data.facts.handable
+	}
+	return math.MaxInt64
+}
+
+// beyondBudget bounds what the files handed on hold beyond the budget
+// (a rank with budget bytes of its own): with one rank, the part of its
+// shard the budget does not hold, as for the files answered in place
+// (readerBytesAt): none when it holds the whole shard, which then stays
+// in memory from epoch to epoch (proto's KeepBytes) and is never read
+// again; with several, the training processes also get other ranks'
+// files, in buffers of their own, so nothing.
+func (n *Node) beyondBudget(budget int64) int64 {
+	if n.size == 1 {
+		return max(n.data.facts.bytes-budget, 0)
 	}
 	return math.MaxInt64
 }
@@ -215,6 +236,10 @@ func (n *Node) footprintAt(budget, remote int64) Footprint {
 		f.Answered = min(int64(f.Readers)*f.ReaderBytes, n.inArena(mf.bytes-held))
 		if mf.handable > 0 {
 			f.Handed = n.inArena(min(n.handCapAt(budget), n.handableBytes()))
+			if beyond := n.beyondBudget(budget); beyond < math.MaxInt64 {
+				// the files answered and those handed on are not the same
+				f.Handed = max(min(f.Handed, n.inArena(beyond)-f.Answered), 0)
+			}
 		}
 	}
 	f.Tables = int64(mf.files) * shardFileBytes

@@ -1,11 +1,14 @@
 package rt
 
 import (
+	"math"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/brandrt/brandrt/chunk/synth"
 	"github.com/brandrt/brandrt/collectives"
+	"github.com/brandrt/brandrt/internal/testkit"
 	"github.com/brandrt/brandrt/proto"
 )
 
@@ -104,5 +107,58 @@ func TestFootprintCountsTheDataset(t *testing.T) {
 				t.Errorf("%+v, rank %d: Go's limit %d, want the footprint's terms in Go's heap, %d", c, r, got, want)
 			}
 		}
+	}
+}
+
+// TestHandedBeyondTheBudget: the files handed on to training processes
+// count in one rank's footprint only for the part of its shard its
+// budget does not hold; a budget that holds the shard hands every file
+// on (its files stay in memory from epoch to epoch) and counts none,
+// unless --hand-mem bounds them. Across budgets the footprint never
+// falls as the budget grows (fitBudget bisects it).
+func TestHandedBeyondTheBudget(t *testing.T) {
+	dir := testkit.Dataset{Gen: synth.Config{Classes: 3, Files: 300, MeanSize: 60000, Sigma: 0.5, MaxSize: 300000, Seed: 3}, K: 16, Ranks: 1, Seed: 5}.Packed(t)
+	open := func(share float64, handMem int64) *Node {
+		cfg := defaultJob()
+		cfg.Chunks, cfg.Mem.Shard, cfg.Epochs, cfg.HandMemBytes = dir, share, 1, handMem
+		n, err := Open(cfg.Config, cfg.Site, collectives.NewLocal(1)[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+	shard := open(1, -1).data.facts.bytes
+	for _, c := range []struct {
+		share   float64
+		handMem int64
+	}{{0.25, -1}, {0.9, -1}, {0.99, -1}, {1, -1}, {1, 4 << 20}, {0.25, 4 << 20}} {
+		n := open(c.share, c.handMem)
+		f, budget := n.Footprint(), n.data.m.MemBytes(0)
+		beyond := max(shard-budget, 0)
+		switch {
+		case c.handMem >= 0 && n.HandCap() != c.handMem:
+			t.Errorf("%+v: files handed on bounded at %d, want --hand-mem's %d", c, n.HandCap(), c.handMem)
+		case c.handMem < 0 && beyond == 0 && n.HandCap() != math.MaxInt64:
+			t.Errorf("%+v: the budget holds the shard, yet the files handed on are bounded at %d", c, n.HandCap())
+		case c.handMem < 0 && beyond > 0 && n.HandCap() != n.handRule(budget):
+			t.Errorf("%+v: files handed on bounded at %d, want the default %d", c, n.HandCap(), n.handRule(budget))
+		}
+		want := max(min(n.inArena(min(n.HandCap(), n.data.facts.handable)), n.inArena(beyond)-f.Answered), 0)
+		if f.Handed != want || (want == 0) == strings.Contains(f.String(), "handed on to training processes") {
+			t.Errorf("%+v: %d B for the files handed on, want %d (the budget %d of a shard of %d, %d B answered), said: %s", c, f.Handed, want, budget, shard, f.Answered, f)
+		}
+		if beyond == 0 && f.Handed+f.Answered != 0 {
+			t.Errorf("%+v: the budget holds the shard, yet %d B for files answered and %d for files handed on", c, f.Answered, f.Handed)
+		}
+	}
+	n := open(0.25, -1)
+	last := int64(0)
+	for b := shard / 20; b <= shard+shard/10; b += shard / 200 {
+		tot := n.footprintAt(b, 0).Total()
+		if tot < last {
+			t.Fatalf("the footprint falls from %d to %d as the budget grows to %d of a shard of %d", last, tot, b, shard)
+		}
+		last = tot
 	}
 }

@@ -18,9 +18,11 @@ reference goes, the rank may reuse its bytes. Each file is one reference
 at the rank: the ticket's, moved to whoever unpickles it first; pickling
 it again (or a HandedFile) adds one first.
 
-The rank bounds what one training process may hold this way (an eighth
-of its budget, at least 32 MiB); past that, files come as copies, as
-without in_place. A process that dies releases all it held.
+The rank bounds what its training processes hold this way beyond its
+budget (serve --hand-mem; by default the batches a DataLoader has in
+flight, and no bound when the budget holds the rank's whole shard); past
+that, files come as copies, as without in_place. A process that dies
+releases all it held.
 """
 
 import mmap
