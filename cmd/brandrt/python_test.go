@@ -709,6 +709,44 @@ print("DataLoader: %d files, %d as bytes, %d as the originals" % (n, copies, sam
 	}
 }
 
+// TestHandBoundSaid: past the bound on files handed on (--hand-mem), a
+// DataLoader's training process gets the files as bytes, and serve says
+// how many went so and what to raise: here the training loop keeps every
+// batch, so the bound fills at once.
+func TestHandBoundSaid(t *testing.T) {
+	cleanVader(t)
+	needTorch(t)
+	const files = 200
+	input, dir := packPaths(t, files, 2, 8, 1)
+	env := []string{"BRANDRT_ATTACH=" + t.TempDir(), "PYTHONPATH=../../python"}
+	cmd, said := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "40%", "--epochs", "1", "--hand-mem", "256KiB")
+	const script = `
+from brandrt.torch import BrandDataset, BrandLoader
+from brandrt.handed import HandedFile
+kept, handed, bytes_ = [], 0, 0
+for files, labels in BrandLoader(BrandDataset(timeout=60), batch_size=16, num_workers=2):
+    kept.append(files)
+    handed += sum(isinstance(f, HandedFile) for f in files)
+    bytes_ += sum(type(f) is bytes and len(f) >= 32 << 10 for f in files)
+print("%d handed on, %d of 32 KiB or more as bytes" % (handed, bytes_))
+`
+	out, err := testkit.Run(2*time.Minute, env, python, "-W", "ignore", "-c", script, input)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var handed, copied int
+	if _, err := fmt.Sscanf(string(out), "%d handed on, %d of 32 KiB or more as bytes", &handed, &copied); err != nil || handed == 0 || copied == 0 {
+		t.Fatalf("want some files handed on and some, past --hand-mem, as bytes (%v):\n%s", err, out)
+	}
+	t.Logf("%d files handed on, %d as bytes past the bound", handed, copied)
+	if err := exitWithin(t, cmd, time.Minute); err != nil {
+		t.Fatalf("serve: %v\n%s", err, said)
+	}
+	if want := fmt.Sprintf("rank 0: %d files that DataLoader workers could have handed on went through their pipes as bytes, since the files their training processes held took the bound (--hand-mem 256 KiB): a larger --hand-mem hands them on", copied); !strings.Contains(said.String(), want) {
+		t.Errorf("%d handed on and %d as bytes; want serve to say %q:\n%s", handed, copied, want, said)
+	}
+}
+
 // readmeBlock returns the README's first fenced block of lang whose text
 // begins with begins, up to its closing fence; it ends the test when
 // there is none.

@@ -240,6 +240,12 @@ func (s *serving) report() {
 	}
 	fmt.Fprintf(log, "brandrt: rank %d: training processes read %s files in place in shared memory%s and %s as copies\n",
 		me, humanize.Comma(srv.Shared.Load()), handed, humanize.Comma(srv.Copied.Load()))
+	if n := srv.HandFull.Load(); n > 0 {
+		fmt.Fprintf(log, "brandrt: rank %d: %s files that DataLoader workers could have handed on went through their pipes as bytes, "+
+			"since the files their training processes held took the bound (--hand-mem %s): a larger --hand-mem hands them on, "+
+			"and adds as much to the rank's footprint (a copy costs the worker and the training process CPU: with 1 MB files "+
+			"on one node, a fifth of them as bytes took 9 times the CPU per file; BENCHMARKS.md)\n", me, humanize.Comma(n), humanize.IBytes(uint64(s.n.HandCap())))
+	}
 	if r := srv.Readers.Load(); r > 0 {
 		fmt.Fprintf(log, "brandrt: rank %d: of the %s clients that read, %s handed their files on in place to their training process "+
 			"and %s kept them (a transform in the DataLoader worker, in_place=False, a plain DataLoader or a forkserver)\n",

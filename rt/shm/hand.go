@@ -58,6 +58,7 @@ func (s *Server) hand(d *rt.Delivery, off uint64, owner int) (uint32, bool) {
 	defer s.handMu.Unlock()
 	n := uint64(len(d.Data))
 	if s.handTotal+n > s.opt.HandCap {
+		s.HandFull.Add(1)
 		return 0, false
 	}
 	if s.handed == nil {

@@ -30,8 +30,8 @@ func TestHandedReferences(t *testing.T) {
 	if !ok || a == b || a == 0 {
 		t.Fatalf("tokens %d %d %d (%v)", a, b, c, ok)
 	}
-	if _, ok := s.hand(delivery(3, 11), 16384, owner); ok {
-		t.Fatal("a file past the cap was handed")
+	if _, ok := s.hand(delivery(3, 11), 16384, owner); ok || s.HandFull.Load() != 1 {
+		t.Fatalf("a file past the cap: handed %v, %d counted past it; want not, and 1", ok, s.HandFull.Load())
 	}
 	if got := s.HandedBytes(); got != 300 {
 		t.Fatalf("%d bytes handed, want 300", got)
