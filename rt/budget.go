@@ -105,9 +105,10 @@ const RingRewind = 256 << 10
 // What fitsCgroup may lower it to, to fit the memory cgroup (fitHanded),
 // is n.data.handFit. A single rank whose budget holds its whole shard
 // hands every file on: its files stay in memory for every epoch, so
-// those handed on take nothing beyond them (and a copy costs the
-// training CPU: with 1 MB files on one node holding them, the DataLoader
-// spent twice its CPU per file of the runs on two nodes).
+// those handed on take nothing beyond them, and a copy costs CPU (with
+// 1 MB files on one node holding them, the default bound sent a fifth
+// of them as copies, at 9 times the CPU per file: BENCHMARKS.md, "One
+// rank holding its shard hands every file on").
 func (n *Node) handCapAt(budget int64) int64 {
 	if n.cfg.HandMemBytes >= 0 {
 		return n.cfg.HandMemBytes
