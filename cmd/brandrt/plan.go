@@ -16,6 +16,7 @@ import (
 	"github.com/brandrt/brandrt/internal/human"
 	"github.com/brandrt/brandrt/proto"
 	"github.com/brandrt/brandrt/rt"
+	"github.com/brandrt/brandrt/rt/shm"
 )
 
 func planCommand() *cli.Command {
@@ -168,6 +169,19 @@ func nodeCounts(s string) ([]int, error) {
 	return slices.Compact(out), nil
 }
 
+// arenaPlaces is the memory plan's ranks are opened with: it places
+// their files as the memory serve shares with its training processes
+// does (shm.Placed: slots, and pages in size classes), so that their
+// footprint is the one serve's start-up line says. plan reads nothing
+// into it.
+type arenaPlaces struct{}
+
+func (arenaPlaces) Placed(n int64) int64 { return shm.Placed(n) }
+
+func (arenaPlaces) Alloc(int64) ([]byte, error) { return nil, errors.New("brandrt plan reads no chunks") }
+
+func (arenaPlaces) Free([]byte) {}
+
 // planConfig is the configuration and site of each rank planned.
 func planConfig(c *cli.Context) (rt.Config, rt.Site, error) {
 	cfg := rt.DefaultConfig()
@@ -175,7 +189,7 @@ func planConfig(c *cli.Context) (rt.Config, rt.Site, error) {
 	cfg.StorageWait = 0 // a dataset plan cannot read is said at once
 	cfg.Ramp, cfg.Keep, cfg.Window, cfg.Seed = c.Int("ramp"), c.Float64("keep"), c.Int("window"), c.Uint64("seed")
 	cfg.Procs, cfg.Readers, cfg.MixBatch = c.Int("nproc-per-node"), c.Int("readers"), c.Int("batch")
-	site := rt.Site{Log: io.Discard}
+	site := rt.Site{Log: io.Discard, Memory: arenaPlaces{}}
 	node := c.Generic("node-mem").(*memBudget)
 	if node.fraction > 0 {
 		return cfg, site, errors.New("--node-mem takes bytes (e.g. 64GiB), not a percentage")

@@ -3,8 +3,12 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"math"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -44,6 +48,36 @@ func TestPlanIsWhatServeDoes(t *testing.T) {
 			moved != s.RemoteFiles || movedBytes != s.RemoteBytes || moved == 0 {
 			t.Errorf("epoch %d: planned %d reads of %d bytes, %d files, %d moved (%d bytes); served %d reads of %d bytes, %d files, %d moved (%d bytes)",
 				s.Epoch, reads, readBytes, files, moved, movedBytes, s.StorageReads, s.StorageBytes, s.FilesDelivered, s.RemoteFiles, s.RemoteBytes)
+		}
+	}
+}
+
+// TestPlanFootprintIsServes: the footprint plan gives each rank is, to
+// the byte, the one serve's start-up line says for a DataLoader's job
+// (files placed in the memory serve shares with its clients: its slots
+// and size classes), on 1 and 2 nodes, with a quarter of the dataset in
+// memory and all of it.
+func TestPlanFootprintIsServes(t *testing.T) {
+	cleanVader(t)
+	_, dir := packPaths(t, 400, 2, 8, 2)
+	said := regexp.MustCompile(`rank (\d+): the rank needs [^(]*\((\d+) bytes\) of memory: `)
+	for _, c := range []struct {
+		nodes int
+		mem   string
+	}{{1, "25%"}, {1, "100%"}, {2, "25%"}, {2, "100%"}} {
+		out, errs, status := runCLI(t, "plan", "--chunks", dir, "--nodes", fmt.Sprint(c.nodes), "--mem", c.mem, "--epochs", "1", "--json")
+		var p planned
+		if status != 0 || json.Unmarshal([]byte(out), &p) != nil {
+			t.Fatalf("plan %+v: status %d\n%s%s", c, status, out, errs)
+		}
+		served := make([]int64, c.nodes)
+		line := mpirun(t, c.nodes, "serve", "--chunks", dir, "--mem", c.mem, "--footprint")
+		for _, m := range said.FindAllStringSubmatch(line, -1) {
+			r, _ := strconv.Atoi(m[1])
+			served[r], _ = strconv.ParseInt(m[2], 10, 64)
+		}
+		if !slices.Equal(p.Footprint, served) || slices.Contains(served, 0) {
+			t.Errorf("%d nodes, --mem %s: plan's footprints %v, serve's %v\n%s", c.nodes, c.mem, p.Footprint, served, line)
 		}
 	}
 }

@@ -255,7 +255,12 @@ func (a *Arena) Close() error {
 
 // Placed is the bytes Alloc lends for n (rt counts the memory its files
 // take with it): a slot, or pages rounded up to their size class.
-func (a *Arena) Placed(n int64) int64 {
+func (a *Arena) Placed(n int64) int64 { return Placed(n) }
+
+// Placed is the bytes an arena lends for n (Arena.Placed): for what
+// does not make one, such as brandrt plan's ranks, which count the
+// memory serve's would take.
+func Placed(n int64) int64 {
 	size := uint64(max(n, 1))
 	if slotted(size) {
 		return int64(slotClass(size))
