@@ -113,7 +113,7 @@ func (n *Node) handCapAt(budget int64) int64 {
 	if n.cfg.HandMemBytes >= 0 {
 		return n.cfg.HandMemBytes
 	}
-	if n.beyondBudget(budget) == 0 {
+	if n.holdsShard(budget) {
 		return math.MaxInt64
 	}
 	if fit := n.data.handFit; fit > 0 {
@@ -140,18 +140,16 @@ func (n *Node) handableBytes() int64 {
 	return math.MaxInt64
 }
 
-// beyondBudget bounds what the files handed on hold beyond the budget
-// (a rank with budget bytes of its own): with one rank, the part of its
-// shard the budget does not hold, as for the files answered in place
-// (readerBytesAt): none when it holds the whole shard, which then stays
-// in memory from epoch to epoch (proto's KeepBytes) and is never read
-// again; with several, the training processes also get other ranks'
-// files, in buffers of their own, so nothing.
-func (n *Node) beyondBudget(budget int64) int64 {
-	if n.size == 1 {
-		return max(n.data.facts.bytes-budget, 0)
-	}
-	return math.MaxInt64
+// holdsShard reports whether a budget of budget bytes holds the rank's
+// whole shard when it is the only rank: its files then stay in memory
+// from epoch to epoch (proto's KeepBytes) and are never read again, so
+// the files handed on take nothing beyond them. Below the shard they
+// may: while the training processes still hold files of an epoch, the
+// next one reads their chunks again, into other buffers. With several
+// ranks the training processes also get other ranks' files, in buffers
+// of their own.
+func (n *Node) holdsShard(budget int64) bool {
+	return n.size == 1 && budget >= n.data.facts.bytes
 }
 
 // handBatches is the files each DataLoader worker (reader) has in
@@ -235,12 +233,8 @@ func (n *Node) footprintAt(budget, remote int64) Footprint {
 		// only files the budget does not keep: none when it holds the shard
 		f.ReaderBytes = n.readerBytesAt(budget)
 		f.Answered = min(int64(f.Readers)*f.ReaderBytes, n.inArena(mf.bytes-held))
-		if mf.handable > 0 {
+		if mf.handable > 0 && !n.holdsShard(budget) {
 			f.Handed = n.inArena(min(n.handCapAt(budget), n.handableBytes()))
-			if beyond := n.beyondBudget(budget); beyond < math.MaxInt64 {
-				// the files answered and those handed on are not the same
-				f.Handed = max(min(f.Handed, n.inArena(beyond)-f.Answered), 0)
-			}
 		}
 	}
 	f.Tables = int64(mf.files) * shardFileBytes

@@ -33,7 +33,9 @@ func (n *Node) fitsCgroup() error {
 		return nil
 	}
 	do := "that leaves nothing for its files: run it with more memory than " + mib(n.footprintAt(0, n.remoteAt(0)).Total()+n.cfg.MemLeaveBytes)
-	if b := n.fitBudget(limit); b > 0 {
+	if s := n.data.facts.bytes; f.Budget < s && n.holdsShard(s) && n.fitsAt(s, limit) {
+		do = fmt.Sprintf("give it --mem %s or more, its whole shard, whose files then stay in memory and take nothing more when handed on (--mem 100%%cgroup takes it), or run it with more memory", mib(s))
+	} else if b := n.fitBudget(limit); b > 0 {
 		do = fmt.Sprintf("give it --mem %s or less (--mem 100%%cgroup takes what the cgroup leaves), or run it with more memory", mib(b))
 	}
 	if n.cfg.MemLeaveBytes > 0 {
@@ -111,7 +113,13 @@ func (n *Node) fitHanded(f Footprint, limit int64) (Footprint, bool) {
 // fitBudget is the largest budget whose footprint fits limit bytes, or 0
 // when none does.
 func (n *Node) fitBudget(limit int64) int64 {
-	fits := func(b int64) bool { return n.footprintAt(b, n.remoteAt(b)).Total() <= limit }
+	fits := func(b int64) bool { return n.fitsAt(b, limit) }
+	// A single rank's footprint grows with its budget up to its shard,
+	// falls there (the files handed on then take nothing: holdsShard)
+	// and stays flat above: if the shard fits, any budget does.
+	if s := n.data.facts.bytes; n.holdsShard(s) && fits(s) {
+		return limit
+	}
 	if !fits(1) {
 		return 0
 	}
@@ -127,10 +135,15 @@ func (n *Node) fitBudget(limit int64) int64 {
 	return lo
 }
 
+// fitsAt reports whether the footprint of a budget of b bytes fits limit
+// bytes.
+func (n *Node) fitsAt(b, limit int64) bool { return n.footprintAt(b, n.remoteAt(b)).Total() <= limit }
+
 // cgroupBudget is the budget that Config.Mem.Cgroup gives the rank
 // in its memory cgroup (cgroupRoom: Site.MemLimitBytes less --leave):
 // that share of the largest budget whose footprint fits it, so that
-// 100 % just fits (fitsCgroup).
+// 100 % just fits (fitsCgroup). A share that falls below a single
+// rank's shard that fits, where its footprint does not, is the shard.
 func (n *Node) cgroupBudget() (int64, error) {
 	frac := n.cfg.Mem.Cgroup
 	limit, err := n.cgroupRoom()
@@ -141,6 +154,11 @@ func (n *Node) cgroupBudget() (int64, error) {
 		return 0, fmt.Errorf("rt: --mem %g%%cgroup: the rank's memory cgroup sets no limit: give --mem in bytes or as a share of its shard", 100*frac)
 	}
 	b := int64(frac * float64(n.fitBudget(limit)))
+	if s := n.data.facts.bytes; b < s && n.holdsShard(s) && n.fitsAt(s, limit) && !n.fitsAt(b, limit) {
+		// the share falls below a shard that fits, where the files
+		// handed on count again (holdsShard): the shard, then
+		b = s
+	}
 	if b <= 0 {
 		return 0, fmt.Errorf("rt: --mem %g%%cgroup: %s, which leaves nothing for its files beside the rest of its footprint (%s)",
 			100*frac, n.allows(), n.footprintAt(0, n.remoteAt(0)))

@@ -43,9 +43,8 @@ type Footprint struct {
 	// place and have not released yet, ReaderBytes each (a ring's worth:
 	// inFlight); Handed the files their workers handed on to training
 	// processes (HandCap; with one rank, no more than its shard has of
-	// files that can be, nor than the part of it the budget does not
-	// hold: none when it holds the shard). None with in-process readers
-	// (--consume).
+	// files that can be, and none when the budget holds the shard). None
+	// with in-process readers (--consume).
 	Rings, Answered, Handed, ReaderBytes int64
 	RingClients, Readers, Procs          int
 	// Tables is what grows with the files of the shard (its index, the

@@ -110,12 +110,14 @@ func TestFootprintCountsTheDataset(t *testing.T) {
 	}
 }
 
-// TestHandedBeyondTheBudget: the files handed on to training processes
-// count in one rank's footprint only for the part of its shard its
-// budget does not hold; a budget that holds the shard hands every file
-// on (its files stay in memory from epoch to epoch) and counts none,
-// unless --hand-mem bounds them. Across budgets the footprint never
-// falls as the budget grows (fitBudget bisects it).
+// TestHandedBeyondTheBudget: one rank whose budget holds its shard
+// hands every file on (its files stay in memory from epoch to epoch)
+// and its footprint counts no files handed on, even with --hand-mem;
+// below the shard, the footprint counts every byte the bound lets the
+// training processes hold (the next epoch may read their files again,
+// into other buffers). Since the footprint falls where the budget
+// reaches the shard, the largest budget that fits a limit is found
+// above it when the shard fits, below it when it does not.
 func TestHandedBeyondTheBudget(t *testing.T) {
 	dir := testkit.Dataset{Gen: synth.Config{Classes: 3, Files: 300, MeanSize: 60000, Sigma: 0.5, MaxSize: 300000, Seed: 3}, K: 16, Ranks: 1, Seed: 5}.Packed(t)
 	open := func(share float64, handMem int64) *Node {
@@ -128,37 +130,54 @@ func TestHandedBeyondTheBudget(t *testing.T) {
 		t.Cleanup(n.Close)
 		return n
 	}
-	shard := open(1, -1).data.facts.bytes
 	for _, c := range []struct {
 		share   float64
 		handMem int64
-	}{{0.25, -1}, {0.9, -1}, {0.99, -1}, {1, -1}, {1, 4 << 20}, {0.25, 4 << 20}} {
+	}{{0.25, -1}, {0.9, -1}, {0.99, -1}, {1, -1}, {1, 4 << 20}, {0.99, 4 << 20}} {
 		n := open(c.share, c.handMem)
-		f, budget := n.Footprint(), n.data.m.MemBytes(0)
-		beyond := max(shard-budget, 0)
+		f, holds := n.Footprint(), c.share == 1
 		switch {
 		case c.handMem >= 0 && n.HandCap() != c.handMem:
 			t.Errorf("%+v: files handed on bounded at %d, want --hand-mem's %d", c, n.HandCap(), c.handMem)
-		case c.handMem < 0 && beyond == 0 && n.HandCap() != math.MaxInt64:
+		case c.handMem < 0 && holds && n.HandCap() != math.MaxInt64:
 			t.Errorf("%+v: the budget holds the shard, yet the files handed on are bounded at %d", c, n.HandCap())
-		case c.handMem < 0 && beyond > 0 && n.HandCap() != n.handRule(budget):
-			t.Errorf("%+v: files handed on bounded at %d, want the default %d", c, n.HandCap(), n.handRule(budget))
+		case c.handMem < 0 && !holds && (n.HandCap() <= 0 || n.HandCap() == math.MaxInt64):
+			t.Errorf("%+v: the budget does not hold the shard, yet the files handed on are bounded at %d", c, n.HandCap())
 		}
-		want := max(min(n.inArena(min(n.HandCap(), n.data.facts.handable)), n.inArena(beyond)-f.Answered), 0)
-		if f.Handed != want || (want == 0) == strings.Contains(f.String(), "handed on to training processes") {
-			t.Errorf("%+v: %d B for the files handed on, want %d (the budget %d of a shard of %d, %d B answered), said: %s", c, f.Handed, want, budget, shard, f.Answered, f)
-		}
-		if beyond == 0 && f.Handed+f.Answered != 0 {
-			t.Errorf("%+v: the budget holds the shard, yet %d B for files answered and %d for files handed on", c, f.Answered, f.Handed)
+		switch said := strings.Contains(f.String(), "handed on to training processes"); {
+		case holds && (f.Handed != 0 || f.Answered != 0 || said):
+			t.Errorf("%+v: the budget holds the shard, yet %d B for files answered and %d for files handed on, said: %s", c, f.Answered, f.Handed, f)
+		case !holds && (f.Handed < min(n.HandCap(), n.data.facts.handable) || !said):
+			t.Errorf("%+v: %d B for the files handed on, under the %d B the bound lets the training processes hold, said: %s",
+				c, f.Handed, min(n.HandCap(), n.data.facts.handable), f)
 		}
 	}
 	n := open(0.25, -1)
-	last := int64(0)
-	for b := shard / 20; b <= shard+shard/10; b += shard / 200 {
-		tot := n.footprintAt(b, 0).Total()
-		if tot < last {
-			t.Fatalf("the footprint falls from %d to %d as the budget grows to %d of a shard of %d", last, tot, b, shard)
+	shard := n.data.facts.bytes
+	below, at := n.footprintAt(shard-1, 0).Total(), n.footprintAt(shard, 0).Total()
+	if at >= below {
+		t.Fatalf("the footprint at the shard, %d, not under the footprint just below it, %d", at, below)
+	}
+	for _, c := range []struct {
+		limit int64
+		above bool
+	}{{at, true}, {below + 1<<20, true}, {at - 4096, false}} {
+		b := n.fitBudget(c.limit)
+		if (b >= shard) != c.above || (b > 0 && n.footprintAt(b, 0).Total() > c.limit) {
+			t.Errorf("in %d bytes (%d at the shard, %d just below it): the largest budget that fits is %d, of a shard of %d", c.limit, at, below, b, shard)
 		}
-		last = tot
+	}
+	// A shard of 1 GiB (its sizes set, not read): 80 % of what a cgroup
+	// that just holds it allows falls below it, where the files handed
+	// on count again and the footprint does not fit: the shard, then.
+	big := open(0.25, -1)
+	big.data.facts = memFacts{files: 10000, bytes: 1 << 30, placed: 1 << 30, recvd: 1 << 30, handable: 1 << 30}
+	limit := big.footprintAt(1<<30, 0).Total()
+	big.site.MemLimitBytes, big.cfg.Mem.Cgroup = limit, 0.8
+	if big.fitsAt(limit*8/10, limit) {
+		t.Fatalf("a budget of 80 %% of %d fits it: the case is not the one meant", limit)
+	}
+	if b, err := big.cgroupBudget(); err != nil || b != 1<<30 {
+		t.Errorf("--mem 80%%cgroup in %d bytes, for a shard of 1 GiB whose footprint is that: %d (%v), want the shard", limit, b, err)
 	}
 }

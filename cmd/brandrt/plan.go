@@ -178,7 +178,9 @@ type arenaPlaces struct{}
 
 func (arenaPlaces) Placed(n int64) int64 { return shm.Placed(n) }
 
-func (arenaPlaces) Alloc(int64) ([]byte, error) { return nil, errors.New("brandrt plan reads no chunks") }
+func (arenaPlaces) Alloc(int64) ([]byte, error) {
+	return nil, errors.New("brandrt plan reads no chunks")
+}
 
 func (arenaPlaces) Free([]byte) {}
 

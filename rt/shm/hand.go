@@ -32,7 +32,11 @@ import (
 // Handed files keep their bytes from being reused for longer than a ring
 // record would, so their bytes are bounded (Options.HandCap, for all the
 // processes together: a term of the rank's footprint, rt.Footprint.Handed):
-// past the bound a file goes as a shared record, as without handing.
+// past the bound a file goes as a shared record, as without handing
+// (Server.HandFull counts those). Without a bound (a single rank whose
+// budget holds its shard: rt.Node.HandCap) the table has an entry for
+// each file the processes keep; each is a mapping in one of them, which
+// the kernel's vm.max_map_count bounds (65,530 by default).
 
 // handSweep is how often the table looks for owners that died.
 const handSweep = time.Second

@@ -76,9 +76,8 @@ type Server struct {
 	Gone atomic.Int64
 	// Shared and Copied count the files handed over as their place in the
 	// arena and as copies in a ring; Handed those of them handed on to
-	// a client's parent (see hand.go); HandFull the files that could
-	// have been handed on but for the bound (Options.HandCap), which went
-	// as shared records.
+	// a client's parent (see hand.go), HandFull those that could have
+	// been but for Options.HandCap.
 	Shared, Copied, Handed, HandFull atomic.Int64
 	// Readers counts the clients gone that were delivered files;
 	// HandingOn those of them that handed them on to their parent (a
