@@ -33,7 +33,7 @@ func (n *Node) fitsCgroup() error {
 		return nil
 	}
 	do := "that leaves nothing for its files: run it with more memory than " + mib(n.footprintAt(0, n.remoteAt(0)).Total()+n.cfg.MemLeaveBytes)
-	if s := n.data.facts.bytes; f.Budget < s && n.holdsShard(s) && n.fitsAt(s, limit) {
+	if s, ok := n.shardFits(limit); ok && f.Budget < s {
 		do = fmt.Sprintf("give it --mem %s or more, its whole shard, whose files then stay in memory and take nothing more when handed on (--mem 100%%cgroup takes it), or run it with more memory", mib(s))
 	} else if b := n.fitBudget(limit); b > 0 {
 		do = fmt.Sprintf("give it --mem %s or less (--mem 100%%cgroup takes what the cgroup leaves), or run it with more memory", mib(b))
@@ -114,10 +114,7 @@ func (n *Node) fitHanded(f Footprint, limit int64) (Footprint, bool) {
 // when none does.
 func (n *Node) fitBudget(limit int64) int64 {
 	fits := func(b int64) bool { return n.fitsAt(b, limit) }
-	// A single rank's footprint grows with its budget up to its shard,
-	// falls there (the files handed on then take nothing: holdsShard)
-	// and stays flat above: if the shard fits, any budget does.
-	if s := n.data.facts.bytes; n.holdsShard(s) && fits(s) {
+	if _, ok := n.shardFits(limit); ok { // and so does any budget above it
 		return limit
 	}
 	if !fits(1) {
@@ -139,6 +136,15 @@ func (n *Node) fitBudget(limit int64) int64 {
 // bytes.
 func (n *Node) fitsAt(b, limit int64) bool { return n.footprintAt(b, n.remoteAt(b)).Total() <= limit }
 
+// shardFits is a single rank's shard, and whether a budget that holds it
+// fits limit bytes. Its footprint grows with the budget up to the shard,
+// falls there (the files handed on then take nothing: holdsShard) and
+// stays flat above, so a budget below a shard that fits may not fit.
+func (n *Node) shardFits(limit int64) (int64, bool) {
+	s := n.data.facts.bytes
+	return s, n.holdsShard(s) && n.fitsAt(s, limit)
+}
+
 // cgroupBudget is the budget that Config.Mem.Cgroup gives the rank
 // in its memory cgroup (cgroupRoom: Site.MemLimitBytes less --leave):
 // that share of the largest budget whose footprint fits it, so that
@@ -154,7 +160,7 @@ func (n *Node) cgroupBudget() (int64, error) {
 		return 0, fmt.Errorf("rt: --mem %g%%cgroup: the rank's memory cgroup sets no limit: give --mem in bytes or as a share of its shard", 100*frac)
 	}
 	b := int64(frac * float64(n.fitBudget(limit)))
-	if s := n.data.facts.bytes; b < s && n.holdsShard(s) && n.fitsAt(s, limit) && !n.fitsAt(b, limit) {
+	if s, ok := n.shardFits(limit); ok && b < s && !n.fitsAt(b, limit) {
 		// the share falls below a shard that fits, where the files
 		// handed on count again (holdsShard): the shard, then
 		b = s
