@@ -188,6 +188,14 @@ func listen(n *rt.Node, env launch.Env, rank int, arena *shm.Arena, log io.Write
 	o := shm.Options{Slots: 64, Data: uint64(rt.RingBytes(n.MaxFileSize())), Events: n.ClientEvents(), Arena: arena,
 		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed, Epochs: uint32(n.Config().Epochs), MaxTrace: n.Mapping().Files(),
 		StallWarn: n.Config().PeerWarn, Readers: n.Readers(), ReaderBytes: uint64(n.ReaderBytes())}
+	if o.ReaderBytes > 0 {
+		// A file answered and held that the budget does not keep takes
+		// memory of its own (rt.Footprint.Answered): a read counts as
+		// the largest file until it is answered. A budget that holds the
+		// shard keeps every file, and its readers keep every read they
+		// may have in flight.
+		o.Largest = uint64(n.MaxFileSize())
+	}
 	// What DataLoader workers have handed to their training processes and
 	// those still hold (a few batches, unless they keep files) may take
 	// rt.HandCap beyond the budget: a term of the rank's footprint

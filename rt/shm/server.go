@@ -120,16 +120,17 @@ type Options struct {
 	Epochs uint32
 	// MaxTrace is the most file ids a client's trace may hold, and the
 	// furthest position a start may name: the dataset's number of files
-	// (a trace names each file at most once). A larger claim is refused
-	// before anything is allocated for it. 0 allows up to proto.MaxFiles.
+	// (a trace names each file at most once); a larger claim is refused
+	// before anything is allocated. 0 allows up to proto.MaxFiles.
 	MaxTrace int
 	// Arena, when set, is shared with every client (read-only): files
 	// whose bytes live in it are handed over by place instead of copied.
 	Arena *Arena
 	// HandCap bounds the bytes of the files handed on to the clients'
 	// processes and not yet released, all of them together (see hand.go);
-	// 0 hands none on.
-	HandCap uint64
+	// 0 hands none on. Largest is the dataset's largest file: a client's
+	// read counts as one until it is answered (room; 0: as a byte).
+	HandCap, Largest uint64
 	// Readers is the clients reading at once that the rank's footprint
 	// counts (rt.Config.Readers), ReaderBytes what each may hold in files
 	// answered in place beyond it (rt.Node.ReaderBytes): the rank says so,
@@ -137,8 +138,7 @@ type Options struct {
 	Readers     int
 	ReaderBytes uint64
 	// StallWarn is how long a client may leave the files it was answered
-	// unread before the rank names it in the log (once, until it reads
-	// again); 0 is 30 s.
+	// unread before the rank names it (once, until it reads again); 0: 30 s.
 	StallWarn time.Duration
 	// Log takes a line for each client refused, dropped or not reading;
 	// nil is os.Stderr.

@@ -18,8 +18,9 @@ import (
 // A client's reads are taken from its ring only while fewer than
 // Server.maxUnread of them are unanswered (on their way through the
 // loop) or answered and not released (its data tail short of their
-// records' ends), and while the files of those answered hold less than
-// its data ring's bytes (a file lent in the arena counts as if copied).
+// records' ends), and while the files of those answered, with each
+// unanswered one counted as the largest file, fit in its data ring's
+// bytes (a file lent in the arena counts as if copied): room.
 // Past that, its requests wait in its ring, and a client whose ring is
 // full waits on its own side. The loop then never waits on it: what it
 // has taken is at most maxUnread, the room of the replies channel.
@@ -102,17 +103,28 @@ func (u *unread) toName(now time.Time, warn time.Duration) (recs int, bytes uint
 }
 
 // room returns how many more reads c may take now: none while its
-// unanswered and unreleased reads reach the bound, or the bytes of the
-// answered ones its data ring.
+// unanswered and unreleased reads reach the bound, or while the bytes of
+// the answered ones, with each unanswered one counted as the largest
+// file (Options.Largest: any file may answer it), would pass its data
+// ring's. So what a client was answered and holds stays within its data
+// ring's bytes, which the rank's footprint counts (rt.Footprint.Answered),
+// however slowly it reads; one read is always taken when it holds none.
 func (c *client) room() int {
 	// pending first: a record written in between then counts twice,
 	// never not at all.
 	pending := int(c.pending.Load())
 	recs, bytes := c.unread.release(c.ring.released(), time.Now())
-	if bytes >= c.ring.dataBytes {
+	n := c.srv.maxUnread() - pending - recs
+	big := max(c.srv.opt.Largest, 1)
+	switch held := bytes + uint64(pending)*big; {
+	case pending+recs == 0:
+		n = min(n, max(int(c.ring.dataBytes/big), 1))
+	case held >= c.ring.dataBytes:
 		return 0
+	default:
+		n = min(n, int((c.ring.dataBytes-held)/big))
 	}
-	return max(0, c.srv.maxUnread()-pending-recs)
+	return max(0, n)
 }
 
 // maxUnread is the most reads a client may have unanswered or unreleased

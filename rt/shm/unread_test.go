@@ -99,3 +99,73 @@ func TestClientThatDoesNotRead(t *testing.T) {
 		t.Fatalf("once the staller read again: %+v", c)
 	}
 }
+
+// TestAnsweredWithinTheRing: a client that asks for many files in the
+// arena and reads none is answered at most its data ring's bytes of
+// them, each read taken counted as the largest file (Options.Largest)
+// until it is answered, however fast the loop answers; as it reads, the
+// rest come. (Counting only the answered ones, the rank took all 8 at
+// once and lent 128 KiB.)
+func TestAnsweredWithinTheRing(t *testing.T) {
+	const slots, largest, data = 8, 16 << 10, 64 << 10
+	a, err := NewArena(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	reqs := make(chan rt.ClientEvent, 64)
+	go func() {
+		for ev := range reqs {
+			if r, ok := ev.(rt.Ask); ok {
+				b, err := a.Alloc(largest)
+				if err != nil {
+					panic(err)
+				}
+				r.Reply <- rt.Delivery{Sn: r.Sn, File: proto.FileID(r.Sn), Data: b, CRC: chunk.Checksum(b), Holder: freed{a, b}}
+			}
+		}
+	}()
+	s, err := Listen(t.TempDir(), 0, Options{Slots: slots, Data: data, Events: reqs, Arena: a, Largest: largest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(); close(reqs) })
+	c, err := Attach(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const n = slots // the request ring's room
+	for sn := range int32(n) {
+		if err := c.Request(1, sn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	s.mu.Lock()
+	var held uint64
+	recs := 0
+	for _, cl := range s.clients {
+		r, b := cl.unread.release(cl.ring.released(), time.Now())
+		recs, held = recs+r, held+b
+	}
+	s.mu.Unlock()
+	if held > data || recs != data/largest {
+		t.Fatalf("a client that reads nothing was answered %d files, %d bytes; want %d, its ring's %d bytes", recs, held, data/largest, data)
+	}
+	for range n {
+		rec, err := c.Next(5 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Release(rec)
+	}
+}
+
+// freed gives an arena buffer back when the client is done with it.
+type freed struct {
+	a *Arena
+	b []byte
+}
+
+func (f freed) Release() { f.a.Free(f.b) }
