@@ -796,3 +796,33 @@ func TestReadmeLoader(t *testing.T) {
 		t.Fatalf("serve: %v\n%s", err, said)
 	}
 }
+
+// TestHandMemUnused: when no DataLoader worker hands its files on (a
+// plain DataLoader, or a transform in the workers), serve says that the
+// footprint's term for files handed on went unused, and how to leave it
+// out.
+func TestHandMemUnused(t *testing.T) {
+	cleanVader(t)
+	needTorch(t)
+	const files = 200
+	_, dir := packPaths(t, files, 2, 8, 1)
+	env := []string{"BRANDRT_ATTACH=" + t.TempDir(), "PYTHONPATH=../../python"}
+	cmd, said := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "40%", "--epochs", "1", "--hand-mem", "1MiB")
+	const script = `
+import torch
+from brandrt.torch import BrandDataset, BrandSampler
+n = sum(len(files) for files, _ in torch.utils.data.DataLoader(BrandDataset(timeout=60), sampler=BrandSampler(), batch_size=16, num_workers=2))
+print("%d files" % n)
+`
+	out, err := testkit.Run(2*time.Minute, env, python, "-W", "ignore", "-c", script)
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf("%d files", files)) {
+		t.Fatalf("want %d files: %v\n%s", files, err, out)
+	}
+	if err := exitWithin(t, cmd, time.Minute); err != nil {
+		t.Fatalf("serve: %v\n%s", err, said)
+	}
+	// --hand-mem 1MiB, in the arena's pages
+	if want := regexp.MustCompile(`rank 0: none handed files on, so the 1\.\d MiB its footprint counts for them went unused: with such a training, serve --hand-mem 0 leaves them out`); !want.MatchString(said.String()) {
+		t.Errorf("want serve to say %q:\n%s", want, said)
+	}
+}

@@ -250,6 +250,10 @@ func (s *serving) report() {
 		fmt.Fprintf(log, "brandrt: rank %d: of the %s clients that read, %s handed their files on in place to their training process "+
 			"and %s kept them (a transform in the DataLoader worker, in_place=False, a plain DataLoader or a forkserver)\n",
 			me, humanize.Comma(r), humanize.Comma(srv.HandingOn.Load()), humanize.Comma(r-srv.HandingOn.Load()))
+		if h := s.n.Footprint().Handed; srv.HandingOn.Load() == 0 && h > 0 {
+			fmt.Fprintf(log, "brandrt: rank %d: none handed files on, so the %s its footprint counts for them went unused: "+
+				"with such a training, serve --hand-mem 0 leaves them out\n", me, humanize.IBytes(uint64(h)))
+		}
 	}
 	over := ""
 	if n := s.arena.Overflows.Load(); n > 0 {
