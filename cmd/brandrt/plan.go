@@ -55,6 +55,9 @@ func planCommand() *cli.Command {
 			withDefault(intFlag("readers", 0, 1, maxReaders, whyReaders, "the clients that read from each rank at once, as serve --readers"), "4 for each training process"),
 			intFlag("nproc-per-node", 1, 1, maxProcsPerNode, "processes on one node", "training processes on each node, as serve --nproc-per-node"),
 			&cli.GenericFlag{Name: "remote-mem", Value: &memBudget{bytes: -1}, Usage: "memory for files other ranks push ahead, in bytes, as serve --remote-mem (default a tenth of --mem)"},
+			withDefault(&cli.GenericFlag{Name: "hand-mem", Value: &memBudget{bytes: -1}, Usage: "the most memory the files DataLoader workers hand on in place may take, in bytes, as serve --hand-mem (0 for a training whose workers decode the files: it hands none on)"}, "as serve's"),
+			withDefault(&cli.GenericFlag{Name: "read-mem", Value: &memBudget{bytes: -1, positive: true}, Usage: "the most memory chunk reads in flight take at once, in bytes, as serve --read-mem"}, "as serve's"),
+			intFlag("io-workers", int64(d.IOWorkers), 1, rt.MaxIOWorkers, whyWorkers, "chunk reads in flight at once, as serve --io-workers"),
 			intFlag("ramp", int64(d.Ramp), 0, maxFiles, whyFiles, "as serve --ramp"),
 			floatFlag("keep", d.Keep, 0, 1, false, "as serve --keep"),
 			intFlag("batch", serveBatch, 0, maxFiles, whyFiles, "as serve --batch: rank 0's footprint counts what it holds to measure the order (0: nothing)"),
@@ -191,6 +194,7 @@ func planConfig(c *cli.Context) (rt.Config, rt.Site, error) {
 	cfg.StorageWait = 0 // a dataset plan cannot read is said at once
 	cfg.Ramp, cfg.Keep, cfg.Window, cfg.Seed = c.Int("ramp"), c.Float64("keep"), c.Int("window"), c.Uint64("seed")
 	cfg.Procs, cfg.Readers, cfg.MixBatch = c.Int("nproc-per-node"), c.Int("readers"), c.Int("batch")
+	cfg.IOWorkers = c.Int("io-workers")
 	site := rt.Site{Log: io.Discard, Memory: arenaPlaces{}}
 	node := c.Generic("node-mem").(*memBudget)
 	if node.fraction > 0 {
@@ -210,7 +214,7 @@ func planConfig(c *cli.Context) (rt.Config, rt.Site, error) {
 	for _, f := range []struct {
 		name string
 		into *int64
-	}{{"leave", &cfg.MemLeaveBytes}, {"remote-mem", &cfg.RemoteMemBytes}} {
+	}{{"leave", &cfg.MemLeaveBytes}, {"remote-mem", &cfg.RemoteMemBytes}, {"hand-mem", &cfg.HandMemBytes}, {"read-mem", &cfg.ReadMemBytes}} {
 		if err := bytesOnly(c, f.name, "1GiB", f.into); err != nil {
 			return cfg, site, err
 		}

@@ -56,22 +56,27 @@ func TestPlanIsWhatServeDoes(t *testing.T) {
 // the byte, the one serve's start-up line says for a DataLoader's job
 // (files placed in the memory serve shares with its clients: its slots
 // and size classes), on 1 and 2 nodes, with a quarter of the dataset in
-// memory and all of it.
+// memory and all of it, and with the flags both take that change it
+// (--hand-mem, --read-mem, --io-workers).
 func TestPlanFootprintIsServes(t *testing.T) {
 	cleanVader(t)
 	_, dir := packPaths(t, 400, 2, 8, 2)
 	said := regexp.MustCompile(`rank (\d+): the rank needs [^(]*\((\d+) bytes\) of memory: `)
+	// the flags both take that change the footprint: none handed on, the
+	// reads in flight
+	flags := []string{"--hand-mem", "0", "--read-mem", "3MiB", "--io-workers", "2"}
 	for _, c := range []struct {
 		nodes int
 		mem   string
-	}{{1, "25%"}, {1, "100%"}, {2, "25%"}, {2, "100%"}} {
-		out, errs, status := runCLI(t, "plan", "--chunks", dir, "--nodes", fmt.Sprint(c.nodes), "--mem", c.mem, "--epochs", "1", "--json")
+		flags []string
+	}{{1, "25%", nil}, {1, "100%", nil}, {2, "25%", nil}, {2, "100%", nil}, {1, "25%", flags}, {2, "25%", flags}} {
+		out, errs, status := runCLI(t, append([]string{"plan", "--chunks", dir, "--nodes", fmt.Sprint(c.nodes), "--mem", c.mem, "--epochs", "1", "--json"}, c.flags...)...)
 		var p planned
 		if status != 0 || json.Unmarshal([]byte(out), &p) != nil {
 			t.Fatalf("plan %+v: status %d\n%s%s", c, status, out, errs)
 		}
 		served := make([]int64, c.nodes)
-		line := mpirun(t, c.nodes, "serve", "--chunks", dir, "--mem", c.mem, "--footprint")
+		line := mpirun(t, c.nodes, append([]string{"serve", "--chunks", dir, "--mem", c.mem, "--footprint"}, c.flags...)...)
 		for _, m := range said.FindAllStringSubmatch(line, -1) {
 			r, _ := strconv.Atoi(m[1])
 			served[r], _ = strconv.ParseInt(m[2], 10, 64)
