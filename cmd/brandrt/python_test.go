@@ -714,12 +714,6 @@ print("DataLoader: %d files, %d as bytes, %d as the originals" % (n, copies, sam
 // how many went so and what to raise: here the training loop keeps every
 // batch, so the bound fills at once.
 func TestHandBoundSaid(t *testing.T) {
-	cleanVader(t)
-	needTorch(t)
-	const files = 200
-	input, dir := packPaths(t, files, 2, 8, 1)
-	env := []string{"BRANDRT_ATTACH=" + t.TempDir(), "PYTHONPATH=../../python"}
-	cmd, said := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "40%", "--epochs", "1", "--hand-mem", "256KiB")
 	const script = `
 from brandrt.torch import BrandDataset, BrandLoader
 from brandrt.handed import HandedFile
@@ -731,19 +725,13 @@ for files, labels in BrandLoader(BrandDataset(timeout=60), batch_size=16, num_wo
     bytes_ += sum(type(f) is bytes and (len(f) >= 32 << 10 or (len(f) > 0 and len(f) % 4096 == 0)) for f in files)
 print("%d handed on, %d that could be as bytes" % (handed, bytes_))
 `
-	out, err := testkit.Run(2*time.Minute, env, python, "-W", "ignore", "-c", script, input)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	out, said := handJob(t, "256KiB", script)
 	var handed, copied int
-	if _, err := fmt.Sscanf(string(out), "%d handed on, %d that could be as bytes", &handed, &copied); err != nil || handed == 0 || copied == 0 {
+	if _, err := fmt.Sscanf(out, "%d handed on, %d that could be as bytes", &handed, &copied); err != nil || handed == 0 || copied == 0 {
 		t.Fatalf("want some files handed on and some, past --hand-mem, as bytes (%v):\n%s", err, out)
 	}
 	t.Logf("%d files handed on, %d as bytes past the bound", handed, copied)
-	if err := exitWithin(t, cmd, time.Minute); err != nil {
-		t.Fatalf("serve: %v\n%s", err, said)
-	}
-	if want := fmt.Sprintf("rank 0: %d files that DataLoader workers could have handed on went through their pipes as bytes, since the files their training processes held took the bound (--hand-mem 256 KiB): a larger --hand-mem hands them on", copied); !strings.Contains(said.String(), want) {
+	if want := fmt.Sprintf("rank 0: %d files that DataLoader workers could have handed on went through their pipes as bytes, since the files their training processes held took the bound (--hand-mem 256 KiB): a larger --hand-mem hands them on", copied); !strings.Contains(said, want) {
 		t.Errorf("%d handed on and %d as bytes; want serve to say %q:\n%s", handed, copied, want, said)
 	}
 }
@@ -802,27 +790,43 @@ func TestReadmeLoader(t *testing.T) {
 // footprint's term for files handed on went unused, and how to leave it
 // out.
 func TestHandMemUnused(t *testing.T) {
-	cleanVader(t)
-	needTorch(t)
-	const files = 200
-	_, dir := packPaths(t, files, 2, 8, 1)
-	env := []string{"BRANDRT_ATTACH=" + t.TempDir(), "PYTHONPATH=../../python"}
-	cmd, said := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "40%", "--epochs", "1", "--hand-mem", "1MiB")
 	const script = `
 import torch
 from brandrt.torch import BrandDataset, BrandSampler
 n = sum(len(files) for files, _ in torch.utils.data.DataLoader(BrandDataset(timeout=60), sampler=BrandSampler(), batch_size=16, num_workers=2))
 print("%d files" % n)
 `
-	out, err := testkit.Run(2*time.Minute, env, python, "-W", "ignore", "-c", script)
-	if err != nil || !strings.Contains(string(out), fmt.Sprintf("%d files", files)) {
-		t.Fatalf("want %d files: %v\n%s", files, err, out)
-	}
-	if err := exitWithin(t, cmd, time.Minute); err != nil {
-		t.Fatalf("serve: %v\n%s", err, said)
+	out, said := handJob(t, "1MiB", script)
+	if !strings.Contains(out, fmt.Sprintf("%d files", handFiles)) {
+		t.Fatalf("want %d files:\n%s", handFiles, out)
 	}
 	// --hand-mem 1MiB, in the arena's pages
-	if want := regexp.MustCompile(`rank 0: none handed files on, so the 1\.\d MiB its footprint counts for them went unused: with such a training, serve --hand-mem 0 leaves them out`); !want.MatchString(said.String()) {
+	if want := regexp.MustCompile(`rank 0: none handed files on, so the 1\.\d MiB its footprint counts for them went unused: with such a training, serve --hand-mem 0 leaves them out`); !want.MatchString(said) {
 		t.Errorf("want serve to say %q:\n%s", want, said)
 	}
+}
+
+// handFiles is handJob's dataset: files of 2 classes, some of them large
+// enough to be handed on.
+const handFiles = 200
+
+// handJob serves handFiles files on one rank for one epoch with
+// --hand-mem handMem, runs script (a training process; its first
+// argument is the dataset's input directory) beside it, and returns what
+// each said.
+func handJob(t *testing.T, handMem, script string) (out, said string) {
+	t.Helper()
+	cleanVader(t)
+	needTorch(t)
+	input, dir := packPaths(t, handFiles, 2, 8, 1)
+	env := []string{"BRANDRT_ATTACH=" + t.TempDir(), "PYTHONPATH=../../python"}
+	cmd, log := startServeEnv(t, env, 1, "--chunks", dir, "--mem", "40%", "--epochs", "1", "--hand-mem", handMem)
+	o, err := testkit.Run(2*time.Minute, env, python, "-W", "ignore", "-c", script, input)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, o)
+	}
+	if err := exitWithin(t, cmd, time.Minute); err != nil {
+		t.Fatalf("serve: %v\n%s", err, log)
+	}
+	return string(o), log.String()
 }
