@@ -189,11 +189,12 @@ func listen(n *rt.Node, env launch.Env, rank int, arena *shm.Arena, log io.Write
 		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed, Epochs: uint32(n.Config().Epochs), MaxTrace: n.Mapping().Files(),
 		StallWarn: n.Config().PeerWarn, Readers: n.Readers(), ReaderBytes: uint64(n.ReaderBytes())}
 	if o.ReaderBytes > 0 {
-		// A file answered and held that the budget does not keep takes
-		// memory of its own (rt.Footprint.Answered): a read counts as
-		// the largest file until it is answered. A budget that holds the
-		// shard keeps every file, and its readers keep every read they
-		// may have in flight.
+		// A file of the shard answered and held that the budget does not
+		// keep takes memory of its own (rt.Footprint.Answered): a read
+		// counts as the shard's largest file until it is answered. A
+		// budget that holds the shard keeps each of its files. (Other
+		// ranks' files, in receive buffers, are counted neither here nor
+		// in the footprint once answered: issue 42.)
 		o.Largest = uint64(n.MaxFileSize())
 	}
 	// What DataLoader workers have handed to their training processes and

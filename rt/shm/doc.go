@@ -273,10 +273,10 @@
 // unread_slots × R of them (2 × R, in layout.golden) are unanswered or
 // answered and not yet released (data tail short of the record's end),
 // and while the files of those answered, with each unanswered one counted
-// as the dataset's largest file, fit in D (a file in the arena counts as
-// if copied; one read goes when none is out); past that its requests wait
-// in its ring, and
-// the rank serves everyone else. A client whose request slots are full
+// as the largest file that may answer it (Options.Largest), fit in D (a
+// file in the arena counts as if copied; one read goes when none is out);
+// past that its requests wait in its ring, and the rank serves everyone
+// else. A client whose request slots are full
 // and whose reads not yet released reach (unread_slots + 1) × R can only
 // make room by reading: the Python and Go clients raise then rather than
 // wait for ever. A client that leaves answers unread for the rank's

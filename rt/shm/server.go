@@ -128,8 +128,8 @@ type Options struct {
 	Arena *Arena
 	// HandCap bounds the bytes of the files handed on to the clients'
 	// processes and not yet released, all of them together (see hand.go);
-	// 0 hands none on. Largest is the dataset's largest file: a client's
-	// read counts as one until it is answered (room; 0: as a byte).
+	// 0 hands none on. Largest is the largest file that may answer a
+	// client's read, which counts as one until answered (room; 0: a byte).
 	HandCap, Largest uint64
 	// Readers is the clients reading at once that the rank's footprint
 	// counts (rt.Config.Readers), ReaderBytes what each may hold in files

@@ -105,9 +105,9 @@ func (u *unread) toName(now time.Time, warn time.Duration) (recs int, bytes uint
 // room returns how many more reads c may take now: none while its
 // unanswered and unreleased reads reach the bound, or while the bytes of
 // the answered ones, with each unanswered one counted as the largest
-// file (Options.Largest: any file may answer it), would pass its data
-// ring's. So what a client was answered and holds stays within its data
-// ring's bytes, which the rank's footprint counts (rt.Footprint.Answered),
+// file that may answer it (Options.Largest), would pass its data ring's.
+// So what a client was answered and holds stays within its data ring's
+// bytes, which the rank's footprint counts (rt.Footprint.Answered),
 // however slowly it reads; one read is always taken when it holds none.
 func (c *client) room() int {
 	// pending first: a record written in between then counts twice,
