@@ -121,7 +121,7 @@ func TestAnsweredWithinTheRing(t *testing.T) {
 				if err != nil {
 					panic(err)
 				}
-				r.Reply <- rt.Delivery{Sn: r.Sn, File: proto.FileID(r.Sn), Data: b, CRC: chunk.Checksum(b), Holder: freed{a, b}}
+				r.Reply <- rt.Delivery{Sn: r.Sn, File: proto.FileID(r.Sn), Data: b, CRC: chunk.Checksum(b), Holder: releaseFunc(func() { a.Free(b) })}
 			}
 		}
 	}()
@@ -168,11 +168,3 @@ func TestAnsweredWithinTheRing(t *testing.T) {
 		c.Release(rec)
 	}
 }
-
-// freed gives an arena buffer back when the client is done with it.
-type freed struct {
-	a *Arena
-	b []byte
-}
-
-func (f freed) Release() { f.a.Free(f.b) }
