@@ -87,6 +87,31 @@ func ringCost(largest int64, ranks int) int64 {
 // hold: none when it holds the whole shard.
 func inFlight(largest int64) int64 { return min(RingBytes(largest), 65*largest) }
 
+// ReceivedBytes is what one reader may hold of the files of other ranks
+// it was answered in place and has not released, in the buffers they
+// were received into (recvPool's, lent from the memory shared with the
+// clients), which leave --remote-mem once answered: the rank takes a
+// reader's reads only while the files it was answered and holds, and
+// each read not yet answered counted as the dataset's largest file, fit
+// in its ring's bytes (shm's room; one read when it holds none). So a
+// ring's worth, or the largest file, in the pages of those buffers
+// (power-of-two classes, against the bytes of the files they hold: the
+// shard's files of 32 KiB and more as a sample of the others', or twice
+// their bytes, the most, when it has none), and the arena's slack. None
+// with one rank, or when
+// every file of the dataset is received into Go memory, and copied into
+// the rings.
+func (n *Node) ReceivedBytes() int64 {
+	if n.size < 2 || int64(1)<<sizeClass(int(n.data.largest)) < int64(recvLentMin) {
+		return 0
+	}
+	per := 2.0
+	if mf := n.data.facts; mf.lent > 0 {
+		per = ratio(mf.lentRecvd, mf.lent)
+	}
+	return int64(float64(max(RingBytes(n.data.maxSize), n.data.largest)) * per * (1 + arenaSlack))
+}
+
 // RingRewind is shm.RewindAt (rt cannot import shm; a test holds them
 // equal).
 const RingRewind = 256 << 10
@@ -176,8 +201,10 @@ type memFacts struct {
 	files                int
 	bytes, placed, recvd int64
 	// handable: the bytes of the files a DataLoader worker can hand on
-	// in place (Handable)
-	handable int64
+	// in place (Handable); lent and lentRecvd: the bytes of those
+	// received into buffers lent from the memory (recvLentMin), and of
+	// those buffers
+	handable, lent, lentRecvd int64
 }
 
 // newMemFacts sums the shard's file sizes as mem lends them.
@@ -195,8 +222,12 @@ func newMemFacts(sizes []int64, mem any) memFacts {
 		}
 		f.placed += placed
 		c := int64(1) << sizeClass(int(s)) // recvPool's buffer
-		if ok && c >= int64(recvLentMin) {
-			c = p.Placed(c)
+		if c >= int64(recvLentMin) {
+			if ok {
+				c = p.Placed(c)
+			}
+			f.lent += s
+			f.lentRecvd += c
 		}
 		f.recvd += c
 	}
@@ -224,7 +255,7 @@ func (n *Node) footprintAt(budget, remote int64) Footprint {
 	if n.size > 1 {
 		f.RemoteMem = remote
 		f.Remote = int64(float64(remote)*ratio(mf.recvd, mf.bytes)) + records(remote)
-		f.MPI = mpiHeld(n.size, n.data.maxSize)
+		f.MPI = mpiHeld(n.size, n.data.maxSize, n.data.largest)
 	}
 	if n.cfg.Consume == 0 {
 		f.Readers, f.Procs = n.clientCounts()
@@ -233,6 +264,7 @@ func (n *Node) footprintAt(budget, remote int64) Footprint {
 		// only files the budget does not keep: none when it holds the shard
 		f.ReaderBytes = n.readerBytesAt(budget)
 		f.Answered = min(int64(f.Readers)*f.ReaderBytes, n.inArena(mf.bytes-held))
+		f.Received = int64(f.Readers) * n.ReceivedBytes()
 		if mf.handable > 0 && !n.holdsShard(budget) {
 			f.Handed = n.inArena(min(n.handCapAt(budget), n.handableBytes()))
 		}

@@ -34,15 +34,18 @@ type dataset struct {
 	first proto.FileID
 	// sums of the shard's index, to check what the consumers received
 	crcSum, labelSum int64
-	maxSize          int64
+	// maxSize is the size of the shard's largest file, largest of the
+	// dataset's (Node.largest)
+	maxSize, largest int64
 	maxChunk         int64 // the bytes of the shard's largest chunk file
 	facts            memFacts
 	handFit          int64 // fitHanded's bound on the files handed on (0: none)
 	// chunkBytes are the bytes of each of the shard's chunks, by its
 	// number in the shard
 	chunkBytes []int64
-	// sizes are this rank's file sizes, from its opening until the window
-	// policy's rank is built from every rank's; allSizes are then every
+	// sizes are this rank's file sizes, from its opening until its
+	// protocol state is built (the window policy's from every rank's);
+	// allSizes are then every
 	// file's, by file id (a job resumed on another plan replans the
 	// epoch's start on them).
 	sizes, allSizes []int64
@@ -59,8 +62,8 @@ type dataset struct {
 	window proto.WindowConfig
 }
 
-// open reads the manifest, opens the shards this rank serves, and builds
-// the mapping and the protocol state within the rank's budget. A
+// open reads the manifest and opens the shards this rank serves (fit
+// then sizes the rank on them). A
 // manifest or index that cannot be reached (a mount slow to appear) is
 // waited for as chunk files are (storageWatch).
 func (n *Node) open() error {
@@ -77,8 +80,40 @@ func (n *Node) open() error {
 		return err
 	}
 	n.data.files = int(man.Files)
-	sizes := n.data.fileSizes()
-	n.data.facts = newMemFacts(sizes, n.site.Memory)
+	n.data.sizes = n.data.fileSizes()
+	n.data.facts = newMemFacts(n.data.sizes, n.site.Memory)
+	// Where the file system allows it (FUSE, NFS), a chunk read puts
+	// each file straight into a buffer of its own from the memory shared
+	// with the clients (readOnce). Elsewhere chunks are read into the
+	// shard's own buffers, reused read after read, and the files kept
+	// from a chunk are copied out of it into that memory one by one,
+	// also those of a chunk that stays in memory from one epoch to the
+	// next (ioPool's resident). Chunk-sized buffers lent from the shared memory cut into
+	// the places freed files leave: the arena kept growing past its slack
+	// and giving pages back to the kernel (16 % of the rank's CPU in
+	// fallocate, measured, and page faults after), and a file inside a
+	// chunk read there seldom starts a page, so it could not be handed on
+	// in place.
+	n.data.source = n.newFallback(nil)
+	return nil
+}
+
+// largest gathers the largest file of every rank's shard: a file of
+// another rank's received to be answered takes memory of this one's
+// (Footprint.Received, MPI). Every rank calls it, once each opened.
+func (n *Node) largest() error {
+	all, err := n.comm.AllreduceMax([]int64{n.data.maxSize})
+	if err == nil {
+		n.data.largest = all[0]
+	}
+	return err
+}
+
+// fit sizes the rank's budget (a share of its memory cgroup's), builds
+// the mapping and the protocol state within it, and checks that the
+// rank's footprint fits its node and its cgroup.
+func (n *Node) fit() error {
+	man, sizes := n.data.man, n.data.sizes
 	if n.cfg.Mem.Cgroup > 0 {
 		b, err := n.cgroupBudget()
 		if err != nil {
@@ -96,23 +131,7 @@ func (n *Node) open() error {
 	if err := n.fitsNode(); err != nil {
 		return err
 	}
-	if err := n.fitsCgroup(); err != nil {
-		return err
-	}
-	// Where the file system allows it (FUSE, NFS), a chunk read puts
-	// each file straight into a buffer of its own from the memory shared
-	// with the clients (readOnce). Elsewhere chunks are read into the
-	// shard's own buffers, reused read after read, and the files kept
-	// from a chunk are copied out of it into that memory one by one,
-	// also those of a chunk that stays in memory from one epoch to the
-	// next (ioPool's resident). Chunk-sized buffers lent from the shared memory cut into
-	// the places freed files leave: the arena kept growing past its slack
-	// and giving pages back to the kernel (16 % of the rank's CPU in
-	// fallocate, measured, and page faults after), and a file inside a
-	// chunk read there seldom starts a page, so it could not be handed on
-	// in place.
-	n.data.source = n.newFallback(nil)
-	return nil
+	return n.fitsCgroup()
 }
 
 // openShard opens the shards this rank serves of the dataset man

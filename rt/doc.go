@@ -58,7 +58,8 @@
 //   - footprint.go: the memory a rank takes, term by term (Footprint,
 //     its Total, its GoLimit for Go's runtime, the measured constants).
 //   - budget.go: a rank's footprint and the bounds of its terms
-//     (Node.Footprint, Node.HandCap, Node.ReaderBytes, RingBytes).
+//     (Node.Footprint, Node.HandCap, Node.ReaderBytes,
+//     Node.ReceivedBytes, RingBytes).
 //   - cgroup.go: what fits its node and its memory cgroup less --leave
 //     (fitsNode, fitsCgroup, cgroupBudget, fitHanded).
 //   - traces.go: each epoch's traces, seeded or offered (TraceOffer).

@@ -43,10 +43,14 @@ type Footprint struct {
 	// place and have not released yet, ReaderBytes each (a ring's worth:
 	// inFlight); Handed the files their workers handed on to training
 	// processes (HandCap; with one rank, no more than its shard has of
-	// files that can be, and none when the budget holds the shard). None
-	// with in-process readers (--consume).
-	Rings, Answered, Handed, ReaderBytes int64
-	RingClients, Readers, Procs          int
+	// files that can be, and none when the budget holds the shard);
+	// Received the files of other ranks the readers were answered in
+	// place, in the buffers they were received into, which leave
+	// --remote-mem once answered (a ring's worth each, or one file alone
+	// when larger: Node.ReceivedBytes). None with in-process readers
+	// (--consume).
+	Rings, Answered, Received, Handed, ReaderBytes int64
+	RingClients, Readers, Procs                    int
 	// Tables is what grows with the files of the shard (its index, the
 	// plan, per-file tables: shardFileBytes each), Files their number;
 	// Dataset what grows with every file of the dataset, DatasetFiles
@@ -65,7 +69,7 @@ type Footprint struct {
 
 // Total is the whole footprint, in whole pages (as a cgroup's limit).
 func (f Footprint) Total() int64 {
-	return pageUp(f.Own + f.Records + f.Remote + f.MPI + f.Reads + f.Rings + f.Answered + f.Handed + f.Tables + f.Dataset + f.Order + f.OrderOut + f.Process)
+	return pageUp(f.Own + f.Records + f.Remote + f.MPI + f.Reads + f.Rings + f.Answered + f.Received + f.Handed + f.Tables + f.Dataset + f.Order + f.OrderOut + f.Process)
 }
 
 // GoLimit is what the rank's Go runtime may hold (its memory limit:
@@ -79,7 +83,7 @@ func (f Footprint) Total() int64 {
 // the footprint. (Remote stays in it whole, though receive buffers of
 // 64 KiB and more are lent from the shared memory: a looser limit.)
 func (f Footprint) GoLimit() int64 {
-	return f.Total() - f.Own - f.Rings - f.Answered - f.Handed - f.MPI - f.Reads - (f.Process - goProcessBytes)
+	return f.Total() - f.Own - f.Rings - f.Answered - f.Received - f.Handed - f.MPI - f.Reads - (f.Process - goProcessBytes)
 }
 
 // String says the footprint term by term: "the rank needs 208 MiB of
@@ -104,6 +108,9 @@ func (f Footprint) String() string {
 		if f.Answered > 0 {
 			fmt.Fprintf(&b, ", %s for the files the readers were answered in place and hold (at most a ring's worth each, %s)",
 				mib(f.Answered), mib(f.ReaderBytes))
+		}
+		if f.Received > 0 {
+			fmt.Fprintf(&b, ", %s for the files of other ranks they were answered in place and hold (at most a ring's worth each, or one file)", mib(f.Received))
 		}
 	}
 	if f.Handed > 0 {

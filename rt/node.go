@@ -60,6 +60,12 @@ func Open(cfg Config, site Site, comm collectives.Comm) (*Node, error) {
 	n.training = newTrainingWatch(n)
 	err := n.agree(n.open())
 	if err == nil {
+		err = n.largest()
+	}
+	if err == nil {
+		err = n.agree(n.fit())
+	}
+	if err == nil {
 		err = n.sameDataset()
 	}
 	if err == nil {
@@ -168,6 +174,10 @@ func (n *Node) Budget() Budget { return n.budget }
 // MaxFileSize returns the size of this rank's largest file.
 func (n *Node) MaxFileSize() int64 { return n.data.maxSize }
 
+// LargestFile returns the size of the dataset's largest file, every
+// rank's.
+func (n *Node) LargestFile() int64 { return n.data.largest }
+
 // Manifest returns the served dataset's manifest.
 func (n *Node) Manifest() *chunk.Manifest { return n.data.man }
 
@@ -184,9 +194,9 @@ func (n *Node) newRank(sizes []int64) error {
 	n.data.m = m
 	n.data.first, _ = m.RankFiles(n.me)
 	if n.cfg.Policy == PolicyWindow {
-		n.data.sizes = sizes // the window rank is built once every rank opened (Open)
-		return nil
+		return nil // built from n.data.sizes once every rank opened (Open)
 	}
+	n.data.sizes = nil
 	pc := proto.DefaultConfig()
 	pc.Rank, pc.Mapping, pc.Sizes = n.me, m, sizes
 	pc.Variant, pc.Window, pc.RemoteMemBytes, pc.Seed = n.cfg.Variant, n.cfg.Window, n.remoteBytes(), n.cfg.Seed

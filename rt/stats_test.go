@@ -67,21 +67,9 @@ func TestFootprintCountsTheDataset(t *testing.T) {
 			cfg.Site.Order = func(uint32, [][]proto.FileID) {}
 		}
 		fps := make([]Footprint, 3)
-		var wg sync.WaitGroup
-		for r, comm := range collectives.NewLocal(3) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				n, err := Open(cfg.Config, cfg.Site, comm)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				fps[r] = n.Footprint()
-				n.Close()
-			}()
+		for r, n := range openRanks(t, cfg, 3) {
+			fps[r] = n.Footprint()
 		}
-		wg.Wait()
 		for r, f := range fps {
 			if f.DatasetFiles != 700 || f.Dataset != 700*datasetFileBytes || f.Files >= 700 || f.Tables != int64(f.Files)*shardFileBytes {
 				t.Errorf("%+v, rank %d: %d files of the dataset, %d B for them, %d of the shard, %d B: want 700, %d B, and its shard's",
@@ -180,4 +168,66 @@ func TestHandedBeyondTheBudget(t *testing.T) {
 	if b, err := big.cgroupBudget(); err != nil || b != 1<<30 {
 		t.Errorf("--mem 80%%cgroup in %d bytes, for a shard of 1 GiB whose footprint is that: %d (%v), want the shard", limit, b, err)
 	}
+}
+
+// TestFootprintCountsOtherRanksFiles: with several ranks, each reader may
+// hold files of other ranks it was answered in place, whose receive
+// buffers left --remote-mem once answered (the rank takes its reads
+// while those, and each read not yet answered counted as the dataset's
+// largest file, fit its ring): the footprint counts a ring's worth for
+// each reader, even where the budget holds the shard, and the ranks agree
+// on the dataset's largest file. One rank receives nothing.
+func TestFootprintCountsOtherRanksFiles(t *testing.T) {
+	dir := testkit.Dataset{Gen: synth.Config{Classes: 3, Files: 300, MeanSize: 60000, Sigma: 0.5, MaxSize: 300000, Seed: 3}, K: 16, Ranks: 2, Seed: 5}.Packed(t)
+	for _, ranks := range []int{1, 2} {
+		cfg := defaultJob()
+		cfg.Chunks, cfg.Mem.Shard, cfg.Epochs = dir, 1, 1
+		nodes := openRanks(t, cfg, ranks)
+		var largest int64
+		for _, n := range nodes {
+			largest = max(largest, n.MaxFileSize())
+		}
+		for r, n := range nodes {
+			f := n.Footprint()
+			each := int64(float64(max(RingBytes(n.MaxFileSize()), largest)) * ratio(n.data.facts.lentRecvd, n.data.facts.lent) * (1 + arenaSlack))
+			switch {
+			case n.LargestFile() != largest:
+				t.Errorf("%d ranks, rank %d: the dataset's largest file %d B, want %d", ranks, r, n.LargestFile(), largest)
+			case ranks == 1 && (f.Received != 0 || strings.Contains(f.String(), "of other ranks")):
+				t.Errorf("one rank: %d B for other ranks' files answered in place, want none: %s", f.Received, f)
+			case ranks > 1 && (each <= 0 || f.Received != int64(f.Readers)*each || f.Readers != 4 || !strings.Contains(f.String(), "for the files of other ranks they were answered in place")):
+				t.Errorf("rank %d of %d: %d B for other ranks' files answered in place, want a ring's worth (%d B) for each of 4 readers: %s", r, ranks, f.Received, each, f)
+			case ranks > 1 && (each < max(RingBytes(n.MaxFileSize()), largest) || float64(each) > 2.12*float64(max(RingBytes(n.MaxFileSize()), largest))):
+				t.Errorf("rank %d of %d: %d B for each reader, want a ring's worth (or the largest file) in buffers of up to twice a file's bytes", r, ranks, each)
+			case ranks > 1 && f.MPI != mpiHeld(ranks, n.MaxFileSize(), largest):
+				t.Errorf("rank %d of %d: MPI's term %d B, want it counted on the dataset's largest file", r, ranks, f.MPI)
+			}
+		}
+	}
+}
+
+// openRanks opens every rank of cfg in-process, each on its own
+// goroutine (Open is collective), and closes them when the test ends; it
+// stops the test if one fails to open.
+func openRanks(t *testing.T, cfg testJob, ranks int) []*Node {
+	t.Helper()
+	nodes := make([]*Node, ranks)
+	errs := make([]error, ranks)
+	var wg sync.WaitGroup
+	for r, comm := range collectives.NewLocal(ranks) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nodes[r], errs[r] = Open(cfg.Config, cfg.Site, comm)
+		}()
+	}
+	wg.Wait()
+	for r, n := range nodes {
+		if n != nil {
+			t.Cleanup(n.Close)
+		} else {
+			t.Fatalf("rank %d of %d: %v", r, ranks, errs[r])
+		}
+	}
+	return nodes
 }

@@ -187,14 +187,17 @@ func recoverPanic(err *error) {
 func listen(n *rt.Node, env launch.Env, rank int, arena *shm.Arena, log io.Writer) (*shm.Server, error) {
 	o := shm.Options{Slots: 64, Data: uint64(rt.RingBytes(n.MaxFileSize())), Events: n.ClientEvents(), Arena: arena,
 		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed, Epochs: uint32(n.Config().Epochs), MaxTrace: n.Mapping().Files(),
-		StallWarn: n.Config().PeerWarn, Readers: n.Readers(), ReaderBytes: uint64(n.ReaderBytes())}
-	if o.ReaderBytes > 0 {
-		// A file of the shard answered and held that the budget does not
-		// keep takes memory of its own (rt.Footprint.Answered): a read
-		// counts as the shard's largest file until it is answered. A
-		// budget that holds the shard keeps each of its files. (Other
-		// ranks' files, in receive buffers, are counted neither here nor
-		// in the footprint once answered: issue 42.)
+		StallWarn: n.Config().PeerWarn, Readers: n.Readers(), ReaderBytes: uint64(n.ReaderBytes() + n.ReceivedBytes())}
+	// A file answered and held that the budget does not keep takes memory
+	// of its own: one of the shard's beyond the budget
+	// (rt.Footprint.Answered), or one of another rank's, whose receive
+	// buffer left --remote-mem once answered (rt.Footprint.Received). A
+	// read counts as the largest file that may answer it until it is. A
+	// single rank whose budget holds its shard keeps each of its files.
+	switch {
+	case n.ReceivedBytes() > 0:
+		o.Largest = uint64(n.LargestFile())
+	case n.ReaderBytes() > 0:
 		o.Largest = uint64(n.MaxFileSize())
 	}
 	// What DataLoader workers have handed to their training processes and

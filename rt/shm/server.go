@@ -133,8 +133,8 @@ type Options struct {
 	HandCap, Largest uint64
 	// Readers is the clients reading at once that the rank's footprint
 	// counts (rt.Config.Readers), ReaderBytes what each may hold in files
-	// answered in place beyond it (rt.Node.ReaderBytes): the rank says so,
-	// once, when more read at once. 0 says nothing.
+	// answered in place beyond it (rt.Node.ReaderBytes and ReceivedBytes):
+	// the rank says so, once, when more read at once. 0 says nothing.
 	Readers     int
 	ReaderBytes uint64
 	// StallWarn is how long a client may leave the files it was answered

@@ -107,7 +107,8 @@ func (u *unread) toName(now time.Time, warn time.Duration) (recs int, bytes uint
 // the answered ones, with each unanswered one counted as the largest
 // file that may answer it (Options.Largest), would pass its data ring's.
 // So what a client was answered and holds stays within its data ring's
-// bytes, which the rank's footprint counts (rt.Footprint.Answered),
+// bytes, which the rank's footprint counts (rt.Footprint.Answered and
+// Received: files the budget does not keep, and other ranks' files),
 // however slowly it reads; one read is always taken when it holds none.
 func (c *client) room() int {
 	// pending first: a record written in between then counts twice,
