@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/brandrt/brandrt/chunk/synth"
 	"github.com/brandrt/brandrt/collectives"
@@ -230,4 +231,43 @@ func openRanks(t *testing.T, cfg testJob, ranks int) []*Node {
 		}
 	}
 	return nodes
+}
+
+// TestOneRankDoesNotFit: Open sizes every rank after they gathered the
+// dataset's largest file, and agrees again: a rank whose footprint does
+// not fit its node fails, naming why, and the others return at once,
+// naming it, rather than wait for it in a collective.
+func TestOneRankDoesNotFit(t *testing.T) {
+	dir := packed(t, 300, 2, 8)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, comm := range collectives.NewLocal(2) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := defaultJob()
+			cfg.Chunks, cfg.Mem.Shard, cfg.Epochs = dir, 1, 1
+			if r == 1 {
+				cfg.NodeMemBytes = 100 << 10
+			}
+			n, err := Open(cfg.Config, cfg.Site, comm)
+			if err == nil {
+				n.Close()
+			}
+			errs[r] = err
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Open still waits a minute after one rank did not fit")
+	}
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "but its node has 100 KiB of memory") {
+		t.Errorf("rank 1, on a node of 100 KiB: %v; want it refused, saying why", errs[1])
+	}
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "ranks [1] could not start") {
+		t.Errorf("rank 0: %v; want it to name rank 1", errs[0])
+	}
 }
