@@ -98,9 +98,8 @@ func inFlight(largest int64) int64 { return min(RingBytes(largest), 65*largest) 
 // (power-of-two classes, against the bytes of the files they hold: the
 // shard's files of 32 KiB and more as a sample of the others', or twice
 // their bytes, the most, when it has none), and the arena's slack. None
-// with one rank, or when
-// every file of the dataset is received into Go memory, and copied into
-// the rings.
+// with one rank, or when every file of the dataset is received into Go
+// memory, and copied into the rings.
 func (n *Node) ReceivedBytes() int64 {
 	if n.size < 2 || int64(1)<<sizeClass(int(n.data.largest)) < int64(recvLentMin) {
 		return 0

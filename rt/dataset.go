@@ -34,7 +34,7 @@ type dataset struct {
 	first proto.FileID
 	// sums of the shard's index, to check what the consumers received
 	crcSum, labelSum int64
-	// maxSize is the size of the shard's largest file, largest of the
+	// maxSize is the size of the shard's largest file, largest the
 	// dataset's (Node.largest)
 	maxSize, largest int64
 	maxChunk         int64 // the bytes of the shard's largest chunk file
@@ -45,9 +45,8 @@ type dataset struct {
 	chunkBytes []int64
 	// sizes are this rank's file sizes, from its opening until its
 	// protocol state is built (the window policy's from every rank's);
-	// allSizes are then every
-	// file's, by file id (a job resumed on another plan replans the
-	// epoch's start on them).
+	// allSizes are then every file's, by file id (a job resumed on
+	// another plan replans the epoch's start on them).
 	sizes, allSizes []int64
 	// files is the dataset's files, every rank's (from the manifest)
 	files int
@@ -63,9 +62,9 @@ type dataset struct {
 }
 
 // open reads the manifest and opens the shards this rank serves (fit
-// then sizes the rank on them). A
-// manifest or index that cannot be reached (a mount slow to appear) is
-// waited for as chunk files are (storageWatch).
+// then sizes the rank on them). A manifest or index that cannot be
+// reached (a mount slow to appear) is waited for as chunk files are
+// (storageWatch).
 func (n *Node) open() error {
 	w := n.newStorageWatch()
 	var man *chunk.Manifest
@@ -113,7 +112,6 @@ func (n *Node) largest() error {
 // the mapping and the protocol state within it, and checks that the
 // rank's footprint fits its node and its cgroup.
 func (n *Node) fit() error {
-	man, sizes := n.data.man, n.data.sizes
 	if n.cfg.Mem.Cgroup > 0 {
 		b, err := n.cgroupBudget()
 		if err != nil {
@@ -121,12 +119,12 @@ func (n *Node) fit() error {
 		}
 		n.budget = Budget{Bytes: b}
 	}
-	if err := n.newRank(sizes); err != nil {
+	if err := n.newRank(); err != nil {
 		return err
 	}
-	if lo, hi := n.data.homes[n.me], n.data.homes[n.me+1]; man.Ranks != n.size {
+	if lo, hi := n.data.homes[n.me], n.data.homes[n.me+1]; n.data.man.Ranks != n.size {
 		fmt.Fprintf(n.site.Log, "brandrt: rank %d serves shards %d–%d of %d: %d files, %s\n",
-			n.me, lo, hi-1, man.Ranks, n.data.shard.Len(), mib(n.data.m.ShardBytes(n.me)))
+			n.me, lo, hi-1, n.data.man.Ranks, n.data.shard.Len(), mib(n.data.m.ShardBytes(n.me)))
 	}
 	if err := n.fitsNode(); err != nil {
 		return err

@@ -80,10 +80,10 @@ func peerSendMem(size int) int64 { return max(256<<10, sendMem/int64(max(size-1,
 // of size ranks whose largest file has own bytes, the dataset's largest
 // bytes: what it sent and a peer did not yet take (sendMem, or a larger
 // file alone), and what each peer sent it before it posted the receive
-// (peerSendMem, or a larger file alone). Open MPI over TCP copies what it has not yet put
-// on the wire into buffers it keeps at their most: before this bound, a
-// rank of 4 held 40-100 MiB more (BENCHMARKS.md, "MPI's buffers between
-// the ranks").
+// (peerSendMem, or a larger file alone). Open MPI over TCP copies what
+// it has not yet put on the wire into buffers it keeps at their most:
+// before this bound, a rank of 4 held 40-100 MiB more (BENCHMARKS.md,
+// "MPI's buffers between the ranks").
 func mpiHeld(size int, own, largest int64) int64 {
 	if size < 2 {
 		return 0

@@ -185,8 +185,8 @@ func (n *Node) Manifest() *chunk.Manifest { return n.data.man }
 func (n *Node) Mapping() *proto.Mapping { return n.data.m }
 
 // newRank builds the mapping from the manifest and the budget, and the
-// protocol state of this rank.
-func (n *Node) newRank(sizes []int64) error {
+// protocol state of this rank, from its file sizes (n.data.sizes).
+func (n *Node) newRank() error {
 	m, err := newMapping(n.data.man, n.data.homes, n.budget.Bytes, n.budget.Shard)
 	if err != nil {
 		return err
@@ -196,9 +196,9 @@ func (n *Node) newRank(sizes []int64) error {
 	if n.cfg.Policy == PolicyWindow {
 		return nil // built from n.data.sizes once every rank opened (Open)
 	}
-	n.data.sizes = nil
 	pc := proto.DefaultConfig()
-	pc.Rank, pc.Mapping, pc.Sizes = n.me, m, sizes
+	pc.Rank, pc.Mapping, pc.Sizes = n.me, m, n.data.sizes
+	n.data.sizes = nil
 	pc.Variant, pc.Window, pc.RemoteMemBytes, pc.Seed = n.cfg.Variant, n.cfg.Window, n.remoteBytes(), n.cfg.Seed
 	n.p, err = proto.NewRank(pc)
 	return err

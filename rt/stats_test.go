@@ -207,22 +207,11 @@ func TestFootprintCountsOtherRanksFiles(t *testing.T) {
 	}
 }
 
-// openRanks opens every rank of cfg in-process, each on its own
-// goroutine (Open is collective), and closes them when the test ends; it
-// stops the test if one fails to open.
+// openRanks opens every rank of cfg in-process (openEach), and closes
+// them when the test ends; it stops the test if one fails to open.
 func openRanks(t *testing.T, cfg testJob, ranks int) []*Node {
 	t.Helper()
-	nodes := make([]*Node, ranks)
-	errs := make([]error, ranks)
-	var wg sync.WaitGroup
-	for r, comm := range collectives.NewLocal(ranks) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nodes[r], errs[r] = Open(cfg.Config, cfg.Site, comm)
-		}()
-	}
-	wg.Wait()
+	nodes, errs := openEach(ranks, func(int) testJob { return cfg })
 	for r, n := range nodes {
 		if n != nil {
 			t.Cleanup(n.Close)
@@ -233,32 +222,50 @@ func openRanks(t *testing.T, cfg testJob, ranks int) []*Node {
 	return nodes
 }
 
+// openEach opens ranks ranks in-process, rank r with cfgOf(r), each on
+// its own goroutine (Open is collective), and returns each one's node or
+// error.
+func openEach(ranks int, cfgOf func(r int) testJob) ([]*Node, []error) {
+	nodes := make([]*Node, ranks)
+	errs := make([]error, ranks)
+	var wg sync.WaitGroup
+	for r, comm := range collectives.NewLocal(ranks) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := cfgOf(r)
+			nodes[r], errs[r] = Open(cfg.Config, cfg.Site, comm)
+		}()
+	}
+	wg.Wait()
+	return nodes, errs
+}
+
 // TestOneRankDoesNotFit: Open sizes every rank after they gathered the
 // dataset's largest file, and agrees again: a rank whose footprint does
 // not fit its node fails, naming why, and the others return at once,
 // naming it, rather than wait for it in a collective.
 func TestOneRankDoesNotFit(t *testing.T) {
 	dir := packed(t, 300, 2, 8)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r, comm := range collectives.NewLocal(2) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	var errs []error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var nodes []*Node
+		nodes, errs = openEach(2, func(r int) testJob {
 			cfg := defaultJob()
 			cfg.Chunks, cfg.Mem.Shard, cfg.Epochs = dir, 1, 1
 			if r == 1 {
 				cfg.NodeMemBytes = 100 << 10
 			}
-			n, err := Open(cfg.Config, cfg.Site, comm)
-			if err == nil {
+			return cfg
+		})
+		for _, n := range nodes {
+			if n != nil {
 				n.Close()
 			}
-			errs[r] = err
-		}()
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+		}
+	}()
 	select {
 	case <-done:
 	case <-time.After(time.Minute):

@@ -185,9 +185,10 @@ func recoverPanic(err *error) {
 // rt.RingBytes for their rings). Files read into the arena reach them
 // without a copy.
 func listen(n *rt.Node, env launch.Env, rank int, arena *shm.Arena, log io.Writer) (*shm.Server, error) {
+	own, received := n.ReaderBytes(), n.ReceivedBytes()
 	o := shm.Options{Slots: 64, Data: uint64(rt.RingBytes(n.MaxFileSize())), Events: n.ClientEvents(), Arena: arena,
 		Ranks: n.Mapping().Ranks(), Seed: n.Config().Seed, Epochs: uint32(n.Config().Epochs), MaxTrace: n.Mapping().Files(),
-		StallWarn: n.Config().PeerWarn, Readers: n.Readers(), ReaderBytes: uint64(n.ReaderBytes() + n.ReceivedBytes())}
+		StallWarn: n.Config().PeerWarn, Readers: n.Readers(), ReaderBytes: uint64(own + received)}
 	// A file answered and held that the budget does not keep takes memory
 	// of its own: one of the shard's beyond the budget
 	// (rt.Footprint.Answered), or one of another rank's, whose receive
@@ -195,9 +196,9 @@ func listen(n *rt.Node, env launch.Env, rank int, arena *shm.Arena, log io.Write
 	// read counts as the largest file that may answer it until it is. A
 	// single rank whose budget holds its shard keeps each of its files.
 	switch {
-	case n.ReceivedBytes() > 0:
+	case received > 0:
 		o.Largest = uint64(n.LargestFile())
-	case n.ReaderBytes() > 0:
+	case own > 0:
 		o.Largest = uint64(n.MaxFileSize())
 	}
 	// What DataLoader workers have handed to their training processes and
