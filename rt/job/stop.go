@@ -88,8 +88,8 @@ func (s *stopper) onSignal() {
 		s.stop(interrupted{sig}, 1) // first: the cause is the signal, and the attach point goes
 		// Said at once: a rank blocked in a collective with a peer that
 		// stopped first cannot say "stopped" before that peer ends the job.
-		// Said after stop: with mpirun gone, writing to its pipe ends this
-		// process (SIGPIPE) before the attach point would go.
+		// Said after stop: with mpirun gone, nobody reads its pipe, and the
+		// attach point goes first whatever the write does.
 		fmt.Fprintf(s.log, "brandrt: rank %d: received %s; stopping\n", s.comm.Rank(), signalName(sig))
 		if _, t := s.parts(); t != nil {
 			t.forward(sig)
