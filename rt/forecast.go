@@ -35,6 +35,15 @@ type RankForecast struct {
 	ReceivedBytes int64 `json:"received_bytes"`
 	SentFiles     int64 `json:"sent_files"`
 	SentBytes     int64 `json:"sent_bytes"`
+	// HandableFiles and HandableBytes count the positions answered with a
+	// file that lies in pages of its own in the memory the rank shares
+	// with its clients, which a DataLoader worker can hand on to its
+	// training process in place (brandrt.handed): the rank's own files
+	// that Handable says can, and other ranks' received into buffers
+	// that memory lends (recvLentMin: those of more than 32 KiB). The others reach the training process
+	// as copies, through the DataLoader's pipe.
+	HandableFiles int64 `json:"handable_files"`
+	HandableBytes int64 `json:"handable_bytes"`
 }
 
 // Forecast plans this job's first epochs as its ranks will serve them
@@ -86,12 +95,18 @@ func forecast(in proto.WindowInput, p *proto.WindowPlan, e int, chunkBytes [][]i
 			size := in.FileSize(file)
 			rf.Files++
 			rf.Bytes += size
+			handable := Handable(size)
 			if p.PushAt[r][sn] >= 0 { // another rank's file
 				rf.ReceivedFiles++
 				rf.ReceivedBytes += size
 				home := &f.Ranks[m.Home(file)]
 				home.SentFiles++
 				home.SentBytes += size
+				handable = int64(1)<<sizeClass(int(size)) >= int64(recvLentMin) // a buffer lent by the memory
+			}
+			if handable {
+				rf.HandableFiles++
+				rf.HandableBytes += size
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,7 +87,11 @@ type planned struct {
 	Footprint  []int64        `json:"footprint_bytes"`
 	Terms      []rt.Footprint `json:"footprint_terms"`
 	Holds      bool           `json:"holds_dataset"`
-	Epochs     []plannedEpoch `json:"epochs"`
+	// HandCap is each rank's bound on the files its DataLoader workers
+	// hand on in place (--hand-mem; -1: none, every file that can be is
+	// handed on).
+	HandCap []int64        `json:"hand_cap_bytes"`
+	Epochs  []plannedEpoch `json:"epochs"`
 }
 
 // plannedEpoch is one epoch's forecast; with costs, what each rank's
@@ -243,6 +248,11 @@ func planNodes(cfg rt.Config, site rt.Site, n, epochs int) (planned, error) {
 		p.Footprint = append(p.Footprint, nd.Footprint().Total())
 		p.Terms = append(p.Terms, nd.Footprint())
 		p.Holds = p.Holds && m.MemBytes(r) >= m.ShardBytes(r)
+		hc := nd.HandCap()
+		if hc == math.MaxInt64 {
+			hc = -1
+		}
+		p.HandCap = append(p.HandCap, hc)
 		extents[r] = nd.ChunkBytes()
 	}
 	fc, err := nodes[0].Forecast(epochs, extents)

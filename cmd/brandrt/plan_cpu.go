@@ -33,10 +33,22 @@ type cpuCosts struct {
 	// kernel reclaims to make room for them.
 	RankStart      float64 `json:"rank_s_start"`
 	RankFilledByte float64 `json:"rank_s_per_filled_byte"`
-	// ClientFile and ClientByte are the training processes' CPU per file
-	// they take from the rank, and per byte of it.
-	ClientFile float64 `json:"client_s_per_file"`
-	ClientByte float64 `json:"client_s_per_byte"`
+	// ClientFile is the training processes' CPU per file they take from
+	// the rank; ClientByte per byte of a file that reaches the training
+	// process as a copy, through the DataLoader's pipe (files under 32
+	// KiB: rt.RankForecast.HandableBytes), ClientHandedByte of one a
+	// worker hands on in place (a rank with no bound on them: --hand-mem,
+	// a single rank whose budget holds its shard), ClientBoundedByte of
+	// one it may hand on under a bound: past it, the files go as copies,
+	// so this is between the two, as the calibration's training held
+	// them. The last two are optional: without ClientHandedByte (no run
+	// of the calibration handed files on with no bound) those bytes cost
+	// ClientBoundedByte; without either (a file fitted before they
+	// were), every byte costs ClientByte.
+	ClientFile        float64  `json:"client_s_per_file"`
+	ClientByte        float64  `json:"client_s_per_byte"`
+	ClientHandedByte  *float64 `json:"client_s_per_handed_byte,omitempty"`
+	ClientBoundedByte *float64 `json:"client_s_per_bounded_byte,omitempty"`
 	// Busy is the share of its cores' time a node kept busy in the
 	// calibration's epochs that its CPU bounded: the most of --cores the
 	// model lets an epoch use.
@@ -85,6 +97,11 @@ func readCPUCosts(path string) (*cpuCosts, error) {
 			errs = append(errs, fmt.Errorf("%q is %g seconds, want 0 to 60", f.name, f.v))
 		}
 	}
+	for i, v := range []*float64{c.ClientHandedByte, c.ClientBoundedByte} {
+		if v != nil && !(*v >= 0 && *v <= 60) {
+			errs = append(errs, fmt.Errorf("%q is %g seconds, want 0 to 60", []string{"client_s_per_handed_byte", "client_s_per_bounded_byte"}[i], *v))
+		}
+	}
 	if !(c.LinkFile >= 0 && c.LinkFile <= 1<<20) {
 		errs = append(errs, fmt.Errorf(`"link_bytes_per_moved_file" is %g, want 0 to 1 MiB`, c.LinkFile))
 	}
@@ -105,16 +122,30 @@ func readCPUCosts(path string) (*cpuCosts, error) {
 // seconds is the CPU a node spends on one rank's epoch: the rank's, its
 // storage client's and its training processes' reading through it. The
 // first epoch (filled: the bytes of memory it fills) adds the rank's
-// start.
-func (c *cpuCosts) seconds(rf rt.RankForecast, first bool, filled int64) float64 {
+// start. handCap is the rank's bound on the files handed on in place
+// (planned.HandCap: -1 none, 0 none handed on).
+func (c *cpuCosts) seconds(rf rt.RankForecast, first bool, filled, handCap int64) float64 {
 	moved := rf.SentFiles + rf.ReceivedFiles
 	movedBytes := rf.SentBytes + rf.ReceivedBytes
 	s := c.RankFile*float64(rf.Files) + c.RankMovedFile*float64(moved) + c.RankMovedByte*float64(movedBytes) +
-		c.ReadByte*float64(rf.ReadBytes) + c.ClientFile*float64(rf.Files) + c.ClientByte*float64(rf.Bytes)
+		c.ReadByte*float64(rf.ReadBytes) + c.ClientFile*float64(rf.Files) + c.clientBytes(rf, handCap)
 	if first {
 		s += c.RankStart + c.RankFilledByte*float64(filled)
 	}
 	return s
+}
+
+// clientBytes is the training processes' CPU for the bytes of rf's files:
+// copies, and those handed on in place, with no bound or under one.
+func (c *cpuCosts) clientBytes(rf rt.RankForecast, handCap int64) float64 {
+	handable := c.ClientByte
+	if handCap != 0 && c.ClientBoundedByte != nil {
+		handable = *c.ClientBoundedByte
+	}
+	if handCap < 0 && c.ClientHandedByte != nil {
+		handable = *c.ClientHandedByte
+	}
+	return c.ClientByte*float64(rf.Bytes-rf.HandableBytes) + handable*float64(rf.HandableBytes)
 }
 
 // linkBytes is what a link carries to move files files of bytes bytes:

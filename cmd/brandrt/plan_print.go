@@ -61,7 +61,7 @@ func (r timeModel) cpuSeconds(p planned, e plannedEpoch) []float64 {
 	}
 	out := make([]float64, len(e.Ranks))
 	for i, rf := range e.Ranks {
-		out[i] = r.cpu.seconds(rf, e.Epoch == 1, min(p.MemBytes[i], p.ShardBytes[i]))
+		out[i] = r.cpu.seconds(rf, e.Epoch == 1, min(p.MemBytes[i], p.ShardBytes[i]), p.HandCap[i])
 	}
 	return out
 }

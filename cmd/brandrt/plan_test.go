@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"math"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/brandrt/brandrt/rt"
 )
 
 // TestPlanIsWhatServeDoes plans 3 epochs of a dataset of 2 shards on 2
@@ -203,4 +206,71 @@ func planTwo(t *testing.T, dir, costs string, rate ...string) planned {
 		t.Fatalf("plan --json: %v\n%s", err, out)
 	}
 	return p
+}
+
+// The DataLoader's bytes cost what the costs say for a copy, for a file
+// handed on in place with no bound on them (one rank whose budget holds
+// its shard), or under one; files under 32 KiB, and every file with
+// --hand-mem 0, go as copies; a costs file without the last two counts
+// every byte as a copy. With one rank each file is answered once an
+// epoch, so the handable ones are the dataset's that rt.Handable says.
+func TestPlanClientBytes(t *testing.T) {
+	const copied, handed, bounded = 1e-9, 1e-11, 1e-10
+	costs := `{"rank_s_per_file": 0, "rank_s_per_moved_file": 0, "rank_s_per_moved_byte": 0, "read_s_per_byte": 0,
+		"rank_s_start": 0, "rank_s_per_filled_byte": 0, "client_s_per_file": 0, "client_s_per_byte": 1e-9, "cores_busy": 1, "start_s": 0`
+	split := writeTemp(t, "split.json", 0o644, costs+`, "client_s_per_handed_byte": 1e-11, "client_s_per_bounded_byte": 1e-10}`)
+	old := writeTemp(t, "old.json", 0o644, costs+"}")
+	input, one := packPaths(t, 300, 2, 16, 1)
+	var handable int64
+	if err := filepath.WalkDir(input, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil && rt.Handable(fi.Size()) {
+				handable++
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	two := filepath.Join(t.TempDir(), "two")
+	if _, errs, status := runCLI(t, "pack", "--input", input, "--out", two, "--chunk-files", "16", "--ranks", "2"); status != 0 {
+		t.Fatal(errs)
+	}
+	for _, tc := range []struct {
+		name, dir, mem, costs string
+		nodes                 int
+		more                  []string
+		handCap               int64 // its sign: -1 none, 0 none handed on, 1 a bound
+		perHandable           float64
+	}{
+		{"one rank holding its shard", one, "100%", split, 1, nil, -1, handed},
+		{"two ranks", two, "25%", split, 2, nil, 1, bounded},
+		{"--hand-mem 0", one, "100%", split, 1, []string{"--hand-mem", "0"}, 0, copied},
+		{"costs fitted before", one, "100%", old, 1, nil, -1, copied},
+	} {
+		args := append([]string{"plan", "--chunks", tc.dir, "--nodes", fmt.Sprint(tc.nodes), "--mem", tc.mem,
+			"--epochs", "2", "--json", "--cpu-costs", tc.costs, "--cores", "2"}, tc.more...)
+		out, errs, status := runCLI(t, args...)
+		var p planned
+		if status != 0 || json.Unmarshal([]byte(out), &p) != nil {
+			t.Fatalf("%s: plan: status %d\n%s%s", tc.name, status, errs, out)
+		}
+		for r, c := range p.HandCap {
+			if sign := min(max(c, -1), 1); sign != tc.handCap {
+				t.Errorf("%s, rank %d: hand_cap_bytes %d", tc.name, r, c)
+			}
+		}
+		for _, e := range p.Epochs {
+			for r, rf := range e.Ranks {
+				want := copied*float64(rf.Bytes-rf.HandableBytes) + tc.perHandable*float64(rf.HandableBytes)
+				if rf.HandableFiles == 0 || rf.HandableBytes >= rf.Bytes || math.Abs(e.CPU[r]-want) > 1e-12 {
+					t.Errorf("%s, epoch %d, rank %d: %d of %d files (%d of %d bytes) handable: %g CPU seconds, want %g",
+						tc.name, e.Epoch, r, rf.HandableFiles, rf.Files, rf.HandableBytes, rf.Bytes, e.CPU[r], want)
+				}
+				if tc.nodes == 1 && rf.HandableFiles != handable {
+					t.Errorf("%s, epoch %d: %d files handable, want the dataset's %d", tc.name, e.Epoch, rf.HandableFiles, handable)
+				}
+			}
+		}
+	}
 }

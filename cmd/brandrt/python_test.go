@@ -725,7 +725,7 @@ for files, labels in BrandLoader(BrandDataset(timeout=60), batch_size=16, num_wo
     bytes_ += sum(type(f) is bytes and (len(f) >= 32 << 10 or (len(f) > 0 and len(f) % 4096 == 0)) for f in files)
 print("%d handed on, %d that could be as bytes" % (handed, bytes_))
 `
-	out, said := handJob(t, "256KiB", script)
+	out, said, _ := handJob(t, "256KiB", script)
 	var handed, copied int
 	if _, err := fmt.Sscanf(out, "%d handed on, %d that could be as bytes", &handed, &copied); err != nil || handed == 0 || copied == 0 {
 		t.Fatalf("want some files handed on and some, past --hand-mem, as bytes (%v):\n%s", err, out)
@@ -796,13 +796,44 @@ from brandrt.torch import BrandDataset, BrandSampler
 n = sum(len(files) for files, _ in torch.utils.data.DataLoader(BrandDataset(timeout=60), sampler=BrandSampler(), batch_size=16, num_workers=2))
 print("%d files" % n)
 `
-	out, said := handJob(t, "1MiB", script)
+	out, said, _ := handJob(t, "1MiB", script)
 	if !strings.Contains(out, fmt.Sprintf("%d files", handFiles)) {
 		t.Fatalf("want %d files:\n%s", handFiles, out)
 	}
 	// --hand-mem 1MiB, in the arena's pages
 	if want := regexp.MustCompile(`rank 0: none handed files on, so the 1\.\d MiB its footprint counts for them went unused: with such a training, serve --hand-mem 0 leaves them out`); !want.MatchString(said) {
 		t.Errorf("want serve to say %q:\n%s", want, said)
+	}
+}
+
+// TestPlanHandableIsServes: the files plan says a DataLoader's workers
+// can hand on in place (handable_files, which its time model costs
+// apart from the copies) are the files serve had them hand on, when
+// nothing bounds them.
+func TestPlanHandableIsServes(t *testing.T) {
+	const script = `
+from brandrt.torch import BrandDataset, BrandLoader
+from brandrt.handed import HandedFile
+handed = copied = 0
+for files, labels in BrandLoader(BrandDataset(timeout=60), batch_size=16, num_workers=2):
+    handed += sum(isinstance(f, HandedFile) for f in files)
+    copied += sum(type(f) is bytes for f in files)
+print("%d handed on, %d as bytes" % (handed, copied))
+`
+	out, _, dir := handJob(t, "1GiB", script)
+	var handed, copied int64
+	if _, err := fmt.Sscanf(out, "%d handed on, %d as bytes", &handed, &copied); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	js, errs, status := runCLI(t, "plan", "--chunks", dir, "--nodes", "1", "--mem", "40%", "--hand-mem", "1GiB", "--epochs", "1", "--json")
+	var p planned
+	if status != 0 || json.Unmarshal([]byte(js), &p) != nil || len(p.Epochs) != 1 {
+		t.Fatalf("plan: status %d: %s%s", status, errs, js)
+	}
+	rf := p.Epochs[0].Ranks[0]
+	t.Logf("plan: %d files, %d handable; serve: %d handed on, %d as bytes", rf.Files, rf.HandableFiles, handed, copied)
+	if handed == 0 || copied == 0 || rf.HandableFiles != handed || rf.Files != handed+copied {
+		t.Errorf("plan: %d files, %d handable; serve: %d handed on, %d as bytes", rf.Files, rf.HandableFiles, handed, copied)
 	}
 }
 
@@ -813,8 +844,8 @@ const handFiles = 200
 // handJob serves handFiles files on one rank for one epoch with
 // --hand-mem handMem, runs script (a training process; its first
 // argument is the dataset's input directory) beside it, and returns what
-// each said.
-func handJob(t *testing.T, handMem, script string) (out, said string) {
+// each said and the packed dataset.
+func handJob(t *testing.T, handMem, script string) (out, said, dir string) {
 	t.Helper()
 	cleanVader(t)
 	needTorch(t)
@@ -828,5 +859,5 @@ func handJob(t *testing.T, handMem, script string) (out, said string) {
 	if err := exitWithin(t, cmd, time.Minute); err != nil {
 		t.Fatalf("serve: %v\n%s", err, log)
 	}
-	return string(o), log.String()
+	return string(o), log.String(), dir
 }

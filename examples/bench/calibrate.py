@@ -14,7 +14,10 @@ file and per byte:
     rank         per position answered, per file and per byte moved, per byte read;
                  in the first epoch once, and per byte of memory it fills
     NAS client   per byte read (added to the rank's: read_s_per_byte)
-    DataLoader   per file and per byte taken from the rank (main and workers)
+    DataLoader   per file taken from the rank (main and workers), and per byte:
+                 of a copy (a file under 32 KiB), of a file handed on in place
+                 (a rank with no bound on them), of one handed on under a bound
+                 (past which files go as copies)
 
 Runs with several file sizes (8 KB and 1 MB beside 110 KB) are what tell a
 cost per file from a cost per byte. How busy the cores were in the epochs
@@ -53,7 +56,7 @@ import plancheck
 import prepare
 
 RANK = ("files", "moved_files", "moved_bytes", "read_bytes", "start", "filled_bytes")
-CLIENT = ("files", "bytes")
+CLIENT = ("files", "copied_bytes", "handed_bytes", "bounded_bytes")
 
 
 def rows(results, work, brandrt, nodes=None):
@@ -73,7 +76,10 @@ def rows(results, work, brandrt, nodes=None):
         for e, m in zip(planned["epochs"], run["epochs"]):
             for i, (rf, node) in enumerate(zip(e["ranks"], m["nodes"])):
                 first = e["epoch"] == 1
-                x = {"files": rf["files"], "bytes": rf["bytes"], "read_bytes": rf["read_bytes"],
+                cap, handable = planned["hand_cap_bytes"][i], rf["handable_bytes"]
+                x = {"files": rf["files"], "read_bytes": rf["read_bytes"],
+                     "copied_bytes": rf["bytes"] - (handable if cap else 0),
+                     "handed_bytes": handable if cap < 0 else 0, "bounded_bytes": handable if cap > 0 else 0,
                      "moved_files": rf["sent_files"] + rf["received_files"],
                      "moved_bytes": rf["sent_bytes"] + rf["received_bytes"], "start": int(first),
                      "filled_bytes": min(planned["mem_bytes"][i], planned["shard_bytes"][i]) if first else 0}
@@ -146,22 +152,35 @@ def calibrate(pairs, brandrt, nodes=None):
     busy = float(np.median(busy)) if busy else 1.0
     start = [y["start"] for _, y in data if "start" in y]
     start = max(0.0, float(np.median(start))) if start else 0.0
+    # the per-byte costs of files handed on need runs that hand them on:
+    # with no bound, a single rank whose --mem holds its shard (one node)
+    fitted = {c: any(x.get(c) for x, y in data if "client" in y) for c in ("handed_bytes", "bounded_bytes")}
     costs = {
         "rank_s_per_file": rank[0], "rank_s_per_moved_file": rank[1], "rank_s_per_moved_byte": rank[2],
         "read_s_per_byte": rank[3] + nas[0], "rank_s_start": rank[4], "rank_s_per_filled_byte": rank[5],
         "client_s_per_file": client[0], "client_s_per_byte": client[1],
+        "client_s_per_handed_byte": client[2], "client_s_per_bounded_byte": client[3],
         "cores_busy": busy, "start_s": start, "host_s_per_read_byte": host[0], "host_s_per_moved_byte": host[1],
         "link_bytes_per_moved_file": link[0], "link_bytes_per_moved_byte": link[1],
         "machine": "%d cores, %s" % (os.cpu_count(), os.uname().release),
         "fitted_on": ["%s (nodes %s)" % (r, ",".join(map(str, nodes)) if nodes else "all") for r, _ in pairs],
     }
+    for name, col in (("client_s_per_handed_byte", "handed_bytes"), ("client_s_per_bounded_byte", "bounded_bytes")):
+        if not fitted[col]:
+            del costs[name]
     lines = [
         "fitted on %d node-epochs; |fit - measured| / measured over the rows above a tenth of the largest, median / most:" % n_rank,
         "  rank        %5.1f %% / %5.1f %%   %.1f µs per position, %.1f µs per file moved, %.0f µs per MB moved, %.0f µs per MB read;" % (
             100 * med_r, 100 * max_r, rank[0] * 1e6, rank[1] * 1e6, rank[2] * 1e12, rank[3] * 1e12),
         "                                epoch 1: %.2f s, and %.0f µs per MB of memory filled" % (rank[4], rank[5] * 1e12),
         "  NAS client  %5.1f %% / %5.1f %%   %.0f µs per MB read" % (100 * med_n, 100 * max_n, nas[0] * 1e12),
-        "  DataLoader  %5.1f %% / %5.1f %%   %.1f µs per file, %.0f µs per MB" % (100 * med_c, 100 * max_c, client[0] * 1e6, client[1] * 1e12),
+        "  DataLoader  %5.1f %% / %5.1f %%   %.1f µs per file, %.0f µs per MB copied, %.0f per MB handed on in place (no bound), %.0f under a bound" % (
+            100 * med_c, 100 * max_c, client[0] * 1e6, client[1] * 1e12, client[2] * 1e12, client[3] * 1e12),
+    ] + [
+        "              no run handed files on %s: plan counts their bytes %s" % (what, then)
+        for col, what, then in (("handed_bytes", "with no bound (one node whose --mem holds the dataset)", "as if under a bound"),
+                                ("bounded_bytes", "under a bound", "as copies")) if not fitted[col]
+    ] + [
         "  outside     %5.1f %% / %5.1f %%   %.0f µs per MB read, %.0f µs per MB moved between nodes (the emulation's: plan leaves it out)" % (
             100 * med_h, 100 * max_h, host[0] * 1e12, host[1] * 1e12),
         "  links       %5.1f %% / %5.1f %%   %.0f B per file moved and %.2f %% of its bytes, beyond the files' bytes (frames, MPI's and TCP/IP's headers, acknowledgements)" % (

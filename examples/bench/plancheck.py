@@ -171,7 +171,7 @@ def main():
     ap.add_argument("--report", help="an earlier run: its results.jsonl (of --work's dataset), or its --out (with its --file-size list); run nothing")
     ap.add_argument("--cpu-costs", help="calibrate.py's costs file: hold plan's epoch time against the measured too")
     ap.add_argument("--calibrate", metavar="NODES",
-                    help="fit the CPU costs (calibrate.py) on this run's runs on these numbers of nodes (2 or 2,3), "
+                    help="fit the CPU costs (calibrate.py) on this run's runs on these numbers of nodes (1,2: one node whose --mem holds the dataset is where files are handed on with no bound), "
                          "write them to OUT/costs.json and hold the time of every run against them")
     a, rest = ap.parse_known_args()
     print("$ " + " ".join([os.path.relpath(sys.argv[0], ROOT) if sys.argv[0].startswith(ROOT) else sys.argv[0]] + sys.argv[1:]), flush=True)
