@@ -174,8 +174,9 @@ def calibrate(pairs, brandrt, nodes=None):
             100 * med_r, 100 * max_r, rank[0] * 1e6, rank[1] * 1e6, rank[2] * 1e12, rank[3] * 1e12),
         "                                epoch 1: %.2f s, and %.0f µs per MB of memory filled" % (rank[4], rank[5] * 1e12),
         "  NAS client  %5.1f %% / %5.1f %%   %.0f µs per MB read" % (100 * med_n, 100 * max_n, nas[0] * 1e12),
-        "  DataLoader  %5.1f %% / %5.1f %%   %.1f µs per file, %.0f µs per MB copied, %.0f per MB handed on in place (no bound), %.0f under a bound" % (
-            100 * med_c, 100 * max_c, client[0] * 1e6, client[1] * 1e12, client[2] * 1e12, client[3] * 1e12),
+        "  DataLoader  %5.1f %% / %5.1f %%   %.1f µs per file, %.0f µs per MB copied, %s per MB handed on in place (no bound), %s under a bound" % (
+            100 * med_c, 100 * max_c, client[0] * 1e6, client[1] * 1e12,
+            *("%.0f" % (v * 1e12) if fitted[col] else "-" for v, col in ((client[2], "handed_bytes"), (client[3], "bounded_bytes")))),
     ] + [
         "              no run handed files on %s: plan counts their bytes %s" % (what, then)
         for col, what, then in (("handed_bytes", "with no bound (one node whose --mem holds the dataset)", "as if under a bound"),

@@ -100,7 +100,7 @@ def run(a, cl, cat, mem, label, system, k, n, serve_flags):
     work = os.path.abspath(a.work)
     rec = {"system": system, "storage": "nas", "nodes": nodes, "mem": label, "budget_bytes": budget,
            "limit_bytes": limit, "chunk_files": k, "files": len(cat["files"]), "dataset_bytes": cat["bytes"],
-           "workers": a.workers, "batch_size": a.batch_size, "epochs": []}
+           "workers": a.workers, "batch_size": a.batch_size, "step_s": a.step, "epochs": []}
     groups = [cl.group(i) for i in range(1, nodes + 1)]
     oom0 = []
     for g in groups:
@@ -111,7 +111,7 @@ def run(a, cl, cat, mem, label, system, k, n, serve_flags):
         oom0.append(g.memory()["oom_kills"])
     port = 20000 + random.randrange(20000)
     spec = {"system": system, "root": cl.nas(work), "input": cl.nas(cat["input"]), "catalog": os.path.join(work, "files.json"),
-            "budget": budget, "workers": a.workers, "batch_size": a.batch_size, "epochs": a.epochs, "threads": a.threads,
+            "budget": budget, "workers": a.workers, "batch_size": a.batch_size, "step_s": a.step, "epochs": a.epochs, "threads": a.threads,
             "pipe_size": a.pipe_size, "stall_s": a.stall, "peers_inline": a.peers_inline, "chunk_files": k, "brandrt": os.path.abspath(a.brandrt),
             "repo": REPO, "world": nodes, "master": cl.host(1), "port": port,
             "peers": [[cl.host(i), port + 1] for i in range(1, nodes + 1)],

@@ -153,6 +153,10 @@ def args_parser():
                                                          "apart from epochs 2 on)")
     r.add_argument("--workers", type=int, default=4, help="DataLoader workers (default 4)")
     r.add_argument("--batch-size", type=int, default=64, help="DataLoader batch size (default 64)")
+    r.add_argument("--step", type=float, default=0.0,
+                   help="seconds the training spends on each batch (slept after it, as a GPU's step would take; "
+                        "default 0: a training that takes each batch as it comes). A training slower than its "
+                        "DataLoader keeps the batches in flight full, which is what the footprint's terms bound")
     r.add_argument("--threads", type=int, default=4, help="threads of the reference `threads` (default 4)")
     r.add_argument("--pipe-size", type=parse_size, default=1 << 20,
                    help="the pipe that carries every DataLoader's batches from its workers (default 1MiB; 0: "
@@ -339,9 +343,9 @@ def run_one(a, cat, storage, mem, system, k, n):
     group = cgroups.Group("brandrt-bench-%d-%d" % (os.getpid(), n), budget + a.allowance, device)
     rec = {"system": system, "storage": storage, "mem": mem_label(mem), "budget_bytes": budget,
            "limit_bytes": budget + a.allowance, "chunk_files": k, "files": len(cat["files"]),
-           "dataset_bytes": cat["bytes"], "workers": a.workers, "batch_size": a.batch_size, "epochs": []}
+           "dataset_bytes": cat["bytes"], "workers": a.workers, "batch_size": a.batch_size, "step_s": a.step, "epochs": []}
     spec = {"system": system, "root": root, "input": input_dir, "catalog": os.path.join(work, "files.json"),
-            "budget": budget, "workers": a.workers, "batch_size": a.batch_size, "epochs": a.epochs,
+            "budget": budget, "workers": a.workers, "batch_size": a.batch_size, "step_s": a.step, "epochs": a.epochs,
             "threads": a.threads, "pipe_size": a.pipe_size, "stall_s": a.stall, "peers_inline": a.peers_inline,
             "chunk_files": k, "brandrt": os.path.abspath(a.brandrt), "repo": REPO,
             "mpirun": ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"],

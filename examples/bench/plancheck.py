@@ -63,6 +63,8 @@ def plan(brandrt, chunks, run, workers, timing=None):
     if timing:
         costs, cores, nas, nic = timing
         cmd += ["--cpu-costs", costs, "--cores", "%.4f" % (cores / run["nodes"]), "--storage-rate", str(nas), "--link-rate", str(nic)]
+        if run.get("step_s"):  # the training's batches per second, on each node
+            cmd += ["--train-rate", str(max(1, round(run["batch_size"] / run["step_s"])))]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit("plancheck: %s: exit status %d: %s" % (" ".join(cmd), p.returncode, p.stderr.strip()))

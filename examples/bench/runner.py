@@ -265,7 +265,7 @@ def run(spec):
     try:
         for e in range(spec["epochs"]):
             c0, t0, s0 = made if e == 0 else (counters.read(), time.monotonic(), split.read())
-            got = read_epoch(system, e, progress, sizes_only)
+            got = read_epoch(system, e, progress, sizes_only, spec.get("step_s", 0))
             t1, c1, s1 = time.monotonic(), counters.read(), split.read()
             emit(event="epoch", epoch=e + 1, files=got["files"], bytes=got["bytes"], seconds=t1 - t0,
                  first_batch_s=got["first_batch_s"], read_bytes=c1["read_bytes"] - c0["read_bytes"],
@@ -277,10 +277,12 @@ def run(spec):
     emit(event="end", own=system.own())
 
 
-def read_epoch(system, e, progress, sizes_only):
+def read_epoch(system, e, progress, sizes_only, step=0):
     """Reads epoch e through the system: {files, bytes, first_batch_s (from
     the call), seen (Prints of the files' fingerprints, or sizes)};
-    progress[0] is set at every batch, for the watchdog."""
+    progress[0] is set at every batch, for the watchdog. step: the
+    training's seconds per batch, slept after each, holding it (a GPU's
+    step)."""
     fp = prepare.fingerprint
     seen, files, nbytes, first, t0 = Prints(), 0, 0, None, time.monotonic()
     for datas, labels in system.epoch(e):
@@ -293,6 +295,8 @@ def read_epoch(system, e, progress, sizes_only):
             nbytes += len(d)
             d[::4096]  # a byte of every page: every system's files are read where they are
             seen.add(len(d) if sizes_only else fp(d, l))
+        if step:
+            time.sleep(step)
     return {"files": files, "bytes": nbytes, "first_batch_s": first, "seen": seen}
 
 
@@ -338,7 +342,7 @@ def run_node(spec, cat, start):
                 # epochs (a system that starts the next one early, as
                 # brandrt's ranks push its first files) counts in the next
                 c0 = dict(c0, net_bytes=c1["net_bytes"], into_nodes=c1["into_nodes"])
-            got = read_epoch(system, e, progress, sizes_only)
+            got = read_epoch(system, e, progress, sizes_only, spec.get("step_s", 0))
             seen = got.pop("seen")
             s1 = split.read()
             mine = dict(got, seconds=time.monotonic() - t0, cpu_s=NodeSplit.node_seconds(s0, s1),
