@@ -37,14 +37,15 @@ type cpuCosts struct {
 	// the rank; ClientByte per byte of a file that reaches the training
 	// process as a copy, through the DataLoader's pipe (files under 32
 	// KiB: rt.RankForecast.HandableBytes), ClientHandedByte of one a
-	// worker hands on in place (a rank with no bound on them: --hand-mem,
-	// a single rank whose budget holds its shard), ClientBoundedByte of
+	// worker hands on in place with no bound on them (a single rank whose
+	// budget holds its shard, without --hand-mem), ClientBoundedByte of
 	// one it may hand on under a bound: past it, the files go as copies,
 	// so this is between the two, as the calibration's training held
 	// them. The last two are optional: without ClientHandedByte (no run
 	// of the calibration handed files on with no bound) those bytes cost
-	// ClientBoundedByte; without either (a file fitted before they
-	// were), every byte costs ClientByte.
+	// ClientBoundedByte, or ClientByte without that either (a file
+	// fitted before they were: every byte costs ClientByte); without
+	// ClientBoundedByte, bytes under a bound cost ClientByte.
 	ClientFile        float64  `json:"client_s_per_file"`
 	ClientByte        float64  `json:"client_s_per_byte"`
 	ClientHandedByte  *float64 `json:"client_s_per_handed_byte,omitempty"`

@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -834,6 +836,62 @@ print("%d handed on, %d as bytes" % (handed, copied))
 	t.Logf("plan: %d files, %d handable; serve: %d handed on, %d as bytes", rf.Files, rf.HandableFiles, handed, copied)
 	if handed == 0 || copied == 0 || rf.HandableFiles != handed || rf.Files != handed+copied {
 		t.Errorf("plan: %d files, %d handable; serve: %d handed on, %d as bytes", rf.Files, rf.HandableFiles, handed, copied)
+	}
+}
+
+// TestPlanHandableIsServesTwoRanks: on 2 ranks, each rank's DataLoader
+// also gets the other rank's files, received into memory it shares
+// (those of more than 32 KiB) or copied into its rings; plan's handable
+// files are, rank by rank, those serve had the workers hand on.
+func TestPlanHandableIsServesTwoRanks(t *testing.T) {
+	cleanVader(t)
+	needTorch(t)
+	const files = 300
+	_, dir := packPaths(t, files, 2, 8, 2)
+	args := []string{"--chunks", dir, "--mem", "100%", "--epochs", "1", "--hand-mem", "1GiB"}
+	env := []string{"BRANDRT_ATTACH=" + t.TempDir(), "PYTHONPATH=../../python"}
+	cmd, log := startServeEnv(t, env, 2, args...)
+	const script = `
+import sys
+from brandrt.torch import BrandDataset, BrandLoader, BrandSampler
+r = int(sys.argv[1])
+print(sum(len(f) for f, _ in BrandLoader(BrandDataset(timeout=60, local_rank=r), sampler=BrandSampler(local_rank=r), batch_size=16, num_workers=2)))
+`
+	outs, errs := make([][]byte, 2), make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			outs[r], errs[r] = testkit.Run(2*time.Minute, env, python, "-W", "ignore", "-c", script, fmt.Sprint(r))
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("training process %d: %v\n%s", r, err, outs[r])
+		}
+	}
+	if err := exitWithin(t, cmd, time.Minute); err != nil {
+		t.Fatalf("serve: %v\n%s", err, log)
+	}
+	js, perrs, status := runCLI(t, append([]string{"plan", "--nodes", "2", "--json"}, args...)...)
+	var p planned
+	if status != 0 || json.Unmarshal([]byte(js), &p) != nil || len(p.Epochs) != 1 {
+		t.Fatalf("plan: status %d: %s%s", status, perrs, js)
+	}
+	said := regexp.MustCompile(`rank (\d): training processes read ([\d,]+) files in place in shared memory \(([\d,]+) of them handed on by DataLoader workers\) and ([\d,]+) as copies`).FindAllStringSubmatch(log.String(), -1)
+	if len(said) != 2 {
+		t.Fatalf("want each rank to say how its files went:\n%s", log)
+	}
+	for _, m := range said {
+		r, _ := strconv.Atoi(m[1])
+		num := func(s string) int64 { n, _ := strconv.ParseInt(strings.ReplaceAll(s, ",", ""), 10, 64); return n }
+		rf := p.Epochs[0].Ranks[r]
+		t.Logf("rank %d: plan: %d files, %d of them received, %d handable; serve: %d in place (%d handed on), %d as copies",
+			r, rf.Files, rf.ReceivedFiles, rf.HandableFiles, num(m[2]), num(m[3]), num(m[4]))
+		if rf.ReceivedFiles == 0 || num(m[3]) != rf.HandableFiles || num(m[2])+num(m[4]) != rf.Files {
+			t.Errorf("rank %d: plan: %d files, %d received, %d handable; serve: %d in place (%d handed on), %d as copies",
+				r, rf.Files, rf.ReceivedFiles, rf.HandableFiles, num(m[2]), num(m[3]), num(m[4]))
+		}
 	}
 }
 

@@ -174,12 +174,13 @@ def calibrate(pairs, brandrt, nodes=None):
             100 * med_r, 100 * max_r, rank[0] * 1e6, rank[1] * 1e6, rank[2] * 1e12, rank[3] * 1e12),
         "                                epoch 1: %.2f s, and %.0f µs per MB of memory filled" % (rank[4], rank[5] * 1e12),
         "  NAS client  %5.1f %% / %5.1f %%   %.0f µs per MB read" % (100 * med_n, 100 * max_n, nas[0] * 1e12),
-        "  DataLoader  %5.1f %% / %5.1f %%   %.1f µs per file, %.0f µs per MB copied, %s per MB handed on in place (no bound), %s under a bound" % (
+        "  DataLoader  %5.1f %% / %5.1f %%   %.1f µs per file, %.0f µs per MB copied, %s µs per MB handed on in place (no bound), %s µs under a bound" % (
             100 * med_c, 100 * max_c, client[0] * 1e6, client[1] * 1e12,
             *("%.0f" % (v * 1e12) if fitted[col] else "-" for v, col in ((client[2], "handed_bytes"), (client[3], "bounded_bytes")))),
     ] + [
         "              no run handed files on %s: plan counts their bytes %s" % (what, then)
-        for col, what, then in (("handed_bytes", "with no bound (one node whose --mem holds the dataset)", "as if under a bound"),
+        for col, what, then in (("handed_bytes", "with no bound (one node whose --mem holds the dataset)",
+                                 "as under a bound" if fitted["bounded_bytes"] else "as copies"),
                                 ("bounded_bytes", "under a bound", "as copies")) if not fitted[col]
     ] + [
         "  outside     %5.1f %% / %5.1f %%   %.0f µs per MB read, %.0f µs per MB moved between nodes (the emulation's: plan leaves it out)" % (
