@@ -101,7 +101,7 @@ func inFlight(largest int64) int64 { return min(RingBytes(largest), 65*largest) 
 // with one rank, or when every file of the dataset is received into Go
 // memory, and copied into the rings.
 func (n *Node) ReceivedBytes() int64 {
-	if n.size < 2 || int64(1)<<sizeClass(int(n.data.largest)) < int64(recvLentMin) {
+	if n.size < 2 || !lentClass(sizeClass(int(n.data.largest))) {
 		return 0
 	}
 	per := 2.0
@@ -220,8 +220,9 @@ func newMemFacts(sizes []int64, mem any) memFacts {
 			placed = p.Placed(s)
 		}
 		f.placed += placed
-		c := int64(1) << sizeClass(int(s)) // recvPool's buffer
-		if c >= int64(recvLentMin) {
+		cl := sizeClass(int(s))
+		c := int64(1) << cl // recvPool's buffer
+		if lentClass(cl) {
 			if ok {
 				c = p.Placed(c)
 			}

@@ -40,8 +40,9 @@ type RankForecast struct {
 	// with its clients, which a DataLoader worker can hand on to its
 	// training process in place (brandrt.handed): the rank's own files
 	// that Handable says can, and other ranks' received into buffers
-	// that memory lends (recvLentMin: those of more than 32 KiB). The others reach the training process
-	// as copies, through the DataLoader's pipe.
+	// that memory lends (lentClass: those of more than 32 KiB). The
+	// others reach the training process as copies, through the
+	// DataLoader's pipe.
 	HandableFiles int64 `json:"handable_files"`
 	HandableBytes int64 `json:"handable_bytes"`
 }
@@ -102,7 +103,7 @@ func forecast(in proto.WindowInput, p *proto.WindowPlan, e int, chunkBytes [][]i
 				home := &f.Ranks[m.Home(file)]
 				home.SentFiles++
 				home.SentBytes += size
-				handable = int64(1)<<sizeClass(int(size)) >= int64(recvLentMin) // a buffer lent by the memory
+				handable = lentClass(sizeClass(int(size)))
 			}
 			if handable {
 				rf.HandableFiles++

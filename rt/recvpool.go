@@ -35,8 +35,14 @@ const poolKeep = 64
 
 func sizeClass(n int) int { return bits.Len(uint(max(n, 1) - 1)) }
 
+// lentClass reports whether the buffers of class c come from the pool's
+// memory, when it has one: what the footprint (newMemFacts,
+// Node.ReceivedBytes) and the forecast (files handed on in place) count
+// of other ranks' files.
+func lentClass(c int) bool { return 1<<c >= recvLentMin }
+
 // lent reports whether the buffers of class c come from p.mem.
-func (p *recvPool) lent(c int) bool { return p.mem != nil && 1<<c >= recvLentMin }
+func (p *recvPool) lent(c int) bool { return p.mem != nil && lentClass(c) }
 
 // get returns a buffer of n bytes.
 func (p *recvPool) get(n int) ([]byte, error) {

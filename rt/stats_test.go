@@ -230,12 +230,10 @@ func openEach(ranks int, cfgOf func(r int) testJob) ([]*Node, []error) {
 	errs := make([]error, ranks)
 	var wg sync.WaitGroup
 	for r, comm := range collectives.NewLocal(ranks) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			cfg := cfgOf(r)
 			nodes[r], errs[r] = Open(cfg.Config, cfg.Site, comm)
-		}()
+		})
 	}
 	wg.Wait()
 	return nodes, errs

@@ -98,9 +98,12 @@ func readCPUCosts(path string) (*cpuCosts, error) {
 			errs = append(errs, fmt.Errorf("%q is %g seconds, want 0 to 60", f.name, f.v))
 		}
 	}
-	for i, v := range []*float64{c.ClientHandedByte, c.ClientBoundedByte} {
-		if v != nil && !(*v >= 0 && *v <= 60) {
-			errs = append(errs, fmt.Errorf("%q is %g seconds, want 0 to 60", []string{"client_s_per_handed_byte", "client_s_per_bounded_byte"}[i], *v))
+	for _, f := range []struct {
+		name string
+		v    *float64
+	}{{"client_s_per_handed_byte", c.ClientHandedByte}, {"client_s_per_bounded_byte", c.ClientBoundedByte}} {
+		if f.v != nil && !(*f.v >= 0 && *f.v <= 60) {
+			errs = append(errs, fmt.Errorf("%q is %g seconds, want 0 to 60", f.name, *f.v))
 		}
 	}
 	if !(c.LinkFile >= 0 && c.LinkFile <= 1<<20) {

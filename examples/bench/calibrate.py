@@ -57,6 +57,10 @@ import prepare
 
 RANK = ("files", "moved_files", "moved_bytes", "read_bytes", "start", "filled_bytes")
 CLIENT = ("files", "copied_bytes", "handed_bytes", "bounded_bytes")
+# the costs of CLIENT's columns of files handed on, which only runs that
+# hand files on that way fit (with no bound: a single rank whose --mem
+# holds its shard, one node); a cost not fitted is left out of the file
+HANDED = {"handed_bytes": "client_s_per_handed_byte", "bounded_bytes": "client_s_per_bounded_byte"}
 
 
 def rows(results, work, brandrt, nodes=None):
@@ -152,22 +156,18 @@ def calibrate(pairs, brandrt, nodes=None):
     busy = float(np.median(busy)) if busy else 1.0
     start = [y["start"] for _, y in data if "start" in y]
     start = max(0.0, float(np.median(start))) if start else 0.0
-    # the per-byte costs of files handed on need runs that hand them on:
-    # with no bound, a single rank whose --mem holds its shard (one node)
-    fitted = {c: any(x.get(c) for x, y in data if "client" in y) for c in ("handed_bytes", "bounded_bytes")}
+    fitted = {c: any(x.get(c) for x, y in data if "client" in y) for c in HANDED}
+    per_mb = {c: "%.0f" % (client[CLIENT.index(c)] * 1e12) if fitted[c] else "-" for c in HANDED}
     costs = {
         "rank_s_per_file": rank[0], "rank_s_per_moved_file": rank[1], "rank_s_per_moved_byte": rank[2],
         "read_s_per_byte": rank[3] + nas[0], "rank_s_start": rank[4], "rank_s_per_filled_byte": rank[5],
         "client_s_per_file": client[0], "client_s_per_byte": client[1],
-        "client_s_per_handed_byte": client[2], "client_s_per_bounded_byte": client[3],
+        **{HANDED[c]: client[CLIENT.index(c)] for c in HANDED if fitted[c]},
         "cores_busy": busy, "start_s": start, "host_s_per_read_byte": host[0], "host_s_per_moved_byte": host[1],
         "link_bytes_per_moved_file": link[0], "link_bytes_per_moved_byte": link[1],
         "machine": "%d cores, %s" % (os.cpu_count(), os.uname().release),
         "fitted_on": ["%s (nodes %s)" % (r, ",".join(map(str, nodes)) if nodes else "all") for r, _ in pairs],
     }
-    for name, col in (("client_s_per_handed_byte", "handed_bytes"), ("client_s_per_bounded_byte", "bounded_bytes")):
-        if not fitted[col]:
-            del costs[name]
     lines = [
         "fitted on %d node-epochs; |fit - measured| / measured over the rows above a tenth of the largest, median / most:" % n_rank,
         "  rank        %5.1f %% / %5.1f %%   %.1f µs per position, %.1f µs per file moved, %.0f µs per MB moved, %.0f µs per MB read;" % (
@@ -175,8 +175,7 @@ def calibrate(pairs, brandrt, nodes=None):
         "                                epoch 1: %.2f s, and %.0f µs per MB of memory filled" % (rank[4], rank[5] * 1e12),
         "  NAS client  %5.1f %% / %5.1f %%   %.0f µs per MB read" % (100 * med_n, 100 * max_n, nas[0] * 1e12),
         "  DataLoader  %5.1f %% / %5.1f %%   %.1f µs per file, %.0f µs per MB copied, %s µs per MB handed on in place (no bound), %s µs under a bound" % (
-            100 * med_c, 100 * max_c, client[0] * 1e6, client[1] * 1e12,
-            *("%.0f" % (v * 1e12) if fitted[col] else "-" for v, col in ((client[2], "handed_bytes"), (client[3], "bounded_bytes")))),
+            100 * med_c, 100 * max_c, client[0] * 1e6, client[1] * 1e12, per_mb["handed_bytes"], per_mb["bounded_bytes"]),
     ] + [
         "              no run handed files on %s: plan counts their bytes %s" % (what, then)
         for col, what, then in (("handed_bytes", "with no bound (one node whose --mem holds the dataset)",
