@@ -199,6 +199,9 @@ type placer interface{ Placed(n int64) int64 }
 type memFacts struct {
 	files                int
 	bytes, placed, recvd int64
+	// written: the bytes of the places' pages the files write (a slot, or
+	// the file's pages at the start of its place)
+	written int64
 	// handable: the bytes of the files a DataLoader worker can hand on
 	// in place (Handable); lent and lentRecvd: the bytes of those
 	// received into buffers lent from the memory (recvLentMin), and of
@@ -220,6 +223,7 @@ func newMemFacts(sizes []int64, mem any) memFacts {
 			placed = p.Placed(s)
 		}
 		f.placed += placed
+		f.written += min(placed, pageUp(s))
 		cl := sizeClass(int(s))
 		c := int64(1) << cl // recvPool's buffer
 		if lentClass(cl) {
@@ -252,6 +256,7 @@ func (n *Node) footprintAt(budget, remote int64) Footprint {
 	mean := max(float64(mf.bytes)/float64(max(mf.files, 1)), 1)
 	records := func(b int64) int64 { return int64(float64(b) / mean * heldFileBytes) }
 	f.Own, f.Records, f.Held = n.inArena(held), records(held), int(float64(held)/mean)
+	f.Written = int64(float64(held) * ratio(mf.written, mf.bytes))
 	if n.size > 1 {
 		f.RemoteMem = remote
 		f.Remote = int64(float64(remote)*ratio(mf.recvd, mf.bytes)) + records(remote)

@@ -25,6 +25,11 @@ type Footprint struct {
 	Own, Records int64
 	OwnRatio     float64
 	Held         int
+	// Written is the part of Own its files write (a slot each, or their
+	// pages at the start of their places): what the kernel counts of it
+	// while no place is lent twice, as where the budget holds the shard.
+	// Not a term of the total.
+	Written int64
 	// Remote is files of other ranks held ahead of their requests:
 	// --remote-mem (RemoteMem) in the buffers they are received into,
 	// and a record of each. None with one rank.

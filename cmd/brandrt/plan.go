@@ -44,7 +44,11 @@ func planCommand() *cli.Command {
 			"them allows, and which one bounds it; a rate not given bounds nothing.\n" +
 			"--cpu-costs holds the CPU seconds a node spends per file and per byte, fitted\n" +
 			"on the target machine from runs of the loader benchmark\n" +
-			"(examples/bench/calibrate.py; README, \"Sizing a job before asking for it\").\n\n" +
+			"(examples/bench/calibrate.py; README, \"Sizing a job before asking for it\").\n" +
+			"With the fills it may hold too (how full the calibration's runs kept the\n" +
+			"footprint's bounds), plan prints each rank's likely peak: what the kernel\n" +
+			"will probably count, which depends on the training; the footprint is what\n" +
+			"serve checks the cgroup against.\n\n" +
 			"Example: brandrt plan --chunks /scratch/chunks --nodes 1,2,4,8 --node-mem 64GiB --storage-rate 1.2GB\n" +
 			"         --link-rate 12GB --cpu-costs costs.json --cores 32",
 		Flags: []cli.Flag{
@@ -69,7 +73,7 @@ func planCommand() *cli.Command {
 			&cli.GenericFlag{Name: "link-rate", Value: &byteSize{intValue{lo: 1, hi: maxMemory, why: whyMemory}}, Usage: "bytes per second a node's link carries each way"},
 			&cli.GenericFlag{Name: "serve-rate", Value: &count{intValue{lo: 1, hi: maxFiles, why: whyFiles}}, Usage: "files per second a rank serves from memory (its CPU: brandrt bench serve measures it)"},
 			&cli.GenericFlag{Name: "train-rate", Value: &count{intValue{lo: 1, hi: maxFiles, why: whyFiles}}, Usage: "files per second a node's training consumes"},
-			&cli.StringFlag{Name: "cpu-costs", Usage: "a JSON file of the CPU seconds a node spends per file and per byte (the rank's, the storage client's, the training processes' reading through it) and of the bytes its link carries beyond the files' it moves, measured on the target machine by examples/bench/calibrate.py; with --cores, the busiest node's CPU bounds the epoch's time"},
+			&cli.StringFlag{Name: "cpu-costs", Usage: "a JSON file of the CPU seconds a node spends per file and per byte (the rank's, the storage client's, the training processes' reading through it) and of the bytes its link carries beyond the files' it moves, measured on the target machine by examples/bench/calibrate.py; with --cores, the busiest node's CPU bounds the epoch's time (and with the memory fills it may hold, each rank's likely peak is printed)"},
 			floatFlag("cores", 0, 0, 65536, true, "the cores of a node that the rank and the processes reading through it share, with --cpu-costs"),
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per number of nodes instead of the table"},
 		},
@@ -90,8 +94,11 @@ type planned struct {
 	// HandCap is each rank's bound on the files its DataLoader workers
 	// hand on in place (--hand-mem; -1: none, every file that can be is
 	// handed on).
-	HandCap []int64        `json:"hand_cap_bytes"`
-	Epochs  []plannedEpoch `json:"epochs"`
+	HandCap []int64 `json:"hand_cap_bytes"`
+	// Peak is what each rank likely takes at its peak (memFills.likelyPeak):
+	// with costs that have the fills only.
+	Peak   []int64        `json:"peak_bytes,omitempty"`
+	Epochs []plannedEpoch `json:"epochs"`
 }
 
 // plannedEpoch is one epoch's forecast; with costs, what each rank's
@@ -135,6 +142,7 @@ func runPlan(c *cli.Context) error {
 			e.LinkIn, e.LinkOut = model.links(e.Ranks)
 			e.CPU, e.Seconds, e.Bound = model.epoch(p, *e)
 		}
+		p.Peak = likelyPeaks(model.cpu, p)
 		all = append(all, p)
 	}
 	if c.Bool("json") {

@@ -65,6 +65,7 @@ type cpuCosts struct {
 	// alone, as in a file fitted before they were).
 	LinkFile float64 `json:"link_bytes_per_moved_file"`
 	LinkByte float64 `json:"link_bytes_per_moved_byte"`
+	memFills
 	// Machine says where they were measured, for the reader.
 	Machine string `json:"machine,omitempty"`
 }
@@ -106,6 +107,7 @@ func readCPUCosts(path string) (*cpuCosts, error) {
 			errs = append(errs, fmt.Errorf("%q is %g seconds, want 0 to 60", f.name, *f.v))
 		}
 	}
+	errs = append(errs, c.memFills.check()...)
 	if !(c.LinkFile >= 0 && c.LinkFile <= 1<<20) {
 		errs = append(errs, fmt.Errorf(`"link_bytes_per_moved_file" is %g, want 0 to 1 MiB`, c.LinkFile))
 	}

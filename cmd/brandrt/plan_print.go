@@ -120,13 +120,16 @@ func (r timeModel) bound(ranks []rt.RankForecast, cpu []float64) (float64, strin
 		what       string
 		amount, at float64
 	}{{"storage", float64(read), r.storage}, {"network", float64(moved), r.link}, {"the rank's CPU", float64(files), r.serve},
-		{"the training", float64(files), r.train}, {"the node's CPU", busiest, r.usable()}} {
+		{boundTraining, float64(files), r.train}, {"the node's CPU", busiest, r.usable()}} {
 		if t.at > 0 && t.amount/t.at > secs {
 			secs, bound = t.amount/t.at, t.what
 		}
 	}
 	return secs, bound
 }
+
+// boundTraining is the bound of an epoch the training's rate sets.
+const boundTraining = "the training"
 
 // perNode is one figure of an epoch's busiest node.
 type perNode func(e plannedEpoch) float64
@@ -157,21 +160,32 @@ func firstAndAfter(p planned, f perNode) (float64, float64) {
 // smallest whose memory holds the dataset.
 func printPlan(w io.Writer, all []planned, r timeModel, share bool) {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
-	head := "nodes\t--mem per node\tof its shard\tfootprint\tstorage read per node, epoch 1 / after\tnetwork per node (in or out), epoch 1 / after\t"
+	peaks := all[0].Peak != nil
+	head := "nodes\t--mem per node\tof its shard\tfootprint\t"
+	if peaks {
+		head += "likely peak\t"
+	}
+	head += "storage read per node, epoch 1 / after\tnetwork per node (in or out), epoch 1 / after\t"
 	if r.given() {
 		head += "epoch time, 1 / after\tbound by (after)\t"
 	}
 	fmt.Fprintln(tw, head)
 	for _, p := range all {
-		memMin, shareMin, fpMax := p.MemBytes[0], 1.0, int64(0)
+		memMin, shareMin, fpMax, peakMax := p.MemBytes[0], 1.0, int64(0), int64(0)
 		for i := range p.MemBytes {
 			memMin, fpMax = min(memMin, p.MemBytes[i]), max(fpMax, p.Footprint[i])
 			shareMin = min(shareMin, float64(p.MemBytes[i])/float64(max(p.ShardBytes[i], 1)))
+			if peaks {
+				peakMax = max(peakMax, p.Peak[i])
+			}
 		}
 		r1, r2 := firstAndAfter(p, maxRank(func(rf rt.RankForecast) int64 { return rf.ReadBytes }))
 		n1, n2 := firstAndAfter(p, maxRank(r.moved))
-		line := fmt.Sprintf("%d\t%s\t%.0f %%\t%s\t%s / %s\t%s / %s\t", p.Nodes, ibytes(memMin), 100*shareMin, ibytes(fpMax),
-			ibytes(int64(r1)), ibytes(int64(r2)), ibytes(int64(n1)), ibytes(int64(n2)))
+		line := fmt.Sprintf("%d\t%s\t%.0f %%\t%s\t", p.Nodes, ibytes(memMin), 100*shareMin, ibytes(fpMax))
+		if peaks {
+			line += ibytes(peakMax) + "\t"
+		}
+		line += fmt.Sprintf("%s / %s\t%s / %s\t", ibytes(int64(r1)), ibytes(int64(r2)), ibytes(int64(n1)), ibytes(int64(n2)))
 		if r.given() {
 			t1, t2 := firstAndAfter(p, func(e plannedEpoch) float64 { return e.Seconds })
 			line += fmt.Sprintf("%s / %s\t%s\t", human.Seconds(t1), human.Seconds(t2), p.Epochs[len(p.Epochs)-1].Bound)
@@ -179,6 +193,9 @@ func printPlan(w io.Writer, all []planned, r timeModel, share bool) {
 		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
+	if peaks {
+		fmt.Fprintln(w, "likely peak: what the busiest rank's cgroup will probably count, with its bounds on files in flight as full as the calibration's runs kept them (--cpu-costs); the footprint is the most it may take, what its cgroup must allow")
+	}
 	fmt.Fprintln(w, holdsLine(all, share))
 }
 

@@ -38,6 +38,22 @@ same way, per file and per byte moved (link_bytes_per_moved_file and
 _byte): the messages' frames, MPI's and TCP/IP's headers and the
 acknowledgements. plan adds them to the files' bytes between nodes.
 
+How full the ranks kept the footprint's bounds is fitted too, from each
+node's peak of the memory cgroup of what mpirun started there (the rank
+and orted), against plan's footprint terms: the terms held whatever the
+training does (the rank's own files, as the pages they write where its
+--mem holds its shard; their records, the tables, the chunk reads, the
+rings) count whole, and least squares on the peak's relative error fits
+the process beside them (mem_process_bytes), the share of the bounds on
+files in flight between ranks and answered in place it held
+(mem_fill_in_flight), and that of the bound on files handed on in
+place, for a training that takes its batches as they come
+(mem_fill_handed) and for one that holds each for a step and so bounds
+the epochs (mem_fill_handed_training; runs of loaders.py --step). plan
+then prints each rank's likely peak beside its footprint. A run with a
+step gives the fills and the links' bytes only: its cores idle while the
+training holds a batch, so it tells nothing of CPU per file.
+
     .venv/bin/python examples/bench/calibrate.py --out costs.json RESULTS.jsonl [RESULTS.jsonl …]
 
 Each RESULTS.jsonl needs its --work (loaders.py's, where the packed
@@ -66,13 +82,19 @@ HANDED = {"handed_bytes": "client_s_per_handed_byte", "bounded_bytes": "client_s
 def rows(results, work, brandrt, nodes=None):
     """(features, measured CPU seconds) per node and epoch of every
     brandrt-window run in results (on nodes nodes, if given), planned on
-    work's datasets."""
+    work's datasets; and per node, its footprint's terms against its
+    cgroup's peak (memory_rows)."""
     out, nas = [], plancheck.rate(plancheck.meta(results)["nas_rate"])
     for run in plancheck.runs(results):
         if nodes and run["nodes"] not in nodes:
             continue
+        # a training that held each batch (loaders.py --step) bounds the
+        # epochs: the cores idle, a waiting rank polls, and the first epoch
+        # waits for the training, so such a run gives the memory fills and
+        # the links' bytes, not CPU costs, busy cores or the job's start
+        stepped = bool(run.get("step_s"))
         stats = run.get("own", {}).get("stats")
-        if stats:  # the job's start: the benchmark's first epoch less serve's
+        if stats and not stepped:  # the job's start: the benchmark's first epoch less serve's
             out.append(({}, {"start": run["epochs"][0]["seconds"] - stats[0]["seconds"]}))
         chunks = os.path.join(work, prepare.chunks_name(run["chunk_files"], run["nodes"]))
         _, planned = plancheck.plan(brandrt, chunks, run, run.get("workers", 4))
@@ -88,21 +110,24 @@ def rows(results, work, brandrt, nodes=None):
                      "moved_bytes": rf["sent_bytes"] + rf["received_bytes"], "start": int(first),
                      "filled_bytes": min(planned["mem_bytes"][i], planned["shard_bytes"][i]) if first else 0}
                 by = node["cpu_by"]
-                out.append((x, {"rank": by["rank"], "client": by["main"] + by["workers"], "nas": by["nas client"]}))
+                if not stepped:
+                    out.append((x, {"rank": by["rank"], "client": by["main"] + by["workers"], "nas": by["nas client"]}))
             # the machine's busy time less every node's: the emulated NAS
             # server, mpirun, whatever else shares the cores
             machine = m["machine_busy"] * m["seconds"] * os.cpu_count()
             node_cpu = sum(n["cpu_s"] + n["cpu_by"]["nas client"] for n in m["nodes"])
             read = sum(rf["read_bytes"] for rf in e["ranks"])
             moved = sum(rf["received_bytes"] for rf in e["ranks"])
-            out.append(({"host_read_bytes": read, "host_moved_bytes": moved}, {"host": max(0.0, machine - node_cpu)}))
+            if not stepped:
+                out.append(({"host_read_bytes": read, "host_moved_bytes": moved}, {"host": max(0.0, machine - node_cpu)}))
             link["link_files"] += sum(rf["received_files"] for rf in e["ranks"])
             link["link_bytes"] += moved
             link["carried"] += m["between_nodes_bytes"]
             # how busy the cores were where storage did not bound the
             # epoch (its link under 80 % full), after the first
-            if e["epoch"] > 1 and m["net_bytes"] / nas < 0.8 * m["seconds"]:
+            if e["epoch"] > 1 and not stepped and m["net_bytes"] / nas < 0.8 * m["seconds"]:
                 out.append(({}, {"busy": m["machine_busy"]}))
+        out += memory_rows(run, planned)
         # what the nodes' links carried beyond the files' bytes, over the
         # run's epochs (an epoch's reads and pushes ahead cross the links
         # in the epoch before)
@@ -110,6 +135,52 @@ def rows(results, work, brandrt, nodes=None):
             carried = link.pop("carried")
             out.append((link, {"link": carried - link["link_bytes"]}))
     return out
+
+
+# the footprint's terms held whatever the training does, at their bounds,
+# beside the rank's own files (plan's memFills.likelyPeak), and those it
+# fills as it goes
+HELD = ("Records", "Tables", "Dataset", "Order", "OrderOut", "Reads", "Rings")
+IN_FLIGHT = ("Remote", "MPI", "Answered", "Received")
+MEMORY = ("process", "in_flight", "handed", "handed_training")
+FILLS = {"process": "mem_process_bytes", "in_flight": "mem_fill_in_flight", "handed": "mem_fill_handed",
+         "handed_training": "mem_fill_handed_training"}
+
+
+def memory_rows(run, planned):
+    """A row per node of run: its footprint's terms as the fills weigh
+    them, against the peak of its rank's memory cgroup (the rank and
+    orted). A training that held each batch for a step (loaders.py
+    --step) bounds the epoch, as plan --train-rate has it."""
+    peaks = run.get("memory", {}).get("per_node_mpi_peak_bytes") or []
+    training = bool(run.get("step_s"))
+    out = []
+    for t, peak in zip(planned["footprint_terms"], peaks):
+        # own files: the pages they write where no place is lent twice
+        held = sum(t[k] for k in HELD) + (t["Written"] if t["Budget"] >= t["Shard"] else t["Own"])
+        x = {"process": 1, "in_flight": sum(t[k] for k in IN_FLIGHT),
+             "handed": 0 if training else t["Handed"], "handed_training": t["Handed"] if training else 0}
+        out.append((x, {"mem": peak - held, "mem_peak": peak}))
+    return out
+
+
+def fit_memory(data):
+    """The fills (FILLS) that bring held terms and process to each node's
+    cgroup peak, by least squares on the peak's relative error; a share
+    past 1 (a bound more than full) is taken as 1. Returns them (a fill no
+    row could fit, none), the rows' count, and the peaks' ratios to the
+    fit."""
+    sel = [(x, y) for x, y in data if "mem" in y]
+    if not sel:
+        return {}, 0, []
+    x = np.array([[float(xi[n]) for n in MEMORY] for xi, _ in sel])
+    peak = np.array([yi["mem_peak"] for _, yi in sel], dtype=float)
+    y = np.array([yi["mem"] for _, yi in sel], dtype=float)
+    coef = nnls(x / peak[:, None], y / peak)
+    coef[1:] = np.minimum(coef[1:], 1)
+    fitted = x.any(axis=0)
+    fills = {FILLS[n]: float(c) for n, c, f in zip(MEMORY, coef, fitted) if f}
+    return fills, len(sel), list(peak / (peak - y + x @ coef))
 
 
 def nnls(x, y):
@@ -156,6 +227,7 @@ def calibrate(pairs, brandrt, nodes=None):
     busy = float(np.median(busy)) if busy else 1.0
     start = [y["start"] for _, y in data if "start" in y]
     start = max(0.0, float(np.median(start))) if start else 0.0
+    fills, n_mem, mem_ratios = fit_memory(data)
     fitted = {c: any(x.get(c) for x, y in data if "client" in y) for c in HANDED}
     per_mb = {c: "%.0f" % (client[CLIENT.index(c)] * 1e12) if fitted[c] else "-" for c in HANDED}
     costs = {
@@ -164,7 +236,7 @@ def calibrate(pairs, brandrt, nodes=None):
         "client_s_per_file": client[0], "client_s_per_byte": client[1],
         **{HANDED[c]: client[CLIENT.index(c)] for c in HANDED if fitted[c]},
         "cores_busy": busy, "start_s": start, "host_s_per_read_byte": host[0], "host_s_per_moved_byte": host[1],
-        "link_bytes_per_moved_file": link[0], "link_bytes_per_moved_byte": link[1],
+        "link_bytes_per_moved_file": link[0], "link_bytes_per_moved_byte": link[1], **fills,
         "machine": "%d cores, %s" % (os.cpu_count(), os.uname().release),
         "fitted_on": ["%s (nodes %s)" % (r, ",".join(map(str, nodes)) if nodes else "all") for r, _ in pairs],
     }
@@ -186,10 +258,27 @@ def calibrate(pairs, brandrt, nodes=None):
             100 * med_h, 100 * max_h, host[0] * 1e12, host[1] * 1e12),
         "  links       %5.1f %% / %5.1f %%   %.0f B per file moved and %.2f %% of its bytes, beyond the files' bytes (frames, MPI's and TCP/IP's headers, acknowledgements)" % (
             100 * med_l, 100 * max_l, link[0], 100 * link[1]),
+    ] + memory_lines(fills, n_mem, mem_ratios) + [
         "  the cores were %.0f %% busy (median) in the epochs after the first that storage did not bound" % (100 * busy),
         "  the job started in %.2f s (median): from its launch to serving, which the first epoch adds" % start,
     ]
     return costs, lines
+
+
+def memory_lines(fills, n, ratios):
+    """What the memory fit says: the fills, and how near the nodes'
+    peaks it came."""
+    if not n:
+        return ["  memory      no run had its ranks' cgroup peaks: plan prints no likely peak"]
+    pct = lambda k: "%.0f %%" % (100 * fills[k]) if k in fills else "-"
+    lines = ["  memory      %d of %d nodes' cgroup peaks within 10 %% of the fit (%.2f to %.2f): the process %.1f MiB; files in flight %s of their bounds," % (
+        sum(0.9 <= r <= 1.1 for r in ratios), n, min(ratios), max(ratios), fills.get("mem_process_bytes", 0) / 2**20, pct("mem_fill_in_flight")),
+        "              files handed on %s of theirs (a training that takes batches as they come), %s (one that bounds the epoch)" % (
+        pct("mem_fill_handed"), pct("mem_fill_handed_training"))]
+    for key, what in (("mem_fill_handed", "took batches as they came"), ("mem_fill_handed_training", "bounded its epochs (loaders.py --step)")):
+        if key not in fills:
+            lines.append("              no run's training %s: plan counts files handed on at their bound there" % what)
+    return lines
 
 
 def write(costs, path):

@@ -10,7 +10,8 @@ to each other against those the nodes' links carried (the kernel's counts:
 TCP and the NAS's protocol included), and each rank's footprint as plan
 prints it against the peak of the memory cgroup that holds what mpirun
 started on its node (orted and the rank; the DataLoader's processes are
-in the node's group, outside it).
+in the node's group, outside it), and, with costs that hold the memory
+fills (calibrate.py), each rank's likely peak against that same peak.
 
     .venv/bin/python examples/bench/plancheck.py --files 12000 --nodes 2,3 --mem 25%,100%
 
@@ -137,11 +138,14 @@ def memory(run, planned):
     if not peaks:
         return ["memory: this run has no peak per rank (a loaders.py from before the cluster's mpi groups)"]
     held = run["memory"].get("per_node_mpi_held_peak_bytes") or [0] * len(peaks)
-    lines = ["%-6s %15s %15s %7s %15s %7s %15s" % ("node", "footprint", "rank's peak", "ratio", "held", "ratio", "node's peak")]
+    likely = planned.get("peak_bytes")
+    lines = ["%-6s %15s %15s %7s %15s %7s %15s" % ("node", "footprint", "rank's peak", "ratio", "held", "ratio", "node's peak")
+             + (" %15s %7s" % ("likely peak", "ratio") if likely else "")]
     for i, (fp, peak, h) in enumerate(zip(planned["footprint_bytes"], peaks, held)):
         node = run["memory"]["per_node_peak_bytes"][i]
         lines.append("%-6d %15s %15s %7s %15s %7s %15s" % (i + 1, "{:,}".format(fp), "{:,}".format(peak), ratio(peak, fp),
-                                                       "{:,}".format(h), ratio(h, fp) if h else "-", "{:,}".format(node)))
+                                                       "{:,}".format(h), ratio(h, fp) if h else "-", "{:,}".format(node))
+                     + (" %15s %7s" % ("{:,}".format(likely[i]), ratio(peak, likely[i])) if likely else ""))
     return lines
 
 
@@ -212,21 +216,25 @@ class Totals:
     def __init__(self):
         self.bytes, self.rows = [], []
         self.times = []  # (size label, epoch, measured / planned, planned s, measured s)
-        self.memory = []  # (size label, footprint, rank's cgroup peak, held), per node
+        self.memory = []  # (size label, footprint, rank's cgroup peak, held, likely peak or None), per node
 
     def lines(self):
         def span(rs):
             return "%.3f to %.3f" % (min(rs), max(rs)) if rs else "-"
-        mem = [peak / fp for _, fp, peak, _ in self.memory]
-        held = [h / fp for _, fp, _, h in self.memory]
-        out = ["%-8s %5s %6s %8s %8s %13s %13s %s" % ("files", "nodes", "memory", "storage", "network", "rank's peak", "held", "time by epoch")]
+        mem = [peak / fp for _, fp, peak, _, _ in self.memory]
+        held = [h / fp for _, fp, _, h, _ in self.memory]
+        likely = [peak / lp for _, _, peak, _, lp in self.memory if lp]
+        out = ["%-8s %5s %6s %8s %8s %13s %13s %13s %s" % ("files", "nodes", "memory", "storage", "network", "rank's peak", "held", "likely peak", "time by epoch")]
         out += self.rows
         out += ["(storage, network: bytes over all epochs, measured / planned; rank's peak, held: per node, the lowest and",
-                "highest against the footprint; time: each epoch's measured / planned)", ""]
+                "highest against the footprint; likely peak: the rank's peak against it; time: each epoch's measured / planned)", ""]
         out += ["bytes over all epochs, measured / planned: storage and network %s" % span(self.bytes)]
         if mem:
             out.append("memory, rank's cgroup peak / footprint: %s, %d of %d nodes within 10 %%; held (anonymous and shared) / footprint: %s, %d of %d" % (
                 span(mem), sum(0.9 <= r <= 1.1 for r in mem), len(mem), span(held), sum(0.9 <= r <= 1.1 for r in held), len(held)))
+        if likely:
+            out.append("memory, rank's cgroup peak / likely peak: %s, %d of %d nodes within 10 %%" % (
+                span(likely), sum(0.9 <= r <= 1.1 for r in likely), len(likely)))
         if self.times:
             out.append(spread([(e, r) for _, e, r, _, _ in self.times]))
         return out
@@ -259,6 +267,10 @@ def plot(self, path):
                    label="files of ~%s: the rank's cgroup peak" % size)
         ma.scatter([p[1] / 2**20 for p in mem], [p[3] / 2**20 for p in mem], marker="x", color=colours[size],
                    label="files of ~%s: held (anonymous and shared)" % size)
+        likely = [p for p in mem if p[4]]
+        if likely:
+            ma.scatter([p[4] / 2**20 for p in likely], [p[2] / 2**20 for p in likely], marker="o", facecolors="none",
+                       edgecolors=colours[size], label="files of ~%s: the rank's cgroup peak against its likely peak" % size)
     for ax, band in ((ta, 0.2), (ma, 0.1)):
         if ax is None:
             continue
@@ -276,9 +288,13 @@ def plot(self, path):
         ta.set_xlabel("planned epoch time (s): brandrt plan --cpu-costs, on the emulated cluster's shared cores")
         ta.set_ylabel("measured epoch time (s)")
         ta.set_title("Epoch time: measured against planned (dashed: ±20 %)", fontsize=10)
-    ma.set_xlabel("planned footprint per rank (MiB)")
+    if any(p[4] for p in self.memory):
+        ma.set_xlabel("planned per rank (MiB): the footprint (^, x), the likely peak (o)")
+        ma.set_title("Memory: measured against the footprint and the likely peak (dashed: ±10 %)", fontsize=10)
+    else:
+        ma.set_xlabel("planned footprint per rank (MiB)")
+        ma.set_title("Memory: measured against the footprint (dashed: ±10 %)", fontsize=10)
     ma.set_ylabel("measured per rank (MiB)")
-    ma.set_title("Memory: measured against the footprint (dashed: ±10 %)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -306,8 +322,9 @@ def check(a, results, work, costs_path, total):
         mean = run["dataset_bytes"] / run["files"]
         size = "%.0f KB" % (mean / 1e3) if mean < 0.95e6 else "%.1f MB" % (mean / 1e6)
         mem = run.get("memory", {})
-        nodes = [(size, fp, peak, held) for fp, peak, held in
-                 zip(planned["footprint_bytes"], mem.get("per_node_mpi_peak_bytes", []), mem.get("per_node_mpi_held_peak_bytes", []))]
+        likely = planned.get("peak_bytes") or [None] * len(planned["footprint_bytes"])
+        nodes = [(size, fp, peak, held, lp) for fp, peak, held, lp in
+                 zip(planned["footprint_bytes"], mem.get("per_node_mpi_peak_bytes", []), mem.get("per_node_mpi_held_peak_bytes", []), likely)]
         total.memory += nodes
         ratios = []
         if timing:
@@ -316,9 +333,10 @@ def check(a, results, work, costs_path, total):
 
         def minmax(rs):
             return "%.2f-%.2f" % (min(rs), max(rs)) if rs else "-"
-        total.rows.append("%-8s %5d %6s %8.3f %8s %13s %13s %s" % (
+        total.rows.append("%-8s %5d %6s %8.3f %8s %13s %13s %13s %s" % (
             size, run["nodes"], run["mem"], storage, "%.3f" % network if network is not None else "-",
-            minmax([peak / fp for _, fp, peak, _ in nodes]), minmax([held / fp for _, fp, _, held in nodes]),
+            minmax([peak / fp for _, fp, peak, _, _ in nodes]), minmax([held / fp for _, fp, _, held, _ in nodes]),
+            minmax([peak / lp for _, _, peak, _, lp in nodes if lp]),
             " ".join("%.2f" % r for _, r, _, _ in ratios) or "-"))
 
 

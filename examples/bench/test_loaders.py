@@ -464,6 +464,40 @@ class Checks(unittest.TestCase):
         self.assertAlmostEqual(coef[0], 130, delta=1e-6)
         self.assertAlmostEqual(coef[1], 0.0027, delta=1e-12)
 
+    def test_calibrate_memory(self):
+        # the fills recovered from nodes' peaks they made: held terms (the
+        # own files as the pages they write where the budget holds the
+        # shard), a process, and shares of the bounds on files in flight
+        # and handed on, apart for a training that held each batch
+        import calibrate
+
+        rng = __import__("random").Random(2)
+        mib = 2**20
+        data, runs = [], []
+        for i in range(24):
+            t = {k: rng.randrange(1, 40) * mib for k in calibrate.HELD + calibrate.IN_FLIGHT + ("Handed",)}
+            t.update(Own=rng.randrange(50, 900) * mib, Shard=600 * mib, Budget=rng.choice((150, 600)) * mib)
+            t["Written"] = int(t["Own"] * 0.9)
+            step = i % 3 == 0
+            own = t["Written"] if t["Budget"] >= t["Shard"] else t["Own"]
+            peak = own + sum(t[k] for k in calibrate.HELD) + 25 * mib + 0.4 * sum(t[k] for k in calibrate.IN_FLIGHT) + (0.5 if step else 0.2) * t["Handed"]
+            run = {"memory": {"per_node_mpi_peak_bytes": [peak]}, "step_s": 0.1 if step else 0}
+            data += calibrate.memory_rows(run, {"footprint_terms": [t]})
+        fills, n, ratios = calibrate.fit_memory(data)
+        self.assertEqual(n, 24)
+        for key, want in (("mem_process_bytes", 25 * mib), ("mem_fill_in_flight", 0.4), ("mem_fill_handed", 0.2), ("mem_fill_handed_training", 0.5)):
+            self.assertAlmostEqual(fills[key], want, delta=want * 1e-6)
+        self.assertTrue(all(abs(r - 1) < 1e-9 for r in ratios))
+        # no run whose training held its batches: that fill is left out
+        # (plan counts the bound whole), and one past 1 is taken as 1
+        fills, _, _ = calibrate.fit_memory([(dict(x, handed_training=0), {"mem": y["mem"] - x["handed_training"] * 0.5 + x["in_flight"] * 0.8, "mem_peak": y["mem_peak"]})
+                                            for x, y in data])
+        self.assertNotIn("mem_fill_handed_training", fills)
+        self.assertEqual(fills["mem_fill_in_flight"], 1)
+        lines = calibrate.memory_lines(fills, 24, [1.0] * 24)
+        self.assertIn("24 of 24 nodes", lines[0])
+        self.assertIn("at their bound", lines[-1])
+
     def test_peers_inline(self):
         # --peers-inline gives every system's DataLoader BrandLoader's
         # inline tensors; without it, or without workers, the plain collate
