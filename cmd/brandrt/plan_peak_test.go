@@ -53,6 +53,7 @@ func TestPlanLikelyPeak(t *testing.T) {
 		{"one rank, a quarter", one, "25%", fills, 1, nil, handed},
 		{"two ranks, a quarter", two, "25%", fills, 2, nil, handed},
 		{"two ranks, the training bounds", two, "25%", fills, 2, []string{"--train-rate", "1"}, training},
+		{"two ranks, a training faster than the rest", two, "25%", fills, 2, []string{"--train-rate", "1000000000"}, handed},
 		{"no fills", two, "25%", none, 2, nil, -1},
 	} {
 		args := append([]string{"plan", "--chunks", tc.dir, "--nodes", fmt.Sprint(tc.nodes), "--mem", tc.mem,
@@ -73,7 +74,9 @@ func TestPlanLikelyPeak(t *testing.T) {
 		}
 		for r, f := range p.Terms {
 			own := f.Own
-			if f.Budget >= f.Shard {
+			if holds := f.Budget >= f.Shard; holds != (tc.mem == "100%") {
+				t.Errorf("%s, rank %d: budget %d, shard %d", tc.name, r, f.Budget, f.Shard)
+			} else if holds {
 				own = f.Written
 				if tc.nodes == 1 && math.Abs(float64(f.Written-written)) > 1 {
 					t.Errorf("%s: the files write %d bytes of their places, plan says %d", tc.name, written, f.Written)
@@ -90,6 +93,17 @@ func TestPlanLikelyPeak(t *testing.T) {
 			if tc.nodes > 1 && (f.Remote+f.MPI+f.Answered+f.Received == 0 || f.Handed == 0) {
 				t.Errorf("%s, rank %d: no bound on files in flight or handed on to fill: %+v", tc.name, r, f)
 			}
+			// every bound full and the footprint's process: the footprint
+			// (the same terms as its total, less what no place lent twice
+			// leaves unwritten)
+			whole := memFills{Process: ptr(float64(f.Process)), InFlight: ptr(1.0), Handed: ptr(1.0)}
+			total := f.Total()
+			if f.Budget >= f.Shard {
+				total -= f.Own - f.Written
+			}
+			if got, _ := whole.likelyPeak(f, false); got > total || got < total-4096 {
+				t.Errorf("%s, rank %d: with every bound full, likely peak %d, want the footprint's %d", tc.name, r, got, total)
+			}
 		}
 		// the table says it too: the busiest rank's
 		text, errs, status := runCLI(t, args...)
@@ -103,3 +117,5 @@ func TestPlanLikelyPeak(t *testing.T) {
 		t.Errorf("a fill of 1.5: status %d, %q; want it refused, naming the key and the file", status, errs)
 	}
 }
+
+func ptr(v float64) *float64 { return &v }

@@ -194,7 +194,7 @@ func printPlan(w io.Writer, all []planned, r timeModel, share bool) {
 	}
 	tw.Flush()
 	if peaks {
-		fmt.Fprintln(w, "likely peak: what the busiest rank's cgroup will probably count, with its bounds on files in flight as full as the calibration's runs kept them (--cpu-costs); the footprint is the most it may take, what its cgroup must allow")
+		fmt.Fprintln(w, "likely peak: the largest of the ranks' likely peaks, what the kernel will probably count, with their bounds on files in flight as full as the calibration's runs kept them (--cpu-costs); the footprint is the most a rank may take, what its cgroup must allow")
 	}
 	fmt.Fprintln(w, holdsLine(all, share))
 }
