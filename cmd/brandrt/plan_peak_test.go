@@ -3,9 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"math"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -27,21 +25,10 @@ func TestPlanLikelyPeak(t *testing.T) {
 	fills := writeTemp(t, "fills.json", 0o644, costs+fmt.Sprintf(`, "mem_process_bytes": %g, "mem_fill_in_flight": %g, "mem_fill_handed": %g, "mem_fill_handed_training": %g}`,
 		process, inFlight, handed, training))
 	none := writeTemp(t, "none.json", 0o644, costs+"}")
-	input, one := packPaths(t, 300, 2, 16, 1)
+	sizes, one, two := planDatasets(t)
 	var written int64 // what the files write of their places
-	if err := filepath.WalkDir(input, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			if fi, err := d.Info(); err == nil {
-				written += min(shm.Placed(fi.Size()), (fi.Size()+4095)&^4095)
-			}
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	two := filepath.Join(t.TempDir(), "two")
-	if _, errs, status := runCLI(t, "pack", "--input", input, "--out", two, "--chunk-files", "16", "--ranks", "2"); status != 0 {
-		t.Fatal(errs)
+	for _, s := range sizes {
+		written += min(shm.Placed(s), (s+4095)&^4095)
 	}
 	for _, tc := range []struct {
 		name, dir, mem, costs string

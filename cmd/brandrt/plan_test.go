@@ -220,21 +220,12 @@ func TestPlanClientBytes(t *testing.T) {
 		"rank_s_start": 0, "rank_s_per_filled_byte": 0, "client_s_per_file": 0, "client_s_per_byte": 1e-9, "cores_busy": 1, "start_s": 0`
 	split := writeTemp(t, "split.json", 0o644, costs+`, "client_s_per_handed_byte": 1e-11, "client_s_per_bounded_byte": 1e-10}`)
 	old := writeTemp(t, "old.json", 0o644, costs+"}")
-	input, one := packPaths(t, 300, 2, 16, 1)
+	sizes, one, two := planDatasets(t)
 	var handable int64
-	if err := filepath.WalkDir(input, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			if fi, err := d.Info(); err == nil && rt.Handable(fi.Size()) {
-				handable++
-			}
+	for _, s := range sizes {
+		if rt.Handable(s) {
+			handable++
 		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	two := filepath.Join(t.TempDir(), "two")
-	if _, errs, status := runCLI(t, "pack", "--input", input, "--out", two, "--chunk-files", "16", "--ranks", "2"); status != 0 {
-		t.Fatal(errs)
 	}
 	for _, tc := range []struct {
 		name, dir, mem, costs string
@@ -273,4 +264,28 @@ func TestPlanClientBytes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// planDatasets packs 300 files of 2 classes, 16 to a chunk, for one rank
+// and for two, and returns their sizes and the two packed datasets.
+func planDatasets(t *testing.T) (sizes []int64, one, two string) {
+	t.Helper()
+	input, one := packPaths(t, 300, 2, 16, 1)
+	if err := filepath.WalkDir(input, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			sizes = append(sizes, fi.Size())
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	two = filepath.Join(t.TempDir(), "two")
+	if _, errs, status := runCLI(t, "pack", "--input", input, "--out", two, "--chunk-files", "16", "--ranks", "2"); status != 0 {
+		t.Fatal(errs)
+	}
+	return sizes, one, two
 }
