@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/brandrt/brandrt/internal/testkit"
 )
 
@@ -891,6 +893,19 @@ print(sum(len(f) for f, _ in BrandLoader(BrandDataset(timeout=60, local_rank=r),
 		if rf.ReceivedFiles == 0 || num(m[3]) != rf.HandableFiles || num(m[2])+num(m[4]) != rf.Files {
 			t.Errorf("rank %d: plan: %d files, %d received, %d handable; serve: %d in place (%d handed on), %d as copies",
 				r, rf.Files, rf.ReceivedFiles, rf.HandableFiles, num(m[2]), num(m[3]), num(m[4]))
+		}
+	}
+	// and how full the files handed on kept their bound
+	held := regexp.MustCompile(`rank \d: memory shared with them .*; the files handed on to training processes held at most ([\d.]+ \w+) of it at once \(their bound, --hand-mem, is ([\d.]+ \w+)\)`).FindAllStringSubmatch(log.String(), -1)
+	if len(held) != 2 {
+		t.Fatalf("want each rank to say what its files handed on held:\n%s", log)
+	}
+	for _, m := range held {
+		peak, err1 := humanize.ParseBytes(m[1])
+		bound, err2 := humanize.ParseBytes(m[2])
+		t.Logf("%d bytes handed on at once at most, bound %d", peak, bound)
+		if err1 != nil || err2 != nil || peak == 0 || peak > bound {
+			t.Errorf("%s: at most %d bytes handed on at once, bound %d", m[0], peak, bound)
 		}
 	}
 }

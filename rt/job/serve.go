@@ -3,6 +3,7 @@ package job
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"runtime/debug"
 
@@ -258,6 +259,13 @@ func (s *serving) report() {
 	over := ""
 	if n := s.arena.Overflows.Load(); n > 0 {
 		over = fmt.Sprintf("; %s buffers it had no room for were lent from the rank's own memory", humanize.Comma(n))
+	}
+	if srv.Handed.Load() > 0 {
+		bound := "no bound: the budget holds the shard"
+		if c := s.n.HandCap(); c < math.MaxInt64 {
+			bound = "their bound, --hand-mem, is " + humanize.IBytes(uint64(c))
+		}
+		over += fmt.Sprintf("; the files handed on to training processes held at most %s of it at once (%s)", humanize.IBytes(srv.HandedPeak()), bound)
 	}
 	fmt.Fprintf(log, "brandrt: rank %d: memory shared with them peaked at %s, for at most %s lent at once (--mem %s)%s\n",
 		me, humanize.IBytes(s.arena.Resident()), humanize.IBytes(s.arena.PeakLent()), humanize.IBytes(uint64(s.n.Mapping().MemBytes(me))), over)

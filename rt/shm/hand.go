@@ -76,6 +76,7 @@ func (s *Server) hand(d *rt.Delivery, off uint64, owner int) (uint32, bool) {
 	s.handed[s.token] = &handedFile{d: *d, off: off, owner: owner, refs: 1}
 	s.handBytes[owner] += n
 	s.handTotal += n
+	s.handPeak = max(s.handPeak, s.handTotal)
 	s.Handed.Add(1)
 	return s.token, true
 }
@@ -141,6 +142,14 @@ func (s *Server) HandedBytes() uint64 {
 	s.handMu.Lock()
 	defer s.handMu.Unlock()
 	return s.handTotal
+}
+
+// HandedPeak returns the most bytes of files handed over and not yet
+// released at once so far: how full the training kept Options.HandCap.
+func (s *Server) HandedPeak() uint64 {
+	s.handMu.Lock()
+	defer s.handMu.Unlock()
+	return s.handPeak
 }
 
 // sweepHanded releases, every handSweep until the server closes, the

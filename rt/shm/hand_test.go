@@ -36,6 +36,9 @@ func TestHandedReferences(t *testing.T) {
 	if got := s.HandedBytes(); got != 300 {
 		t.Fatalf("%d bytes handed, want 300", got)
 	}
+	if got := s.HandedPeak(); got != 300 {
+		t.Fatalf("at most %d bytes handed at once, want 300", got)
+	}
 	if err := s.holdHanded(a, 4096, 1, []int{77, 1}); err == nil {
 		t.Fatal("a process outside the owner's lineage held a handed file")
 	}
@@ -76,6 +79,9 @@ func TestHandedReferences(t *testing.T) {
 	}
 	if n := s.dropHanded(nil); n != 2 || released[2] != 1 || released[5] != 1 || s.HandedBytes() != 0 {
 		t.Fatalf("closing released %d files: %v, %d bytes left", n, released, s.HandedBytes())
+	}
+	if got := s.HandedPeak(); got != 310 { // files 2, 4, 5 and 6 at once: the cap
+		t.Fatalf("at most %d bytes handed at once, want 310", got)
 	}
 }
 

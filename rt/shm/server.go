@@ -84,12 +84,13 @@ type Server struct {
 	// DataLoader worker's training process: the in-place path).
 	Readers, HandingOn atomic.Int64
 	// handed holds the files handed on, by token; handBytes their bytes
-	// by owner, handTotal in all; token the last token given. See hand.go.
-	handMu    sync.Mutex
-	handed    map[uint32]*handedFile
-	handBytes map[int]uint64
-	handTotal uint64
-	token     uint32
+	// by owner, handTotal in all, handPeak the most at once; token the
+	// last token given. See hand.go.
+	handMu              sync.Mutex
+	handed              map[uint32]*handedFile
+	handBytes           map[int]uint64
+	handTotal, handPeak uint64
+	token               uint32
 }
 
 // Options configure a Server.
