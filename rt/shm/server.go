@@ -83,9 +83,8 @@ type Server struct {
 	// HandingOn those of them that handed them on to their parent (a
 	// DataLoader worker's training process: the in-place path).
 	Readers, HandingOn atomic.Int64
-	// handed holds the files handed on, by token; handBytes their bytes
-	// by owner, handTotal in all, handPeak the most at once; token the
-	// last token given. See hand.go.
+	// handed holds the files handed on, by token; handBytes their bytes by
+	// owner, handTotal in all (handPeak: most at once); token the last given.
 	handMu              sync.Mutex
 	handed              map[uint32]*handedFile
 	handBytes           map[int]uint64
