@@ -184,6 +184,14 @@ const handBatches = 2 * 64
 // HandCap is the bound on this rank's files handed on (handCapAt).
 func (n *Node) HandCap() int64 { return n.handCapAt(n.data.m.MemBytes(n.me)) }
 
+// HandBound is HandCap, and whether it bounds anything: not for a single
+// rank whose budget holds its shard, without --hand-mem (handCapAt's
+// math.MaxInt64: every file that can be is handed on).
+func (n *Node) HandBound() (int64, bool) {
+	c := n.HandCap()
+	return c, c < math.MaxInt64
+}
+
 // Handable reports whether a DataLoader worker may hand a file of size
 // bytes on to its training process in place: one of 32 KiB or more, or
 // of whole pages, has pages of its own in the arena (shm's slabMax);

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -256,8 +255,8 @@ func planNodes(cfg rt.Config, site rt.Site, n, epochs int) (planned, error) {
 		p.Footprint = append(p.Footprint, nd.Footprint().Total())
 		p.Terms = append(p.Terms, nd.Footprint())
 		p.Holds = p.Holds && m.MemBytes(r) >= m.ShardBytes(r)
-		hc := nd.HandCap()
-		if hc == math.MaxInt64 {
+		hc, bounded := nd.HandBound()
+		if !bounded {
 			hc = -1
 		}
 		p.HandCap = append(p.HandCap, hc)

@@ -3,7 +3,6 @@ package job
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"runtime/debug"
 
@@ -262,7 +261,7 @@ func (s *serving) report() {
 	}
 	if srv.Handed.Load() > 0 {
 		bound := "no bound: the budget holds the shard"
-		if c := s.n.HandCap(); c < math.MaxInt64 {
+		if c, bounded := s.n.HandBound(); bounded {
 			bound = "their bound, --hand-mem, is " + humanize.IBytes(uint64(c))
 		}
 		over += fmt.Sprintf("; the files handed on to training processes held at most %s of it at once (%s)", humanize.IBytes(srv.HandedPeak()), bound)
