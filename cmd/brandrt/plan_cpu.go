@@ -99,14 +99,8 @@ func readCPUCosts(path string) (*cpuCosts, error) {
 			errs = append(errs, fmt.Errorf("%q is %g seconds, want 0 to 60", f.name, f.v))
 		}
 	}
-	for _, f := range []struct {
-		name string
-		v    *float64
-	}{{"client_s_per_handed_byte", c.ClientHandedByte}, {"client_s_per_bounded_byte", c.ClientBoundedByte}} {
-		if f.v != nil && !(*f.v >= 0 && *f.v <= 60) {
-			errs = append(errs, fmt.Errorf("%q is %g seconds, want 0 to 60", f.name, *f.v))
-		}
-	}
+	errs = append(errs, outOfRange(60, " seconds, want 0 to 60", optional{"client_s_per_handed_byte", c.ClientHandedByte},
+		optional{"client_s_per_bounded_byte", c.ClientBoundedByte})...)
 	errs = append(errs, c.memFills.check()...)
 	if !(c.LinkFile >= 0 && c.LinkFile <= 1<<20) {
 		errs = append(errs, fmt.Errorf(`"link_bytes_per_moved_file" is %g, want 0 to 1 MiB`, c.LinkFile))

@@ -40,12 +40,23 @@ func (m memFills) check() []error {
 	if m.Process != nil && !(*m.Process >= 0 && *m.Process <= 1<<30) {
 		errs = append(errs, fmt.Errorf(`"mem_process_bytes" is %g, want 0 to 1 GiB`, *m.Process))
 	}
-	for _, f := range []struct {
-		name string
-		v    *float64
-	}{{"mem_fill_in_flight", m.InFlight}, {"mem_fill_handed", m.Handed}, {"mem_fill_handed_training", m.HandedTraining}} {
-		if f.v != nil && !(*f.v >= 0 && *f.v <= 1) {
-			errs = append(errs, fmt.Errorf("%q is %g, want 0 to 1 (a share of a bound)", f.name, *f.v))
+	return append(errs, outOfRange(1, ", want 0 to 1 (a share of a bound)", optional{"mem_fill_in_flight", m.InFlight},
+		optional{"mem_fill_handed", m.Handed}, optional{"mem_fill_handed_training", m.HandedTraining})...)
+}
+
+// optional is a value a costs file may leave out, by its key.
+type optional struct {
+	name string
+	v    *float64
+}
+
+// outOfRange names each value given that is not within 0 to hi, by its
+// key and value, then want: `"mem_fill_handed" is 1.5, want 0 to 1 …`.
+func outOfRange(hi float64, want string, vs ...optional) []error {
+	var errs []error
+	for _, f := range vs {
+		if f.v != nil && !(*f.v >= 0 && *f.v <= hi) {
+			errs = append(errs, fmt.Errorf("%q is %g%s", f.name, *f.v, want))
 		}
 	}
 	return errs
